@@ -1,0 +1,37 @@
+# Every target that runs code creates .venv itself: on a fresh machine `make demo` and `make test` are the set-up.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test soak bench lint check-java clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[spark,etcd,metrics,dev]'
+	@touch $(STAMP)
+
+check-java:
+	@bash scripts/check-java.sh
+
+demo: $(STAMP) check-java
+	$(VENV)/bin/apportion demo
+
+test: $(STAMP) check-java
+	bash scripts/ensure-etcd.sh
+	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+soak: $(STAMP)
+	APPORTION_SOAK=1 $(PY) -m pytest -q tests -m slow -n 2
+
+bench: $(STAMP) check-java
+	$(PY) bench/run_all.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output

@@ -1,0 +1,5 @@
+import sys
+
+from apportion.cli import main
+
+sys.exit(main())

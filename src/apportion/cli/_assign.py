@@ -1,0 +1,1 @@
+"""`apportion assign` — placeholder until the strategies land (replaced by the assign work)."""

@@ -1,0 +1,74 @@
+"""The one exception hierarchy of apportion.
+
+Every error apportion raises on purpose derives from :class:`ApportionError`; foreign exceptions (sqlite3, httpx,
+pyspark) are mapped at the boundary with ``raise ... from exc``.
+
+- ``ApportionError``   — root; ``exit_code`` is what the CLI exits with (1: a runtime fault).
+- ``InvalidRequest``   — bad input from the user (field + reason); the CLI exits 2.
+- ``StoreUnavailable`` — the store cannot be reached or locked in time.
+- ``Conflict``         — a compare-and-set lost a race that the caller cannot retry on its own.
+- ``LeaseNotFound``    — the lease expired or was revoked (or never existed).
+- ``Compacted``        — a watch asked for history older than the store's compaction point.
+- ``Fenced``           — a commit carried a stale epoch: the partition now belongs to someone else.
+- ``NotEnoughMembers`` — the coordinator waits for the minimum cluster size before assigning.
+"""
+
+from __future__ import annotations
+
+
+class ApportionError(Exception):
+    """Root of every error apportion raises on purpose."""
+
+    exit_code: int = 1
+
+
+class InvalidRequest(ApportionError):
+    """Bad input: names the field and the reason."""
+
+    exit_code = 2
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}" if field else reason)
+        self.field = field
+        self.reason = reason
+
+
+class StoreUnavailable(ApportionError):
+    """The store cannot be reached, or a lock could not be taken in time."""
+
+
+class Conflict(ApportionError):
+    """A compare-and-set transaction lost a race."""
+
+
+class LeaseNotFound(ApportionError):
+    """The lease expired, was revoked, or never existed."""
+
+
+class Compacted(ApportionError):
+    """A watch started below the store's compaction point."""
+
+    def __init__(self, requested: int, compacted: int) -> None:
+        super().__init__(f"revision {requested} is compacted (history starts after {compacted})")
+        self.requested = requested
+        self.compacted = compacted
+
+
+class Fenced(ApportionError):
+    """A commit carried a stale epoch: the partition was given to another owner."""
+
+
+class NotEnoughMembers(ApportionError):
+    """Fewer live members than the minimum cluster size."""
+
+
+__all__ = [
+    "ApportionError",
+    "Compacted",
+    "Conflict",
+    "Fenced",
+    "InvalidRequest",
+    "LeaseNotFound",
+    "NotEnoughMembers",
+    "StoreUnavailable",
+]

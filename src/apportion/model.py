@@ -1,0 +1,123 @@
+"""Shared value types: partitions, resources, members, assignment requests and plans.
+
+All values are immutable. Partitions are ``(resource, index)`` named tuples: cheap to create by the million, ordered
+by resource then index, and printed as ``<resource>-<index>`` (parsed by splitting at the last hyphen).
+Identities are strings compared as strings; nothing here relies on ``hash()`` of a str or on set order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NamedTuple
+
+from apportion.errors import InvalidRequest
+
+EMPTY_MAPPING: Mapping[str, object] = MappingProxyType({})
+
+
+class Partition(NamedTuple):
+    """One partition of a resource: ``t1-4`` is ``Partition("t1", 4)``."""
+
+    resource: str
+    index: int  # type: ignore[assignment]  # shadows tuple.index on purpose: a partition's number
+
+    def __str__(self) -> str:
+        return f"{self.resource}-{self.index}"
+
+    @classmethod
+    def parse(cls, text: str, field_name: str = "partition") -> Partition:
+        """Parse ``<resource>-<index>``; raise :class:`InvalidRequest` naming ``field_name`` when malformed."""
+        resource, sep, index = text.rpartition("-")
+        if not sep or not resource or not index.isdigit():
+            raise InvalidRequest(field_name, f"{text!r} is not <resource>-<index>")
+        return cls(resource, int(index))
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A partitioned resource: ``partitions`` partitions numbered 0..n-1, optional per-partition weights."""
+
+    name: str
+    partitions: int
+    weights: tuple[float, ...] | None = None
+    stateful: bool = False
+
+    def partition(self, index: int) -> Partition:
+        return Partition(self.name, index)
+
+    def all_partitions(self) -> list[Partition]:
+        return [Partition(self.name, i) for i in range(self.partitions)]
+
+    def weight(self, index: int) -> float:
+        return 1.0 if self.weights is None else self.weights[index]
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A member as a strategy sees it.
+
+    ``subscriptions`` None means every resource. ``owned`` are the partitions it held in ``generation``.
+    ``lag`` (partition -> offsets behind) and ``standby`` serve the high-availability strategy.
+    """
+
+    id: str
+    subscriptions: frozenset[str] | None = None
+    owned: tuple[Partition, ...] = ()
+    generation: int = 0
+    capacity: float = 1.0
+    rack: str | None = None
+    standby: tuple[Partition, ...] = ()
+    lag: Mapping[Partition, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def subscribes_to(self, resource: str) -> bool:
+        return self.subscriptions is None or resource in self.subscriptions
+
+
+@dataclass(frozen=True, slots=True)
+class AssignRequest:
+    """The whole input of a strategy: pure values, no I/O."""
+
+    strategy: str
+    resources: tuple[Resource, ...]
+    members: tuple[Member, ...]
+    options: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """A partition whose owner changes; ``source`` is None when nobody (live) owned it."""
+
+    partition: Partition
+    source: str | None
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStats:
+    partitions: int
+    members: int
+    min: int
+    max: int
+    moved: int
+    min_moves: int
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A strategy's answer: the active owner of each partition, sorted; replicas for high availability."""
+
+    strategy: str
+    assignment: Mapping[str, tuple[Partition, ...]]
+    moves: tuple[Move, ...]
+    stats: PlanStats
+    standby: Mapping[str, tuple[Partition, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    learners: Mapping[str, tuple[Partition, ...]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def owner_of(self) -> dict[Partition, str]:
+        """Partition -> member id, for every assigned partition."""
+        return {p: member for member, parts in self.assignment.items() for p in parts}
+
+
+__all__ = ["AssignRequest", "Member", "Move", "Partition", "Plan", "PlanStats", "Resource"]

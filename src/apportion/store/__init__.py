@@ -1,0 +1,44 @@
+"""The consistent store: one etcd-v3-shaped contract, backends chosen by URL (memory, sqlite, etcd)."""
+
+from apportion.store._base import Store, Watch
+from apportion.store._connect import connect
+from apportion.store._memory import MemoryStore
+from apportion.store._types import (
+    Compare,
+    Delete,
+    Event,
+    EventType,
+    Get,
+    KeyValue,
+    Lease,
+    Op,
+    Put,
+    TxnResult,
+    absent,
+    exists,
+    mod_revision_is,
+    validate_key,
+    value_is,
+)
+
+__all__ = [
+    "Compare",
+    "Delete",
+    "Event",
+    "EventType",
+    "Get",
+    "KeyValue",
+    "Lease",
+    "MemoryStore",
+    "Op",
+    "Put",
+    "Store",
+    "TxnResult",
+    "Watch",
+    "absent",
+    "connect",
+    "exists",
+    "mod_revision_is",
+    "validate_key",
+    "value_is",
+]

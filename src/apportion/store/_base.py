@@ -1,0 +1,138 @@
+"""The store contract: an etcd-v3-shaped key-value store with revisions, CAS transactions, leases and watches.
+
+Every backend subclasses :class:`Store` and passes the one conformance suite (``tests/store/test_contract.py``).
+The store revision is the global order of all changes: seed 0's versionstamp.
+
+Lease state machine (all backends)::
+
+    GRANTED --keepalive--> GRANTED (expiry pushed to now + ttl)
+    GRANTED --revoke / now >= expiry--> GONE (its keys deleted, one DELETE event each, LeaseNotFound afterwards)
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+from types import TracebackType
+
+from apportion.clock import SYSTEM_CLOCK, Clock
+from apportion.store._types import (
+    Compare,
+    Delete,
+    Event,
+    Get,
+    KeyValue,
+    Lease,
+    Op,
+    Put,
+    TxnResult,
+)
+
+
+class Watch(abc.ABC):
+    """An ordered, gap-free stream of events for a key or prefix, from a start revision on."""
+
+    @abc.abstractmethod
+    def poll(self) -> list[Event]:
+        """Return the events that arrived since the last call, without blocking (possibly none)."""
+
+    @abc.abstractmethod
+    def wait(self, timeout_s: float) -> list[Event]:
+        """Block (real time) until at least one event arrives or ``timeout_s`` passes; return what arrived."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop watching; further polls return nothing."""
+
+    def __iter__(self) -> Iterator[Event]:
+        while True:
+            yield from self.wait(1.0)
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Store(abc.ABC):
+    """A consistent store. Keys are '/'-separated printable strings, values bytes."""
+
+    url: str
+    clock: Clock = SYSTEM_CLOCK
+
+    @abc.abstractmethod
+    def revision(self) -> int:
+        """The current store revision (0 for an empty, never-written store)."""
+
+    @abc.abstractmethod
+    def txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op] = ()) -> TxnResult:
+        """Atomically: if every compare holds run ``on_success`` else ``on_failure``. All writes of one txn share
+        one new revision (no new revision when the branch writes nothing)."""
+
+    @abc.abstractmethod
+    def grant(self, ttl_s: float) -> Lease:
+        """Create a lease that expires ``ttl_s`` seconds from now unless kept alive."""
+
+    @abc.abstractmethod
+    def keepalive(self, lease: Lease | int) -> float:
+        """Push the lease's expiry to now + ttl; return the ttl. Raise LeaseNotFound if it is gone."""
+
+    @abc.abstractmethod
+    def revoke(self, lease: Lease | int) -> None:
+        """End the lease now and delete its keys. Revoking a lease that is gone is not an error."""
+
+    @abc.abstractmethod
+    def time_to_live(self, lease: Lease | int) -> float:
+        """Seconds left before the lease expires; raise LeaseNotFound if it is gone."""
+
+    @abc.abstractmethod
+    def watch(self, key: str, start_revision: int | None = None, *, prefix: bool = True) -> Watch:
+        """Watch ``key`` (a prefix unless ``prefix=False``) from ``start_revision`` (default: the next change).
+        Raise Compacted when ``start_revision`` is at or below the compaction point."""
+
+    @abc.abstractmethod
+    def compact(self, revision: int) -> None:
+        """Forget history at and below ``revision``; watches starting there raise Compacted."""
+
+    def close(self) -> None:  # noqa: B027 - backends without resources need nothing
+        """Release connections and background threads."""
+
+    # Conveniences expressed through txn; backends may override them for speed.
+
+    def get(self, key: str) -> KeyValue | None:
+        found = self.txn([], [Get(key)]).responses[0]
+        assert isinstance(found, list)
+        return found[0] if found else None
+
+    def range(self, prefix: str, limit: int | None = None) -> list[KeyValue]:
+        found = self.txn([], [Get(prefix, prefix=True)]).responses[0]
+        assert isinstance(found, list)
+        return found if limit is None else found[:limit]
+
+    def put(self, key: str, value: bytes, lease: Lease | int | None = None) -> int:
+        return self.txn([], [Put(key, value, lease_id(lease))]).revision
+
+    def delete(self, key: str, *, prefix: bool = False) -> int:
+        """Delete ``key`` (or a prefix); return how many keys were deleted."""
+        deleted = self.txn([], [Delete(key, prefix=prefix)]).responses[0]
+        assert isinstance(deleted, int)
+        return deleted
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def lease_id(lease: Lease | int | None) -> int:
+    """The numeric id of a lease argument (0 = no lease)."""
+    if lease is None:
+        return 0
+    return lease.id if isinstance(lease, Lease) else int(lease)
+
+
+__all__ = ["Store", "Watch", "lease_id"]

@@ -1,0 +1,300 @@
+"""``memory://`` — the in-process store: thread-safe, driven by an injected clock so simulation runs in virtual time.
+
+Lease expiry is lazy, as in the SQLite backend: every operation first removes the leases whose expiry has passed
+on the store's clock (and their keys, one revision per lease). ``memory://name`` connects to a named store shared
+by every ``connect`` in the process; plain ``memory://`` creates a private one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from apportion.clock import SYSTEM_CLOCK, Clock
+from apportion.errors import Compacted, InvalidRequest, LeaseNotFound
+from apportion.store._base import Store, Watch, lease_id
+from apportion.store._types import (
+    Compare,
+    Delete,
+    Event,
+    EventType,
+    Get,
+    KeyValue,
+    Lease,
+    Op,
+    Put,
+    TxnResult,
+    validate_key,
+)
+
+DEFAULT_HISTORY = 200_000
+
+
+@dataclass(slots=True)
+class _LeaseState:
+    ttl_s: float
+    expires_at: float
+    keys: set[str] = field(default_factory=set)
+
+
+class _MemoryWatch(Watch):
+    def __init__(self, store: MemoryStore, key: str, prefix: bool) -> None:
+        self._store = store
+        self.key = key
+        self.prefix = prefix
+        self._pending: deque[Event] = deque()
+        self._cond = threading.Condition(store._lock)
+        self.closed = False
+
+    def matches(self, key: str) -> bool:
+        return key.startswith(self.key) if self.prefix else key == self.key
+
+    def deliver(self, event: Event) -> None:  # called with the store lock held
+        self._pending.append(event)
+        self._cond.notify_all()
+
+    def poll(self) -> list[Event]:
+        with self._cond:
+            self._store._expire_locked()
+            return self._drain()
+
+    def wait(self, timeout_s: float) -> list[Event]:
+        with self._cond:
+            self._store._expire_locked()
+            if not self._pending and not self.closed:
+                self._cond.wait(timeout_s)
+            return self._drain()
+
+    def _drain(self) -> list[Event]:
+        events = list(self._pending)
+        self._pending.clear()
+        return events
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._pending.clear()
+            self._store._watches.discard(self)
+            self._cond.notify_all()
+
+
+class MemoryStore(Store):
+    """A complete store in one process's memory."""
+
+    def __init__(self, url: str = "memory://", clock: Clock = SYSTEM_CLOCK, history: int = DEFAULT_HISTORY) -> None:
+        self.url = url
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._data: dict[str, KeyValue] = {}
+        self._sorted_keys: list[str] = []
+        self._revision = 0
+        self._compacted = 0
+        self._history: deque[Event] = deque()
+        self._history_limit = history
+        self._leases: dict[int, _LeaseState] = {}
+        self._next_lease = 1
+        self._watches: set[_MemoryWatch] = set()
+
+    # -- reads ---------------------------------------------------------------------------------------------
+
+    def revision(self) -> int:
+        with self._lock:
+            self._expire_locked()
+            return self._revision
+
+    def get(self, key: str) -> KeyValue | None:
+        validate_key(key)
+        with self._lock:
+            self._expire_locked()
+            return self._data.get(key)
+
+    def range(self, prefix: str, limit: int | None = None) -> list[KeyValue]:
+        validate_key(prefix, "prefix", prefix=True)
+        if limit is not None and limit < 0:
+            raise InvalidRequest("limit", "must be >= 0")
+        with self._lock:
+            self._expire_locked()
+            found = self._range_locked(prefix)
+            return found if limit is None else found[:limit]
+
+    def _range_locked(self, prefix: str) -> list[KeyValue]:
+        start = bisect.bisect_left(self._sorted_keys, prefix)
+        found: list[KeyValue] = []
+        for key in self._sorted_keys[start:]:
+            if not key.startswith(prefix):
+                break
+            found.append(self._data[key])
+        return found
+
+    # -- transactions --------------------------------------------------------------------------------------
+
+    def txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op] = ()) -> TxnResult:
+        for compare in compares:
+            validate_key(compare.key, "compare.key")
+        for op in (*on_success, *on_failure):
+            validate_key(op.key, "op.key", prefix=not isinstance(op, Put) and op.prefix)
+            if isinstance(op, Put) and not isinstance(op.value, bytes):
+                raise InvalidRequest("value", "must be bytes")
+        with self._lock:
+            self._expire_locked()
+            succeeded = all(c.holds(self._data.get(c.key)) for c in compares)
+            ops = on_success if succeeded else on_failure
+            for op in ops:
+                if isinstance(op, Put) and op.lease and op.lease not in self._leases:
+                    raise LeaseNotFound(f"lease {op.lease} not found")
+            writes = any(not isinstance(op, Get) for op in ops)
+            revision = self._revision + 1 if writes else self._revision
+            wrote = False
+            responses: list[list[KeyValue] | int | None] = []
+            for op in ops:
+                if isinstance(op, Get):
+                    responses.append(self._range_locked(op.key) if op.prefix else self._get_list(op.key))
+                elif isinstance(op, Put):
+                    self._put_locked(op, revision)
+                    wrote = True
+                    responses.append(None)
+                else:
+                    count = self._delete_locked(op, revision)
+                    wrote = wrote or count > 0
+                    responses.append(count)
+            if wrote:
+                self._revision = revision
+            return TxnResult(succeeded, tuple(responses), self._revision)
+
+    def _get_list(self, key: str) -> list[KeyValue]:
+        kv = self._data.get(key)
+        return [] if kv is None else [kv]
+
+    def _put_locked(self, op: Put, revision: int) -> None:
+        old = self._data.get(op.key)
+        if old is None:
+            bisect.insort(self._sorted_keys, op.key)
+            kv = KeyValue(op.key, op.value, revision, revision, 1, op.lease)
+        else:
+            if old.lease and old.lease != op.lease and old.lease in self._leases:
+                self._leases[old.lease].keys.discard(op.key)
+            kv = KeyValue(op.key, op.value, old.create_revision, revision, old.version + 1, op.lease)
+        if op.lease:
+            self._leases[op.lease].keys.add(op.key)
+        self._data[op.key] = kv
+        self._emit(Event(EventType.PUT, kv))
+
+    def _delete_locked(self, op: Delete, revision: int) -> int:
+        keys = [kv.key for kv in self._range_locked(op.key)] if op.prefix else [op.key]
+        count = 0
+        for key in keys:
+            old = self._data.pop(key, None)
+            if old is None:
+                continue
+            del self._sorted_keys[bisect.bisect_left(self._sorted_keys, key)]
+            if old.lease and old.lease in self._leases:
+                self._leases[old.lease].keys.discard(key)
+            self._emit(Event(EventType.DELETE, KeyValue(key, b"", 0, revision, 0, 0)))
+            count += 1
+        return count
+
+    def _emit(self, event: Event) -> None:
+        self._history.append(event)
+        while len(self._history) > self._history_limit:
+            dropped = self._history.popleft()
+            self._compacted = max(self._compacted, dropped.revision - 1)
+        for watch in self._watches:
+            if watch.matches(event.kv.key):
+                watch.deliver(event)
+
+    # -- leases --------------------------------------------------------------------------------------------
+
+    def grant(self, ttl_s: float) -> Lease:
+        if not ttl_s > 0:
+            raise InvalidRequest("ttl_s", "must be > 0")
+        with self._lock:
+            self._expire_locked()
+            lease = Lease(self._next_lease, float(ttl_s))
+            self._next_lease += 1
+            self._leases[lease.id] = _LeaseState(float(ttl_s), self.clock.now() + ttl_s)
+            return lease
+
+    def keepalive(self, lease: Lease | int) -> float:
+        with self._lock:
+            self._expire_locked()
+            state = self._lease_locked(lease)
+            state.expires_at = self.clock.now() + state.ttl_s
+            return state.ttl_s
+
+    def time_to_live(self, lease: Lease | int) -> float:
+        with self._lock:
+            self._expire_locked()
+            return max(0.0, self._lease_locked(lease).expires_at - self.clock.now())
+
+    def revoke(self, lease: Lease | int) -> None:
+        with self._lock:
+            self._expire_locked()
+            self._end_lease_locked(lease_id(lease))
+
+    def _lease_locked(self, lease: Lease | int) -> _LeaseState:
+        state = self._leases.get(lease_id(lease))
+        if state is None:
+            raise LeaseNotFound(f"lease {lease_id(lease)} not found")
+        return state
+
+    def _end_lease_locked(self, lid: int) -> None:
+        state = self._leases.pop(lid, None)
+        if state is None or not state.keys:
+            return
+        revision = self._revision + 1
+        for key in sorted(state.keys):
+            self._delete_locked(Delete(key), revision)
+        self._revision = revision
+
+    def _expire_locked(self) -> None:
+        if not self._leases:
+            return
+        now = self.clock.now()
+        expired = sorted(lid for lid, state in self._leases.items() if state.expires_at <= now)
+        for lid in expired:
+            self._end_lease_locked(lid)
+
+    # -- watches and history -------------------------------------------------------------------------------
+
+    def watch(self, key: str, start_revision: int | None = None, *, prefix: bool = True) -> Watch:
+        validate_key(key, "key", prefix=prefix)
+        with self._lock:
+            self._expire_locked()
+            watch = _MemoryWatch(self, key, prefix)
+            if start_revision is not None:
+                if start_revision <= self._compacted:
+                    raise Compacted(start_revision, self._compacted)
+                for event in self._history:
+                    if event.revision >= start_revision and watch.matches(event.kv.key):
+                        watch.deliver(event)
+            self._watches.add(watch)
+            return watch
+
+    def compact(self, revision: int) -> None:
+        with self._lock:
+            if revision > self._revision:
+                raise InvalidRequest("revision", f"{revision} is in the future (current {self._revision})")
+            self._compacted = max(self._compacted, revision)
+            while self._history and self._history[0].revision <= revision:
+                self._history.popleft()
+
+
+_NAMED: dict[str, MemoryStore] = {}
+_NAMED_LOCK = threading.Lock()
+
+
+def open_memory(url: str, clock: Clock | None) -> MemoryStore:
+    """``memory://`` → a private store; ``memory://name`` → the process-wide store of that name."""
+    name = url[len("memory://") :]
+    if not name:
+        return MemoryStore(url, clock or SYSTEM_CLOCK)
+    with _NAMED_LOCK:
+        if name not in _NAMED:
+            _NAMED[name] = MemoryStore(url, clock or SYSTEM_CLOCK)
+        return _NAMED[name]
+
+
+__all__ = ["MemoryStore", "open_memory"]
