@@ -15,6 +15,7 @@ from apportion.errors import (
 )
 from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
 from apportion.store import Store, connect
+from apportion.worker import Group, Lease, Worker
 
 __version__ = "0.1.0"
 
@@ -24,7 +25,9 @@ __all__ = [
     "Compacted",
     "Conflict",
     "Fenced",
+    "Group",
     "InvalidRequest",
+    "Lease",
     "LeaseNotFound",
     "Member",
     "Move",
@@ -35,5 +38,6 @@ __all__ = [
     "Resource",
     "Store",
     "StoreUnavailable",
+    "Worker",
     "connect",
 ]

@@ -11,6 +11,7 @@ pyspark) are mapped at the boundary with ``raise ... from exc``.
 - ``Compacted``        — a watch asked for history older than the store's compaction point.
 - ``Fenced``           — a commit carried a stale epoch: the partition now belongs to someone else.
 - ``NotEnoughMembers`` — the coordinator waits for the minimum cluster size before assigning.
+- ``PlanViolation``    — a strategy's plan broke one of its invariants (a bug, found by ``assign.check_or_raise``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ class NotEnoughMembers(ApportionError):
     """Fewer live members than the minimum cluster size."""
 
 
+class PlanViolation(ApportionError):
+    """A plan broke an invariant of its strategy: a bug in the strategy, never a user mistake."""
+
+
 __all__ = [
     "ApportionError",
     "Compacted",
@@ -70,5 +75,6 @@ __all__ = [
     "InvalidRequest",
     "LeaseNotFound",
     "NotEnoughMembers",
+    "PlanViolation",
     "StoreUnavailable",
 ]

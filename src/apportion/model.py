@@ -59,7 +59,8 @@ class Member:
     """A member as a strategy sees it.
 
     ``subscriptions`` None means every resource. ``owned`` are the partitions it held in ``generation``.
-    ``lag`` (partition -> offsets behind) and ``standby`` serve the high-availability strategy.
+    ``lag`` (partition -> offsets behind its changelog end), ``standby`` and ``learners`` (warm-up replicas it holds)
+    serve the high-availability strategy.
     """
 
     id: str
@@ -69,6 +70,7 @@ class Member:
     capacity: float = 1.0
     rack: str | None = None
     standby: tuple[Partition, ...] = ()
+    learners: tuple[Partition, ...] = ()
     lag: Mapping[Partition, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def subscribes_to(self, resource: str) -> bool:
@@ -114,6 +116,10 @@ class Plan:
     stats: PlanStats
     standby: Mapping[str, tuple[Partition, ...]] = field(default_factory=lambda: MappingProxyType({}))
     learners: Mapping[str, tuple[Partition, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # high availability: the standby/learner replicas already within the acceptable recovery lag (seed 2's isReady),
+    # and the delay after which a probing round should run (None: no learner is warming up, nothing to probe).
+    ready: Mapping[str, tuple[Partition, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    probe_after_s: float | None = None
 
     def owner_of(self) -> dict[Partition, str]:
         """Partition -> member id, for every assigned partition."""

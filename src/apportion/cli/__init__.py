@@ -3,7 +3,13 @@
 Each command lives in its own module (``_assign.py``, ``_worker.py``, ...) that registers itself on ``app``.
 """
 
-from apportion.cli import _assign  # noqa: F401  (registers `apportion assign`)
+from apportion.cli import (
+    _assign,  # noqa: F401  (registers `apportion assign`)
+    _demo,  # noqa: F401  (registers `apportion demo`, temporary)
+    _simulate,  # noqa: F401  (registers `apportion simulate`)
+    _status,  # noqa: F401  (registers `apportion status`)
+    _worker,  # noqa: F401  (registers `apportion worker`)
+)
 from apportion.cli._app import app, main
 
 __all__ = ["app", "main"]

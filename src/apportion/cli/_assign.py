@@ -1,1 +1,72 @@
-"""`apportion assign` — placeholder until the strategies land (replaced by the assign work)."""
+"""`apportion assign` — the dry run of any strategy: a JSON request in (stdin or --input), the plan out."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from apportion.assign import loads_request, plan, plan_to_json
+from apportion.cli._app import app
+from apportion.errors import InvalidRequest
+from apportion.model import Partition, Plan
+
+
+def compact(parts: tuple[Partition, ...]) -> str:
+    """``t1-0..3, t2-5`` for humans: runs of consecutive indices shown as ranges."""
+    out: list[str] = []
+    run: list[Partition] = []
+    for part in (*parts, None):
+        if part is not None and run and part.resource == run[-1].resource and part.index == run[-1].index + 1:
+            run.append(part)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}..{run[-1].index}")
+        run = [part] if part is not None else []
+    return ", ".join(out)
+
+
+def render_table(result: Plan) -> Table:
+    moved_in: dict[str, int] = {}
+    moved_out: dict[str, int] = {}
+    for mv in result.moves:
+        if mv.source is not None:
+            moved_in[mv.target] = moved_in.get(mv.target, 0) + 1
+            moved_out[mv.source] = moved_out.get(mv.source, 0) + 1
+    s = result.stats
+    table = Table(
+        title=f"{result.strategy}: {s.partitions} partitions, {s.members} members",
+        caption=f"load {s.min}..{s.max}, moved {s.moved} (least possible {s.min_moves})",
+    )
+    for column in ("member", "load", "in", "out", "partitions"):
+        table.add_column(column, justify="right" if column in ("load", "in", "out") else "left")
+    for member, parts in sorted(result.assignment.items()):
+        table.add_row(
+            member, str(len(parts)), str(moved_in.get(member, 0)), str(moved_out.get(member, 0)), compact(parts)
+        )
+    return table
+
+
+@app.command()
+@click.option(
+    "--input", "input_path", type=click.Path(dir_okay=False, path_type=Path), help="Request file (default: stdin)."
+)
+@click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json", help="Output format.")
+def assign(input_path: Path | None, fmt: str) -> None:
+    """Plan an assignment from a JSON request (a dry run of any strategy); print the plan."""
+    if input_path is None:
+        text = sys.stdin.read()
+    else:
+        try:
+            text = input_path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidRequest("--input", f"cannot read {input_path}: {exc.strerror}") from exc
+    result = plan(loads_request(text))
+    if fmt == "table":
+        Console().print(render_table(result))
+    else:
+        sys.stdout.write(json.dumps(plan_to_json(result)) + "\n")

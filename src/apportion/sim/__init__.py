@@ -1,0 +1,5 @@
+"""Deterministic simulator: many members on the memory store in virtual time, seeded faults, checked traces."""
+
+from apportion.sim._sim import FAULTS, SimConfig, SimResult, Simulation, check_trace, simulate
+
+__all__ = ["FAULTS", "SimConfig", "SimResult", "Simulation", "check_trace", "simulate"]

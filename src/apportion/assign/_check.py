@@ -1,0 +1,211 @@
+"""The invariant checker every test uses, and the movement lower bound.
+
+:func:`check` returns human-readable violations (empty when the plan is fine):
+
+- exclusivity: every partition of a subscribed resource has exactly one owner; no unknown or unsubscribed ones;
+  every member appears in the assignment; lists sorted;
+- moves: ``plan.moves`` lists exactly the partitions whose owner changed (against the previous ownership of
+  :mod:`apportion.assign._core`), with the right source and target; ``stats`` agree with the assignment;
+- balance, per strategy:
+  ``sticky`` — equal subscriptions: max - min <= 1; mixed: no member could take a partition it subscribes to from a
+  member holding >= 2 more (Kafka's definition); ``round_robin``/``range`` — max - min <= 1 within each group of
+  resources with the same subscribers; ``weighted`` — each member within its band (see ``_weighted``);
+  ``bounded_load`` — no member above ``ceil(load_factor * P / N)`` (equal subscriptions); ``rendezvous`` — none;
+- movement: ``sticky`` with equal subscriptions and unit-weight ``weighted`` — moves == :func:`min_moves`.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from apportion.assign._core import Problem, exact
+from apportion.assign._hashing import DEFAULT_LOAD_FACTOR, bounded_capacity
+from apportion.assign._sticky import constrained_min_moves, forced_moves
+from apportion.assign._weighted import EPS, shares, tolerance_of, unit_bands
+from apportion.errors import InvalidRequest, PlanViolation
+from apportion.model import AssignRequest, Plan
+
+
+def min_moves(request: AssignRequest) -> int:
+    """The least number of moves (owner changes between live members) a plan of this strategy can make.
+
+    Exact for ``sticky`` with equal subscriptions and for unit-weight ``weighted``; for the others the forced moves
+    (previous partitions whose owner no longer subscribes to them) — a lower bound.
+    """
+    problem = Problem.of(request)
+    if request.strategy == "sticky" and problem.equal_subscriptions():
+        universe = sum(len(problem.ints_of(g[0])) for g in problem.groups())
+        return constrained_min_moves(problem, universe)
+    if request.strategy == "weighted" and problem.unit_weights():
+        return _weighted_min_moves(problem, request)
+    return forced_moves(problem)
+
+
+def _weighted_min_moves(problem: Problem, request: AssignRequest) -> int:
+    tolerance = exact(tolerance_of(request))
+    total = forced_moves(problem)
+    for resources, subscribers in problem.groups():
+        ints = set(problem.ints_of(resources))
+        if not ints:
+            continue
+        bands = unit_bands(shares(problem, subscribers, Fraction(len(ints))), tolerance)
+        owned = [sum(1 for p in problem.kept_claims(m) if p in ints) for m in subscribers]
+        excess = sum(max(0, o - b[1]) for o, b in zip(owned, bands, strict=True))
+        deficit = sum(max(0, b[0] - min(o, b[1])) for o, b in zip(owned, bands, strict=True))
+        unclaimed = len(ints) - sum(owned)
+        total += max(excess, deficit - unclaimed)
+    return total
+
+
+def check(request: AssignRequest, plan: Plan) -> list[str]:
+    """Every violation of the strategy's invariants by ``plan`` (empty list: the plan is fine)."""
+    try:
+        problem = Problem.of(request)
+    except InvalidRequest as exc:
+        return [f"invalid request: {exc}"]
+    out: list[str] = []
+    ids = problem.ids
+    position = {m: k for k, m in enumerate(ids)}
+    owner: dict[int, int] = {}
+    counts = [0] * len(ids)
+    missing = [m for m in ids if m not in plan.assignment]
+    if missing:
+        out.append(f"members missing from the assignment: {missing[:5]}")
+    for member, parts in plan.assignment.items():
+        k = position.get(member)
+        if k is None:
+            out.append(f"unknown member {member!r} in the assignment")
+            continue
+        if list(parts) != sorted(parts):
+            out.append(f"{member}: partitions not sorted")
+        counts[k] = len(parts)
+        for part in parts:
+            r = problem.rindex.get(part.resource)
+            if r is None or not 0 <= part.index < problem.resources[r].partitions:
+                out.append(f"{member}: unknown partition {part}")
+                continue
+            if r not in problem.subs[k]:
+                out.append(f"{member}: owns {part} without subscribing to {part.resource}")
+            p = problem.start[r] + part.index
+            if p in owner:
+                out.append(f"{part} owned by both {ids[owner[p]]} and {member}")
+            owner[p] = k
+    for resources, _ in problem.groups():
+        for p in problem.ints_of(resources):
+            if p not in owner:
+                out.append(f"{problem.partitions([p])[0]} has no owner")
+                break
+    if out:
+        return out
+    out += _check_moves(problem, plan, owner)
+    out += _check_balance(problem, request, plan, counts)
+    if (request.strategy == "sticky" and problem.equal_subscriptions()) or (
+        request.strategy == "weighted" and problem.unit_weights()
+    ):
+        least = min_moves(request)
+        if plan.stats.moved != least:
+            out.append(f"moves {plan.stats.moved} != the least possible {least}")
+    return out
+
+
+def _check_moves(problem: Problem, plan: Plan, owner: dict[int, int]) -> list[str]:
+    prev = problem.prev()
+    out: list[str] = []
+    expected = {}
+    for p, m in owner.items():
+        if prev[p] != m:
+            expected[p] = (None if prev[p] < 0 else problem.ids[prev[p]], problem.ids[m])
+    got = {}
+    for move in plan.moves:
+        r = problem.rindex[move.partition.resource]
+        got[problem.start[r] + move.partition.index] = (move.source, move.target)
+    if got != expected:
+        diff = sorted(set(got.items()) ^ set(expected.items()))[:3]
+        out.append(f"moves disagree with the owner changes, e.g. {diff}")
+    if [m.partition for m in plan.moves] != sorted(m.partition for m in plan.moves):
+        out.append("moves not sorted by partition")
+    moved = sum(1 for s, _ in expected.values() if s is not None)
+    sizes = [len(v) for v in plan.assignment.values()]
+    stats = plan.stats
+    want = (problem.total, len(problem.ids), min(sizes, default=0), max(sizes, default=0), moved)
+    have = (stats.partitions, stats.members, stats.min, stats.max, stats.moved)
+    if want != have:
+        out.append(f"stats {have} != {want} (partitions, members, min, max, moved)")
+    return out
+
+
+def _check_balance(problem: Problem, request: AssignRequest, plan: Plan, counts: list[int]) -> list[str]:
+    strategy = request.strategy
+    out: list[str] = []
+    if strategy == "sticky":
+        if problem.equal_subscriptions():
+            if counts and max(counts) - min(counts) > 1:
+                out.append(f"unbalanced: max {max(counts)} - min {min(counts)} > 1")
+        else:
+            out += _kafka_balance(problem, plan, counts)
+    elif strategy in ("round_robin", "range"):
+        for resources, subscribers in problem.groups():
+            group = {problem.resources[r].name for r in resources}
+            sizes = [sum(1 for p in plan.assignment[problem.ids[m]] if p.resource in group) for m in subscribers]
+            if max(sizes) - min(sizes) > 1:
+                out.append(f"unbalanced within {sorted(group)}: {sizes}")
+    elif strategy == "weighted":
+        out += _weighted_balance(problem, request, plan)
+    elif strategy == "bounded_load" and problem.equal_subscriptions() and counts:
+        load_factor = request.options.get("load_factor", DEFAULT_LOAD_FACTOR)
+        universe = sum(len(problem.ints_of(g[0])) for g in problem.groups())
+        cap = bounded_capacity(universe, len(counts), float(load_factor))  # type: ignore[arg-type]
+        if max(counts) > cap:
+            out.append(f"a member holds {max(counts)} > the bound {cap}")
+    return out
+
+
+def _kafka_balance(problem: Problem, plan: Plan, counts: list[int]) -> list[str]:
+    holds = [{p.resource for p in plan.assignment[m]} for m in problem.ids]
+    names = [{problem.resources[r].name for r in s} for s in problem.subs]
+    for i in range(len(counts)):
+        for j in range(len(counts)):
+            if counts[j] - counts[i] >= 2 and holds[j] & names[i]:
+                return [
+                    f"{problem.ids[i]} ({counts[i]}) could take one of {sorted(holds[j] & names[i])} "
+                    f"from {problem.ids[j]} ({counts[j]})"
+                ]
+    return []
+
+
+def _weighted_balance(problem: Problem, request: AssignRequest, plan: Plan) -> list[str]:
+    tolerance = exact(tolerance_of(request))
+    unit = problem.unit_weights()
+    out: list[str] = []
+    for resources, subscribers in problem.groups():
+        ints = problem.ints_of(resources)
+        if not ints:
+            continue
+        group = {problem.resources[r].name for r in resources}
+        weight: dict[tuple[str, int], float] = {}
+        for r in resources:
+            res = problem.resources[r]
+            for i in range(res.partitions):
+                weight[(res.name, i)] = res.weight(i)
+        loads = [sum(weight[p] for p in plan.assignment[problem.ids[m]] if p.resource in group) for m in subscribers]
+        if unit:
+            bands = unit_bands(shares(problem, subscribers, Fraction(len(ints))), tolerance)
+            for m, load, (lo, hi) in zip(subscribers, loads, bands, strict=True):
+                if not lo <= load <= hi:
+                    out.append(f"{problem.ids[m]} holds {load:g} outside its band [{lo}, {hi}]")
+        else:
+            wmax = max(weight.values())
+            share_list = shares(problem, subscribers, Fraction(sum(weight.values())))
+            for m, load, s in zip(subscribers, loads, share_list, strict=True):
+                low = float(s * (1 - tolerance)) - wmax - EPS
+                high = float(s * (1 + tolerance)) + wmax + EPS
+                if not low <= load <= high:
+                    out.append(f"{problem.ids[m]} carries {load:g} outside [{low:g}, {high:g}]")
+    return out
+
+
+def check_or_raise(request: AssignRequest, plan: Plan) -> None:
+    """Raise :class:`PlanViolation` listing the violations, if any."""
+    problems = check(request, plan)
+    if problems:
+        raise PlanViolation("; ".join(problems[:5]))

@@ -1,0 +1,317 @@
+"""The integer view of an :class:`AssignRequest` that every strategy works on, and the way back to a :class:`Plan`.
+
+Partitions become global ints: resources sorted by name, partition ``(r, i)`` is ``start[r] + i``, so int order is
+(resource, index) order. Members become their position in the id-sorted member list. Strategies compute, per member,
+a sorted list of ints; :func:`to_plan` turns that into Partition tuples, moves and stats.
+
+Previous ownership (documented once, used by every strategy and by :func:`apportion.assign.check`):
+
+1. Only members with a non-empty ``owned`` take part. Let ``G`` be the highest ``generation`` among them.
+   A member whose ``generation`` is lower than ``G`` is stale: all its owned partitions are ignored (Kafka semantics:
+   it missed a round, its view is out of date).
+2. Partitions of unknown resources or with an index out of range are ignored (the resource shrank).
+3. When several current-generation members claim the same partition, the member with the smallest id keeps the
+   claim (ids compare as strings); the others' claims are ignored. A member listing a partition twice claims it once.
+4. The resulting owner is the partition's *previous owner*. A partition whose new owner differs from a previous
+   owner is a *move* (``source`` = previous owner); a partition without one is a placement (``source`` None).
+   Previously owned partitions of a resource the owner no longer subscribes to must move (forced moves).
+"""
+
+from __future__ import annotations
+
+import gc
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from fractions import Fraction
+from itertools import pairwise, repeat
+from operator import itemgetter
+from types import MappingProxyType
+from typing import Any
+
+from apportion.errors import InvalidRequest
+from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
+
+_new_tuple = tuple.__new__
+_first = itemgetter(0)
+_second = itemgetter(1)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while building millions of acyclic tuples (it would rescan them many times)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def option_float(request: AssignRequest, name: str, default: float, *, low: float, high: float | None = None) -> float:
+    """Read a numeric option, raising InvalidRequest("options.<name>", ...) when it is not a number in range."""
+    value = request.options.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(f"options.{name}", f"must be a number, got {value!r}")
+    number = float(value)
+    if number != number or number < low or (high is not None and number > high):
+        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise InvalidRequest(f"options.{name}", f"must be {bound}, got {value!r}")
+    return number
+
+
+def exact(value: float) -> Fraction:
+    """A float as the decimal the user most likely meant (0.2 -> 1/5), so bands do not round the wrong way."""
+    return Fraction(repr(float(value)))
+
+
+@dataclass(slots=True)
+class Problem:
+    """An AssignRequest in ints. Build with :meth:`of`; read-only afterwards."""
+
+    request: AssignRequest
+    resources: list[Resource]  # sorted by name
+    start: list[int]  # global int of partition 0 of each resource; start[-1] == total
+    rindex: dict[str, int]
+    members: list[Member]  # sorted by id
+    ids: list[str]
+    subs: list[frozenset[int]]  # resource indices each member subscribes to (existing resources only)
+    claims: list[list[int]]  # resolved previous ownership per member, sorted ints (rules 1-3 above)
+    owned_tuples: list[tuple[Partition, ...] | None]  # the member's own sorted owned tuple when it equals claims
+    _prev: list[int] | None = field(default=None)
+
+    @property
+    def total(self) -> int:
+        return self.start[-1]
+
+    @classmethod
+    def of(cls, request: AssignRequest) -> Problem:
+        resources = sorted(request.resources, key=lambda r: r.name)
+        start = [0]
+        rindex: dict[str, int] = {}
+        for i, res in enumerate(resources):
+            if res.name in rindex:
+                raise InvalidRequest(f"resources.{res.name}", "duplicate resource name")
+            if res.partitions < 0:
+                raise InvalidRequest(f"resources.{res.name}", "partition count must be >= 0")
+            rindex[res.name] = i
+            start.append(start[-1] + res.partitions)
+        members = sorted(request.members, key=lambda m: m.id)
+        ids = [m.id for m in members]
+        for a, b in pairwise(ids):
+            if a == b:
+                raise InvalidRequest(f"members.{a}", "duplicate member id")
+        every = frozenset(range(len(resources)))
+        subs = [
+            every if m.subscriptions is None else frozenset(rindex[s] for s in m.subscriptions if s in rindex)
+            for m in members
+        ]
+        problem = cls(request, resources, start, rindex, members, ids, subs, [], [])
+        problem._resolve_claims()
+        return problem
+
+    # -- previous ownership ---------------------------------------------------------------------------------------
+
+    def _ints(self, owned: tuple[Partition, ...]) -> tuple[list[int], bool]:
+        """Owned partitions as sorted ints (unknown resources, out-of-range indices dropped); True when ``owned``
+        was already sorted and nothing was dropped (so the tuple itself can be reused in the output)."""
+        names = set(map(_first, owned))
+        if len(names) == 1:
+            (name,) = names
+            r = self.rindex.get(name)
+            if r is None:
+                return [], False
+            idx = list(map(_second, owned))
+            n = self.resources[r].partitions
+            clean = True
+            if idx and (min(idx) < 0 or max(idx) >= n):
+                idx = [i for i in idx if 0 <= i < n]
+                clean = False
+            base = self.start[r]
+            ints = [base + i for i in idx] if base else idx
+            ordered = sorted(ints)
+            return ordered, clean and ordered == ints
+        ints = []
+        for name, i in owned:
+            r = self.rindex.get(name)
+            if r is not None and 0 <= i < self.resources[r].partitions:
+                ints.append(self.start[r] + i)
+        ints.sort()
+        return ints, False
+
+    def _resolve_claims(self) -> None:
+        live = [m for m in self.members if m.owned]
+        top = max((m.generation for m in live), default=0)
+        claims: list[list[int]] = []
+        tuples: list[tuple[Partition, ...] | None] = []
+        for m in self.members:
+            if m.owned and m.generation == top:
+                ints, reusable = self._ints(m.owned)
+                claims.append(ints)
+                tuples.append(m.owned if reusable else None)
+            else:
+                claims.append([])
+                tuples.append(None)
+        count = sum(map(len, claims))
+        if count:
+            seen = bytearray(self.total)
+            setter = seen.__setitem__
+            for ints in claims:
+                for _ in map(setter, ints, repeat(1)):
+                    pass
+            if seen.count(1) != count:  # a conflict (or a duplicate): the smallest member id keeps the claim
+                seen = bytearray(self.total)
+                for k, ints in enumerate(claims):
+                    kept = []
+                    for p in ints:
+                        if not seen[p]:
+                            seen[p] = 1
+                            kept.append(p)
+                    if len(kept) != len(ints):
+                        claims[k] = kept
+                        tuples[k] = None
+        self.claims = claims
+        self.owned_tuples = tuples
+
+    def prev(self) -> list[int]:
+        """Previous owner (member position) of every partition, -1 for none."""
+        if self._prev is None:
+            prev = [-1] * self.total
+            setter = prev.__setitem__
+            for m, ints in enumerate(self.claims):
+                for _ in map(setter, ints, repeat(m)):
+                    pass
+            self._prev = prev
+        return self._prev
+
+    # -- partitions and subscriptions -----------------------------------------------------------------------------
+
+    def resource_of(self, p: int) -> int:
+        return bisect_right(self.start, p) - 1
+
+    def eligible(self, m: int, p: int) -> bool:
+        return self.resource_of(p) in self.subs[m]
+
+    def kept_claims(self, m: int) -> list[int]:
+        """The member's previous partitions that it still subscribes to (the ones it may keep)."""
+        subs = self.subs[m]
+        if len(subs) == len(self.resources):
+            return self.claims[m]
+        return [p for p in self.claims[m] if self.resource_of(p) in subs]
+
+    def groups(self) -> list[tuple[list[int], list[int]]]:
+        """Resources grouped by identical subscriber sets: (resource indices, subscriber positions), by first name.
+
+        Resources nobody subscribes to are left out (their partitions stay unassigned).
+        """
+        by_set: dict[tuple[int, ...], list[int]] = {}
+        for r in range(len(self.resources)):
+            subscribers = tuple(m for m, s in enumerate(self.subs) if r in s)
+            if subscribers:
+                by_set.setdefault(subscribers, []).append(r)
+        return sorted(((rs, list(ms)) for ms, rs in by_set.items()), key=lambda g: g[0][0])
+
+    def equal_subscriptions(self) -> bool:
+        return all(s == self.subs[0] for s in self.subs)
+
+    def ints_of(self, resources: Sequence[int]) -> list[int]:
+        out: list[int] = []
+        for r in resources:
+            out.extend(range(self.start[r], self.start[r + 1]))
+        return out
+
+    def weight(self, p: int) -> float:
+        r = self.resource_of(p)
+        res = self.resources[r]
+        return 1.0 if res.weights is None else float(res.weights[p - self.start[r]])
+
+    def unit_weights(self) -> bool:
+        return all(r.weights is None or all(w == 1 for w in r.weights) for r in self.resources)
+
+    # -- back to values -------------------------------------------------------------------------------------------
+
+    def partitions(self, ints: Sequence[int], everything: list[Partition] | None = None) -> tuple[Partition, ...]:
+        """Partition tuples for sorted ints (built without Partition.__new__'s Python-level overhead)."""
+        if everything is not None:
+            return tuple(map(everything.__getitem__, ints))
+        if len(self.resources) == 1:
+            name = self.resources[0].name
+            return tuple(map(_new_tuple, repeat(Partition), zip(repeat(name), ints)))
+        out = []
+        for p in ints:
+            r = bisect_right(self.start, p) - 1
+            out.append(_new_tuple(Partition, (self.resources[r].name, p - self.start[r])))
+        return tuple(out)
+
+    def everything(self) -> list[Partition]:
+        out: list[Partition] = []
+        for res in self.resources:
+            out.extend(map(_new_tuple, repeat(Partition), zip(repeat(res.name), range(res.partitions))))
+        return out
+
+
+def moves_of(problem: Problem, assignment: Sequence[Sequence[int]]) -> list[tuple[int, int, int]]:
+    """(partition, previous owner or -1, new owner) for every partition whose owner changed, by partition."""
+    prev = problem.prev()
+    out: list[tuple[int, int, int]] = []
+    for m, ints in enumerate(assignment):
+        out.extend((p, prev[p], m) for p in ints if prev[p] != m)
+    out.sort()
+    return out
+
+
+def _fast_moves(parts: tuple[Partition, ...], sources: list[str | None], targets: list[str]) -> tuple[Move, ...]:
+    """Move objects without the frozen dataclass __init__ (slot descriptors set directly: 5x faster by the million)."""
+    objs: list[Move] = list(map(object.__new__, repeat(Move, len(parts))))
+    slots: dict[str, Any] = dict(vars(Move))
+    for name, values in (("partition", parts), ("source", sources), ("target", targets)):
+        for _ in map(slots[name].__set__, objs, values):
+            pass
+    return tuple(objs)
+
+
+def to_plan(
+    problem: Problem,
+    assignment: list[list[int]],
+    moves: list[tuple[int, int, int]] | None = None,
+    min_moves: int = 0,
+) -> Plan:
+    """Build the Plan from per-member sorted ints; ``moves`` as from :func:`moves_of` (computed when None)."""
+    if moves is None:
+        moves = moves_of(problem, assignment)
+    with gc_paused():
+        placed = sum(map(len, assignment))
+        fresh = sum(1 for m, ints in enumerate(assignment) if not _reusable(problem, m, ints))
+        everything = (
+            problem.everything() if placed and (len(moves) * 4 > placed or fresh * 4 > len(assignment)) else None
+        )
+        table: dict[str, tuple[Partition, ...]] = {}
+        for m, ints in enumerate(assignment):
+            owned = problem.owned_tuples[m]
+            if owned is not None and _reusable(problem, m, ints):
+                table[problem.ids[m]] = owned[: len(ints)]
+            else:
+                table[problem.ids[m]] = problem.partitions(ints, everything)
+        ids = problem.ids
+        move_parts = problem.partitions(list(map(_first, moves)), everything)
+        sources = [None if s < 0 else ids[s] for _, s, _ in moves]
+        targets = [ids[t] for _, _, t in moves]
+        move_objs = _fast_moves(move_parts, sources, targets)
+    sizes = list(map(len, assignment))
+    stats = PlanStats(
+        partitions=problem.total,
+        members=len(assignment),
+        min=min(sizes, default=0),
+        max=max(sizes, default=0),
+        moved=sum(1 for s in sources if s is not None),
+        min_moves=min_moves,
+    )
+    return Plan(problem.request.strategy, MappingProxyType(table), move_objs, stats)
+
+
+def _reusable(problem: Problem, m: int, ints: list[int]) -> bool:
+    """True when the member's new partitions are a prefix of its (sorted) previous ones: reuse its tuple."""
+    claims = problem.claims[m]
+    return problem.owned_tuples[m] is not None and len(ints) <= len(claims) and claims[: len(ints)] == ints

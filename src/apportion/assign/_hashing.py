@@ -1,0 +1,92 @@
+"""``rendezvous`` and ``bounded_load``: coordination-free placement from a stable hash.
+
+The one hash (:func:`stable_hash`): the first 8 bytes of BLAKE2b (``digest_size=8``) of the UTF-8 text, read as a
+big-endian unsigned int. It is the same in every process and on every platform (unlike ``hash()`` of a str).
+
+- ``rendezvous`` (highest random weight): partition ``<resource>-<index>`` goes to the subscribed member with the
+  highest ``stable_hash("<member>\\0<resource>-<index>")`` (ties: smallest id). When a member joins only the
+  partitions it now wins move; when one leaves only its partitions move. No balance bound beyond the statistical one.
+- ``bounded_load`` (consistent hashing with bounded loads, Mirrokni, Thorup, Zadimoghaddam 2018): every member puts
+  ``vnodes`` points (default 64) on a ring at ``stable_hash("<member>\\0<k>")``; partitions, in (resource, index)
+  order, start at ``stable_hash("<resource>-<index>")`` and walk clockwise to the first subscribed member holding
+  fewer than ``ceil(load_factor * P / N)`` partitions (``load_factor`` option, default 1.25, at least 1). So no
+  member holds more than that bound. With mixed subscriptions, a partition whose subscribers are all full goes to
+  its least loaded subscriber (the bound then holds per subscriber set only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from bisect import bisect_left
+
+from apportion.assign._core import Problem, exact, option_float, to_plan
+from apportion.errors import InvalidRequest
+from apportion.model import AssignRequest, Plan
+
+DEFAULT_LOAD_FACTOR = 1.25
+DEFAULT_VNODES = 64
+
+
+def stable_hash(text: str) -> int:
+    """BLAKE2b-64 of the UTF-8 text as a big-endian unsigned int: apportion's one routing hash."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+def _names(problem: Problem) -> list[str]:
+    out: list[str] = []
+    for res in problem.resources:
+        out.extend(f"{res.name}-{i}" for i in range(res.partitions))
+    return out
+
+
+def rendezvous(request: AssignRequest) -> Plan:
+    problem = Problem.of(request)
+    assignment: list[list[int]] = [[] for _ in problem.members]
+    names = _names(problem)
+    for resources, subscribers in problem.groups():
+        prefixes = [problem.ids[m] + "\0" for m in subscribers]
+        for p in problem.ints_of(resources):
+            name = names[p]
+            best = max(range(len(subscribers)), key=lambda k: (stable_hash(prefixes[k] + name), -k))
+            assignment[subscribers[best]].append(p)
+    return to_plan(problem, assignment)
+
+
+def bounded_capacity(partitions: int, members: int, load_factor: float) -> int:
+    """``ceil(load_factor * partitions / members)``, computed exactly (1.1 * 10 is 11, not 11.000000000000002)."""
+    return math.ceil(exact(load_factor) * partitions / members) if members else 0
+
+
+def bounded_load(request: AssignRequest) -> Plan:
+    problem = Problem.of(request)
+    load_factor = option_float(request, "load_factor", DEFAULT_LOAD_FACTOR, low=1.0)
+    vnodes = request.options.get("vnodes", DEFAULT_VNODES)
+    if isinstance(vnodes, bool) or not isinstance(vnodes, int) or not 1 <= vnodes <= 4096:
+        raise InvalidRequest("options.vnodes", f"must be an integer in [1, 4096], got {vnodes!r}")
+    n = len(problem.members)
+    assignment: list[list[int]] = [[] for _ in range(n)]
+    if n == 0:
+        return to_plan(problem, assignment)
+    ring = sorted((stable_hash(f"{problem.ids[m]}\0{k}"), m) for m in range(n) for k in range(vnodes))
+    points = [h for h, _ in ring]
+    owners = [m for _, m in ring]
+    groups = problem.groups()
+    cap = bounded_capacity(sum(len(problem.ints_of(g[0])) for g in groups), n, load_factor)
+    load = [0] * n
+    names = _names(problem)
+    for resources, subscribers in groups:
+        allowed = set(subscribers)
+        for p in problem.ints_of(resources):
+            start = bisect_left(points, stable_hash(names[p]))
+            chosen = -1
+            for step in range(len(ring)):
+                m = owners[(start + step) % len(ring)]
+                if m in allowed and load[m] < cap:
+                    chosen = m
+                    break
+            if chosen < 0:
+                chosen = min(subscribers, key=lambda x: (load[x], x))
+            load[chosen] += 1
+            assignment[chosen].append(p)
+    return to_plan(problem, assignment)

@@ -1,0 +1,427 @@
+"""`high_availability`: active, standby and learner (warm-up) replicas for stateful partitions [seed 2].
+
+A pure function of the request, in three steps. Ties are always broken by member id, then partition order.
+
+1. **Target** — the balanced, sticky assignment the group converges to. Stateful and stateless partitions are
+   balanced separately. For a kind with N partitions, member m gets the band
+   ``[floor(s * (1 - x)), ceil(s * (1 + x))]`` with ``s = N * capacity_m / total capacity`` (its weighted share; seed
+   2: capacities 5, 10, 10, 15 and 80 partitions give 10, 20, 20, 30) and ``x`` the ``imbalance`` option (0.2 keeps
+   12, 18, 23, 27 stable). Previous owners keep as many partitions as any assignment within the bands can keep: first
+   up to their lower bound, then, in member-id order, extra ones up to their upper bound while the ``N - sum(lower)``
+   partitions above the lower bounds last. An overloaded member releases first the partitions whose move is cheapest
+   (a ready learner elsewhere, then a ready standby, then an existing learner). Released and unowned partitions are
+   placed where the lower bounds still can be met, preferring a ready learner, then a ready replica (standby), then
+   the member already learning it, then the least loaded member relative to capacity (new members first, standby
+   holders on ties). Partition weights are not used: the band is on partition counts.
+2. **Actives** (the seed's main function) — stateless partitions go to their target at once. A stateful partition's
+   active goes to its target when the target is ready (its lag <= ``acceptable_recovery_lag``; that covers the ready
+   learner and the previous owner). Otherwise it stays with a ready member: the previous owner, else a ready learner,
+   else the ready replica with the least lag; and its target gets a learner. Only when no eligible member is ready
+   does it move to the (unready) target at once: there is nothing to wait for.
+3. **Replicas** — learners (at most ``max_warmup_replicas`` in all) sit on the target of each active that still has
+   to move: existing learners are kept first, then new ones for the partitions of the most loaded members (active
+   count / capacity). Standbys (stateful partitions only, ``num_standby_replicas`` each, as many as the other
+   eligible members allow) never share a member with the partition's active or learner; they go to members on
+   another rack than the active (and than the other standbys) while such members exist, then to the previous owner
+   or replica holder with the least lag, then to the least loaded member.
+
+Lag: the previous owner of a partition has lag 0; a standby or learner replica has the lag its member reports in
+``Member.lag`` (unknown: not ready); a member without a replica of a partition has an unknown (infinite) lag.
+Previous ownership follows the rules of every strategy (``_core``): owned partitions of members with a generation
+below the highest are ignored (such a member's claims count as replicas of unknown lag unless it reports one), and
+on a conflict the smallest member id keeps the claim.
+
+Convergence bound (tested): with no churn, feeding each plan back as the next input with its learners caught up
+(lag 0), the plan reaches the bands with no learner left after at most ``ceil(m / max_warmup_replicas)`` probing
+rounds, where ``m`` is ``stats.min_moves`` of the first plan: each probing round moves at least
+``max_warmup_replicas`` of the actives still off their target (the learners of the previous round are ready), and the
+target stays the same from round to round because releases and placements prefer partitions already being learned.
+
+``stats.min_moves`` = the partitions minus the most previous owners any assignment within the bands keeps, summed
+over both kinds: a lower bound on the moves of every plan that reaches the bands (exact when every member subscribes
+to every resource). ``stats.moved`` counts this round's moves away from a live previous owner (as every strategy).
+
+Tags (seed 2) are derived from the plan by :func:`tags`: ``Plan.learners`` are the isLearner replicas, an active is
+beingLearned when some member holds a learner of it, and ``Plan.ready`` lists the isReady standby/learner replicas.
+``Plan.probe_after_s`` is ``probing_rebalance_interval_s`` while a learner warms up, else None (the protocol then
+opens a probing round after that delay).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from types import MappingProxyType
+
+from apportion.errors import InvalidRequest
+from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats
+
+NAME = "high_availability"
+
+# preference categories of a member for a partition (smaller is better)
+_READY_LEARNER, _READY, _LEARNER, _OTHER = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class HighAvailabilityOptions:
+    """The options of `high_availability` (``AssignRequest.options``), with their defaults."""
+
+    num_standby_replicas: int = 0
+    max_warmup_replicas: int = 2
+    acceptable_recovery_lag: int = 10_000
+    probing_rebalance_interval_s: float = 600.0
+    imbalance: float = 0.0
+
+
+def parse_options(options: Mapping[str, object]) -> HighAvailabilityOptions:
+    """Validate ``options``; raise ``InvalidRequest("options.<name>", reason)`` for an unknown or bad value."""
+    defaults = HighAvailabilityOptions()
+    known = ("num_standby_replicas", "max_warmup_replicas", "acceptable_recovery_lag")
+    for name in sorted(options):
+        if name not in (*known, "probing_rebalance_interval_s", "imbalance"):
+            raise InvalidRequest(f"options.{name}", f"unknown option of {NAME}")
+    ints: dict[str, int] = {}
+    for name, low in zip(known, (0, 1, 0), strict=True):
+        value = options.get(name, getattr(defaults, name))
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidRequest(f"options.{name}", f"must be an integer, got {value!r}")
+        if value < low:
+            raise InvalidRequest(f"options.{name}", f"must be >= {low}, got {value}")
+        ints[name] = value
+    interval = _number(options, "probing_rebalance_interval_s", defaults.probing_rebalance_interval_s)
+    if not interval > 0:
+        raise InvalidRequest("options.probing_rebalance_interval_s", f"must be > 0, got {interval}")
+    imbalance = _number(options, "imbalance", defaults.imbalance)
+    if not 0 <= imbalance <= 1:
+        raise InvalidRequest("options.imbalance", f"must be a fraction in [0, 1] (0.2 is +-20%), got {imbalance}")
+    return HighAvailabilityOptions(
+        num_standby_replicas=ints["num_standby_replicas"],
+        max_warmup_replicas=ints["max_warmup_replicas"],
+        acceptable_recovery_lag=ints["acceptable_recovery_lag"],
+        probing_rebalance_interval_s=interval,
+        imbalance=imbalance,
+    )
+
+
+def _number(options: Mapping[str, object], name: str, default: float) -> float:
+    value = options.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidRequest(f"options.{name}", f"must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _exact(value: float) -> Fraction:
+    """A float as the decimal it was written as (0.2 -> 1/5), so that band bounds do not round the wrong way."""
+    return Fraction(repr(float(value)))
+
+
+class _Input:
+    """The request as lookup tables: eligibility, previous owners, replicas and their lags."""
+
+    def __init__(self, request: AssignRequest, opts: HighAvailabilityOptions) -> None:
+        self.acceptable = opts.acceptable_recovery_lag
+        self.resources = sorted(request.resources, key=lambda r: r.name)
+        self.size: dict[str, int] = {}
+        for res in self.resources:
+            if res.name in self.size:
+                raise InvalidRequest(f"resources.{res.name}", "duplicate resource name")
+            if res.partitions < 0:
+                raise InvalidRequest(f"resources.{res.name}", "partition count must be >= 0")
+            self.size[res.name] = res.partitions
+        self.stateful = {res.name: res.stateful for res in self.resources}
+        self.members = sorted(request.members, key=lambda m: m.id)
+        self.ids = [m.id for m in self.members]
+        self.capacity: dict[str, Fraction] = {}
+        for m in self.members:
+            _check_member(m, self.capacity)
+            self.capacity[m.id] = _exact(m.capacity)
+        self.eligible: dict[str, list[str]] = {
+            res.name: [m.id for m in self.members if m.subscribes_to(res.name)] for res in self.resources
+        }
+        self.rack = {m.id: m.rack for m in self.members}
+        # previous owners: the highest generation's claims, the smallest id on a conflict
+        top = max((m.generation for m in self.members if m.owned), default=0)
+        self.owner: dict[Partition, str] = {}
+        for m in self.members:
+            if m.generation == top:
+                for p in m.owned:
+                    if self.known(p):
+                        self.owner.setdefault(p, m.id)
+        # replicas of stateful partitions: partition -> member -> lag (None: unknown)
+        self.lags: dict[Partition, dict[str, int | None]] = {}
+        self.learning: dict[Partition, list[str]] = {}
+        for m in self.members:
+            replicas = [p for p in (*m.owned, *m.standby, *m.learners) if self.owner.get(p) != m.id]
+            for p in replicas:
+                if self.known(p) and self.stateful[p.resource]:
+                    self.lags.setdefault(p, {})[m.id] = m.lag.get(p)
+            for p in m.learners:
+                if self.known(p) and self.stateful[p.resource]:
+                    self.learning.setdefault(p, []).append(m.id)
+
+    def known(self, p: Partition) -> bool:
+        return 0 <= p.index < self.size.get(p.resource, 0)
+
+    def partitions(self) -> list[Partition]:
+        return [Partition(res.name, i) for res in self.resources for i in range(res.partitions)]
+
+    def lag(self, m: str, p: Partition) -> int | None:
+        """Offsets behind the changelog end; 0 for the previous owner, None when unknown (no replica)."""
+        if self.owner.get(p) == m:
+            return 0
+        return self.lags.get(p, {}).get(m)
+
+    def ready(self, m: str, p: Partition) -> bool:
+        lag = self.lag(m, p)
+        return lag is not None and lag <= self.acceptable
+
+    def category(self, m: str, p: Partition) -> int:
+        """How well ``m`` suits as the active of ``p``: ready learner, ready replica, learner, anyone else."""
+        if not self.stateful[p.resource]:
+            return _OTHER
+        learner = m in self.learning.get(p, ())
+        if self.ready(m, p):
+            return _READY_LEARNER if learner else _READY
+        return _LEARNER if learner else _OTHER
+
+
+def _check_member(m: Member, seen: Mapping[str, Fraction]) -> None:
+    field = f"members.{m.id}"
+    if not m.id:
+        raise InvalidRequest("members", "member id must not be empty")
+    if m.id in seen:
+        raise InvalidRequest(field, "duplicate member id")
+    if isinstance(m.capacity, bool) or not math.isfinite(m.capacity) or m.capacity <= 0:
+        raise InvalidRequest(f"{field}.capacity", f"must be a finite number > 0, got {m.capacity!r}")
+    held: dict[Partition, str] = {}
+    for kind, parts in (("owned", m.owned), ("standby", m.standby), ("learners", m.learners)):
+        for p in parts:
+            if p in held:
+                raise InvalidRequest(f"{field}.{kind}", f"{p} is also listed in {held[p]}")
+            held[p] = kind
+    for p, lag in m.lag.items():
+        if isinstance(lag, bool) or not isinstance(lag, int) or lag < 0:
+            raise InvalidRequest(f"{field}.lag", f"lag of {p} must be an integer >= 0, got {lag!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    owner: dict[Partition, str]
+    kept: int
+
+
+def _bands(n: int, members: list[str], capacity: Mapping[str, Fraction], x: Fraction) -> dict[str, tuple[int, int]]:
+    total = sum((capacity[m] for m in members), Fraction(0))
+    bands: dict[str, tuple[int, int]] = {}
+    for m in members:
+        share = n * capacity[m] / total
+        bands[m] = (math.floor(share * (1 - x)), math.ceil(share * (1 + x)))
+    return bands
+
+
+def _target(inp: _Input, parts: list[Partition], x: Fraction) -> _Target:
+    """The balanced, sticky target of one kind (stateful or stateless) of partitions; see the module docstring."""
+    members = [m for m in inp.ids if any(m in inp.eligible[r] for r in sorted({p.resource for p in parts}))]
+    placeable = [p for p in parts if inp.eligible[p.resource]]
+    if not placeable:
+        return _Target({}, 0)
+    bands = _bands(len(placeable), members, inp.capacity, x)
+    count = dict.fromkeys(members, 0)
+    owner: dict[Partition, str] = {}
+
+    def release_rank(p: Partition, m: str) -> tuple[int, Partition]:
+        others = [o for o in inp.eligible[p.resource] if o != m]
+        return min((inp.category(o, p) for o in others), default=_OTHER), p
+
+    mine: dict[str, list[Partition]] = {m: [] for m in members}
+    for p in placeable:
+        o = inp.owner.get(p)
+        if o is not None and o in inp.eligible[p.resource]:
+            mine[o].append(p)
+    keep: dict[str, int] = {}
+    for m in members:
+        mine[m] = [p for _, p in sorted(release_rank(p, m) for p in mine[m])]  # released first ... kept last
+        keep[m] = min(len(mine[m]), bands[m][0])
+    budget = len(placeable) - sum(lo for lo, _ in bands.values())
+    for m in members:
+        extra = max(0, min(len(mine[m]) - keep[m], bands[m][1] - bands[m][0], budget))
+        keep[m] += extra
+        budget -= extra
+    for m in members:
+        for p in mine[m][len(mine[m]) - keep[m] :]:
+            owner[p] = m
+        count[m] = keep[m]
+    kept = len(owner)
+
+    pending = [p for p in placeable if p not in owner]
+    pending.sort(key=lambda p: (min(inp.category(m, p) for m in inp.eligible[p.resource]), p))
+    deficit = sum(max(0, bands[m][0] - count[m]) for m in members)
+    remaining = len(pending)
+    for p in pending:
+        eligible = inp.eligible[p.resource]
+        pool = [m for m in eligible if count[m] < bands[m][0]] if remaining <= deficit else []
+        pool = pool or [m for m in eligible if count[m] < bands[m][1]] or eligible  # the last: uneven subscriptions
+
+        def preference(m: str, p: Partition = p) -> tuple[int, Fraction, bool, str]:
+            holds = inp.lag(m, p) is not None or m in inp.lags.get(p, {})
+            return inp.category(m, p), (count[m] + 1) / inp.capacity[m], not holds, m
+
+        chosen = min(pool, key=preference)
+        if count[chosen] < bands[chosen][0]:
+            deficit -= 1
+        count[chosen] += 1
+        remaining -= 1
+        owner[p] = chosen
+    return _Target(owner, kept)
+
+
+def high_availability(request: AssignRequest) -> Plan:
+    """Plan actives, learners and standbys for ``request``; see the module docstring for the rules."""
+    opts = parse_options(request.options)
+    inp = _Input(request, opts)
+    everything = inp.partitions()
+    x = _exact(opts.imbalance)
+    target: dict[Partition, str] = {}
+    min_moves = 0
+    for stateful in (True, False):
+        t = _target(inp, [p for p in everything if inp.stateful[p.resource] == stateful], x)
+        target.update(t.owner)
+        min_moves += len(t.owner) - t.kept
+
+    # actives
+    active: dict[Partition, str] = {}
+    for p in everything:
+        if p not in target:
+            continue
+        goal = target[p]
+        if not inp.stateful[p.resource] or inp.ready(goal, p):
+            active[p] = goal
+            continue
+        prev = inp.owner.get(p)
+        ready = [m for m in inp.eligible[p.resource] if inp.ready(m, p)]
+        if prev in ready:
+            active[p] = prev
+        elif ready:
+            active[p] = min(ready, key=lambda m: (m not in inp.learning.get(p, ()), inp.lag(m, p), m))
+        else:
+            active[p] = goal
+    load = dict.fromkeys(inp.ids, 0)
+    for m in active.values():
+        load[m] += 1
+
+    # learners: on the target of every active still away from it, existing ones first, at most max_warmup_replicas
+    waiting = [p for p in everything if p in active and active[p] != target[p]]
+    existing = [p for p in waiting if target[p] in inp.learning.get(p, ())]
+    fresh = [p for p in waiting if target[p] not in inp.learning.get(p, ())]
+    fresh.sort(key=lambda p: (-Fraction(load[active[p]]) / inp.capacity[active[p]], active[p], p))
+    learner_of = {p: target[p] for p in (existing + fresh)[: opts.max_warmup_replicas]}
+
+    # standbys
+    replicas = dict(load)  # actives + standbys + learners per member, for "resource available" ties
+    for m in learner_of.values():
+        replicas[m] += 1
+    standby_of: dict[Partition, list[str]] = {}
+    for p in everything:
+        if p not in active or not inp.stateful[p.resource] or opts.num_standby_replicas == 0:
+            continue
+        busy = {active[p], learner_of.get(p, "")}
+        candidates = [m for m in inp.eligible[p.resource] if m not in busy]
+        racks = [inp.rack[active[p]]]
+        chosen: list[str] = []
+        for _ in range(min(opts.num_standby_replicas, len(candidates))):
+
+            def fit(m: str, p: Partition = p, racks: list[str | None] = racks) -> tuple[int, bool, int, Fraction, str]:
+                rack = inp.rack[m]
+                clash = 0 if rack is None else 2 if rack == racks[0] else 1 if rack in racks else 0
+                lag = inp.lag(m, p)
+                return clash, lag is None, 0 if lag is None else lag, (replicas[m] + 1) / inp.capacity[m], m
+
+            m = min(candidates, key=fit)
+            candidates.remove(m)
+            chosen.append(m)
+            racks.append(inp.rack[m])
+            replicas[m] += 1
+        standby_of[p] = chosen
+
+    return _plan(inp, opts, everything, active, learner_of, standby_of, min_moves)
+
+
+def _plan(
+    inp: _Input,
+    opts: HighAvailabilityOptions,
+    everything: list[Partition],
+    active: dict[Partition, str],
+    learner_of: dict[Partition, str],
+    standby_of: dict[Partition, list[str]],
+    min_moves: int,
+) -> Plan:
+    assignment: dict[str, list[Partition]] = {m: [] for m in inp.ids}
+    learners: dict[str, list[Partition]] = {m: [] for m in inp.ids}
+    standby: dict[str, list[Partition]] = {m: [] for m in inp.ids}
+    ready: dict[str, list[Partition]] = {m: [] for m in inp.ids}
+    moves: list[Move] = []
+    for p in everything:  # partition order, so every list comes out sorted
+        if p not in active:
+            continue
+        assignment[active[p]].append(p)
+        prev = inp.owner.get(p)
+        if prev != active[p]:
+            moves.append(Move(p, prev, active[p]))
+        for m in standby_of.get(p, ()):
+            standby[m].append(p)
+            if inp.ready(m, p):
+                ready[m].append(p)
+        if p in learner_of:
+            m = learner_of[p]
+            learners[m].append(p)
+            if inp.ready(m, p):
+                ready[m].append(p)
+    sizes = [len(parts) for parts in assignment.values()]
+    stats = PlanStats(
+        partitions=len(everything),
+        members=len(inp.ids),
+        min=min(sizes, default=0),
+        max=max(sizes, default=0),
+        moved=sum(1 for move in moves if move.source is not None),
+        min_moves=min_moves,
+    )
+
+    def frozen(table: dict[str, list[Partition]]) -> Mapping[str, tuple[Partition, ...]]:
+        return MappingProxyType({m: tuple(parts) for m, parts in table.items()})
+
+    return Plan(
+        strategy=NAME,
+        assignment=frozen(assignment),
+        moves=tuple(moves),
+        stats=stats,
+        standby=frozen(standby),
+        learners=frozen(learners),
+        ready=frozen(ready),
+        probe_after_s=opts.probing_rebalance_interval_s if learner_of else None,
+    )
+
+
+def tags(plan: Plan) -> dict[Partition, dict[str, dict[str, bool]]]:
+    """Seed 2's task tags per partition and member holding a replica of it: isLearner, beingLearned, isReady.
+
+    An active is never a learner, is ready, and is beingLearned when a learner of it exists; a standby or learner
+    replica is ready when it is within the acceptable recovery lag (``Plan.ready``). Partitions and members sorted.
+    """
+    learned = {p for parts in plan.learners.values() for p in parts}
+    ready = {(m, p) for m, parts in plan.ready.items() for p in parts}
+    rows: list[tuple[Partition, str, dict[str, bool]]] = []
+    for m, parts in plan.assignment.items():
+        rows.extend((p, m, {"isLearner": False, "beingLearned": p in learned, "isReady": True}) for p in parts)
+    for table, is_learner in ((plan.standby, False), (plan.learners, True)):
+        for m, parts in table.items():
+            flags = {"isLearner": is_learner, "beingLearned": False}
+            rows.extend((p, m, {**flags, "isReady": (m, p) in ready}) for p in parts)
+    out: dict[Partition, dict[str, dict[str, bool]]] = {}
+    for p, m, flags in sorted(rows, key=lambda row: (row[0], row[1])):
+        out.setdefault(p, {})[m] = flags
+    return out
+
+
+__all__ = ["HighAvailabilityOptions", "high_availability", "parse_options", "tags"]

@@ -1,0 +1,201 @@
+"""The JSON shape of requests and plans (what ``apportion assign`` reads and writes).
+
+Request::
+
+    {"strategy": "sticky",
+     "resources": {"t1": 10, "t2": {"partitions": 4, "weights": [1, 1, 2, 2]}},
+     "members": {"C0": {"subscriptions": ["t1"], "owned": ["t1-0"], "generation": 3, "capacity": 1, "rack": "a"},
+                 "C1": {}},
+     "options": {"tolerance": 0.1}}
+
+Every member field is optional (subscriptions default to every resource). Partitions are ``<resource>-<index>``,
+split at the last hyphen. Every problem raises :class:`InvalidRequest` naming the field, e.g.
+``members.C0.owned[2]: 't1-12' is out of range (t1 has 10 partitions)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from apportion.assign._registry import OPTIONS, STRATEGIES
+from apportion.errors import InvalidRequest
+from apportion.model import AssignRequest, Member, Partition, Plan, Resource
+
+_TOP = ("strategy", "resources", "members", "options")
+_MEMBER = ("subscriptions", "owned", "generation", "capacity", "rack")
+
+
+def loads_request(text: str) -> AssignRequest:
+    """Parse JSON text into a validated request; duplicate keys (e.g. member ids) are an error, not last-wins."""
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise InvalidRequest(key, "duplicate key (ids must be unique)")
+            out[key] = value
+        return out
+
+    try:
+        obj = json.loads(text, object_pairs_hook=no_duplicates)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest("input", f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    return parse_request(obj)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)) and math.isfinite(value)
+
+
+def _object(value: object, field: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidRequest(field, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _unknown(obj: Mapping[str, Any], known: tuple[str, ...] | frozenset[str], field: str) -> None:
+    for key in obj:
+        if key not in known:
+            prefix = f"{field}." if field else ""
+            raise InvalidRequest(f"{prefix}{key}", f"unknown field (expected one of {', '.join(sorted(known))})")
+
+
+def parse_request(obj: object) -> AssignRequest:
+    """A JSON-shaped value (as from ``json.loads``) -> a validated :class:`AssignRequest`."""
+    top = _object(obj, "request")
+    _unknown(top, _TOP, "")
+    strategy = top.get("strategy")
+    if not isinstance(strategy, str):
+        raise InvalidRequest("strategy", "required, a string")
+    if strategy not in STRATEGIES:
+        raise InvalidRequest("strategy", f"unknown strategy {strategy!r} (one of {', '.join(sorted(STRATEGIES))})")
+    resources = _resources(top.get("resources", {}))
+    by_name = {r.name: r for r in resources}
+    members_obj = _object(top.get("members", {}), "members")
+    members = tuple(_member(mid, value, by_name) for mid, value in members_obj.items())
+    options = _options(top.get("options", {}))
+    return AssignRequest(strategy, resources, members, MappingProxyType(options))
+
+
+def _resources(value: object) -> tuple[Resource, ...]:
+    obj = _object(value, "resources")
+    out = []
+    for name, spec in obj.items():
+        field = f"resources.{name}"
+        if not name:
+            raise InvalidRequest(field, "a resource name must not be empty")
+        weights = None
+        stateful = False
+        if isinstance(spec, dict):
+            _unknown(spec, ("partitions", "weights", "stateful"), field)
+            count = spec.get("partitions")
+            field_count = f"{field}.partitions"
+            raw_weights = spec.get("weights")
+            stateful_value = spec.get("stateful", False)
+            if not isinstance(stateful_value, bool):
+                raise InvalidRequest(f"{field}.stateful", "must be true or false")
+            stateful = stateful_value
+        else:
+            count, field_count, raw_weights = spec, field, None
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise InvalidRequest(field_count, f"partition count must be an integer, got {count!r}")
+        if count < 0:
+            raise InvalidRequest(field_count, f"partition count must be >= 0, got {count}")
+        if raw_weights is not None:
+            if not isinstance(raw_weights, list) or len(raw_weights) != count:
+                raise InvalidRequest(f"{field}.weights", f"must be a list of {count} numbers")
+            for i, w in enumerate(raw_weights):
+                if not _is_number(w) or w <= 0:
+                    raise InvalidRequest(f"{field}.weights[{i}]", f"must be a positive number, got {w!r}")
+            weights = tuple(float(w) for w in raw_weights)
+        out.append(Resource(name, count, weights, stateful))
+    return tuple(out)
+
+
+def _member(mid: str, value: object, resources: Mapping[str, Resource]) -> Member:
+    field = f"members.{mid}"
+    if not mid:
+        raise InvalidRequest(field, "a member id must not be empty")
+    obj = _object(value if value is not None else {}, field)
+    _unknown(obj, _MEMBER, field)
+    subscriptions = None
+    if "subscriptions" in obj and obj["subscriptions"] is not None:
+        subs = obj["subscriptions"]
+        if not isinstance(subs, list):
+            raise InvalidRequest(f"{field}.subscriptions", "must be a list of resource names")
+        for i, s in enumerate(subs):
+            if not isinstance(s, str) or s not in resources:
+                raise InvalidRequest(f"{field}.subscriptions[{i}]", f"unknown resource {s!r}")
+        if len(set(subs)) != len(subs):
+            raise InvalidRequest(f"{field}.subscriptions", "lists a resource twice")
+        subscriptions = frozenset(subs)
+    owned_raw = obj.get("owned", [])
+    if not isinstance(owned_raw, list):
+        raise InvalidRequest(f"{field}.owned", "must be a list of '<resource>-<index>' strings")
+    owned = []
+    seen = set()
+    for i, text in enumerate(owned_raw):
+        where = f"{field}.owned[{i}]"
+        if not isinstance(text, str):
+            raise InvalidRequest(where, f"must be a '<resource>-<index>' string, got {text!r}")
+        part = Partition.parse(text, where)
+        res = resources.get(part.resource)
+        if res is None:
+            raise InvalidRequest(where, f"unknown resource {part.resource!r}")
+        if part.index >= res.partitions:
+            raise InvalidRequest(where, f"{text!r} is out of range ({res.name} has {res.partitions} partitions)")
+        if part in seen:
+            raise InvalidRequest(where, f"{text!r} is listed twice")
+        seen.add(part)
+        owned.append(part)
+    generation = obj.get("generation", 0)
+    if not _is_int(generation) or generation < 0:
+        raise InvalidRequest(f"{field}.generation", f"must be an integer >= 0, got {generation!r}")
+    capacity = obj.get("capacity", 1)
+    if not _is_number(capacity) or capacity <= 0:
+        raise InvalidRequest(f"{field}.capacity", f"must be a positive number, got {capacity!r}")
+    rack = obj.get("rack")
+    if rack is not None and not isinstance(rack, str):
+        raise InvalidRequest(f"{field}.rack", f"must be a string, got {rack!r}")
+    return Member(mid, subscriptions, tuple(owned), generation, float(capacity), rack)
+
+
+def _options(value: object) -> dict[str, object]:
+    obj = _object(value, "options")
+    _unknown(obj, frozenset(OPTIONS), "options")
+    out: dict[str, object] = {}
+    for key, raw in obj.items():
+        ok, reason = OPTIONS[key](raw)
+        if not ok:
+            raise InvalidRequest(f"options.{key}", f"{reason}, got {raw!r}")
+        out[key] = raw
+    return out
+
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    """The JSON answer: assignment (every member, sorted lists), moves (``from`` null for a placement), stats."""
+    out: dict[str, Any] = {
+        "assignment": {m: list(map(str, parts)) for m, parts in sorted(plan.assignment.items())},
+        "moves": [{"partition": str(mv.partition), "from": mv.source, "to": mv.target} for mv in plan.moves],
+        "stats": {
+            "partitions": plan.stats.partitions,
+            "members": plan.stats.members,
+            "min": plan.stats.min,
+            "max": plan.stats.max,
+            "moved": plan.stats.moved,
+            "min_moves": plan.stats.min_moves,
+        },
+    }
+    if plan.standby:
+        out["standby"] = {m: list(map(str, parts)) for m, parts in sorted(plan.standby.items())}
+    if plan.learners:
+        out["learners"] = {m: list(map(str, parts)) for m, parts in sorted(plan.learners.items())}
+    return out

@@ -1,0 +1,51 @@
+"""``round_robin`` and ``range``: stateless layouts that ignore previous ownership (moves are reported, not avoided).
+
+Resources are grouped by identical subscriber sets (with equal subscriptions there is one group: every partition of
+every subscribed resource, in (resource, index) order). Within a group of ``P`` partitions and ``N`` subscribers in
+id order:
+
+- ``round_robin`` [seed 1's partition table]: the group's i-th partition goes to subscriber ``i mod N``.
+- ``range`` [seed 3's ordinal formula, balanced]: subscriber ``k`` (0-based ordinal) takes the contiguous block
+  starting at ``k * (P // N) + min(k, P % N)`` of length ``P // N + (1 if k < P % N else 0)`` — the first ``P % N``
+  ordinals take one extra instead of the last one taking the whole remainder, so sizes differ by at most one.
+
+Both give max - min <= 1 within each group.
+"""
+
+from __future__ import annotations
+
+from apportion.assign._core import Problem, to_plan
+from apportion.model import AssignRequest, Plan
+
+
+def range_block(ordinal: int, members: int, partitions: int) -> range:
+    """The partitions of ``ordinal`` out of ``members`` (the balanced StatefulSet formula)."""
+    q, r = divmod(partitions, members)
+    start = ordinal * q + min(ordinal, r)
+    return range(start, start + q + (1 if ordinal < r else 0))
+
+
+def round_robin(request: AssignRequest) -> Plan:
+    problem = Problem.of(request)
+    assignment: list[list[int]] = [[] for _ in problem.members]
+    for resources, subscribers in problem.groups():
+        ints = problem.ints_of(resources)
+        n = len(subscribers)
+        for k, m in enumerate(subscribers):
+            assignment[m].extend(ints[k::n])
+    for ints in assignment:
+        ints.sort()
+    return to_plan(problem, assignment)
+
+
+def range_(request: AssignRequest) -> Plan:
+    problem = Problem.of(request)
+    assignment: list[list[int]] = [[] for _ in problem.members]
+    for resources, subscribers in problem.groups():
+        ints = problem.ints_of(resources)
+        for k, m in enumerate(subscribers):
+            block = range_block(k, len(subscribers), len(ints))
+            assignment[m].extend(ints[block.start : block.stop])
+    for ints in assignment:
+        ints.sort()
+    return to_plan(problem, assignment)

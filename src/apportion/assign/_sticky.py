@@ -1,0 +1,208 @@
+"""``sticky``: balanced and as few moves as possible.
+
+Equal subscriptions (every member subscribes to the same resources) — the two-phase constrained algorithm of
+KAFKA-12464, with ``P`` partitions, ``N`` members, ``q = P // N`` (floor quota) and ``r = P % N`` (how many members
+may hold ``q + 1``):
+
+1. In member-id order, each member keeps its previous partitions (lowest first): all of them when it has at most
+   ``q``; ``q + 1`` when it has more and fewer than ``r`` members kept ``q + 1`` so far; else ``q``.
+2. The other partitions, in (resource, index) order, fill the members below ``q`` in id order — up to ``q + 1``
+   while fewer than ``r`` members hold ``q + 1``, else up to ``q`` — then one each to members at ``q`` (id order)
+   until none is left.
+
+Every member ends with ``q`` or ``q + 1``, and the number of moves equals the minimum over all balanced assignments::
+
+    min_moves = sum(o_i) - (sum(min(o_i, q)) + min(r, #{i : o_i > q}))
+
+where ``o_i`` counts the previous partitions member ``i`` may keep. (Phase 1 keeps exactly that many; phase 2 never
+hands a member back a partition it dropped, because a member that dropped some is already full.) One join with an
+even spread of ``P`` over ``N`` members therefore moves ``P // (N + 1)`` or one more; one leave moves exactly the
+leaver's partitions.
+
+Mixed subscriptions — the general path: each member keeps all its previous partitions it still subscribes to; free
+partitions go, resource group by resource group (fewest subscribers first), to the least loaded subscriber (ties:
+member id); then, while some member could take a partition it subscribes to from a member holding at least two more
+(Kafka's definition of unbalanced), one such partition moves from the most loaded to the least loaded member of
+such a pair — preferring a partition that returns to its previous owner, then one that was not previously owned by
+the giver. Each step lowers the sum of squared loads, so the loop ends, balanced by construction.
+"""
+
+from __future__ import annotations
+
+import heapq
+from itertools import compress, repeat
+
+from apportion.assign._core import Problem, to_plan
+from apportion.model import AssignRequest, Plan
+
+_INVERT = bytes([1, 0]) + bytes(254)
+
+
+def sticky(request: AssignRequest) -> Plan:
+    problem = Problem.of(request)
+    if problem.equal_subscriptions():
+        return _constrained(problem)
+    return _general(problem)
+
+
+def constrained_min_moves(problem: Problem, universe_size: int) -> int:
+    """The closed form above for equal subscriptions."""
+    n = len(problem.members)
+    if n == 0:
+        return 0
+    q, r = divmod(universe_size, n)
+    owned = [len(problem.kept_claims(m)) for m in range(n)]
+    kept = sum(min(o, q) for o in owned) + min(r, sum(1 for o in owned if o > q))
+    return sum(owned) - kept
+
+
+def _universe_mask(problem: Problem) -> tuple[bytearray, int]:
+    """A byte per partition: 1 for partitions nobody may take (resource not subscribed); and the universe size."""
+    mask = bytearray(problem.total)
+    size = problem.total
+    subs = problem.subs[0] if problem.subs else frozenset()
+    for r in range(len(problem.resources)):
+        if r not in subs:
+            a, b = problem.start[r], problem.start[r + 1]
+            mask[a:b] = b"\x01" * (b - a)
+            size -= b - a
+    return mask, size
+
+
+def _constrained(problem: Problem) -> Plan:
+    n = len(problem.members)
+    if n == 0:
+        return to_plan(problem, [], [])
+    taken, size = _universe_mask(problem)
+    q, r = divmod(size, n)
+    min_moves = constrained_min_moves(problem, size)
+    at_max = 0
+    assignment: list[list[int]] = []
+    dropped_from: dict[int, int] = {}
+    setter = taken.__setitem__
+    # Phase 1: keep previous partitions up to the quota, honouring how many members may hold q + 1.
+    for m in range(n):
+        own = problem.kept_claims(m)
+        if len(own) <= q:
+            keep = len(own)
+        elif at_max < r:
+            keep = q + 1
+            at_max += 1
+        else:
+            keep = q
+        kept = own[:keep] if keep < len(own) else own
+        for p in own[keep:]:
+            dropped_from[p] = m
+        for _ in map(setter, kept, repeat(1)):
+            pass
+        assignment.append(kept)
+    free = list(compress(range(problem.total), taken.translate(_INVERT)))
+    # Phase 2: fill members below q (up to q + 1 while allowed), then one each to members at q.
+    pos = 0
+    fresh: list[list[int]] = [[] for _ in range(n)]
+    for m in range(n):
+        have = len(assignment[m])
+        if have < q:
+            want = q + 1 if at_max < r else q
+            if want > q:
+                at_max += 1
+            fresh[m] = free[pos : pos + want - have]
+            pos += want - have
+    for m in range(n):
+        if at_max >= r or pos >= len(free):
+            break
+        if len(assignment[m]) + len(fresh[m]) == q:
+            fresh[m].append(free[pos])
+            pos += 1
+            at_max += 1
+    moves: list[tuple[int, int, int]] = []
+    get = dropped_from.get
+    for m in range(n):
+        new = fresh[m]
+        if new:
+            if dropped_from:
+                moves.extend(zip(new, map(get, new, repeat(-1)), repeat(m)))
+            else:
+                moves.extend(zip(new, repeat(-1), repeat(m)))
+            assignment[m] = sorted(assignment[m] + new) if assignment[m] else new
+    moves.sort()
+    return to_plan(problem, assignment, moves, min_moves)
+
+
+def _general(problem: Problem) -> Plan:
+    n = len(problem.members)
+    nres = len(problem.resources)
+    prev = problem.prev()
+    # holdings[m][r]: partitions of resource r held by m, ascending
+    holdings: list[list[list[int]]] = [[[] for _ in range(nres)] for _ in range(n)]
+    count = [0] * n
+    taken = bytearray(problem.total)
+    for m in range(n):
+        for p in problem.kept_claims(m):
+            holdings[m][problem.resource_of(p)].append(p)
+            taken[p] = 1
+        count[m] = sum(map(len, holdings[m]))
+    groups = sorted(problem.groups(), key=lambda g: (len(g[1]), g[0][0]))
+    for resources, subscribers in groups:
+        heap = [(count[m], m) for m in subscribers]
+        heapq.heapify(heap)
+        for res in resources:
+            for p in range(problem.start[res], problem.start[res + 1]):
+                if taken[p]:
+                    continue
+                while True:
+                    c, m = heapq.heappop(heap)
+                    if c == count[m]:
+                        break
+                    heapq.heappush(heap, (count[m], m))
+                holdings[m][res].append(p)
+                count[m] += 1
+                heapq.heappush(heap, (count[m], m))
+    _rebalance(problem, holdings, count, prev)
+    assignment = [sorted(p for ps in holdings[m] for p in ps) for m in range(n)]
+    return to_plan(problem, assignment, None, forced_moves(problem))
+
+
+def _rebalance(problem: Problem, holdings: list[list[list[int]]], count: list[int], prev: list[int]) -> None:
+    n = len(count)
+    subs = [sorted(s) for s in problem.subs]
+    while True:
+        best: tuple[int, int, int, int] | None = None  # (-gap, i, j, resource)
+        order = sorted(range(n), key=lambda m: (count[m], problem.ids[m]))
+        for i in order:
+            for j in reversed(order):
+                gap = count[j] - count[i]
+                if gap < 2 or (best is not None and -gap > best[0]):
+                    break
+                res = next((x for x in subs[i] if holdings[j][x]), None)
+                if res is not None:
+                    candidate = (-gap, i, j, res)
+                    if best is None or candidate < best:
+                        best = candidate
+                    break
+        if best is None:
+            return
+        _, i, j, res = best
+        ps = holdings[j][res]
+        pick = max((p for p in ps if prev[p] == i), default=None)
+        if pick is None:
+            pick = max((p for p in ps if prev[p] != j), default=ps[-1])
+        ps.remove(pick)
+        holdings[i][res].append(pick)
+        holdings[i][res].sort()
+        count[j] -= 1
+        count[i] += 1
+
+
+def forced_moves(problem: Problem) -> int:
+    """Previous partitions whose owner no longer subscribes to them but someone does: they must move."""
+    subscribed: set[int] = set()
+    for s in problem.subs:
+        subscribed |= s
+    total = 0
+    for m, claims in enumerate(problem.claims):
+        for p in claims:
+            res = problem.resource_of(p)
+            if res not in problem.subs[m] and res in subscribed:
+                total += 1
+    return total

@@ -1,0 +1,79 @@
+"""The resource definition of a group (seed 0, extension 2): partitions, strategy and timings, stored at ``resource``.
+
+Timings are durations in seconds. Defaults make a 3-worker group settle in about 2 s:
+``settle_s`` (RST) 0.5, ``min_interval_s`` (MRI) 1.0, ``heartbeat_s`` (HBI) 30, ``ttl_s`` (member lease) 3.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from apportion.assign import STRATEGY_NAMES as STRATEGIES
+from apportion.errors import InvalidRequest
+
+
+def _positive(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise InvalidRequest(name, f"must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """A group's resource definition. Validated on construction (``InvalidRequest``)."""
+
+    partitions: int
+    strategy: str = "sticky"
+    settle_s: float = 0.5
+    min_interval_s: float = 1.0
+    heartbeat_s: float = 30.0
+    ttl_s: float = 3.0
+    options: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or self.partitions < 1:
+            raise InvalidRequest("partitions", f"must be an integer >= 1, got {self.partitions!r}")
+        if self.strategy not in STRATEGIES:
+            raise InvalidRequest("strategy", f"{self.strategy!r} is not one of {', '.join(STRATEGIES)}")
+        for name in ("settle_s", "min_interval_s", "heartbeat_s", "ttl_s"):
+            object.__setattr__(self, name, _positive(name, getattr(self, name)))
+        if self.min_interval_s < self.settle_s:
+            raise InvalidRequest("min_interval_s", f"must be >= settle_s ({self.settle_s}), got {self.min_interval_s}")
+        if self.heartbeat_s < self.min_interval_s:
+            raise InvalidRequest("heartbeat_s", f"must be >= min_interval_s ({self.min_interval_s})")
+        if not isinstance(self.options, Mapping):
+            raise InvalidRequest("options", "must be a mapping")
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partitions": self.partitions,
+            "strategy": self.strategy,
+            "settle_s": self.settle_s,
+            "min_interval_s": self.min_interval_s,
+            "heartbeat_s": self.heartbeat_s,
+            "ttl_s": self.ttl_s,
+            "options": dict(self.options),
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> GroupConfig:
+        try:
+            return cls(
+                partitions=value["partitions"],
+                strategy=value.get("strategy", "sticky"),
+                settle_s=value.get("settle_s", 0.5),
+                min_interval_s=value.get("min_interval_s", 1.0),
+                heartbeat_s=value.get("heartbeat_s", 30.0),
+                ttl_s=value.get("ttl_s", 3.0),
+                options=value.get("options") or {},
+            )
+        except (KeyError, TypeError) as exc:
+            raise InvalidRequest("resource", f"stored resource definition is malformed: {exc}") from exc
+
+
+__all__ = ["STRATEGIES", "GroupConfig"]

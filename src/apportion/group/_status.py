@@ -1,0 +1,71 @@
+"""A read-only snapshot of a group for operators: members, partitions (owner, epoch, checkpoint) and the round."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apportion.group._keys import Keys, decode
+from apportion.store import Store
+
+
+def group_status(store: Store, group: str) -> dict[str, Any]:
+    """``{"members": {id: {"alive", "partitions", ...}}, "partitions": {p: {"owner", "epoch", "checkpoint"}},
+    "round": R, "plan_round": R', "resource": {...}}``; partition numbers are strings (JSON object keys)."""
+    keys = Keys(group)
+    kvs = store.range(keys.prefix)
+    resource: dict[str, Any] | None = None
+    members: dict[str, dict[str, Any]] = {}
+    owners: dict[int, dict[str, Any]] = {}
+    epochs: dict[int, int] = {}
+    commits: dict[int, dict[str, Any]] = {}
+    current_round = 0
+    latest_round = 0
+    plans: dict[int, dict[str, Any]] = {}
+    prefix = keys.prefix
+    for kv in kvs:
+        rest = kv.key[len(prefix) :]
+        kind, _, name = rest.partition("/")
+        if rest == "resource":
+            resource = decode(kv.value)
+        elif rest == "current":
+            current_round = kv.mod_revision
+        elif rest == "latest":
+            latest_round = int(decode(kv.value)["round"])
+        elif kind == "members":
+            info = decode(kv.value)
+            members[name] = {"alive": True, "partitions": [], "capacity": info.get("capacity")}
+        elif kind == "owner" and name.isdigit():
+            owners[int(name)] = decode(kv.value)
+        elif kind == "epoch" and name.isdigit():
+            epochs[int(name)] = int(kv.value)
+        elif kind == "commit" and name.isdigit():
+            commits[int(name)] = decode(kv.value)
+        elif kind == "round" and name.endswith("/plan"):
+            plans[int(name.split("/", 1)[0])] = decode(kv.value)
+    n = int(resource["partitions"]) if resource else max([*owners, *epochs, *commits, -1]) + 1
+    partitions: dict[str, dict[str, Any]] = {}
+    for p in range(n):
+        owner = owners.get(p)
+        commit = commits.get(p)
+        partitions[str(p)] = {
+            "owner": None if owner is None else owner["member"],
+            "epoch": owner["epoch"] if owner is not None else epochs.get(p),
+            "checkpoint": None if commit is None else commit["checkpoint"],
+        }
+        if owner is not None:
+            entry = members.setdefault(owner["member"], {"alive": False, "partitions": []})
+            entry["partitions"].append(str(p))
+    plan = plans.get(latest_round)
+    if plan is not None:
+        for mid in plan["participants"]:
+            members.setdefault(mid, {"alive": False, "partitions": []})
+    return {
+        "members": dict(sorted(members.items())),
+        "partitions": partitions,
+        "round": current_round,
+        "plan_round": latest_round,
+        "resource": resource,
+    }
+
+
+__all__ = ["group_status"]

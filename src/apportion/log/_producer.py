@@ -1,0 +1,82 @@
+"""The Python producer: routes records by THE routing hash (``apportion.routing``) and appends them in batches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import TracebackType
+
+from apportion.errors import InvalidRequest
+from apportion.log._log import Appended, PartitionedLog, records_table
+from apportion.routing import partition_for, partitions_for
+
+Record = tuple[str, str | None] | tuple[str, str | None, int | None]
+
+
+class Producer:
+    """Buffers records per partition (``partition_for(key, n)``) and appends each buffer as one segment.
+
+    A partition's buffer is appended when it reaches ``batch_records``, on ``flush()`` and when a ``with`` block ends
+    without an exception. Records of one producer keep their order within a partition. Not thread-safe: use one
+    producer per thread (any number of producers, in any processes, may append to the same log).
+    """
+
+    def __init__(self, log: PartitionedLog, resource: str, *, batch_records: int = 10_000) -> None:
+        if isinstance(batch_records, bool) or not isinstance(batch_records, int) or batch_records < 1:
+            raise InvalidRequest("batch_records", f"must be an int >= 1, got {batch_records!r}")
+        self.log = log
+        self.resource = resource
+        self.partitions = log.partitions(resource)
+        self.batch_records = batch_records
+        self._buffers: dict[int, list[Record]] = {}
+        self._appended: list[Appended] = []
+
+    def send(self, key: str, value: str | None, ts_ms: int | None = None) -> int:
+        """Buffer one record; returns its partition."""
+        _check_record(key, value)
+        partition = partition_for(key, self.partitions)
+        self._buffer(partition, (key, value, ts_ms))
+        return partition
+
+    def send_many(self, records: Iterable[Record]) -> None:
+        """Buffer many (key, value[, ts_ms]) records, hashing their keys in one vectorised batch."""
+        batch = list(records)
+        for record in batch:
+            _check_record(record[0], record[1])
+        for partition, record in zip(partitions_for([r[0] for r in batch], self.partitions), batch, strict=True):
+            self._buffer(partition, record)
+
+    def _buffer(self, partition: int, record: Record) -> None:
+        buffer = self._buffers.setdefault(partition, [])
+        buffer.append(record)
+        if len(buffer) >= self.batch_records:
+            self._append(partition)
+
+    def _append(self, partition: int) -> None:
+        buffer = self._buffers.pop(partition, [])
+        if buffer:
+            appended = self.log.append(self.resource, partition, records_table(buffer))
+            if appended is not None:
+                self._appended.append(appended)
+
+    def flush(self) -> list[Appended]:
+        """Append every buffered record; returns what was appended since the previous flush, by partition."""
+        for partition in sorted(self._buffers):
+            self._append(partition)
+        done, self._appended = self._appended, []
+        return sorted(done, key=lambda a: (a.partition, a.first_offset))
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.flush()
+
+
+def _check_record(key: object, value: object) -> None:
+    if not isinstance(key, str):
+        raise InvalidRequest("key", f"log keys are strings, got {type(key).__name__}")
+    if value is not None and not isinstance(value, str):
+        raise InvalidRequest("value", f"log values are strings (or None), got {type(value).__name__}")

@@ -1,0 +1,597 @@
+"""Deterministic simulation of a group: many ``RoundsMember`` on one memory store in virtual time, with faults.
+
+Everything random comes from one ``random.Random(seed)``; members are stepped from one event queue ordered by
+(virtual time, seeded tie-break, sequence); no wall clock and no threads. The same seed gives the same trace, so a
+failing seed replays exactly (``apportion simulate --seed N``).
+
+Events: ``step`` (a member's protocol step, scheduled at the deadline it returned or when a watched key changed),
+``keepalive`` (every ttl/4 per member: the keepalive thread), ``work`` (a member commits a checkpoint for up to two
+owned partitions), and churn/faults drawn from the seed::
+
+    join          a new member starts
+    leave         graceful leave (on_revoked, release, lease revoked)
+    crash         the member stops for good (its lease expires in the store)
+    freeze D      no steps and no keepalives for D seconds (a zombie), then it first tries to commit every partition
+                  it held with its old epochs (store-level fence check), then resumes
+    slow D        the member's next on_revoked takes D seconds (bounded by revoke_timeout_s)
+    unavailable D every store call of that member raises StoreUnavailable for D seconds
+    drift         the member's clock rate changes to 1 +- 5% (continuous: no jumps)
+
+Checks on every trace (``SimResult.violations``):
+1. exclusivity at the callback level: per partition, the belief intervals of all members never overlap. A belief
+   runs from on_assigned to on_revoked's return, on_lost, a fenced commit, a crash, or the member's local lease
+   deadline (renewals move it; a renewal after it passed does not revive the belief), whichever comes first;
+2. fencing: every commit the store accepted carries the latest epoch claimed for that partition, by its claimer;
+3. liveness: once churn and faults stop at ``T``, by ``T + RST + MRI + ttl + 1 s`` every partition is believed
+   owned by exactly one live member and (count-balanced strategies) owned counts differ by at most one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import math
+import random
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from apportion.clock import VirtualClock
+from apportion.errors import Fenced, StoreUnavailable
+from apportion.group import GroupConfig, RoundsMember
+from apportion.store import Compare, Event, EventType, Lease, MemoryStore, Op, Store, TxnResult, Watch
+
+BALANCED_STRATEGIES = ("round_robin", "range", "sticky")
+FAULTS = ("crash", "freeze", "slow", "unavailable", "drift")
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """A scenario: group size, churn, faults, timings. ``events`` churn/fault events, ~``event_gap_s`` apart."""
+
+    members: int = 5
+    partitions: int = 20
+    events: int = 20
+    seed: int = 1
+    strategy: str = "sticky"
+    settle_s: float = 0.5
+    min_interval_s: float = 1.0
+    heartbeat_s: float = 30.0
+    ttl_s: float = 3.0
+    event_gap_s: float = 1.0
+    faults: bool = True
+    revoke_timeout_s: float = 1.0
+    commit_every_s: float = 0.5
+    max_members: int | None = None
+
+    def group_config(self) -> GroupConfig:
+        return GroupConfig(
+            partitions=self.partitions,
+            strategy=self.strategy,
+            settle_s=self.settle_s,
+            min_interval_s=self.min_interval_s,
+            heartbeat_s=self.heartbeat_s,
+            ttl_s=self.ttl_s,
+        )
+
+
+@dataclass
+class SimResult:
+    config: SimConfig
+    trace: list[tuple[float, str, str, str]]
+    violations: list[str]
+    rounds: int
+    moves: int
+    min_moves: int
+    unowned_s: float
+    end_s: float
+    settle_by_s: float
+    steps: int
+    faults: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "seed": self.config.seed,
+            "members": self.config.members,
+            "partitions": self.config.partitions,
+            "events": self.config.events,
+            "strategy": self.config.strategy,
+            "rounds": self.rounds,
+            "moves": self.moves,
+            "moves_lower_bound": self.min_moves,
+            "unowned_partition_s": round(self.unowned_s, 3),
+            "virtual_s": round(self.end_s, 3),
+            "steps": self.steps,
+            "faults": dict(sorted(self.faults.items())),
+            "violations": self.violations,
+            "ok": self.ok,
+        }
+
+
+class _DriftClock:
+    """A member's clock: local = anchor_local + (T - anchor_T) * rate, continuous when the rate changes."""
+
+    def __init__(self, base: VirtualClock) -> None:
+        self.base = base
+        self.rate = 1.0
+        self._anchor_t = base.now()
+        self._anchor_local = base.now()
+
+    def now(self) -> float:
+        return self.local(self.base.now())
+
+    def local(self, t: float) -> float:
+        return self._anchor_local + (t - self._anchor_t) * self.rate
+
+    def to_global(self, local: float) -> float:
+        if local == math.inf or local == -math.inf:
+            return local
+        return self._anchor_t + (local - self._anchor_local) / self.rate
+
+    def set_rate(self, rate: float) -> None:
+        t = self.base.now()
+        self._anchor_local = self.local(t)
+        self._anchor_t = t
+        self.rate = rate
+
+    def sleep(self, seconds: float) -> None:  # pragma: no cover - the simulator never sleeps
+        raise RuntimeError("simulated members never sleep")
+
+
+class _FlakyStore(Store):
+    """A member's view of the shared store that can be made unavailable for a while."""
+
+    def __init__(self, inner: MemoryStore, clock: VirtualClock) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.clock = clock
+        self.down_until = -math.inf
+
+    def _check(self) -> None:
+        if self.clock.now() < self.down_until:
+            raise StoreUnavailable("simulated: store unreachable from this member")
+
+    def revision(self) -> int:
+        self._check()
+        return self.inner.revision()
+
+    def txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op] = ()) -> TxnResult:
+        self._check()
+        return self.inner.txn(compares, on_success, on_failure)
+
+    def grant(self, ttl_s: float) -> Lease:
+        self._check()
+        return self.inner.grant(ttl_s)
+
+    def keepalive(self, lease: Lease | int) -> float:
+        self._check()
+        return self.inner.keepalive(lease)
+
+    def revoke(self, lease: Lease | int) -> None:
+        self._check()
+        self.inner.revoke(lease)
+
+    def time_to_live(self, lease: Lease | int) -> float:
+        self._check()
+        return self.inner.time_to_live(lease)
+
+    def watch(self, key: str, start_revision: int | None = None, *, prefix: bool = True) -> Watch:
+        self._check()
+        return self.inner.watch(key, start_revision, prefix=prefix)
+
+    def compact(self, revision: int) -> None:
+        self.inner.compact(revision)
+
+    def get(self, key: str):  # type: ignore[no-untyped-def]
+        self._check()
+        return self.inner.get(key)
+
+    def range(self, prefix: str, limit: int | None = None):  # type: ignore[no-untyped-def]
+        self._check()
+        return self.inner.range(prefix, limit)
+
+
+class _Inbox(Watch):
+    """The events the dispatcher routed to one member."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def poll(self) -> list[Event]:
+        events, self.events = self.events, []
+        return events
+
+    def wait(self, timeout_s: float) -> list[Event]:
+        return self.poll()
+
+    def close(self) -> None:
+        self.events = []
+
+
+@dataclass
+class _Sim:
+    id: str
+    member: RoundsMember
+    clock: _DriftClock
+    store: _FlakyStore
+    inbox: _Inbox
+    next_step: float = math.inf
+    crashed: bool = False
+    left: bool = False
+    frozen_until: float = -math.inf
+    slow_next: float = 0.0
+    frozen_owned: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def live(self) -> bool:
+        return not self.crashed and not self.left
+
+
+class Simulation:
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.clock = VirtualClock(1000.0)
+        self.store = MemoryStore(f"memory://sim-{uuid.uuid4().hex}", clock=self.clock, history=1_000_000)
+        self.group = "sim"
+        self.gconfig = config.group_config()
+        self.members: dict[str, _Sim] = {}
+        self._queue: list[tuple[float, float, int, str, str, float]] = []
+        self._seq = itertools.count()
+        self._ids = itertools.count()
+        self.trace: list[tuple[float, str, str, str]] = []
+        self.records: list[tuple[float, str, str, Mapping[str, Any]]] = []
+        self.steps = 0
+        self.faults: dict[str, int] = {}
+        self._dispatch = self.store.watch(f"/apportion/{self.group}/")
+        self._prefix = f"/apportion/{self.group}/"
+
+    # -- queue ---------------------------------------------------------------------------------------------
+
+    def _push(self, t: float, kind: str, member: str = "", arg: float = 0.0) -> None:
+        heapq.heappush(self._queue, (t, self.rng.random(), next(self._seq), kind, member, arg))
+
+    def _schedule_step(self, sim: _Sim, t: float) -> None:
+        if t < sim.next_step:
+            sim.next_step = t
+            self._push(t, "step", sim.id)
+
+    # -- members -------------------------------------------------------------------------------------------
+
+    def _add_member(self) -> _Sim:
+        mid = f"m{next(self._ids)}"
+        clock = _DriftClock(self.clock)
+        store = _FlakyStore(self.store, self.clock)
+        inbox = _Inbox()
+        sim_holder: list[_Sim] = []
+
+        def tracer(kind: str, fields: Mapping[str, Any]) -> None:
+            self._record(mid, kind, fields, clock)
+
+        def delay(kind: str, parts: list[int]) -> float:
+            s = sim_holder[0]
+            d, s.slow_next = s.slow_next, 0.0
+            return d * clock.rate  # local seconds
+
+        member = RoundsMember(
+            store,
+            self.group,
+            mid,
+            self.gconfig,
+            clock=clock,
+            watch=inbox,
+            revoke_timeout_s=self.config.revoke_timeout_s,
+            history_size=0,
+            tracer=tracer,
+            delay=delay,
+        )
+        sim = _Sim(mid, member, clock, store, inbox)
+        sim_holder.append(sim)
+        self.members[mid] = sim
+        now = self.clock.now()
+        self._schedule_step(sim, now)
+        self._push(now + self.gconfig.ttl_s / 4, "keepalive", mid)
+        self._push(now + self.config.commit_every_s * (0.5 + self.rng.random()), "work", mid)
+        self._record(mid, "spawn", {}, clock)
+        return sim
+
+    def _record(self, mid: str, kind: str, fields: Mapping[str, Any], clock: _DriftClock) -> None:
+        t = self.clock.now()
+        if kind == "renew":
+            fields = {"deadline": clock.to_global(float(fields["deadline"]))}
+        self.records.append((t, mid, kind, dict(fields)))
+        if kind in ("assigned", "revoked", "lost", "fenced", "round_closed", "spawn", "crash", "freeze", "leave"):
+            detail = ",".join(f"{k}={fields[k]}" for k in sorted(fields) if k != "prefix")
+            self.trace.append((round(t, 6), mid, kind, detail))
+
+    def _live(self) -> list[_Sim]:
+        return [s for s in self.members.values() if s.live]
+
+    # -- running -------------------------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        cfg = self.config
+        for _ in range(cfg.members):
+            self._add_member()
+        start = self.clock.now()
+        t = start + 2.0 * (cfg.settle_s + cfg.min_interval_s)
+        last_effect = t
+        for _ in range(cfg.events):
+            t += self.rng.expovariate(1.0 / cfg.event_gap_s)
+            kinds = ["join", "leave"] + (list(FAULTS) if cfg.faults else ["crash"])
+            kind = self.rng.choice(kinds)
+            duration = 0.0
+            if kind == "freeze":
+                duration = self.rng.uniform(0.2, 2.0 * cfg.ttl_s)
+            elif kind == "slow":
+                duration = self.rng.uniform(0.1, 2.0 * cfg.revoke_timeout_s)
+            elif kind == "unavailable":
+                duration = self.rng.uniform(0.1, cfg.ttl_s)
+            self._push(t, "churn:" + kind, "", duration)
+            last_effect = max(last_effect, t + duration)
+        settle_by = last_effect + cfg.settle_s + cfg.min_interval_s + cfg.ttl_s + 1.0
+        self._push(settle_by, "check", "")
+        self._loop(settle_by)
+        violations = self._check_liveness()
+        beliefs = _beliefs(self.records, self.clock.now())
+        violations += check_trace(self.records, self.clock.now(), beliefs)
+        return self._result(violations, settle_by - start, beliefs)
+
+    def _loop(self, end: float) -> None:
+        while self._queue:
+            t, _, _, kind, mid, arg = heapq.heappop(self._queue)
+            if t > end:
+                break
+            if t > self.clock.now():
+                self.clock.set(t)
+            if kind == "check":
+                break
+            if kind.startswith("churn:"):
+                self._churn(kind[6:], arg)
+            else:
+                sim = self.members.get(mid)
+                if sim is None or not sim.live:
+                    continue
+                if self.clock.now() < sim.frozen_until:
+                    if kind == "step":
+                        sim.next_step = math.inf
+                        self._schedule_step(sim, sim.frozen_until)
+                    else:
+                        self._push(sim.frozen_until, kind, mid)
+                    continue
+                if kind == "step":
+                    if t != sim.next_step:
+                        continue
+                    self._step(sim)
+                elif kind == "keepalive":
+                    sim.member.keepalive(sim.clock.now())
+                    self._push(t + self.gconfig.ttl_s / 4, "keepalive", mid)
+                elif kind == "work":
+                    self._work(sim)
+                    self._push(t + self.config.commit_every_s, "work", mid)
+                elif kind == "resume":
+                    self._resume(sim)
+            self._route()
+
+    def _step(self, sim: _Sim) -> None:
+        sim.next_step = math.inf
+        self.steps += 1
+        local_deadline = sim.member.step(sim.clock.now())
+        deadline = sim.clock.to_global(local_deadline)
+        now = self.clock.now()
+        if deadline <= now:
+            deadline = now  # immediate re-step, after other events of this instant
+        if deadline != math.inf:
+            self._schedule_step(sim, deadline)
+
+    def _work(self, sim: _Sim) -> None:
+        owned = sim.member.owned()
+        if not owned:
+            return
+        for p in self.rng.sample(owned, min(2, len(owned))):
+            with contextlib.suppress(Fenced, StoreUnavailable):
+                sim.member.commit(p, f"{sim.id}@{self.clock.now():.3f}")
+
+    def _resume(self, sim: _Sim) -> None:
+        """A zombie wakes up mid-batch: it commits what it held with its old epochs before noticing anything."""
+        now = self.clock.now()
+        for p, epoch in sorted(sim.frozen_owned.items()):
+            with contextlib.suppress(StoreUnavailable):
+                sim.member.commit_txn(p, f"zombie-{sim.id}", epoch, sim.clock.now())
+        sim.frozen_owned = {}
+        self._schedule_step(sim, now)
+
+    def _churn(self, kind: str, duration: float) -> None:
+        self.faults[kind] = self.faults.get(kind, 0) + 1
+        live = self._live()
+        now = self.clock.now()
+        if kind == "join" or not live:
+            if self.config.max_members is None or len(live) < self.config.max_members:
+                self._add_member()
+            return
+        if kind in ("leave", "crash") and len(live) <= 1:
+            self._add_member()
+            return
+        sim = self.rng.choice(live)
+        if kind == "leave":
+            if now < sim.frozen_until or sim.member._busy_until is not None:
+                return
+            self._record(sim.id, "leave", {}, sim.clock)
+            with contextlib.suppress(StoreUnavailable):
+                sim.member.leave()
+            sim.left = True
+        elif kind == "crash":
+            self._record(sim.id, "crash", {}, sim.clock)
+            sim.crashed = True
+        elif kind == "freeze":
+            if now < sim.frozen_until:
+                return
+            sim.frozen_owned = {p: sim.member.lease(p).epoch for p in sim.member.owned()}
+            sim.frozen_until = now + duration
+            self._record(sim.id, "freeze", {"until": sim.frozen_until}, sim.clock)
+            self._push(sim.frozen_until, "resume", sim.id)
+        elif kind == "slow":
+            sim.slow_next = duration
+        elif kind == "unavailable":
+            sim.store.down_until = now + duration
+        elif kind == "drift":
+            sim.clock.set_rate(1.0 + self.rng.uniform(-0.05, 0.05))
+
+    def _route(self) -> None:
+        events = self._dispatch.poll()
+        if not events:
+            return
+        p = self._prefix
+        broadcast = False
+        owner_freed = False
+        for event in events:
+            rest = event.kv.key[len(p) :]
+            if rest in ("current", "latest", "resource") or rest.startswith("members/"):
+                broadcast = True
+                for sim in self.members.values():
+                    if sim.live:
+                        sim.inbox.events.append(event)
+            elif rest.startswith("owner/") and event.type is EventType.DELETE:
+                owner_freed = True
+        if broadcast or owner_freed:
+            now = self.clock.now()
+            for sim in self.members.values():
+                if sim.live and (broadcast or sim.member.claiming):
+                    self._schedule_step(sim, now)
+
+    # -- checks --------------------------------------------------------------------------------------------
+
+    def _check_liveness(self) -> list[str]:
+        now = self.clock.now()
+        live = [s for s in self._live() if now >= s.frozen_until]
+        believed: dict[int, list[str]] = {}
+        for sim in live:
+            for p in sim.member.owned():
+                believed.setdefault(p, []).append(sim.id)
+        problems: list[str] = []
+        unowned = [p for p in range(self.config.partitions) if p not in believed]
+        if unowned:
+            problems.append(f"liveness: at t={now:.3f} partitions {unowned[:10]} are not owned ({len(unowned)} total)")
+        doubled = {p: ids for p, ids in believed.items() if len(ids) > 1}
+        if doubled:
+            problems.append(f"exclusivity: at t={now:.3f} {dict(list(doubled.items())[:5])}")
+        if live and self.config.strategy in BALANCED_STRATEGIES and not unowned:
+            counts = [len(s.member.owned()) for s in live]
+            if max(counts) - min(counts) > 1:
+                problems.append(f"balance: owned counts {sorted(counts)} differ by more than one")
+        return problems
+
+    def _result(
+        self, violations: list[str], settle_by: float, beliefs: Mapping[int, list[tuple[float, float, str]]]
+    ) -> SimResult:
+        rounds = moves = min_moves = 0
+        for _, _, kind, fields in self.records:
+            if kind == "round_closed":
+                rounds += 1
+                moves += int(fields.get("moves", 0))
+                min_moves += int(fields.get("min_moves", 0))
+        return SimResult(
+            config=self.config,
+            trace=self.trace,
+            violations=violations,
+            rounds=rounds,
+            moves=moves,
+            min_moves=min_moves,
+            unowned_s=unowned_seconds(beliefs, self.config.partitions, self.clock.now()),
+            end_s=self.clock.now() - 1000.0,
+            settle_by_s=settle_by,
+            steps=self.steps,
+            faults=self.faults,
+        )
+
+
+def _beliefs(
+    records: Sequence[tuple[float, str, str, Mapping[str, Any]]], end: float
+) -> dict[int, list[tuple[float, float, str]]]:
+    """Per partition, the belief intervals [start, end) of every member, reconstructed from the trace alone."""
+    intervals: dict[int, list[tuple[float, float, str]]] = {}
+    holding: dict[str, dict[int, float]] = {}
+    deadline: dict[str, float] = {}
+
+    def close(mid: str, parts: Sequence[int] | None, t: float) -> None:
+        held = holding.get(mid, {})
+        for p in list(held) if parts is None else parts:
+            start = held.pop(p, None)
+            if start is not None:
+                intervals.setdefault(p, []).append((start, t, mid))
+
+    for t, mid, kind, fields in records:
+        d = deadline.get(mid, math.inf)
+        if t >= d and holding.get(mid):
+            close(mid, None, d)
+        if kind == "renew":
+            if t < d or not holding.get(mid):
+                deadline[mid] = float(fields["deadline"])
+        elif kind == "assigned":
+            for p in fields["partitions"]:
+                holding.setdefault(mid, {})[int(p)] = t
+        elif kind in ("revoked", "lost"):
+            close(mid, [int(p) for p in fields["partitions"]], t)
+        elif kind == "fenced":
+            close(mid, [int(fields["partition"])], t)
+        elif kind in ("crash", "stopped"):
+            close(mid, None, t)
+    for mid in list(holding):
+        close(mid, None, min(end, deadline.get(mid, math.inf)))
+    return intervals
+
+
+def check_trace(
+    records: Sequence[tuple[float, str, str, Mapping[str, Any]]],
+    end: float,
+    beliefs: Mapping[int, list[tuple[float, float, str]]] | None = None,
+) -> list[str]:
+    """Exclusivity of beliefs and fencing of accepted commits, from the trace alone."""
+    problems: list[str] = []
+    for p, spans in sorted((beliefs if beliefs is not None else _beliefs(records, end)).items()):
+        spans.sort()
+        for (s1, e1, m1), (s2, _e2, m2) in itertools.pairwise(spans):
+            if s2 < e1:
+                problems.append(
+                    f"exclusivity: partition {p} believed by {m1} [{s1:.3f},{e1:.3f}) and {m2} from {s2:.3f}"
+                )
+    latest: dict[int, tuple[int, str]] = {}
+    for t, mid, kind, fields in records:
+        if kind == "claim":
+            for p, e in zip(fields["partitions"], fields["epochs"], strict=True):
+                latest[int(p)] = (int(e), mid)
+        elif kind == "commit":
+            p, e = int(fields["partition"]), int(fields["epoch"])
+            if latest.get(p) != (e, mid):
+                problems.append(f"fencing: t={t:.3f} {mid} committed {p} with epoch {e}; latest claim {latest.get(p)}")
+    return problems[:20]
+
+
+def unowned_seconds(beliefs: Mapping[int, Sequence[tuple[float, float, str]]], partitions: int, end: float) -> float:
+    """Partition-seconds during which nobody believed owning a partition (from its first assignment on)."""
+    total = 0.0
+    for p in range(partitions):
+        spans = sorted(beliefs.get(p, []))
+        if not spans:
+            continue
+        covered_to = spans[0][0]
+        for s, e, _ in spans:
+            if s > covered_to:
+                total += s - covered_to
+            covered_to = max(covered_to, e)
+        total += max(0.0, end - covered_to)
+    return total
+
+
+def simulate(config: SimConfig) -> SimResult:
+    """Run one seeded scenario and check it."""
+    return Simulation(config).run()
+
+
+__all__ = ["FAULTS", "SimConfig", "SimResult", "Simulation", "check_trace", "simulate"]

@@ -1,0 +1,292 @@
+"""The run loop a user embeds: ``Group`` (a group's definition on a store) and ``Worker`` (one running member).
+
+A ``Worker`` runs the pure protocol core (:class:`apportion.group.RoundsMember`) on two threads::
+
+    worker thread:    loop { deadline = member.step(now); member.wait_events(until deadline, at most 0.1 s) }
+                      then member.leave() (on_revoked, release, lease revoked) when stopped
+    keepalive thread: every ttl/4: member.keepalive(request time)  — so a slow callback does not lose the lease,
+                      unless a revocation overruns ``revoke_timeout_s`` (then renewal stops and the lease lapses)
+
+Worker states::
+
+    RUNNING --stop() / SIGINT / SIGTERM (run)--> LEAVING (revoke, commit, release, delete membership) --> STOPPED
+    RUNNING --a callback raises--> FAILED (no further callbacks, lease revoked) --> STOPPED; the error is re-raised
+            by ``stop()``, the ``with`` block and ``Group.run``
+
+Callbacks (``on_assigned``, ``on_revoked``, ``on_lost``) run on the worker thread with sorted partition numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Mapping
+from types import FrameType, TracebackType
+from typing import Any
+
+from apportion.clock import SYSTEM_CLOCK, Clock
+from apportion.errors import InvalidRequest
+from apportion.group import GroupConfig, Keys, Lease, RoundsMember, decode, validate_group
+from apportion.group._rounds import Callback
+from apportion.store import Store
+
+log = logging.getLogger("apportion.worker")
+
+_MAX_WAIT_S = 0.1
+
+
+class Worker:
+    """One running member of a group. Create with :meth:`Group.join`; use as a context manager."""
+
+    def __init__(
+        self,
+        group: Group,
+        worker_id: str,
+        *,
+        on_assigned: Callback | None,
+        on_revoked: Callback | None,
+        on_lost: Callback | None,
+        capacity: float,
+        rack: str | None,
+        revoke_timeout_s: float,
+        history_size: int,
+    ) -> None:
+        self.group = group
+        self.id = worker_id
+        self._clock = group.clock
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._changed = threading.Condition()
+        self.error: BaseException | None = None
+        self._member = RoundsMember(
+            group.store,
+            group.name,
+            worker_id,
+            group.config,
+            clock=group.clock,
+            on_assigned=on_assigned,
+            on_revoked=on_revoked,
+            on_lost=on_lost,
+            capacity=capacity,
+            rack=rack,
+            update=group.update,
+            revoke_timeout_s=revoke_timeout_s,
+            history_size=history_size,
+            tracer=self._log,
+        )
+        self._thread = threading.Thread(target=self._run, name=f"apportion-worker-{worker_id}", daemon=True)
+        self._keeper = threading.Thread(target=self._keepalive, name=f"apportion-keepalive-{worker_id}", daemon=True)
+
+    # -- API -----------------------------------------------------------------------------------------------
+
+    def start(self) -> Worker:
+        self._thread.start()
+        self._keeper.start()
+        return self
+
+    def owned(self) -> list[int]:
+        """Partitions this worker believes it owns now (a thread-safe snapshot)."""
+        return self._member.owned()
+
+    def lease(self, partition: int) -> Lease:
+        """The ownership lease (partition, epoch, member) of an owned partition; raises Fenced if not owned."""
+        return self._member.lease(partition)
+
+    def commit(self, partition: int, checkpoint: str, *, epoch: int | None = None) -> None:
+        """Fenced commit: succeeds only while this worker owns ``partition`` with ``epoch`` (default: the current
+        lease's). Raises Fenced otherwise; the partition is then reported through on_lost."""
+        self._member.commit(partition, checkpoint, epoch=epoch)
+        self._member_wake()
+
+    def checkpoint(self, partition: int) -> str | None:
+        """The last committed checkpoint of ``partition``, whoever wrote it."""
+        return self._member.checkpoint(partition)
+
+    def wait_until_stable(self, timeout_s: float) -> bool:
+        """Wait until this worker holds exactly its planned partitions for the current round; False on timeout."""
+        deadline = self._clock.now() + timeout_s
+        with self._changed:
+            while not self._member.stable():
+                if self._done.is_set():
+                    return False
+                left = deadline - self._clock.now()
+                if left <= 0:
+                    return False
+                self._changed.wait(min(left, 0.05))
+        return True
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Leave gracefully (on_revoked, release, delete membership) and wait; re-raise a callback error."""
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
+        if self.error is not None:
+            raise self.error
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until the worker has stopped; True if it did."""
+        return self._done.wait(timeout_s)
+
+    @property
+    def stopped(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def member(self) -> RoundsMember:
+        return self._member
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None:
+            self.stop()
+            return
+        self._stop.set()
+        self._thread.join()
+
+    # -- threads -------------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        member = self._member
+        try:
+            while not self._stop.is_set():
+                deadline = member.step(self._clock.now())
+                self._member_wake()
+                wait = min(deadline - self._clock.now(), _MAX_WAIT_S)
+                if wait > 0:
+                    member.wait_events(wait)
+            member.leave()
+        except BaseException as exc:  # a callback error stops the worker with that error
+            self.error = exc
+            log.error("worker %s stopped by an error: %r", self.id, exc)
+            member.abandon()
+        finally:
+            self._done.set()
+            self._member_wake()
+
+    def _keepalive(self) -> None:
+        interval = self.group.config.ttl_s / 4
+        while not self._done.wait(interval):
+            try:
+                self._member.keepalive(self._clock.now())
+            except Exception as exc:  # never let the keepalive thread die silently
+                log.warning("worker %s keepalive failed: %r", self.id, exc)
+
+    def _member_wake(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def _log(self, kind: str, fields: Mapping[str, Any]) -> None:
+        if kind in ("assigned", "revoked", "lost"):
+            log.info("worker %s %s %s", self.id, kind, fields.get("partitions"))
+        elif kind in ("plan", "round_opened", "round_closed", "fenced"):
+            log.debug("worker %s %s %s", self.id, kind, dict(fields))
+
+
+class Group:
+    """A group: a partitioned resource (``partitions``, ``strategy``, timings) shared by workers on ``store``.
+
+    The first worker stores the definition; later ones use the stored one unless ``update=True`` (then they write
+    theirs and a new round starts: seed 0 extension 2). ``partitions=None`` means "use the stored definition".
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        name: str,
+        partitions: int | None = None,
+        strategy: str = "sticky",
+        *,
+        settle_s: float = 0.5,
+        min_interval_s: float = 1.0,
+        heartbeat_s: float = 30.0,
+        ttl_s: float = 3.0,
+        options: Mapping[str, object] | None = None,
+        update: bool = False,
+        clock: Clock | None = None,
+    ) -> None:
+        self.store = store
+        self.name = validate_group(name)
+        self.clock: Clock = clock or getattr(store, "clock", None) or SYSTEM_CLOCK
+        self.update = update
+        if partitions is None:
+            kv = store.get(Keys(name).resource)
+            if kv is None:
+                raise InvalidRequest("partitions", f"group {name!r} has no resource definition yet: give partitions")
+            self.config = GroupConfig.from_json(decode(kv.value))
+            self.update = False
+        else:
+            self.config = GroupConfig(
+                partitions=partitions,
+                strategy=strategy,
+                settle_s=settle_s,
+                min_interval_s=min_interval_s,
+                heartbeat_s=heartbeat_s,
+                ttl_s=ttl_s,
+                options=options or {},
+            )
+
+    def join(
+        self,
+        worker_id: str,
+        on_assigned: Callback | None = None,
+        on_revoked: Callback | None = None,
+        on_lost: Callback | None = None,
+        *,
+        capacity: float = 1.0,
+        rack: str | None = None,
+        revoke_timeout_s: float = 10.0,
+        history_size: int = 1000,
+    ) -> Worker:
+        """Start a worker (its threads run until ``stop()`` or the end of the ``with`` block)."""
+        worker = Worker(
+            self,
+            worker_id,
+            on_assigned=on_assigned,
+            on_revoked=on_revoked,
+            on_lost=on_lost,
+            capacity=capacity,
+            rack=rack,
+            revoke_timeout_s=revoke_timeout_s,
+            history_size=history_size,
+        )
+        return worker.start()
+
+    def run(
+        self,
+        worker_id: str,
+        on_assigned: Callback | None = None,
+        on_revoked: Callback | None = None,
+        on_lost: Callback | None = None,
+        *,
+        on_started: Callable[[Worker], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Join and block until SIGINT/SIGTERM (graceful leave) or until the worker stops; re-raise its error.
+        ``kwargs`` go to :meth:`join`; ``on_started(worker)`` is called once the worker runs."""
+        worker = self.join(worker_id, on_assigned, on_revoked, on_lost, **kwargs)
+        if on_started is not None:
+            on_started(worker)
+        previous: dict[signal.Signals, Any] = {}
+
+        def _handle(signum: int, frame: FrameType | None) -> None:
+            log.info("worker %s: signal %d, leaving", worker_id, signum)
+            worker._stop.set()
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, _handle)
+        try:
+            while not worker.wait(0.2):
+                pass
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            worker.stop()
+
+
+__all__ = ["Group", "Lease", "Worker"]

@@ -1,0 +1,109 @@
+"""`apportion assign` through a real subprocess: JSON in and out, one stderr line and exit 2 on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = {
+    "strategy": "sticky",
+    "resources": {"t1": 10, "t2": 4},
+    "members": {
+        "C0": {"subscriptions": ["t1"], "owned": ["t1-0"], "generation": 3, "capacity": 1, "rack": "a"},
+        "C1": {},
+    },
+    "options": {"tolerance": 0.1},
+}
+
+
+def run(payload: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "apportion.cli", "assign", *args],
+        input=payload,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def test_assign_answers_the_issue_example() -> None:
+    proc = run(json.dumps(EXAMPLE))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["stats"] == {"partitions": 14, "members": 2, "min": 7, "max": 7, "moved": 0, "min_moves": 0}
+    assert out["assignment"]["C0"][0] == "t1-0" and all(p.startswith("t1-") for p in out["assignment"]["C0"])
+    assert {"partition": "t1-1", "from": None, "to": "C0"} in out["moves"]
+
+
+def test_seed_4_example_from_a_file_reports_its_three_moves(tmp_path: Path) -> None:
+    request = {
+        "strategy": "sticky",
+        "resources": {"t1": 10},
+        "members": {
+            "C0": {"owned": [f"t1-{i}" for i in range(5)]},
+            "C1": {"owned": [f"t1-{i}" for i in range(5, 10)]},
+            "C2": {},
+        },
+    }
+    path = tmp_path / "req.json"
+    path.write_text(json.dumps(request))
+    out = json.loads(run("", "--input", str(path)).stdout)
+    assert out["assignment"]["C2"] == ["t1-4", "t1-8", "t1-9"]
+    assert out["moves"][0] == {"partition": "t1-4", "from": "C0", "to": "C2"}
+
+
+def test_table_format_prints_a_table() -> None:
+    proc = run(json.dumps(EXAMPLE), "--format", "table")
+    assert proc.returncode == 0 and "C0" in proc.stdout and "least possible 0" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ("{not json", "input"),
+        (json.dumps({**EXAMPLE, "strategy": "best"}), "strategy"),
+        (json.dumps({**EXAMPLE, "resources": {"t1": -1}}), "resources.t1"),
+        (json.dumps({**EXAMPLE, "members": {"C0": {"subscriptions": ["zz"]}}}), "members.C0.subscriptions[0]"),
+        (json.dumps({**EXAMPLE, "members": {"C0": {"owned": ["t1-0", "t1-99"]}}}), "members.C0.owned[1]"),
+        (json.dumps({**EXAMPLE, "members": {"C0": {"owned": ["nohyphen"]}}}), "members.C0.owned[0]"),
+        ('{"strategy": "sticky", "resources": {"t": 1}, "members": {"a": {}, "a": {}}}', "duplicate"),
+        (json.dumps({**EXAMPLE, "options": {"tolerance": 3}}), "options.tolerance"),
+        (json.dumps({**EXAMPLE, "options": {"bogus": 1}}), "options.bogus"),
+        (json.dumps({**EXAMPLE, "members": {"C0": {"capacity": "big"}}}), "members.C0.capacity"),
+        (json.dumps([1, 2]), "request"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_naming_the_field(payload: str, field: str) -> None:
+    proc = run(payload)
+    assert proc.returncode == 2, proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_zero_members_and_more_members_than_partitions_are_valid() -> None:
+    empty = json.loads(run(json.dumps({"strategy": "range", "resources": {"t": 3}, "members": {}})).stdout)
+    assert empty["assignment"] == {} and empty["stats"]["members"] == 0
+    many = json.loads(
+        run(json.dumps({"strategy": "sticky", "resources": {"t": 1}, "members": {"a": {}, "b": {}}})).stdout
+    )
+    assert many["assignment"] == {"a": ["t-0"], "b": []}
+
+
+def test_output_is_byte_identical_under_different_hash_seeds() -> None:
+    request = {
+        "resources": {"t1": 40, "t2": {"partitions": 6, "weights": [1, 2, 3, 1, 2, 3]}},
+        "members": {
+            f"w{i}": {"owned": [f"t1-{j}" for j in range(i, 40, 7)], "generation": 1, "capacity": 1 + i % 3}
+            for i in range(6)
+        },
+    }
+    for strategy in ("sticky", "weighted", "rendezvous", "bounded_load", "range", "round_robin"):
+        payload = json.dumps({**request, "strategy": strategy})
+        outs = {run(payload, env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "random")}
+        assert len(outs) == 1, strategy

@@ -1,0 +1,391 @@
+"""`high_availability` [seed 2]: invariants as hypothesis properties, plus the seed's examples as unit tests."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from apportion.assign._high_availability import high_availability, parse_options, tags
+from apportion.errors import InvalidRequest
+from apportion.model import AssignRequest, Member, Partition, Plan, Resource
+
+ACCEPTABLE = 10_000
+LAGS = (0, 1, ACCEPTABLE, ACCEPTABLE + 1, 60_000, None)  # None: the replica reports no lag
+PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def parts(name: str, *indices: int) -> tuple[Partition, ...]:
+    return tuple(Partition(name, i) for i in indices)
+
+
+def request(resources: tuple[Resource, ...], members: tuple[Member, ...], **options: object) -> AssignRequest:
+    return AssignRequest("high_availability", resources, members, MappingProxyType(dict(options)))
+
+
+def counts(plan: Plan) -> dict[str, int]:
+    return {m: len(ps) for m, ps in plan.assignment.items()}
+
+
+@st.composite
+def requests(draw: st.DrawFn, *, uniform: bool = True, churn: bool = True) -> AssignRequest:
+    """Small requests: 1-2 resources (each stateful or not), 1-5 members with capacities and maybe racks, a previous
+    ownership (with partitions of a departed member when ``churn``), standby and learner replicas with lags."""
+    resources = tuple(
+        Resource(f"r{i}", draw(st.integers(0, 9)), stateful=draw(st.booleans()))
+        for i in range(draw(st.integers(1, 2)))
+    )
+    everything = [p for r in resources for p in r.all_partitions()]
+    ids = [f"m{i}" for i in range(draw(st.integers(1, 5)))]
+    racked = draw(st.booleans())
+    owner = [draw(st.integers(-1, len(ids) if churn else len(ids) - 1)) for _ in everything]  # -1 / len: nobody
+    held: dict[str, dict[str, list[Partition]]] = {m: {"owned": [], "standby": [], "learners": []} for m in ids}
+    lag: dict[str, dict[Partition, int]] = {m: {} for m in ids}
+    for p, o in zip(everything, owner, strict=True):
+        for k, m in enumerate(ids):
+            if k == o:
+                held[m]["owned"].append(p)
+                continue
+            kind = draw(st.sampled_from(("none", "none", "standby", "learners")))
+            if kind != "none":
+                held[m][kind].append(p)
+                value = draw(st.sampled_from(LAGS))
+                if value is not None:
+                    lag[m][p] = value
+    members = []
+    for m in ids:
+        subs = None if uniform else draw(st.none() | st.frozensets(st.sampled_from([r.name for r in resources])))
+        members.append(
+            Member(
+                m,
+                subscriptions=subs,
+                owned=tuple(held[m]["owned"]),
+                capacity=draw(st.sampled_from((0.5, 1.0, 2.0, 3.0))),
+                rack=draw(st.sampled_from(("a", "b", "c"))) if racked else None,
+                standby=tuple(held[m]["standby"]),
+                learners=tuple(held[m]["learners"]),
+                lag=MappingProxyType(lag[m]),
+            )
+        )
+    options = {
+        "num_standby_replicas": draw(st.integers(0, 2)),
+        "max_warmup_replicas": draw(st.integers(1, 3)),
+        "acceptable_recovery_lag": ACCEPTABLE,
+        "imbalance": draw(st.sampled_from((0.0, 0.1, 0.25))),
+    }
+    return request(resources, tuple(members), **options)
+
+
+def previous_owner(req: AssignRequest) -> dict[Partition, str]:
+    """The request's previous owners (one generation here; the smallest id wins a conflict)."""
+    out: dict[Partition, str] = {}
+    for m in sorted(req.members, key=lambda m: m.id):
+        for p in m.owned:
+            out.setdefault(p, m.id)
+    return out
+
+
+def lag_of(req: AssignRequest, member: Member, p: Partition) -> float:
+    if previous_owner(req).get(p) == member.id:
+        return 0
+    holds = p in member.standby or p in member.learners or p in member.owned
+    return member.lag.get(p, math.inf) if holds else math.inf
+
+
+def within_bands(req: AssignRequest, plan: Plan, *, stateful: bool) -> bool:
+    """Each member's count of this kind within [floor(s(1-x)), ceil(s(1+x))], s its capacity share (uniform subs)."""
+    x = float(req.options.get("imbalance", 0.0))  # type: ignore[arg-type]
+    kind = {r.name for r in req.resources if r.stateful == stateful}
+    n = sum(r.partitions for r in req.resources if r.name in kind)
+    total = sum(m.capacity for m in req.members)
+    for m in req.members:
+        share = n * m.capacity / total
+        have = sum(1 for p in plan.assignment[m.id] if p.resource in kind)
+        if not math.floor(share * (1 - x) + 1e-9) <= have <= math.ceil(share * (1 + x) - 1e-9):
+            return False
+    return True
+
+
+def next_round(req: AssignRequest, plan: Plan) -> AssignRequest:
+    """A probing round without churn: the plan becomes the members' holdings; learners have caught up (lag 0),
+    standbys keep the lag they had (a new standby starts unready, one offset beyond the acceptable lag)."""
+    owner = previous_owner(req)
+    members = []
+    for m in req.members:
+        lag: dict[Partition, int] = {p: 0 for p in plan.learners[m.id]}
+        for p in plan.standby[m.id]:
+            before = 0 if owner.get(p) == m.id else m.lag.get(p)
+            lag[p] = ACCEPTABLE + 1 if before is None else before
+        members.append(
+            Member(
+                m.id,
+                subscriptions=m.subscriptions,
+                owned=plan.assignment[m.id],
+                generation=m.generation + 1,
+                capacity=m.capacity,
+                rack=m.rack,
+                standby=plan.standby[m.id],
+                learners=plan.learners[m.id],
+                lag=MappingProxyType(lag),
+            )
+        )
+    return AssignRequest(req.strategy, req.resources, tuple(members), req.options)
+
+
+# -- properties ---------------------------------------------------------------------------------------------------
+
+
+@PROPERTY
+@given(requests(uniform=False))
+def test_every_partition_has_exactly_one_active_on_a_subscribed_member(req: AssignRequest) -> None:
+    plan = high_availability(req)
+    subscribed = {m.id: m for m in req.members}
+    actives = [(p, m) for m, ps in plan.assignment.items() for p in ps]
+    assert len(actives) == len({p for p, _ in actives})
+    assert all(subscribed[m].subscribes_to(p.resource) for p, m in actives)
+    expected = {p for r in req.resources for p in r.all_partitions() if any(m.subscribes_to(r.name) for m in req.members)}
+    assert {p for p, _ in actives} == expected
+    assert plan.stats.moved == sum(1 for mv in plan.moves if mv.source is not None)
+    assert all(plan.assignment[m] == tuple(sorted(ps)) for m, ps in plan.assignment.items())
+
+
+@PROPERTY
+@given(requests(uniform=False))
+def test_standbys_avoid_the_active_member_and_its_rack_and_fill_every_slot_members_allow(req: AssignRequest) -> None:
+    plan = high_availability(req)
+    wanted = int(req.options["num_standby_replicas"])  # type: ignore[call-overload]
+    owner = plan.owner_of()
+    rack = {m.id: m.rack for m in req.members}
+    learner = {p: m for m, ps in plan.learners.items() for p in ps}
+    standbys: dict[Partition, list[str]] = {}
+    for m, ps in plan.standby.items():
+        for p in ps:
+            standbys.setdefault(p, []).append(m)
+    stateful = {r.name for r in req.resources if r.stateful}
+    for p, active in owner.items():
+        holders = standbys.get(p, [])
+        if p.resource not in stateful:
+            assert holders == []
+            continue
+        assert active not in holders and learner.get(p) not in holders
+        others = [m.id for m in req.members if m.subscribes_to(p.resource) and m.id not in (active, learner.get(p))]
+        assert len(holders) == min(wanted, len(others))
+        if rack[active] is not None:
+            other_racks = [m for m in others if rack[m] != rack[active]]
+            same_rack = [m for m in holders if rack[m] == rack[active]]
+            assert len(same_rack) <= max(0, len(holders) - len(other_racks))
+    assert all(p.resource in stateful for ps in plan.learners.values() for p in ps)
+
+
+@PROPERTY
+@given(requests(uniform=False))
+def test_learners_are_at_most_max_warmup_replicas_and_sit_where_their_active_is_going(req: AssignRequest) -> None:
+    plan = high_availability(req)
+    owner = plan.owner_of()
+    learners = [(p, m) for m, ps in plan.learners.items() for p in ps]
+    assert len(learners) <= int(req.options["max_warmup_replicas"])  # type: ignore[call-overload]
+    assert len({p for p, _ in learners}) == len(learners)
+    for p, m in learners:
+        assert owner[p] != m
+        assert p not in plan.standby[m]
+    assert (plan.probe_after_s is not None) == bool(learners)
+
+
+@PROPERTY
+@given(requests(uniform=False))
+def test_stateful_active_moves_only_to_a_ready_member_unless_none_is_ready(req: AssignRequest) -> None:
+    plan = high_availability(req)
+    stateful = {r.name for r in req.resources if r.stateful}
+    by_id = {m.id: m for m in req.members}
+    for move in plan.moves:
+        p = move.partition
+        if p.resource not in stateful:
+            continue
+        eligible = [m for m in req.members if m.subscribes_to(p.resource)]
+        someone_ready = any(lag_of(req, m, p) <= ACCEPTABLE for m in eligible)
+        assert lag_of(req, by_id[move.target], p) <= ACCEPTABLE or not someone_ready, move
+
+
+@PROPERTY
+@given(requests(uniform=True))
+def test_stateless_partitions_reach_the_weighted_balance_at_once(req: AssignRequest) -> None:
+    plan = high_availability(req)
+    assert within_bands(req, plan, stateful=False)
+
+
+@PROPERTY
+@given(requests(uniform=False), st.randoms(use_true_random=False))
+def test_plan_is_deterministic_whatever_the_order_of_members_and_resources(req: AssignRequest, rnd: object) -> None:
+    members = list(req.members)
+    rnd.shuffle(members)  # type: ignore[attr-defined]
+    shuffled = AssignRequest(req.strategy, tuple(reversed(req.resources)), tuple(members), req.options)
+    assert high_availability(shuffled) == high_availability(req) == high_availability(req)
+
+
+@PROPERTY
+@given(requests(uniform=True))
+def test_probing_rounds_reach_the_weighted_balance_within_ceil_min_moves_over_max_warmup(req: AssignRequest) -> None:
+    """The bound: after the first plan, at most ceil(min_moves / max_warmup_replicas) probing rounds (learners caught
+    up, no churn) give a plan within the bands with no learner; the next round then moves nothing."""
+    first = plan = high_availability(req)
+    bound = math.ceil(first.stats.min_moves / int(req.options["max_warmup_replicas"]))  # type: ignore[call-overload]
+    current = req
+    for _ in range(bound):
+        if not any(plan.learners.values()):
+            break
+        current = next_round(current, plan)
+        plan = high_availability(current)
+    assert not any(plan.learners.values()), f"learners left after {bound} probing rounds"
+    assert within_bands(req, plan, stateful=True) and within_bands(req, plan, stateful=False)
+    start = previous_owner(req)
+    changed = sum(1 for p, m in plan.owner_of().items() if start.get(p) != m)
+    assert changed >= first.stats.min_moves  # min_moves is a lower bound on reaching the bands
+    again = high_availability(next_round(current, plan))
+    assert again.moves == () and again.assignment == plan.assignment
+
+
+# -- the seed's examples and the main function's order ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_capacities_5_10_10_15_share_80_partitions_as_10_20_20_30(stateful: bool) -> None:
+    members = tuple(Member(f"m{i}", capacity=c) for i, c in enumerate((5, 10, 10, 15)))
+    plan = high_availability(request((Resource("t", 80, stateful=stateful),), members))
+    assert counts(plan) == {"m0": 10, "m1": 20, "m2": 20, "m3": 30}
+    assert plan.stats.min_moves == 80 and plan.stats.moved == 0 and len(plan.moves) == 80
+
+
+def seed_members(sizes: tuple[int, ...]) -> tuple[Member, ...]:
+    start = [sum(sizes[:i]) for i in range(len(sizes))]
+    return tuple(
+        Member(f"m{i}", capacity=c, owned=parts("t", *range(start[i], start[i] + n)))
+        for i, (c, n) in enumerate(zip((5, 10, 10, 15), sizes, strict=True))
+    )
+
+
+def test_imbalance_20_percent_keeps_12_18_23_27_stable() -> None:
+    plan = high_availability(request((Resource("t", 80),), seed_members((12, 18, 23, 27)), imbalance=0.2))
+    assert counts(plan) == {"m0": 12, "m1": 18, "m2": 23, "m3": 27}
+    assert plan.moves == () and plan.stats.min_moves == 0
+
+
+def test_without_tolerance_stateless_12_18_23_27_rebalances_at_once_with_the_fewest_moves() -> None:
+    plan = high_availability(request((Resource("t", 80),), seed_members((12, 18, 23, 27))))
+    assert counts(plan) == {"m0": 10, "m1": 20, "m2": 20, "m3": 30}
+    assert plan.stats.moved == plan.stats.min_moves == 5
+
+
+def test_new_member_gets_learners_while_actives_stay_then_takes_them_when_ready() -> None:
+    t = Resource("s", 12, stateful=True)
+    members = (Member("a", owned=parts("s", *range(6))), Member("b", owned=parts("s", *range(6, 12))), Member("c"))
+    req = request((t,), members, max_warmup_replicas=2)
+    first = high_availability(req)
+    assert first.moves == ()  # nobody on c is ready: every active stays with its previous owner
+    assert len(first.learners["c"]) == 2 and first.probe_after_s == 600.0
+    assert first.stats.min_moves == 4
+    learning = first.learners["c"]
+    assert all(tags(first)[p]["c"] == {"isLearner": True, "beingLearned": False, "isReady": False} for p in learning)
+    assert all(tags(first)[p][first.owner_of()[p]]["beingLearned"] for p in learning)
+    second = high_availability(next_round(req, first))
+    assert [mv.partition for mv in second.moves] == list(learning)  # actives go to the ready learners
+    assert all(mv.target == "c" for mv in second.moves)
+    third = high_availability(next_round(next_round(req, first), second))
+    assert counts(third) == {"a": 4, "b": 4, "c": 4} and not any(third.learners.values())
+    assert third.probe_after_s is None
+
+
+def test_orphan_goes_to_a_ready_standby_before_an_unready_learner() -> None:
+    p = Partition("s", 0)
+    members = (
+        Member("a", learners=(p,), lag=MappingProxyType({p: 50_000})),
+        Member("b", standby=(p,), lag=MappingProxyType({p: 10})),
+    )
+    plan = high_availability(request((Resource("s", 1, stateful=True),), members))
+    assert plan.owner_of() == {p: "b"}
+
+
+def test_previous_owner_keeps_the_active_while_the_target_learner_is_unready() -> None:
+    ps = parts("s", 0, 1)
+    members = (Member("a", owned=ps), Member("b", learners=ps[1:], lag=MappingProxyType({ps[1]: 20_000})))
+    plan = high_availability(request((Resource("s", 2, stateful=True),), members))
+    assert plan.owner_of() == {ps[0]: "a", ps[1]: "a"}
+    assert plan.learners["b"] == ps[1:]  # the existing learner is kept
+
+
+def test_unready_learners_win_over_members_with_nothing_when_nobody_is_ready() -> None:
+    p = Partition("s", 0)
+    members = (Member("a"), Member("b", learners=(p,), lag=MappingProxyType({p: 50_000})))
+    plan = high_availability(request((Resource("s", 1, stateful=True),), members))
+    assert plan.owner_of() == {p: "b"}
+
+
+def test_stateless_partitions_ignore_readiness_and_get_no_replicas() -> None:
+    ps = parts("q", 0, 1, 2, 3)
+    members = (Member("a", owned=ps), Member("b"))
+    plan = high_availability(request((Resource("q", 4),), members, num_standby_replicas=1))
+    assert counts(plan) == {"a": 2, "b": 2}
+    assert not any(plan.standby.values()) and not any(plan.learners.values())
+
+
+def test_standby_goes_to_another_rack_and_prefers_the_caught_up_replica() -> None:
+    p = Partition("s", 0)
+    members = (
+        Member("a", owned=(p,), rack="r1"),
+        Member("b", rack="r1", standby=(p,), lag=MappingProxyType({p: 0})),
+        Member("c", rack="r2"),
+        Member("d", rack="r2", standby=(p,), lag=MappingProxyType({p: 5})),
+    )
+    plan = high_availability(request((Resource("s", 1, stateful=True),), members, num_standby_replicas=1))
+    assert plan.standby["d"] == (p,) and plan.ready["d"] == (p,)
+    assert tags(plan)[p]["d"] == {"isLearner": False, "beingLearned": False, "isReady": True}
+
+
+def test_conflicting_claims_resolve_to_the_highest_generation_then_smallest_id() -> None:
+    p = Partition("s", 0)
+    members = (Member("b", owned=(p,), generation=2), Member("a", owned=(p,), generation=1), Member("c", owned=(p,)))
+    plan = high_availability(request((Resource("s", 1, stateful=True),), members))
+    assert plan.owner_of() == {p: "b"} and plan.moves == ()
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"num_standby_replicas": -1}, "options.num_standby_replicas"),
+        ({"max_warmup_replicas": 0}, "options.max_warmup_replicas"),
+        ({"acceptable_recovery_lag": 1.5}, "options.acceptable_recovery_lag"),
+        ({"acceptable_recovery_lag": True}, "options.acceptable_recovery_lag"),
+        ({"imbalance": 20}, "options.imbalance"),
+        ({"imbalance": float("nan")}, "options.imbalance"),
+        ({"probing_rebalance_interval_s": 0}, "options.probing_rebalance_interval_s"),
+        ({"num_standbys": 1}, "options.num_standbys"),
+    ],
+)
+def test_bad_options_are_rejected_naming_the_field(options: Mapping[str, object], field: str) -> None:
+    with pytest.raises(InvalidRequest) as err:
+        parse_options(options)
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("members", "field"),
+    [
+        ((Member("a", capacity=0),), "members.a.capacity"),
+        ((Member("a"), Member("a")), "members.a"),
+        ((Member("a", lag=MappingProxyType({Partition("s", 0): -1})),), "members.a.lag"),
+        ((Member("a", owned=parts("s", 0), standby=parts("s", 0)),), "members.a.standby"),
+    ],
+)
+def test_bad_members_are_rejected_naming_the_field(members: tuple[Member, ...], field: str) -> None:
+    with pytest.raises(InvalidRequest) as err:
+        high_availability(request((Resource("s", 1, stateful=True),), members))
+    assert err.value.field == field
+
+
+def test_defaults_match_the_documented_options() -> None:
+    opts = parse_options({})
+    assert (opts.num_standby_replicas, opts.max_warmup_replicas, opts.acceptable_recovery_lag) == (0, 2, 10_000)
+    assert (opts.imbalance, opts.probing_rebalance_interval_s) == (0.0, 600.0)

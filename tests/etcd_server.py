@@ -1,0 +1,246 @@
+"""Real etcd servers for tests: a single node or an n-node cluster on free loopback ports, data in a temp dir.
+
+``EtcdServer.single(binary, data_dir)`` and ``EtcdServer.cluster(binary, data_dir, n=3)`` are context managers that
+start the processes, wait (with a deadline) until ``/health`` answers, and always stop them. Raft timings are short
+(heartbeat 50 ms, election 500 ms) so a killed leader is replaced within about a second and etcd's minimum lease TTL
+is 1 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+READY_DEADLINE_S = 20.0
+RAFT_ARGS = ("--heartbeat-interval", "50", "--election-timeout", "500", "--snapshot-count", "100000")
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """Server TLS material; ``client_cert``/``client_key`` are set when the server demands client certificates."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    client_cert: Path | None = None
+    client_key: Path | None = None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class EtcdServer:
+    """One etcd member process (restartable on the same ports and data dir)."""
+
+    def __init__(
+        self,
+        binary: str,
+        data_dir: Path,
+        name: str,
+        client_port: int,
+        peer_port: int,
+        initial_cluster: str,
+        tls: TlsFiles | None = None,
+    ) -> None:
+        self.binary = binary
+        self.data_dir = data_dir
+        self.name = name
+        self.client_port = client_port
+        self.peer_port = peer_port
+        self.initial_cluster = initial_cluster
+        self.tls = tls
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"{name}.log"
+
+    # -- addresses -----------------------------------------------------------------------------------------
+
+    @property
+    def client_url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def url(self) -> str:
+        """The store URL of this member alone."""
+        if self.tls is None:
+            return f"etcd://{self.endpoint}"
+        query = f"cacert={self.tls.ca}"
+        if self.tls.client_cert and self.tls.client_key:
+            query += f"&cert={self.tls.client_cert}&key={self.tls.client_key}"
+        return f"etcds://{self.endpoint}?{query}"
+
+    # -- life cycle ----------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError(f"{self.name} is already running")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            self.binary,
+            "--name", self.name,
+            "--data-dir", str(self.data_dir),
+            "--listen-client-urls", self.client_url,
+            "--advertise-client-urls", self.client_url,
+            "--listen-peer-urls", f"http://127.0.0.1:{self.peer_port}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_port}",
+            "--initial-cluster", self.initial_cluster,
+            "--initial-cluster-state", "new",
+            "--initial-cluster-token", "apportion-test",
+            *RAFT_ARGS,
+        ]  # fmt: skip
+        if self.tls is not None:
+            args += ["--cert-file", str(self.tls.cert), "--key-file", str(self.tls.key)]
+            if self.tls.client_cert:
+                args += ["--client-cert-auth", "--trusted-ca-file", str(self.tls.ca)]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def kill(self) -> None:
+        """SIGKILL the member (no clean shutdown) and reap it."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def restart(self, wait: bool = True) -> None:
+        self.kill()
+        self.start()
+        if wait:
+            self.wait_ready()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def _client(self) -> httpx.Client:
+        verify: ssl.SSLContext | bool = True
+        if self.tls is not None:
+            verify = ssl.create_default_context(cafile=str(self.tls.ca))
+            if self.tls.client_cert and self.tls.client_key:
+                verify.load_cert_chain(str(self.tls.client_cert), str(self.tls.client_key))
+        return httpx.Client(verify=verify, timeout=1.0)
+
+    def healthy(self) -> bool:
+        try:
+            with self._client() as client:
+                reply = client.get(self.client_url + "/health")
+                return reply.status_code == 200 and json.loads(reply.text).get("health") == "true"
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    def wait_ready(self, deadline_s: float = READY_DEADLINE_S) -> None:
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            if not self.running:
+                raise RuntimeError(f"etcd {self.name} exited with {self.process and self.process.returncode}:\n"
+                                   f"{self.log_tail()}")  # fmt: skip
+            if self.healthy():
+                return
+            time.sleep(0.05)
+        raise TimeoutError(
+            f"etcd {self.name} not healthy on {self.client_url} within {deadline_s}s:\n{self.log_tail()}"
+        )
+
+    def status(self) -> dict[str, str]:
+        """``/v3/maintenance/status`` of this member: ``member_id`` and ``leader`` as decimal strings."""
+        with self._client() as client:
+            reply = client.post(self.client_url + "/v3/maintenance/status", json={}).json()
+        return {"member_id": str(reply["header"]["member_id"]), "leader": str(reply.get("leader", "0"))}
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    # -- factories -----------------------------------------------------------------------------------------
+
+    @classmethod
+    @contextlib.contextmanager
+    def single(cls, binary: str, data_dir: Path, *, tls: TlsFiles | None = None) -> Iterator[EtcdServer]:
+        """One fresh member; stopped (and waited for) on exit."""
+        peer_port = free_port()
+        server = cls(binary, data_dir, "node0", free_port(), peer_port, f"node0=http://127.0.0.1:{peer_port}", tls)
+        try:
+            server.start()
+            server.wait_ready()
+            yield server
+        finally:
+            server.stop()
+
+    @classmethod
+    @contextlib.contextmanager
+    def cluster(cls, binary: str, data_dir: Path, n: int = 3) -> Iterator[EtcdCluster]:
+        """``n`` fresh members forming one cluster; all stopped on exit."""
+        peers = [free_port() for _ in range(n)]
+        initial = ",".join(f"node{i}=http://127.0.0.1:{port}" for i, port in enumerate(peers))
+        members = [cls(binary, data_dir / f"node{i}", f"node{i}", free_port(), peers[i], initial) for i in range(n)]
+        cluster = EtcdCluster(members)
+        try:
+            for member in members:
+                member.start()
+            for member in members:
+                member.wait_ready()
+            yield cluster
+        finally:
+            for member in members:
+                member.stop()
+
+
+class EtcdCluster:
+    """Members of one etcd cluster, with the helpers failure tests need."""
+
+    def __init__(self, members: Sequence[EtcdServer]) -> None:
+        self.members = list(members)
+
+    @property
+    def url(self) -> str:
+        """The store URL naming every member (the client fails over between them)."""
+        return "etcd://" + ",".join(member.endpoint for member in self.members)
+
+    def leader(self, deadline_s: float = 10.0) -> EtcdServer:
+        """The running member that is leader (polls until the live members agree on one)."""
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            for member in self.members:
+                if not member.running:
+                    continue
+                try:
+                    status = member.status()
+                except (httpx.HTTPError, KeyError, ValueError):
+                    continue
+                if status["leader"] != "0" and status["leader"] == status["member_id"]:
+                    return member
+            time.sleep(0.05)
+        raise TimeoutError(f"no etcd leader among running members within {deadline_s}s")
+
+    def kill(self, member: EtcdServer) -> None:
+        member.kill()
+
+    def restart(self, member: EtcdServer) -> None:
+        member.restart()

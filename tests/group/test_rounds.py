@@ -1,0 +1,204 @@
+"""RoundsMember on the memory store in virtual time: rounds, plans, handoff, fencing, lease lapse."""
+
+from __future__ import annotations
+
+import pytest
+
+from apportion.errors import Fenced, InvalidRequest
+from apportion.group import GroupConfig, history
+from tests.group.harness import FAST, Harness
+
+
+def test_three_members_settle_within_two_seconds_with_balanced_exclusive_ownership() -> None:
+    h = Harness()
+    for mid in ("a", "b", "c"):
+        h.add(mid)
+    h.run(2.0)
+    assert all(m.stable() for m in h.members.values())
+    owners = h.owners()
+    assert sorted(owners) == list(range(12))
+    assert sorted(len(p) for p in h.assignment().values()) == [4, 4, 4]
+
+
+def test_every_member_reads_the_same_plan() -> None:
+    h = Harness()
+    for mid in ("a", "b", "c"):
+        h.add(mid)
+    h.run(2.0)
+    rounds = {m.plan_round for m in h.members.values()}
+    assert len(rounds) == 1
+    planned = sorted(p for m in h.members.values() for p in m.assignment)
+    assert planned == list(range(12))
+
+
+def test_joining_member_moves_only_what_it_takes_and_kept_partitions_are_not_revoked() -> None:
+    h = Harness()
+    h.add("a")
+    h.add("b")
+    h.run(2.0)
+    before = h.assignment()
+    h.log.calls.clear()
+    h.add("c")
+    h.run(3.0)
+    after = h.assignment()
+    assert sorted(len(p) for p in after.values()) == [4, 4, 4]
+    for mid in ("a", "b"):
+        assert set(after[mid]) <= set(before[mid])  # sticky: a and b only give up partitions
+    revoked = {p for kind, _, parts, _ in h.log.calls if kind == "revoked" for p in parts}
+    assert revoked == set(after["c"])  # only the moved partitions paused
+    assert not [c for c in h.log.calls if c[0] == "lost"]
+
+
+def test_graceful_leave_moves_only_the_leavers_partitions() -> None:
+    h = Harness()
+    for mid in ("a", "b", "c"):
+        h.add(mid)
+    h.run(2.0)
+    before = h.assignment()
+    h.members["c"].leave()
+    del h.members["c"]
+    h.run(3.0)
+    after = h.assignment()
+    assert sorted(p for parts in after.values() for p in parts) == list(range(12))
+    for mid in ("a", "b"):
+        assert set(before[mid]) <= set(after[mid])
+
+
+def test_crashed_member_partitions_are_owned_again_after_its_lease_expires() -> None:
+    h = Harness()
+    for mid in ("a", "b", "c"):
+        h.add(mid)
+    h.run(2.0)
+    h.frozen.add("c")  # crash: never stepped again, no keepalive
+    crashed_at = h.clock.now()
+    h.run(FAST.ttl_s + FAST.min_interval_s + FAST.settle_s + 0.5)
+    assert sorted(h.owners()) == list(range(12))
+    assert crashed_at + FAST.ttl_s < h.clock.now()
+
+
+def test_frozen_member_is_fenced_loses_everything_and_rejoins() -> None:
+    h = Harness()
+    for mid in ("a", "b", "c"):
+        h.add(mid)
+    h.run(2.0)
+    zombie = h.members["c"]
+    held = {p: zombie.lease(p).epoch for p in zombie.owned()}
+    assert held
+    h.frozen.add("c")
+    h.run(FAST.ttl_s + 3.0)
+    assert sorted(h.owners()) == list(range(12))  # replaced
+    # The zombie resumes: it does not believe it owns anything any more, and a commit with its old epoch is fenced.
+    h.frozen.discard("c")
+    assert zombie.owned() == []
+    p, epoch = next(iter(held.items()))
+    with pytest.raises(Fenced):
+        zombie.commit(p, "zombie", epoch=epoch)
+    h.run(4.0)
+    lost = {q for kind, mid, parts, _ in h.log.calls if kind == "lost" and mid == "c" for q in parts}
+    assert lost == set(held)
+    assert all(m.stable() for m in h.members.values())
+    assert sorted(h.owners()) == list(range(12))
+
+
+def test_commit_requires_the_current_epoch_and_checkpoint_is_readable_by_anyone() -> None:
+    h = Harness()
+    h.add("a")
+    h.add("b")
+    h.run(2.0)
+    a = h.members["a"]
+    p = a.owned()[0]
+    lease = a.lease(p)
+    a.commit(p, "offset-10")
+    assert h.members["b"].checkpoint(p) == "offset-10"
+    with pytest.raises(Fenced):
+        a.commit(p, "stale", epoch=lease.epoch - 1)
+    with pytest.raises(Fenced):
+        h.members["b"].commit(p, "not-mine")
+    events = [e for e in history(h.store, "g") if e["type"] == "commit"]
+    assert events[-1]["partition"] == p and events[-1]["epoch"] == lease.epoch
+
+
+def test_epochs_grow_on_every_handoff() -> None:
+    h = Harness()
+    h.add("a")
+    h.run(2.0)
+    first = {p: h.members["a"].lease(p).epoch for p in h.members["a"].owned()}
+    h.add("b")
+    h.run(3.0)
+    for p in h.members["b"].owned():
+        assert h.members["b"].lease(p).epoch == first[p] + 1
+
+
+def test_more_members_than_partitions_settles() -> None:
+    config = GroupConfig(partitions=2, settle_s=0.5, min_interval_s=1.0, ttl_s=3.0)
+    h = Harness(config)
+    for i in range(5):
+        h.add(f"m{i}")
+    h.run(3.0)
+    assert all(m.stable() for m in h.members.values())
+    assert sorted(h.owners()) == [0, 1]
+
+
+def test_same_participants_keep_the_plan_on_heartbeat_rounds() -> None:
+    config = GroupConfig(partitions=12, strategy="round_robin", settle_s=0.2, min_interval_s=0.5, heartbeat_s=2.0)
+    h = Harness(config)
+    for mid in ("a", "b", "c"):
+        h.add(mid)
+    h.run(2.0)
+    before, first_round = h.assignment(), h.members["a"].plan_round
+    h.run(5.0)
+    assert h.members["a"].plan_round > first_round  # heartbeat rounds happened
+    assert h.assignment() == before
+    closed = [e for e in history(h.store, "g") if e["type"] == "round_closed"]
+    assert closed[-1]["kept"] is True
+
+
+def test_resource_change_forces_a_new_round_with_the_new_partition_count() -> None:
+    h = Harness()
+    h.add("a")
+    h.add("b")
+    h.run(2.0)
+    bigger = GroupConfig(partitions=20, settle_s=0.5, min_interval_s=1.0, ttl_s=3.0)
+    h.add("c", config=bigger, update=True)
+    h.run(4.0)
+    assert sorted(h.owners()) == list(range(20))
+    assert all(m.config.partitions == 20 for m in h.members.values())
+
+
+def test_newcomer_uses_the_stored_definition_unless_asked_to_update() -> None:
+    h = Harness()
+    h.add("a")
+    h.run(1.0)
+    other = GroupConfig(partitions=99, settle_s=0.5, min_interval_s=1.0, ttl_s=3.0)
+    h.add("b", config=other)
+    h.run(3.0)
+    assert h.members["b"].config.partitions == 12
+    assert sorted(h.owners()) == list(range(12))
+
+
+def test_slow_revocation_beyond_its_deadline_leads_to_on_lost() -> None:
+    h = Harness()
+    h.add("a", revoke_timeout_s=0.5, delay=lambda kind, parts: 10.0)
+    h.run(2.0)
+    h.add("b")
+    h.run(FAST.ttl_s + 3.0)
+    assert sorted(h.members["b"].owned()) == list(range(12))  # a's lease lapsed while it was still revoking
+    h.run(9.0)  # the slow callback returns (10 s) and a reports the rest as lost
+    lost = [c for c in h.log.calls if c[0] == "lost" and c[1] == "a"]
+    assert lost, "a revocation that overran revoke_timeout_s must end with on_lost"
+    assert sorted(h.owners()) == list(range(12))
+
+
+@pytest.mark.parametrize(
+    ("field", "kwargs"),
+    [
+        ("partitions", {"partitions": 0}),
+        ("strategy", {"partitions": 3, "strategy": "nope"}),
+        ("ttl_s", {"partitions": 3, "ttl_s": -1}),
+        ("min_interval_s", {"partitions": 3, "settle_s": 2.0, "min_interval_s": 1.0}),
+    ],
+)
+def test_invalid_timings_and_definitions_are_rejected(field: str, kwargs: dict[str, object]) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        GroupConfig(**kwargs)  # type: ignore[arg-type]
+    assert info.value.field == field
