@@ -87,9 +87,11 @@ class AssignRequest:
     options: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
 
 
-@dataclass(frozen=True, slots=True)
-class Move:
-    """A partition whose owner changes; ``source`` is None when nobody (live) owned it."""
+class Move(NamedTuple):
+    """A partition whose owner changes; ``source`` is None when nobody (live) owned it.
+
+    A named tuple rather than a dataclass: plans of a million partitions build a million of them.
+    """
 
     partition: Partition
     source: str | None

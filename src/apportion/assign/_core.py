@@ -28,7 +28,6 @@ from fractions import Fraction
 from itertools import pairwise, repeat
 from operator import itemgetter
 from types import MappingProxyType
-from typing import Any
 
 from apportion.errors import InvalidRequest
 from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
@@ -263,13 +262,8 @@ def moves_of(problem: Problem, assignment: Sequence[Sequence[int]]) -> list[tupl
 
 
 def _fast_moves(parts: tuple[Partition, ...], sources: list[str | None], targets: list[str]) -> tuple[Move, ...]:
-    """Move objects without the frozen dataclass __init__ (slot descriptors set directly: 5x faster by the million)."""
-    objs: list[Move] = list(map(object.__new__, repeat(Move, len(parts))))
-    slots: dict[str, Any] = dict(vars(Move))
-    for name, values in (("partition", parts), ("source", sources), ("target", targets)):
-        for _ in map(slots[name].__set__, objs, values):
-            pass
-    return tuple(objs)
+    """Move tuples by the million: ``tuple.__new__(Move, row)`` over zipped columns runs entirely in C."""
+    return tuple(map(tuple.__new__, repeat(Move), zip(parts, sources, targets, strict=True)))
 
 
 def to_plan(

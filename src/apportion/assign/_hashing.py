@@ -50,6 +50,8 @@ def rendezvous(request: AssignRequest) -> Plan:
             name = names[p]
             best = max(range(len(subscribers)), key=lambda k: (stable_hash(prefixes[k] + name), -k))
             assignment[subscribers[best]].append(p)
+    for ints in assignment:  # groups of resources interleave: restore (resource, index) order
+        ints.sort()
     return to_plan(problem, assignment)
 
 
@@ -89,4 +91,6 @@ def bounded_load(request: AssignRequest) -> Plan:
                 chosen = min(subscribers, key=lambda x: (load[x], x))
             load[chosen] += 1
             assignment[chosen].append(p)
+    for ints in assignment:  # groups of resources interleave: restore (resource, index) order
+        ints.sort()
     return to_plan(problem, assignment)
