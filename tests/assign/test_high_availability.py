@@ -36,8 +36,7 @@ def requests(draw: st.DrawFn, *, uniform: bool = True, churn: bool = True) -> As
     """Small requests: 1-2 resources (each stateful or not), 1-5 members with capacities and maybe racks, a previous
     ownership (with partitions of a departed member when ``churn``), standby and learner replicas with lags."""
     resources = tuple(
-        Resource(f"r{i}", draw(st.integers(0, 9)), stateful=draw(st.booleans()))
-        for i in range(draw(st.integers(1, 2)))
+        Resource(f"r{i}", draw(st.integers(0, 9)), stateful=draw(st.booleans())) for i in range(draw(st.integers(1, 2)))
     )
     everything = [p for r in resources for p in r.all_partitions()]
     ids = [f"m{i}" for i in range(draw(st.integers(1, 5)))]
@@ -147,7 +146,9 @@ def test_every_partition_has_exactly_one_active_on_a_subscribed_member(req: Assi
     actives = [(p, m) for m, ps in plan.assignment.items() for p in ps]
     assert len(actives) == len({p for p, _ in actives})
     assert all(subscribed[m].subscribes_to(p.resource) for p, m in actives)
-    expected = {p for r in req.resources for p in r.all_partitions() if any(m.subscribes_to(r.name) for m in req.members)}
+    expected = {
+        p for r in req.resources for p in r.all_partitions() if any(m.subscribes_to(r.name) for m in req.members)
+    }
     assert {p for p, _ in actives} == expected
     assert plan.stats.moved == sum(1 for mv in plan.moves if mv.source is not None)
     assert all(plan.assignment[m] == tuple(sorted(ps)) for m, ps in plan.assignment.items())

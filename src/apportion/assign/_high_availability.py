@@ -3,16 +3,17 @@
 A pure function of the request, in three steps. Ties are always broken by member id, then partition order.
 
 1. **Target** — the balanced, sticky assignment the group converges to. Stateful and stateless partitions are
-   balanced separately. For a kind with N partitions, member m gets the band
-   ``[floor(s * (1 - x)), ceil(s * (1 + x))]`` with ``s = N * capacity_m / total capacity`` (its weighted share; seed
-   2: capacities 5, 10, 10, 15 and 80 partitions give 10, 20, 20, 30) and ``x`` the ``imbalance`` option (0.2 keeps
-   12, 18, 23, 27 stable). Previous owners keep as many partitions as any assignment within the bands can keep: first
-   up to their lower bound, then, in member-id order, extra ones up to their upper bound while the ``N - sum(lower)``
-   partitions above the lower bounds last. An overloaded member releases first the partitions whose move is cheapest
-   (a ready learner elsewhere, then a ready standby, then an existing learner). Released and unowned partitions are
-   placed where the lower bounds still can be met, preferring a ready learner, then a ready replica (standby), then
-   the member already learning it, then the least loaded member relative to capacity (new members first, standby
-   holders on ties). Partition weights are not used: the band is on partition counts.
+   balanced separately. For a kind with N partitions, member m gets the band ``[floor(s*(1-x)), ceil(s*(1+x))]`` with
+   ``s = N * capacity_m / total capacity`` (its weighted share; seed 2: capacities 5, 10, 10, 15 and 80 partitions
+   give 10, 20, 20, 30) and ``x`` the ``imbalance`` option (0.2 keeps 12, 18, 23, 27 stable). Previous owners keep as
+   many partitions as any assignment within the bands can keep: first up to their lower bound, then extra ones up to
+   their upper bound while the ``N - sum(lower)`` partitions above the lower bounds last, handed out one at a time to
+   the partition costliest to move (no ready replica elsewhere, then by member id) so that a partition whose learner
+   is waiting is the one released in every round. An overloaded member releases first the partitions whose move is
+   cheapest (a ready learner elsewhere, then a ready standby, then an existing learner). Released and unowned
+   partitions are placed where the lower bounds still can be met, preferring a ready learner, then a ready replica
+   (standby), then the member already learning it, then the least loaded member relative to capacity (new members
+   first, standby holders on ties). Partition weights are not used: the band is on partition counts.
 2. **Actives** (the seed's main function) — stateless partitions go to their target at once. A stateful partition's
    active goes to its target when the target is ready (its lag <= ``acceptable_recovery_lag``; that covers the ready
    learner and the previous owner). Otherwise it stays with a ready member: the previous owner, else a ready learner,
@@ -241,14 +242,25 @@ def _target(inp: _Input, parts: list[Partition], x: Fraction) -> _Target:
         if o is not None and o in inp.eligible[p.resource]:
             mine[o].append(p)
     keep: dict[str, int] = {}
+    rank: dict[str, list[int]] = {}
     for m in members:
-        mine[m] = [p for _, p in sorted(release_rank(p, m) for p in mine[m])]  # released first ... kept last
+        ranked = sorted(release_rank(p, m) for p in mine[m])  # released first ... kept last
+        mine[m] = [p for _, p in ranked]
+        rank[m] = [r for r, _ in ranked]
         keep[m] = min(len(mine[m]), bands[m][0])
+    # the partitions above the lower bounds: kept where moving costs most (no ready replica elsewhere) first, so that
+    # a partition with a learner waiting for it is the one released, round after round; ties by member id
     budget = len(placeable) - sum(lo for lo, _ in bands.values())
-    for m in members:
-        extra = max(0, min(len(mine[m]) - keep[m], bands[m][1] - bands[m][0], budget))
-        keep[m] += extra
-        budget -= extra
+    while budget > 0:
+        offers = [
+            (-rank[m][len(mine[m]) - keep[m] - 1], m)
+            for m in members
+            if bands[m][0] <= keep[m] < min(len(mine[m]), bands[m][1])
+        ]
+        if not offers:
+            break
+        keep[min(offers)[1]] += 1
+        budget -= 1
     for m in members:
         for p in mine[m][len(mine[m]) - keep[m] :]:
             owner[p] = m
@@ -256,24 +268,49 @@ def _target(inp: _Input, parts: list[Partition], x: Fraction) -> _Target:
     kept = len(owner)
 
     pending = [p for p in placeable if p not in owner]
-    pending.sort(key=lambda p: (min(inp.category(m, p) for m in inp.eligible[p.resource]), p))
     deficit = sum(max(0, bands[m][0] - count[m]) for m in members)
-    remaining = len(pending)
+
+    def pool(resource: str) -> list[str]:
+        """Who may take one more partition of ``resource`` now, keeping every lower bound reachable."""
+        eligible = inp.eligible[resource]
+        must = [m for m in eligible if count[m] < bands[m][0]] if len(pending) - len(owner) + kept <= deficit else []
+        return must or [m for m in eligible if count[m] < bands[m][1]] or eligible  # the last: uneven subscriptions
+
+    def place(p: Partition, m: str) -> None:
+        nonlocal deficit
+        if count[m] < bands[m][0]:
+            deficit -= 1
+        count[m] += 1
+        owner[p] = m
+
+    # first the partitions with a replica (or a learner) where they may go: the best such pair at each step, so a
+    # ready replica is never crowded out by a partition that had no ready holder with room anyway
+    holders = {
+        p: [m for m in sorted(inp.lags.get(p, {})) if inp.category(m, p) < _OTHER] for p in pending if p in inp.lags
+    }
+    while True:
+        pools: dict[str, list[str]] = {}
+        best: tuple[int, Fraction, str, Partition] | None = None
+        for p, hs in holders.items():
+            if p in owner or not hs:
+                continue
+            allowed = pools.setdefault(p.resource, pool(p.resource))
+            for m in hs:
+                if m in allowed:
+                    key = (inp.category(m, p), (count[m] + 1) / inp.capacity[m], m, p)
+                    best = key if best is None or key < best else best
+        if best is None:
+            break
+        place(best[3], best[2])
     for p in pending:
-        eligible = inp.eligible[p.resource]
-        pool = [m for m in eligible if count[m] < bands[m][0]] if remaining <= deficit else []
-        pool = pool or [m for m in eligible if count[m] < bands[m][1]] or eligible  # the last: uneven subscriptions
+        if p in owner:
+            continue
 
         def preference(m: str, p: Partition = p) -> tuple[int, Fraction, bool, str]:
             holds = inp.lag(m, p) is not None or m in inp.lags.get(p, {})
             return inp.category(m, p), (count[m] + 1) / inp.capacity[m], not holds, m
 
-        chosen = min(pool, key=preference)
-        if count[chosen] < bands[chosen][0]:
-            deficit -= 1
-        count[chosen] += 1
-        remaining -= 1
-        owner[p] = chosen
+        place(p, min(pool(p.resource), key=preference))
     return _Target(owner, kept)
 
 

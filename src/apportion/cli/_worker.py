@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -70,30 +71,34 @@ def _emit(event: str, **fields: object) -> None:
 
 
 def _run(group: Group, worker_id: str, capacity: float, commit_every_s: float) -> None:
-    log = logging.getLogger("apportion.worker")
     stopping = threading.Event()
     holder: list[Worker] = []
 
     def callback(kind: str) -> Callable[[list[int]], None]:
         def cb(parts: list[int]) -> None:
-            log.info("%s %s %s", worker_id, kind, parts)
             _emit(kind, partitions=parts)
 
         return cb
 
     def committer() -> None:
+        """A stand-in for a pipeline: take the leases, process a batch (``commit_every_s``), commit with the epochs
+        taken at the start — so a worker frozen mid-batch commits stale epochs when it resumes (and is Fenced)."""
         n = 0
+        leases: dict[int, int] = {}
         while not stopping.wait(commit_every_s):
             if not holder:
                 continue
             w = holder[0]
-            for p in w.owned():
+            for p, epoch in sorted(leases.items()):
                 n += 1
                 try:
-                    epoch = w.lease(p).epoch
                     w.commit(p, f"{worker_id}:{n}", epoch=epoch)
                 except Fenced as exc:
                     _emit("fenced", partitions=[p], error=str(exc))
+            leases = {}
+            for p in w.owned():
+                with contextlib.suppress(Fenced):
+                    leases[p] = w.lease(p).epoch
 
     thread = threading.Thread(target=committer, daemon=True)
     if commit_every_s > 0:

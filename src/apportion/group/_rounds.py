@@ -114,8 +114,9 @@ _PLAN_CACHE_LOCK = threading.Lock()
 def read_plan(kv: KeyValue, store: Store) -> dict[str, Any]:
     """Decode a plan value once per process and store (a plan is immutable per key and mod_revision), so many
     simulated members reading one large plan decode it once."""
+    owner = getattr(store, "shared_store", store)  # a per-member proxy (simulator) shares its store's cache
     with _PLAN_CACHE_LOCK:
-        per_store = _PLAN_CACHE.setdefault(store, {})
+        per_store = _PLAN_CACHE.setdefault(owner, {})
         cached = per_store.get((kv.key, kv.mod_revision))
     if cached is None:
         cached = decode(kv.value)
@@ -161,8 +162,8 @@ class RoundsMember:
         validate_member_id(member_id)
         if isinstance(capacity, bool) or not isinstance(capacity, int | float) or not capacity > 0:
             raise InvalidRequest("capacity", f"must be a positive number, got {capacity!r}")
-        if not 0 < safety < 1:
-            raise InvalidRequest("safety", "must be in (0, 1)")
+        if not 0 < safety < 2:
+            raise InvalidRequest("safety", "must be in (0, 1) (values >= 1 are unsafe: for testing the checker)")
         if not revoke_timeout_s > 0:
             raise InvalidRequest("revoke_timeout_s", "must be > 0")
         self.store = store

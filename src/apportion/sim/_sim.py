@@ -65,6 +65,7 @@ class SimConfig:
     revoke_timeout_s: float = 1.0
     commit_every_s: float = 0.5
     max_members: int | None = None
+    safety: float = 0.8  # the member's local-deadline factor (tests raise it to prove the checker catches overlap)
 
     def group_config(self) -> GroupConfig:
         return GroupConfig(
@@ -152,6 +153,11 @@ class _FlakyStore(Store):
         self.url = inner.url
         self.clock = clock
         self.down_until = -math.inf
+
+    @property
+    def shared_store(self) -> MemoryStore:
+        """Lets members share decoded plans across proxies of one store (see ``read_plan``)."""
+        return self.inner
 
     def _check(self) -> None:
         if self.clock.now() < self.down_until:
@@ -287,6 +293,7 @@ class Simulation:
             clock=clock,
             watch=inbox,
             revoke_timeout_s=self.config.revoke_timeout_s,
+            safety=self.config.safety,
             history_size=0,
             tracer=tracer,
             delay=delay,
@@ -383,7 +390,7 @@ class Simulation:
         sim.next_step = math.inf
         self.steps += 1
         local_deadline = sim.member.step(sim.clock.now())
-        deadline = sim.clock.to_global(local_deadline)
+        deadline = sim.clock.to_global(local_deadline) + 1e-9  # never a hair early after the rate conversion
         now = self.clock.now()
         if deadline <= now:
             deadline = now  # immediate re-step, after other events of this instant

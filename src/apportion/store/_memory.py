@@ -8,7 +8,9 @@ by every ``connect`` in the process; plain ``memory://`` creates a private one.
 from __future__ import annotations
 
 import bisect
+import math
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -62,10 +64,16 @@ class _MemoryWatch(Watch):
             return self._drain()
 
     def wait(self, timeout_s: float) -> list[Event]:
+        deadline = time.monotonic() + max(0.0, timeout_s)
         with self._cond:
             self._store._expire_locked()
-            if not self._pending and not self.closed:
-                self._cond.wait(timeout_s)
+            while not self._pending and not self.closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                # Lease expiry is lazy: wake when the earliest lease is due (on the store's clock) to expire it.
+                self._cond.wait(min(remaining, self._store._seconds_to_next_expiry()))
+                self._store._expire_locked()
             return self._drain()
 
     def _drain(self) -> list[Event]:
@@ -135,6 +143,8 @@ class MemoryStore(Store):
         for compare in compares:
             validate_key(compare.key, "compare.key")
         for op in (*on_success, *on_failure):
+            if not isinstance(op, Put | Delete | Get):
+                raise InvalidRequest("op", f"{op!r} is not a Put, Delete or Get")
             validate_key(op.key, "op.key", prefix=not isinstance(op, Put) and op.prefix)
             if isinstance(op, Put) and not isinstance(op.value, bytes):
                 raise InvalidRequest("value", "must be bytes")
@@ -198,9 +208,12 @@ class MemoryStore(Store):
 
     def _emit(self, event: Event) -> None:
         self._history.append(event)
-        while len(self._history) > self._history_limit:
+        if len(self._history) > self._history_limit:
+            # Forget whole revisions only: a watch from a revision must get all of its events or raise Compacted.
             dropped = self._history.popleft()
-            self._compacted = max(self._compacted, dropped.revision - 1)
+            self._compacted = max(self._compacted, dropped.revision)
+            while self._history and self._history[0].revision <= self._compacted:
+                self._history.popleft()
         for watch in self._watches:
             if watch.matches(event.kv.key):
                 watch.deliver(event)
@@ -208,8 +221,8 @@ class MemoryStore(Store):
     # -- leases --------------------------------------------------------------------------------------------
 
     def grant(self, ttl_s: float) -> Lease:
-        if not ttl_s > 0:
-            raise InvalidRequest("ttl_s", "must be > 0")
+        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not (math.isfinite(ttl_s) and ttl_s > 0):
+            raise InvalidRequest("ttl_s", "must be a finite number > 0")
         with self._lock:
             self._expire_locked()
             lease = Lease(self._next_lease, float(ttl_s))
@@ -248,6 +261,12 @@ class MemoryStore(Store):
         for key in sorted(state.keys):
             self._delete_locked(Delete(key), revision)
         self._revision = revision
+
+    def _seconds_to_next_expiry(self) -> float:
+        if not self._leases:
+            return float("inf")
+        earliest = min(state.expires_at for state in self._leases.values())
+        return max(0.001, earliest - self.clock.now())
 
     def _expire_locked(self) -> None:
         if not self._leases:

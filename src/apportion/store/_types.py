@@ -19,7 +19,7 @@ def validate_key(key: str, field_name: str = "key", *, prefix: bool = False) -> 
     """
     if not isinstance(key, str) or not key:
         raise InvalidRequest(field_name, "must be a non-empty string")
-    if not _KEY_CHARS.match(key):
+    if not _KEY_CHARS.fullmatch(key):  # fullmatch: "$" alone would accept a trailing newline
         raise InvalidRequest(field_name, f"{key!r} must be printable ASCII without spaces")
     if not key.startswith("/"):
         raise InvalidRequest(field_name, f"{key!r} must start with '/'")

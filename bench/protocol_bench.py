@@ -1,0 +1,168 @@
+"""Protocol benchmark: failover after kill -9, unowned gap of planned handoffs, simulator speed.
+
+    .venv/bin/python bench/protocol_bench.py [--workers 16] [--partitions 256] [--skip-processes] [--sim-scale full]
+
+1. Failover (SQLite, real `apportion worker` processes): kill -9 one worker, time until all its partitions are owned
+   again (polling the store). Goal: <= ttl + RST + 1 s.
+2. Planned handoff gap: from the group's history, for every partition that moved because a worker joined or left
+   gracefully, the time between the old owner's release and the new owner's claim. Goal: p99 <= 200 ms.
+3. Simulator speed: members x partitions x churn events on one core (goal for 1,000 x 100,000 x 100: <= 60 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from apportion.group import group_status, history
+from apportion.sim import SimConfig, simulate
+from apportion.store import connect
+
+SETTLE_S, MIN_INTERVAL_S, TTL_S = 0.5, 1.0, 3.0
+
+
+def _spawn(url: str, wid: str, partitions: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "apportion.cli",
+            "worker",
+            "--store",
+            url,
+            "--group",
+            "bench",
+            "--id",
+            wid,
+            "--partitions",
+            str(partitions),
+            "--settle",
+            str(SETTLE_S),
+            "--min-interval",
+            str(MIN_INTERVAL_S),
+            "--ttl",
+            str(TTL_S),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def _owners(url: str) -> dict[int, str | None]:
+    with connect(url) as store:
+        status = group_status(store, "bench")
+    return {int(p): info["owner"] for p, info in status["partitions"].items()}
+
+
+def _wait(cond: Any, timeout_s: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if cond():
+            return time.monotonic() - start
+        time.sleep(0.01)
+    raise TimeoutError(f"condition not met within {timeout_s}s")
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def bench_processes(workers: int, partitions: int, rounds: int) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="apportion-bench-"))
+    url = f"sqlite:///{tmp / 'bench.db'}"
+    procs = {f"w{i}": _spawn(url, f"w{i}", partitions) for i in range(workers)}
+    alive = set(procs)
+    failover: list[float] = []
+
+    def settled() -> bool:
+        found = _owners(url)
+        if len(found) != partitions or any(o not in alive for o in found.values()):
+            return False
+        counts = [sum(1 for o in found.values() if o == w) for w in alive]
+        return max(counts) - min(counts) <= 1
+
+    try:
+        _wait(settled, 60)
+        for i in range(rounds):
+            victim = sorted(alive)[i % len(alive)]
+            procs[victim].kill()
+            alive.discard(victim)
+            failover.append(_wait(lambda: all(o in alive for o in _owners(url).values()), 30))
+            _wait(settled, 30)
+            wid = f"n{i}"  # a newcomer: planned handoffs to it
+            procs[wid] = _spawn(url, wid, partitions)
+            alive.add(wid)
+            _wait(settled, 30)
+            leaver = sorted(alive)[0]  # graceful leave: planned handoffs from it
+            procs[leaver].send_signal(signal.SIGTERM)
+            procs[leaver].wait(30)
+            alive.discard(leaver)
+            _wait(settled, 30)
+        with connect(url) as store:
+            events = history(store, "bench")
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait(10)
+    released: dict[int, float] = {}
+    gaps: list[float] = []
+    for e in events:
+        if e["type"] == "release":
+            released[e["partition"]] = e["time"]
+        elif e["type"] == "claim" and e.get("partition") in released:
+            gaps.append(e["time"] - released.pop(e["partition"]))
+    return {
+        "workers": workers,
+        "partitions": partitions,
+        "failover_s": {"p50": statistics.median(failover), "max": max(failover), "n": len(failover)},
+        "failover_goal_s": TTL_S + SETTLE_S + 1.0,
+        "handoff_gap_ms": {"p50": 1000 * _pct(gaps, 0.5), "p99": 1000 * _pct(gaps, 0.99), "n": len(gaps)},
+    }
+
+
+def bench_simulator(members: int, partitions: int, events: int) -> dict[str, Any]:
+    started = time.process_time()
+    result = simulate(SimConfig(members=members, partitions=partitions, events=events, seed=1, faults=False))
+    return {
+        "members": members,
+        "partitions": partitions,
+        "events": events,
+        "cpu_s": round(time.process_time() - started, 2),
+        "rounds": result.rounds,
+        "moves": result.moves,
+        "moves_lower_bound": result.min_moves,
+        "ok": result.ok,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--partitions", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=5, help="kill/join/leave cycles")
+    parser.add_argument("--skip-processes", action="store_true")
+    parser.add_argument("--sim-scale", choices=["small", "full"], default="small")
+    args = parser.parse_args()
+    out: dict[str, Any] = {}
+    if not args.skip_processes:
+        out["sqlite"] = bench_processes(args.workers, args.partitions, args.rounds)
+    sizes = [(100, 10_000, 20)] if args.sim_scale == "small" else [(100, 10_000, 20), (1000, 100_000, 100)]
+    out["simulator"] = [bench_simulator(*size) for size in sizes]
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

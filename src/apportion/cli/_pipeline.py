@@ -1,0 +1,206 @@
+"""`apportion pipeline produce|run|verify` — the Spark data pipeline from the command line.
+
+- ``produce``: append K seeded random keyed records to a resource of the partitioned log (progress bar on stderr).
+- ``run``: one worker of the group with its own Spark session, processing the partitions it owns in fenced
+  micro-batches (``apportion.spark._pipeline``); several processes form the group. SIGTERM/SIGINT leave gracefully.
+  Every assignment, batch, write, commit and fenced event is one JSON line on stderr.
+- ``verify``: the committed output vs the input (counts, checksums, duplicates, missing, per-key order); exit 1 on
+  any failure; ``--json`` prints the report as JSON on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from apportion.cli._app import app
+from apportion.errors import InvalidRequest
+from apportion.store import connect
+
+
+@app.group()
+def pipeline() -> None:
+    """The Spark data pipeline over the partitioned log: produce, run workers, verify."""
+
+
+@pipeline.command()
+@click.option("--input", "input_dir", required=True, type=click.Path(file_okay=False), help="Partitioned log root.")
+@click.option("--resource", required=True, help="Resource (topic) name in the log.")
+@click.option("--partitions", type=int, required=True, help="Partition count (creates the resource if absent).")
+@click.option("--records", type=int, required=True, help="How many records to append.")
+@click.option("--keys", "key_count", type=int, default=1000, help="Number of distinct keys.")
+@click.option("--seed", type=int, default=0, help="RNG seed (same seed, same records).")
+@click.option("--batch-records", type=int, default=10_000, help="Records per appended segment (per partition).")
+def produce(
+    input_dir: str, resource: str, partitions: int, records: int, key_count: int, seed: int, batch_records: int
+) -> None:
+    """Append RECORDS keyed records (key-<n>, value v-<i>-<random>) through the Producer; prints a JSON summary."""
+    from rich.progress import Progress
+
+    from apportion.log import PartitionedLog, Producer
+
+    if records < 0:
+        raise InvalidRequest("records", f"must be >= 0, got {records}")
+    if key_count < 1:
+        raise InvalidRequest("keys", f"must be >= 1, got {key_count}")
+    log = PartitionedLog(input_dir)
+    log.create(resource, partitions)
+    rng = random.Random(seed)
+    chunk = 10_000
+    with Producer(log, resource, batch_records=batch_records) as producer, Progress(transient=True) as progress:
+        bar = progress.add_task(f"producing {resource}", total=records)
+        for first in range(0, records, chunk):
+            n = min(chunk, records - first)
+            producer.send_many(
+                (f"key-{rng.randrange(key_count)}", f"v-{i}-{rng.getrandbits(32):08x}") for i in range(first, first + n)
+            )
+            progress.advance(bar, n)
+    ends = {p: log.end_offset(resource, p) for p in range(log.partitions(resource))}
+    click.echo(json.dumps({"resource": resource, "appended": records, "end_offsets": ends}))
+
+
+@pipeline.command()
+@click.option("--store", "store_url", required=True, help="Store URL: sqlite:///path, etcd://host:port, memory://.")
+@click.option("--group", "group_name", required=True, help="Group name.")
+@click.option("--id", "worker_id", required=True, help="This worker's id (unique in the group).")
+@click.option("--input", "input_dir", required=True, type=click.Path(file_okay=False), help="Partitioned log root.")
+@click.option("--output", "output_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@click.option("--resource", default=None, help="Log resource to process (default: the group name).")
+@click.option("--partitions", type=int, default=None, help="Partition count (default: the log's).")
+@click.option("--strategy", default="sticky", help="Assignment strategy when creating the group.")
+@click.option("--batch-records", type=int, default=10_000, help="Max records per partition per micro-batch.")
+@click.option("--transform", "transform_spec", default=None, help="module:function replacing the default transform.")
+@click.option("--master", default="local[1]", help="Spark master of this worker's session.")
+@click.option("--driver-memory", default="1g", help="Spark driver memory.")
+@click.option("--settle", "settle_s", type=float, default=0.5, help="RST: round settle time (s).")
+@click.option("--min-interval", "min_interval_s", type=float, default=1.0, help="MRI: min interval between rounds (s).")
+@click.option("--heartbeat", "heartbeat_s", type=float, default=30.0, help="HBI: heartbeat round interval (s).")
+@click.option("--ttl", "ttl_s", type=float, default=3.0, help="Member lease TTL (s).")
+@click.option("--idle", "idle_s", type=float, default=0.2, help="Poll interval when there is no new input (s).")
+@click.option(
+    "--exit-when-idle", "exit_idle_s", type=float, default=0.0, help="Leave after N s without work (0: never)."
+)
+@click.option("--pause-before-commit", "pause_s", type=float, default=0.0, hidden=True, help="Fault injection (s).")
+@click.option("--pause-batches", type=int, default=1, hidden=True, help="How many batches pause before commit.")
+def run(
+    store_url: str,
+    group_name: str,
+    worker_id: str,
+    input_dir: str,
+    output_dir: str,
+    resource: str | None,
+    partitions: int | None,
+    strategy: str,
+    batch_records: int,
+    transform_spec: str | None,
+    master: str,
+    driver_memory: str,
+    settle_s: float,
+    min_interval_s: float,
+    heartbeat_s: float,
+    ttl_s: float,
+    idle_s: float,
+    exit_idle_s: float,
+    pause_s: float,
+    pause_batches: int,
+) -> None:
+    """Run one pipeline worker until SIGTERM/SIGINT (graceful leave) or --exit-when-idle."""
+    from apportion.log import PartitionedLog
+    from apportion.spark._pipeline import Pipeline, joined, load_transform, spark_session, transform
+    from apportion.worker import Group
+
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
+    logging.getLogger("apportion.worker").setLevel(logging.WARNING)  # the pipeline logs assignments itself
+    resource = resource or group_name
+    log = PartitionedLog(input_dir)
+    n = log.partitions(resource)
+    if partitions is not None and partitions != n:
+        raise InvalidRequest("partitions", f"the log resource {resource!r} has {n} partitions, not {partitions}")
+    function = load_transform(transform_spec) if transform_spec else transform
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+    with connect(store_url) as store:
+        group = Group(
+            store,
+            group_name,
+            n,
+            strategy,
+            settle_s=settle_s,
+            min_interval_s=min_interval_s,
+            heartbeat_s=heartbeat_s,
+            ttl_s=ttl_s,
+        )
+        if group.config.partitions != n:
+            raise InvalidRequest("group", f"{group_name!r} has {group.config.partitions} partitions, the log has {n}")
+        spark = spark_session(master, driver_memory, f"apportion-pipeline-{worker_id}")
+
+        def _leave(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):  # after Spark, which installs its own SIGINT handler
+            signal.signal(sig, _leave)
+        processor = Pipeline(
+            spark,
+            log,
+            output_dir,
+            resource,
+            batch_records=batch_records,
+            transform=function,
+            worker_id=worker_id,
+            pause_before_commit_s=pause_s,
+            pause_batches=pause_batches,
+        )
+        emit = processor.emit
+        emit("started", worker=worker_id, group=group_name, resource=resource, partitions=n)
+        try:
+            with joined(group, worker_id, processor):
+                processor.run(stop, idle_s=idle_s, exit_after_idle_s=exit_idle_s)
+        finally:
+            emit("stopped", worker=worker_id, batches=processor.batches, records=processor.records)
+            spark.stop()
+
+
+@pipeline.command()
+@click.option("--store", "store_url", required=True, help="Store URL.")
+@click.option("--group", "group_name", required=True, help="Group name.")
+@click.option("--input", "input_dir", required=True, type=click.Path(file_okay=False), help="Partitioned log root.")
+@click.option("--output", "output_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@click.option("--resource", default=None, help="Log resource (default: the group name).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def verify(
+    store_url: str, group_name: str, input_dir: str, output_dir: str, resource: str | None, as_json: bool
+) -> int:
+    """Check the committed output against the input: exit 0 when every record is there exactly once, in order."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from apportion.log import PartitionedLog
+    from apportion.spark._output import verify as verify_output
+
+    with connect(store_url) as store:
+        report = verify_output(store, group_name, PartitionedLog(input_dir), resource or group_name, output_dir)
+    data = report.to_json()
+    if as_json:
+        click.echo(json.dumps(data))
+    else:
+        table = Table(title=f"pipeline output of group {group_name}: {'OK' if report.ok else 'FAILED'}")
+        table.add_column("check")
+        table.add_column("value", justify="right")
+        for name, value in data.items():
+            table.add_row(name, str(value))
+        Console().print(table)
+    if not report.ok:
+        print("apportion: error: the committed output does not equal the input", file=sys.stderr)
+        return 1
+    return 0
+
+
+__all__ = ["pipeline"]

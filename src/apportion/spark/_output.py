@@ -1,0 +1,270 @@
+"""Pipeline output: the checkpoint format, the output layout, and the ONLY correct ways to read the output.
+
+Layout under the output directory (one file per committed micro-batch of a partition)::
+
+    <output>/<resource>/<p>/<start:020d>-<end:020d>-e<epoch:010d>.parquet   records start <= offset < end
+    <output>/<resource>/<p>/.tmp-...                                          being written (never read)
+
+The epoch of the writer is part of the name: a fenced zombie and the new owner may process the same offset range at
+the same time, and each must be able to delete its own uncommitted file without ever touching the other's. The name
+is still deterministic: the same owner (epoch) re-running the same range writes the same file again.
+
+A file is *committed* when the checkpoint of its partition (``commit/<p>`` in the store, written by a fenced
+transaction) lists it. The checkpoint is ``Checkpoint.to_json()``::
+
+    {"offset": E, "outputs": ["<resource>/<p>/<file>", ...]}     E = next input offset to process
+
+Files not listed (a crashed or fenced writer's, or a temp file) are invisible: ``read_committed`` and
+``read_committed_arrow`` read exactly the listed files, in checkpoint order (= offset order per partition), and
+``verify`` checks the committed output against the input log (counts, duplicates, gaps, per-key order, checksums).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, overload
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from apportion.errors import ApportionError, InvalidRequest
+from apportion.group import Keys, decode
+from apportion.log import PartitionedLog
+from apportion.store import Store
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+OUTPUT_FILE = re.compile(r"^(\d{20})-(\d{20})-e(\d{10})\.parquet$")
+TMP_PREFIX = ".tmp-"
+
+OUTPUT_SCHEMA = pa.schema(
+    [
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("key", pa.string()),
+        pa.field("value", pa.string()),
+        pa.field("digest", pa.string()),
+    ]
+)
+"""Schema written by the default transform (``apportion.spark.transform``); a custom transform may differ but must
+keep ``partition`` and ``offset``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A partition's committed progress: the next input offset and every committed output file (relative paths)."""
+
+    offset: int = 0
+    outputs: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> str:
+        return json.dumps({"offset": self.offset, "outputs": list(self.outputs)}, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, text: str | None, partition: int) -> Checkpoint:
+        """The checkpoint in ``text`` (None: nothing committed yet). Raises ApportionError for a foreign format."""
+        if text is None:
+            return cls()
+        try:
+            raw = json.loads(text)
+            offset = int(raw["offset"])
+            outputs = tuple(str(o) for o in raw["outputs"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ApportionError(
+                f"partition {partition}: the committed checkpoint {text[:80]!r} is not a pipeline checkpoint "
+                "(was the group used by something else?)"
+            ) from exc
+        return cls(offset, outputs)
+
+    def then(self, end: int, output: str) -> Checkpoint:
+        """The checkpoint after committing ``output`` for the offsets up to ``end``."""
+        return Checkpoint(end, (*self.outputs, output))
+
+
+def output_name(start: int, end: int, epoch: int) -> str:
+    """File name of the output of ``start <= offset < end`` written under ``epoch``."""
+    return f"{start:020d}-{end:020d}-e{epoch:010d}.parquet"
+
+
+def output_relpath(resource: str, partition: int, start: int, end: int, epoch: int) -> str:
+    return f"{resource}/{partition}/{output_name(start, end, epoch)}"
+
+
+def committed_checkpoints(store: Store, group: str) -> dict[int, Checkpoint]:
+    """Every partition's committed checkpoint (partitions that never committed are absent), by partition."""
+    prefix = Keys(group).prefix + "commit/"
+    found: dict[int, Checkpoint] = {}
+    for kv in store.range(prefix):
+        name = kv.key[len(prefix) :]
+        if name.isdigit():
+            found[int(name)] = Checkpoint.parse(str(decode(kv.value)["checkpoint"]), int(name))
+    return dict(sorted(found.items()))
+
+
+def committed_files(store: Store, group: str, output_dir: str | Path) -> list[Path]:
+    """The committed output files, by partition then offset; raises ApportionError if a listed file is missing."""
+    root = Path(output_dir)
+    files: list[Path] = []
+    for partition, checkpoint in committed_checkpoints(store, group).items():
+        for rel in checkpoint.outputs:
+            path = root / rel
+            if not path.is_file():
+                raise ApportionError(f"partition {partition}: committed output {path} is missing (disk lost data?)")
+            files.append(path)
+    return files
+
+
+@overload
+def read_committed(spark: None, store: Store, group: str, output_dir: str | Path) -> pa.Table: ...
+@overload
+def read_committed(spark: SparkSession, store: Store, group: str, output_dir: str | Path) -> DataFrame: ...
+def read_committed(spark: SparkSession | None, store: Store, group: str, output_dir: str | Path) -> Any:
+    """The committed output of ``group`` under ``output_dir``: a Spark DataFrame, or a pyarrow Table when ``spark``
+    is None. Reads only the files the committed checkpoints list (never a directory listing)."""
+    if spark is None:
+        return read_committed_arrow(store, group, output_dir)
+    files = [str(p) for p in committed_files(store, group, output_dir)]
+    if not files:
+        return spark.createDataFrame(OUTPUT_SCHEMA.empty_table().to_pandas(), schema=_spark_schema(OUTPUT_SCHEMA))
+    return spark.read.parquet(*files)
+
+
+def read_committed_arrow(store: Store, group: str, output_dir: str | Path) -> pa.Table:
+    """The committed output as one pyarrow Table, in checkpoint order (partition, then offset)."""
+    tables = [pq.read_table(p) for p in committed_files(store, group, output_dir)]
+    if not tables:
+        return OUTPUT_SCHEMA.empty_table()
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def _spark_schema(schema: pa.Schema) -> str:
+    names = {pa.int32(): "int", pa.int64(): "long", pa.string(): "string"}
+    return ", ".join(f"`{f.name}` {names[f.type]}" for f in schema)
+
+
+# -- verification -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """Committed output vs input log. ``ok`` when every input record is in the output exactly once, unchanged,
+    in per-key offset order, and nothing else is."""
+
+    input_records: int
+    output_records: int
+    missing: int
+    duplicates: int
+    unexpected: int
+    mismatched: int
+    order_violations: int
+    uncommitted_lag: int
+    input_checksum: str
+    output_checksum: str
+    partitions: int
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.missing == self.duplicates == self.unexpected == self.mismatched == self.order_violations == 0
+            and self.input_records == self.output_records
+            and self.input_checksum == self.output_checksum
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {name: getattr(self, name) for name in self.__slots__}
+        out["ok"] = self.ok
+        return out
+
+
+def _checksum(rows: Iterable[tuple[int, int, str | None, str | None]]) -> tuple[int, str]:
+    """Order-independent checksum of (partition, offset, key, value) rows: sum of 64-bit blake2b digests."""
+    total = count = 0
+    for p, o, k, v in rows:
+        digest = hashlib.blake2b(f"{p}\x00{o}\x00{k}\x00{v}".encode(), digest_size=8).digest()
+        total = (total + int.from_bytes(digest, "big")) % (1 << 64)
+        count += 1
+    return count, f"{total:016x}"
+
+
+def verify(store: Store, group: str, log: PartitionedLog, resource: str, output_dir: str | Path) -> VerifyReport:
+    """Compare the committed output of ``group`` with every committed record of ``resource`` in ``log``."""
+    n = log.partitions(resource)
+    checkpoints = committed_checkpoints(store, group)
+    unknown = [p for p in checkpoints if p >= n]
+    if unknown:
+        raise InvalidRequest("resource", f"group {group!r} committed partitions {unknown} that {resource!r} lacks")
+    output = read_committed_arrow(store, group, output_dir)
+    for column in ("partition", "offset", "key", "value"):
+        if column not in output.column_names:
+            raise InvalidRequest("output", f"the committed output has no {column!r} column: {output.column_names}")
+    out_p = output.column("partition").to_pylist()
+    out_o = output.column("offset").to_pylist()
+    out_k = output.column("key").to_pylist()
+    out_v = output.column("value").to_pylist()
+    inputs: dict[int, pa.Table] = {p: log.read(resource, p) for p in range(n)}
+    in_keys = {p: t.column("key").to_pylist() for p, t in inputs.items()}
+    in_values = {p: t.column("value").to_pylist() for p, t in inputs.items()}
+    seen: dict[tuple[int, int], int] = {}
+    last_offset: dict[tuple[int, str | None], int] = {}
+    unexpected = mismatched = order_violations = 0
+    for p, o, k, v in zip(out_p, out_o, out_k, out_v, strict=True):
+        seen[(p, o)] = seen.get((p, o), 0) + 1
+        if p not in inputs or not 0 <= o < len(in_keys[p]):
+            unexpected += 1
+            continue
+        if in_keys[p][o] != k or in_values[p][o] != v:
+            mismatched += 1
+        if last_offset.get((p, k), -1) >= o:
+            order_violations += 1
+        last_offset[(p, k)] = o
+    input_records = sum(t.num_rows for t in inputs.values())
+    missing = sum(1 for p in range(n) for o in range(len(in_keys[p])) if (p, o) not in seen)
+    duplicates = sum(c - 1 for c in seen.values() if c > 1)
+    lag = sum(max(0, inputs[p].num_rows - checkpoints.get(p, Checkpoint()).offset) for p in range(n))
+    _, in_sum = _checksum(
+        (p, o, k, v) for p in range(n) for o, (k, v) in enumerate(zip(in_keys[p], in_values[p], strict=True))
+    )
+    _, out_sum = _checksum(zip(out_p, out_o, out_k, out_v, strict=True))
+    return VerifyReport(
+        input_records=input_records,
+        output_records=output.num_rows,
+        missing=missing,
+        duplicates=duplicates,
+        unexpected=unexpected,
+        mismatched=mismatched,
+        order_violations=order_violations,
+        uncommitted_lag=lag,
+        input_checksum=in_sum,
+        output_checksum=out_sum,
+        partitions=n,
+    )
+
+
+def lag(store: Store, group: str, log: PartitionedLog, resource: str) -> dict[int, int]:
+    """Per partition: input records not yet covered by the committed checkpoint."""
+    checkpoints: Mapping[int, Checkpoint] = committed_checkpoints(store, group)
+    return {
+        p: log.end_offset(resource, p) - checkpoints.get(p, Checkpoint()).offset
+        for p in range(log.partitions(resource))
+    }
+
+
+__all__ = [
+    "OUTPUT_SCHEMA",
+    "Checkpoint",
+    "VerifyReport",
+    "committed_checkpoints",
+    "committed_files",
+    "lag",
+    "output_name",
+    "output_relpath",
+    "read_committed",
+    "read_committed_arrow",
+    "verify",
+]

@@ -1,0 +1,671 @@
+"""``sqlite:///path`` — the embedded default store: many processes on one machine share one SQLite file.
+
+URL: ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (SQLAlchemy's convention), with optional
+query parameters ``timeout`` (seconds to wait for the write lock, default 5), ``synchronous`` (``normal``, the
+default, or ``full``), ``poll_ms`` (watch polling interval, default 10) and ``history`` (revisions of events kept
+for watches, default 200,000).
+
+How the contract is kept:
+
+- **Transactions.** WAL journal; every write (``txn`` with a put/delete in either branch, lease operations,
+  ``compact``) runs in one ``BEGIN IMMEDIATE`` transaction, so writers are serialised by SQLite's write lock and the
+  compares see the latest committed state; readers run in a deferred transaction (one consistent snapshot) and never
+  block writers. A busy timeout bounds the wait for the lock; past it the call raises ``StoreUnavailable``.
+- **Revisions.** ``meta.revision`` is the global order; a transaction that writes bumps it once; every change is
+  appended to ``events`` (the watch history) in the same transaction.
+- **Leases** live in ``leases`` with an indexed absolute ``expires_at`` on the injected clock (default: the wall
+  clock, ``time.time()``, which every process of the machine shares). There is no daemon: every operation first
+  reads ``min(expires_at)`` together with the revision (one indexed query); when something has expired, the expired
+  leases and their keys are removed (one revision and one DELETE event per lease with keys, in lease-id order, as in
+  the memory backend) inside a write transaction, before the operation itself. A wall-clock jump moves every lease:
+  forwards, leases expire early (all at once if the jump exceeds their TTL); backwards, they live longer by the jump.
+- **Watches** poll ``events`` every ``poll_ms`` from another process's point of view; writes made through the same
+  ``SqliteStore`` object wake its watches at once. A watch remembers the revision up to which it has read, so it
+  misses nothing; if compaction overtook it (it did not poll for a whole ``history`` of revisions) it raises
+  ``Compacted`` instead of skipping events.
+- **Compaction.** ``compact(revision)`` deletes events at or below ``revision``; a write also compacts on its own
+  once more than ``history`` revisions (plus 1/16 slack) are kept.
+- **Durability.** ``synchronous=NORMAL`` (default): a commit is written to the WAL in the OS page cache before it is
+  acknowledged, so an acknowledged transaction survives the crash or SIGKILL of any process. A power loss or OS
+  crash may lose the transactions acknowledged since the WAL was last synced (at the latest checkpoint, i.e. within
+  the last ~1000 pages of WAL); the file stays consistent and no transaction is ever half applied.
+  ``?synchronous=full`` syncs every commit (survives power loss; measured ~6k instead of ~35k small txn/s).
+- **Threads.** One connection per ``SqliteStore`` per thread (``sqlite3`` objects are not thread-safe), opened on
+  first use; Python's per-connection statement cache keeps the constant SQL below prepared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import parse_qs
+
+from apportion.clock import SYSTEM_CLOCK, Clock
+from apportion.errors import ApportionError, Compacted, InvalidRequest, LeaseNotFound, StoreUnavailable
+from apportion.store._base import Store, Watch, lease_id
+from apportion.store._types import (
+    Compare,
+    Delete,
+    Event,
+    EventType,
+    Get,
+    KeyValue,
+    Lease,
+    Op,
+    Put,
+    TxnResult,
+    validate_key,
+)
+
+SCHEMA_VERSION = 1
+DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_POLL_S = 0.010
+DEFAULT_HISTORY = 200_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    revision INTEGER NOT NULL,
+    compacted INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS kv (
+    key TEXT PRIMARY KEY,
+    value BLOB NOT NULL,
+    create_revision INTEGER NOT NULL,
+    mod_revision INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    lease INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS kv_by_lease ON kv (lease) WHERE lease != 0;
+CREATE TABLE IF NOT EXISTS leases (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ttl_s REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS leases_by_expiry ON leases (expires_at);
+CREATE TABLE IF NOT EXISTS events (
+    revision INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    type INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    value BLOB NOT NULL,
+    create_revision INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    lease INTEGER NOT NULL,
+    PRIMARY KEY (revision, idx)
+) WITHOUT ROWID;
+"""
+
+_PUT, _DELETE = 0, 1
+
+_META = "SELECT revision, compacted, (SELECT min(expires_at) FROM leases) FROM meta WHERE id = 0"
+_SET_META = "UPDATE meta SET revision = ?, compacted = ? WHERE id = 0"
+_GET = "SELECT key, value, create_revision, mod_revision, version, lease FROM kv WHERE key = ?"
+_RANGE = (
+    "SELECT key, value, create_revision, mod_revision, version, lease FROM kv WHERE key >= ? AND key < ? ORDER BY key"
+)
+_RANGE_LIMIT = _RANGE + " LIMIT ?"
+_UPSERT = "INSERT OR REPLACE INTO kv VALUES (?, ?, ?, ?, ?, ?)"
+_EVENT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_EVENT_COLUMNS = "revision, type, key, value, create_revision, version, lease"
+_WATCH_PREFIX = (
+    f"SELECT {_EVENT_COLUMNS} FROM events WHERE revision > ? AND revision <= ? AND key >= ? AND key < ? "
+    "ORDER BY revision, idx"
+)
+_WATCH_KEY = (
+    f"SELECT {_EVENT_COLUMNS} FROM events WHERE revision > ? AND revision <= ? AND key = ? ORDER BY revision, idx"
+)
+
+T = TypeVar("T")
+
+
+def prefix_end(prefix: str) -> str:
+    """The smallest string above every key starting with ``prefix`` (keys are printable ASCII)."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+@dataclass(slots=True)
+class _State:
+    """What one SQLite transaction knows of the store: the revision (bumped by each write) and the compaction point."""
+
+    revision: int
+    compacted: int
+    event_idx: int = 0
+
+    def next_revision(self) -> int:
+        self.revision += 1
+        self.event_idx = 0
+        return self.revision
+
+
+@dataclass(frozen=True, slots=True)
+class SqliteConfig:
+    path: str
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    synchronous: str = "NORMAL"
+    poll_s: float = DEFAULT_POLL_S
+    history: int = DEFAULT_HISTORY
+
+    @classmethod
+    def parse(cls, url: str) -> SqliteConfig:
+        if not isinstance(url, str) or not url.lower().startswith("sqlite:///"):
+            raise InvalidRequest("url", f"{url!r} is not a sqlite URL (sqlite:///relative.db or sqlite:////abs.db)")
+        rest = url[len("sqlite:///") :]
+        path, _, query = rest.partition("?")
+        if not path or path.endswith("/"):
+            raise InvalidRequest("url", f"{url!r} names no database file")
+        if path == ":memory:" or path.startswith("file:"):
+            raise InvalidRequest("url", f"{url!r}: use a file path (memory:// is the in-process store)")
+        params = parse_qs(query, keep_blank_values=True, strict_parsing=False) if query else {}
+        known = {"timeout", "synchronous", "poll_ms", "history"}
+        for name in sorted(params):
+            if name not in known:
+                raise InvalidRequest(
+                    "url", f"unknown sqlite URL parameter {name!r} (known: {', '.join(sorted(known))})"
+                )
+
+        def number(name: str, default: float) -> float:
+            if name not in params:
+                return default
+            text = params[name][-1]
+            try:
+                value = float(text)
+            except ValueError:
+                raise InvalidRequest("url", f"{name}={text!r} is not a number") from None
+            if not (math.isfinite(value) and value > 0):
+                raise InvalidRequest("url", f"{name}={text!r} must be a positive number")
+            return value
+
+        synchronous = params.get("synchronous", ["normal"])[-1].upper()
+        if synchronous not in ("NORMAL", "FULL"):
+            raise InvalidRequest("url", f"synchronous={synchronous.lower()!r} must be 'normal' or 'full'")
+        history = number("history", DEFAULT_HISTORY)
+        if history != int(history):
+            raise InvalidRequest("url", f"history={history} must be a whole number of revisions")
+        return cls(
+            path=path,
+            timeout_s=number("timeout", DEFAULT_TIMEOUT_S),
+            synchronous=synchronous,
+            poll_s=number("poll_ms", DEFAULT_POLL_S * 1000) / 1000,
+            history=int(history),
+        )
+
+
+def _kv(row: Sequence[Any]) -> KeyValue:
+    return KeyValue(row[0], row[1], row[2], row[3], row[4], row[5])
+
+
+def _event(row: Sequence[Any]) -> Event:
+    revision, kind, key, value, create_revision, version, lease = row
+    if kind == _PUT:
+        return Event(EventType.PUT, KeyValue(key, value, create_revision, revision, version, lease))
+    return Event(EventType.DELETE, KeyValue(key, b"", 0, revision, 0, 0))
+
+
+def _validate_txn(compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op]) -> bool:
+    """Check every compare and op (InvalidRequest); return whether either branch writes."""
+    for compare in compares:
+        validate_key(compare.key, "compare.key")
+    writes = False
+    for op in (*on_success, *on_failure):
+        if isinstance(op, Put):
+            validate_key(op.key, "op.key")
+            if not isinstance(op.value, bytes):
+                raise InvalidRequest("value", "must be bytes")
+            writes = True
+        elif isinstance(op, Delete):
+            validate_key(op.key, "op.key", prefix=op.prefix)
+            writes = True
+        elif isinstance(op, Get):
+            validate_key(op.key, "op.key", prefix=op.prefix)
+        else:
+            raise InvalidRequest("op", f"{op!r} is not a Put, Delete or Get")
+    return writes
+
+
+class SqliteStore(Store):
+    """The contract on one SQLite file, shared by every process that opens it."""
+
+    def __init__(self, url: str, config: SqliteConfig, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.url = url
+        self.clock = clock
+        self.config = config
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._closed = False
+        self._changed = threading.Condition(threading.Lock())
+        self._generation = 0
+        self._waiters = 0
+        self._watches: list[_SqliteWatch] = []
+        self._init_schema()
+
+    # -- connections and transactions ----------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise StoreUnavailable(f"{self.url}: the store is closed")
+        try:
+            conn = sqlite3.connect(
+                self.config.path,
+                timeout=self.config.timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=256,
+            )
+            conn.execute(f"PRAGMA synchronous={self.config.synchronous}")
+        except sqlite3.Error as exc:
+            raise self._open_error(exc) from exc
+        with self._connections_lock:
+            self._connections.append(conn)
+        self._local.conn = conn
+        return conn
+
+    def _open_error(self, exc: sqlite3.Error) -> ApportionError:
+        if "not a database" in str(exc):
+            return InvalidRequest("url", f"{self.url!r} is not an SQLite store: {exc}")
+        return self._unavailable("cannot open the store", exc)
+
+    def _unavailable(self, what: str, exc: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(f"{self.url}: {what}: {exc}")
+
+    def _init_schema(self) -> None:
+        parent = Path(self.config.path).parent
+        if not parent.is_dir():
+            raise InvalidRequest("url", f"directory {str(parent)!r} of {self.url!r} does not exist")
+        conn = self._connection()
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreUnavailable(f"{self.url}: cannot switch to WAL mode (journal_mode={mode})")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _SCHEMA.split(";"):  # not executescript: it would COMMIT first
+                    if statement.strip():
+                        conn.execute(statement)
+                row = conn.execute("SELECT version FROM schema_version").fetchone()
+                if row is None:
+                    conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+                    conn.execute("INSERT INTO meta VALUES (0, 0, 0)")
+                elif row[0] != SCHEMA_VERSION:
+                    raise InvalidRequest(
+                        "url", f"{self.url!r} has store schema version {row[0]}; this apportion uses {SCHEMA_VERSION}"
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                self._rollback(conn)
+                raise
+        except sqlite3.Error as exc:
+            self.close()
+            raise self._open_error(exc) from exc
+        except BaseException:
+            self.close()
+            raise
+
+    def _rollback(self, conn: sqlite3.Connection) -> None:
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            # The connection is in an unknown state: drop it; this thread opens a fresh one next time.
+            self._local.conn = None
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+    def _write(self, body: Callable[[sqlite3.Connection, _State], T]) -> T:
+        """Run ``body`` in one BEGIN IMMEDIATE transaction after expiring leases; commit; wake local watches."""
+        conn = self._connection()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise self._unavailable(f"could not take the write lock within {self.config.timeout_s} s", exc) from exc
+        try:
+            revision, compacted, earliest = conn.execute(_META).fetchone()
+            state = _State(revision, compacted)
+            if earliest is not None and earliest <= self.clock.now():
+                self._expire(conn, state)
+            try:
+                result = body(conn, state)
+            except LeaseNotFound:
+                # Raised only before the body writes anything: keep the expiry work, then report.
+                self._finish(conn, state, revision, compacted)
+                raise
+            self._finish(conn, state, revision, compacted)
+            return result
+        except sqlite3.Error as exc:
+            self._rollback(conn)
+            raise self._unavailable("write transaction failed", exc) from exc
+        except BaseException:
+            self._rollback(conn)
+            raise
+
+    def _finish(self, conn: sqlite3.Connection, state: _State, revision: int, compacted: int) -> None:
+        keep = self.config.history
+        if state.revision - state.compacted > keep + max(1, keep // 16):
+            state.compacted = state.revision - keep
+            conn.execute("DELETE FROM events WHERE revision <= ?", (state.compacted,))
+        if state.revision != revision or state.compacted != compacted:
+            conn.execute(_SET_META, (state.revision, state.compacted))
+        conn.execute("COMMIT")
+        if state.revision != revision and self._waiters:
+            with self._changed:
+                self._generation += 1
+                self._changed.notify_all()
+
+    def _read(self, body: Callable[[sqlite3.Connection, _State], T]) -> T:
+        """Run ``body`` on one snapshot; if a lease has expired, run it in a write transaction that expires it."""
+        conn = self._connection()
+        try:
+            conn.execute("BEGIN")
+            revision, compacted, earliest = conn.execute(_META).fetchone()
+            if earliest is not None and earliest <= self.clock.now():
+                conn.execute("ROLLBACK")
+                return self._write(body)
+            result = body(conn, _State(revision, compacted))
+            conn.execute("COMMIT")
+            return result
+        except sqlite3.Error as exc:
+            self._rollback(conn)
+            raise self._unavailable("read transaction failed", exc) from exc
+        except BaseException:
+            self._rollback(conn)
+            raise
+
+    # -- reads ---------------------------------------------------------------------------------------------
+
+    def revision(self) -> int:
+        return self._read(lambda conn, state: state.revision)
+
+    def get(self, key: str) -> KeyValue | None:
+        validate_key(key)
+
+        def body(conn: sqlite3.Connection, state: _State) -> KeyValue | None:
+            row = conn.execute(_GET, (key,)).fetchone()
+            return None if row is None else _kv(row)
+
+        return self._read(body)
+
+    def range(self, prefix: str, limit: int | None = None) -> list[KeyValue]:
+        validate_key(prefix, "prefix", prefix=True)
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise InvalidRequest("limit", "must be an integer >= 0")
+
+        def body(conn: sqlite3.Connection, state: _State) -> list[KeyValue]:
+            if limit is None:
+                rows = conn.execute(_RANGE, (prefix, prefix_end(prefix))).fetchall()
+            else:
+                rows = conn.execute(_RANGE_LIMIT, (prefix, prefix_end(prefix), limit)).fetchall()
+            return [_kv(row) for row in rows]
+
+        return self._read(body)
+
+    # -- transactions --------------------------------------------------------------------------------------
+
+    def txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op] = ()) -> TxnResult:
+        writes = _validate_txn(compares, on_success, on_failure)
+
+        def body(conn: sqlite3.Connection, state: _State) -> TxnResult:
+            known: dict[str, KeyValue | None] = {}
+            succeeded = True
+            for compare in compares:
+                if compare.key not in known:
+                    row = conn.execute(_GET, (compare.key,)).fetchone()
+                    known[compare.key] = None if row is None else _kv(row)
+                if not compare.holds(known[compare.key]):
+                    succeeded = False
+                    break
+            ops = on_success if succeeded else on_failure
+            for op in ops:
+                if (
+                    isinstance(op, Put)
+                    and op.lease
+                    and conn.execute("SELECT 1 FROM leases WHERE id = ?", (op.lease,)).fetchone() is None
+                ):
+                    raise LeaseNotFound(f"lease {op.lease} not found")
+            base = state.revision
+            revision = base + 1
+            wrote = False
+            responses: list[list[KeyValue] | int | None] = []
+            for op in ops:
+                if isinstance(op, Get):
+                    if op.prefix:
+                        rows = conn.execute(_RANGE, (op.key, prefix_end(op.key))).fetchall()
+                    else:
+                        rows = conn.execute(_GET, (op.key,)).fetchall()
+                    responses.append([_kv(row) for row in rows])
+                elif isinstance(op, Put):
+                    if op.key in known:
+                        old = known[op.key]
+                    else:
+                        row = conn.execute(_GET, (op.key,)).fetchone()
+                        old = None if row is None else _kv(row)
+                    if old is None:
+                        kv = KeyValue(op.key, op.value, revision, revision, 1, op.lease)
+                    else:
+                        kv = KeyValue(op.key, op.value, old.create_revision, revision, old.version + 1, op.lease)
+                    conn.execute(_UPSERT, (kv.key, kv.value, kv.create_revision, revision, kv.version, kv.lease))
+                    self._log(conn, state, _PUT, kv)
+                    known[op.key] = kv
+                    wrote = True
+                    responses.append(None)
+                else:
+                    count = self._delete(conn, state, op, revision, known)
+                    wrote = wrote or count > 0
+                    responses.append(count)
+            state.revision = revision if wrote else base
+            return TxnResult(succeeded, tuple(responses), state.revision)
+
+        return self._write(body) if writes else self._read(body)
+
+    def _log(self, conn: sqlite3.Connection, state: _State, kind: int, kv: KeyValue) -> None:
+        conn.execute(
+            _EVENT,
+            (kv.mod_revision, state.event_idx, kind, kv.key, kv.value, kv.create_revision, kv.version, kv.lease),
+        )
+        state.event_idx += 1
+
+    def _delete(
+        self, conn: sqlite3.Connection, state: _State, op: Delete, revision: int, known: dict[str, KeyValue | None]
+    ) -> int:
+        if op.prefix:
+            end = prefix_end(op.key)
+            keys = [
+                row[0]
+                for row in conn.execute("SELECT key FROM kv WHERE key >= ? AND key < ? ORDER BY key", (op.key, end))
+            ]
+            if keys:
+                conn.execute("DELETE FROM kv WHERE key >= ? AND key < ?", (op.key, end))
+        else:
+            keys = [op.key] if conn.execute("DELETE FROM kv WHERE key = ?", (op.key,)).rowcount else []
+        for key in keys:
+            self._log(conn, state, _DELETE, KeyValue(key, b"", 0, revision, 0, 0))
+            known[key] = None
+        return len(keys)
+
+    # -- leases --------------------------------------------------------------------------------------------
+
+    def _expire(self, conn: sqlite3.Connection, state: _State) -> None:
+        now = self.clock.now()
+        for (lid,) in conn.execute("SELECT id FROM leases WHERE expires_at <= ? ORDER BY id", (now,)).fetchall():
+            self._end_lease(conn, state, lid)
+
+    def _end_lease(self, conn: sqlite3.Connection, state: _State, lid: int) -> None:
+        if not conn.execute("DELETE FROM leases WHERE id = ?", (lid,)).rowcount:
+            return
+        keys = [row[0] for row in conn.execute("SELECT key FROM kv WHERE lease = ? ORDER BY key", (lid,))]
+        if not keys:
+            return
+        revision = state.next_revision()
+        conn.execute("DELETE FROM kv WHERE lease = ?", (lid,))
+        for key in keys:
+            self._log(conn, state, _DELETE, KeyValue(key, b"", 0, revision, 0, 0))
+
+    def grant(self, ttl_s: float) -> Lease:
+        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not (math.isfinite(ttl_s) and ttl_s > 0):
+            raise InvalidRequest("ttl_s", "must be a finite number > 0")
+        ttl = float(ttl_s)
+
+        def body(conn: sqlite3.Connection, state: _State) -> Lease:
+            cursor = conn.execute("INSERT INTO leases (ttl_s, expires_at) VALUES (?, ?)", (ttl, self.clock.now() + ttl))
+            return Lease(int(cursor.lastrowid or 0), ttl)
+
+        return self._write(body)
+
+    def keepalive(self, lease: Lease | int) -> float:
+        lid = lease_id(lease)
+
+        def body(conn: sqlite3.Connection, state: _State) -> float:
+            row = conn.execute("SELECT ttl_s FROM leases WHERE id = ?", (lid,)).fetchone()
+            if row is None:
+                raise LeaseNotFound(f"lease {lid} not found")
+            conn.execute("UPDATE leases SET expires_at = ? WHERE id = ?", (self.clock.now() + row[0], lid))
+            return float(row[0])
+
+        return self._write(body)
+
+    def time_to_live(self, lease: Lease | int) -> float:
+        lid = lease_id(lease)
+
+        def body(conn: sqlite3.Connection, state: _State) -> float:
+            row = conn.execute("SELECT expires_at FROM leases WHERE id = ?", (lid,)).fetchone()
+            if row is None:
+                raise LeaseNotFound(f"lease {lid} not found")
+            return max(0.0, float(row[0]) - self.clock.now())
+
+        return self._read(body)
+
+    def revoke(self, lease: Lease | int) -> None:
+        lid = lease_id(lease)
+        self._write(lambda conn, state: self._end_lease(conn, state, lid))
+
+    # -- watches and history -------------------------------------------------------------------------------
+
+    def watch(self, key: str, start_revision: int | None = None, *, prefix: bool = True) -> Watch:
+        validate_key(key, "key", prefix=prefix)
+        if start_revision is not None and (isinstance(start_revision, bool) or not isinstance(start_revision, int)):
+            raise InvalidRequest("start_revision", "must be an integer")
+
+        def body(conn: sqlite3.Connection, state: _State) -> int:
+            if start_revision is None:
+                return state.revision
+            if start_revision <= state.compacted:
+                raise Compacted(start_revision, state.compacted)
+            return start_revision - 1
+
+        watch = _SqliteWatch(self, key, prefix, self._read(body))
+        with self._connections_lock:
+            self._watches.append(watch)
+        return watch
+
+    def _fetch(self, watch: _SqliteWatch) -> list[Event]:
+        def body(conn: sqlite3.Connection, state: _State) -> list[Event]:
+            if state.revision <= watch.position:
+                return []
+            if watch.position < state.compacted:
+                raise Compacted(watch.position + 1, state.compacted)
+            if watch.prefix:
+                args: tuple[object, ...] = (watch.position, state.revision, watch.key, prefix_end(watch.key))
+                rows = conn.execute(_WATCH_PREFIX, args).fetchall()
+            else:
+                rows = conn.execute(_WATCH_KEY, (watch.position, state.revision, watch.key)).fetchall()
+            watch.position = state.revision
+            return [_event(row) for row in rows]
+
+        return self._read(body)
+
+    def _wait_for_change(self, generation: int, timeout_s: float) -> None:
+        with self._changed:
+            if self._generation == generation:
+                self._waiters += 1
+                try:
+                    self._changed.wait(timeout_s)
+                finally:
+                    self._waiters -= 1
+
+    def _forget(self, watch: _SqliteWatch) -> None:
+        with self._connections_lock:
+            if watch in self._watches:
+                self._watches.remove(watch)
+        with self._changed:
+            self._generation += 1
+            self._changed.notify_all()
+
+    def compact(self, revision: int) -> None:
+        if isinstance(revision, bool) or not isinstance(revision, int):
+            raise InvalidRequest("revision", "must be an integer")
+
+        def body(conn: sqlite3.Connection, state: _State) -> None:
+            if revision > state.revision:
+                raise InvalidRequest("revision", f"{revision} is in the future (current {state.revision})")
+            if revision > state.compacted:
+                conn.execute("DELETE FROM events WHERE revision <= ?", (revision,))
+                state.compacted = revision
+
+        self._write(body)
+
+    def close(self) -> None:
+        with self._connections_lock:
+            self._closed = True
+            connections, self._connections = self._connections, []
+            watches, self._watches = self._watches, []
+        for watch in watches:
+            watch.close()
+        for conn in connections:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
+
+
+class _SqliteWatch(Watch):
+    def __init__(self, store: SqliteStore, key: str, prefix: bool, position: int) -> None:
+        self._store = store
+        self.key = key
+        self.prefix = prefix
+        self.position = position  # every event at or below this revision has been delivered
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def poll(self) -> list[Event]:
+        with self._lock:
+            if self.closed:
+                return []
+            return self._store._fetch(self)
+
+    def wait(self, timeout_s: float) -> list[Event]:
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            generation = self._store._generation
+            events = self.poll()
+            remaining = deadline - time.monotonic()
+            if events or self.closed or remaining <= 0:
+                return events
+            self._store._wait_for_change(generation, min(self._store.config.poll_s, remaining))
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._store._forget(self)
+
+
+def open_sqlite(url: str, clock: Clock | None = None) -> SqliteStore:
+    """Open (creating if needed) the SQLite store named by ``url``; ``clock`` drives lease expiry."""
+    try:
+        return SqliteStore(url, SqliteConfig.parse(url), clock or SYSTEM_CLOCK)
+    except ApportionError:
+        raise
+    except sqlite3.Error as exc:  # pragma: no cover - every sqlite3 call above maps its own errors
+        raise StoreUnavailable(f"{url}: {exc}") from exc
+
+
+__all__ = ["SqliteConfig", "SqliteStore", "open_sqlite", "prefix_end"]

@@ -1,0 +1,170 @@
+"""Real `apportion worker` processes on a shared store: crash (kill -9), zombie (SIGSTOP/SIGCONT), graceful stop.
+
+Parametrised by store URL kind; the etcd URL is added to STORE_KINDS once the etcd backend's fixture exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apportion.group import group_status
+from apportion.store import connect
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 24
+SETTLE_S, MIN_INTERVAL_S, TTL_S = 0.3, 0.6, 2.0
+STORE_KINDS = ["sqlite"]
+
+
+def _backend_available(kind: str) -> bool:
+    try:
+        if kind == "sqlite":
+            import apportion.store._sqlite  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class WorkerProcess:
+    def __init__(self, url: str, worker_id: str) -> None:
+        self.id = worker_id
+        self.events: list[dict[str, Any]] = []
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "apportion.cli",
+                "worker",
+                "--store",
+                url,
+                "--group",
+                "g",
+                "--id",
+                worker_id,
+                "--partitions",
+                str(PARTITIONS),
+                "--settle",
+                str(SETTLE_S),
+                "--min-interval",
+                str(MIN_INTERVAL_S),
+                "--ttl",
+                str(TTL_S),
+                "--commit-every",
+                "0.2",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                self.events.append(json.loads(line))
+            except ValueError:
+                continue
+
+    def kinds(self) -> list[str]:
+        return [e["event"] for e in list(self.events)]
+
+    def signal(self, sig: int) -> None:
+        os.kill(self.proc.pid, sig)
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if condition():
+            return time.monotonic() - start
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if not _backend_available(request.param):
+        pytest.skip(f"the {request.param} backend is not available yet")
+    return f"sqlite:///{tmp_path / 'apportion.db'}"
+
+
+@pytest.fixture
+def workers(store_url: str) -> Iterator[dict[str, WorkerProcess]]:
+    procs = {f"w{i}": WorkerProcess(store_url, f"w{i}") for i in range(6)}
+    yield procs
+    for w in procs.values():
+        if w.proc.poll() is None:
+            w.signal(signal.SIGCONT)
+            w.proc.kill()
+        w.proc.wait(10)
+
+
+def owners(url: str) -> dict[int, str | None]:
+    with connect(url) as store:
+        status = group_status(store, "g")
+    return {int(p): info["owner"] for p, info in status["partitions"].items()}
+
+
+def all_owned_by(url: str, alive: set[str]) -> bool:
+    found = owners(url)
+    return len(found) == PARTITIONS and all(o in alive for o in found.values())
+
+
+def balanced(url: str, alive: set[str]) -> bool:
+    found = owners(url)
+    if not all_owned_by(url, alive):
+        return False
+    counts = [sum(1 for o in found.values() if o == w) for w in alive]
+    return max(counts) - min(counts) <= 1
+
+
+def test_six_workers_survive_crashes_zombies_and_graceful_stops(
+    store_url: str, workers: dict[str, WorkerProcess]
+) -> None:
+    alive = set(workers)
+    wait_for(lambda: balanced(store_url, alive), 30, "6 workers to share 24 partitions evenly")
+
+    # kill -9 two workers: their partitions are owned again within ttl + RST + 1 s
+    for wid in ("w0", "w1"):
+        workers[wid].proc.kill()
+        alive.discard(wid)
+    took = wait_for(lambda: all_owned_by(store_url, alive), TTL_S + SETTLE_S + 1.0, "the crashed workers' partitions")
+    assert took <= TTL_S + SETTLE_S + 1.0
+    wait_for(lambda: balanced(store_url, alive), 10, "balance among 4 workers")
+
+    # SIGSTOP one: it is replaced; SIGCONT: its commits are fenced, it reports on_lost and rejoins
+    zombie = workers["w2"]
+    zombie.signal(signal.SIGSTOP)
+    others = alive - {"w2"}
+    wait_for(lambda: all_owned_by(store_url, others), 15, "w2's partitions to be taken over while it is frozen")
+    seen = len(zombie.events)
+    zombie.signal(signal.SIGCONT)
+    wait_for(lambda: "lost" in [e["event"] for e in zombie.events[seen:]], 10, "w2 to report on_lost")
+    wait_for(lambda: "fenced" in [e["event"] for e in zombie.events[seen:]], 10, "w2's stale commit to be Fenced")
+    wait_for(lambda: "assigned" in [e["event"] for e in zombie.events[seen:]], 15, "w2 to rejoin and get partitions")
+    wait_for(lambda: balanced(store_url, alive), 15, "balance among the 4 workers again")
+
+    # graceful stop of one: only its partitions move
+    before = owners(store_url)
+    workers["w3"].signal(signal.SIGTERM)
+    assert workers["w3"].proc.wait(15) == 0
+    alive.discard("w3")
+    wait_for(lambda: all_owned_by(store_url, alive), 10, "w3's partitions to move")
+    after = owners(store_url)
+    moved = {p for p in range(PARTITIONS) if before[p] != after[p]}
+    assert moved == {p for p in range(PARTITIONS) if before[p] == "w3"}
+    assert "revoked" in workers["w3"].kinds()

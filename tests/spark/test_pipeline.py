@@ -1,0 +1,225 @@
+"""The Spark pipeline end to end: every input record appears exactly once in the committed output, in per-key
+order, across a rebalance (in-process) and across kill -9, a SIGSTOP zombie and a late joiner (real processes on a
+SQLite store, each worker with its own Spark session)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from apportion.cli import main
+from apportion.group import Keys, decode
+from apportion.log import PartitionedLog, Producer
+from apportion.spark import Pipeline, read_committed, read_committed_arrow, verify
+from apportion.spark._output import committed_checkpoints, lag
+from apportion.spark._pipeline import joined
+from apportion.store import Store, connect
+from apportion.worker import Group
+
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+
+COLUMNS = ["partition", "offset", "key", "value", "digest"]
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def expected_output(spark: Any, log: PartitionedLog, resource: str) -> Any:
+    """The input log as the default transform must output it, computed without Spark's sha2."""
+    tables = []
+    for p in range(log.partitions(resource)):
+        t = log.read(resource, p)
+        digests = [hashlib.sha256(v.encode()).hexdigest() for v in t.column("value").to_pylist()]
+        tables.append(
+            pa.table(
+                {
+                    "partition": pa.array([p] * t.num_rows, pa.int32()),
+                    "offset": t.column("offset"),
+                    "key": t.column("key"),
+                    "value": t.column("value"),
+                    "digest": pa.array(digests, pa.string()),
+                }
+            )
+        )
+    return spark.createDataFrame(pa.concat_tables(tables).to_pandas())
+
+
+def assert_per_key_offset_order(table: pa.Table) -> None:
+    last: dict[tuple[int, str], int] = {}
+    parts, offsets, keys = (table.column(c).to_pylist() for c in ("partition", "offset", "key"))
+    for p, o, k in zip(parts, offsets, keys, strict=True):
+        assert last.get((p, k), -1) < o, f"key {k!r} of partition {p}: offset {o} after {last[(p, k)]}"
+        last[(p, k)] = o
+
+
+def test_two_workers_in_one_process_process_every_record_once_across_a_rebalance(spark: Any, tmp_path: Path) -> None:
+    from pyspark.testing import assertDataFrameEqual
+
+    log = PartitionedLog(tmp_path / "log")
+    log.create("r", 4)
+    with Producer(log, "r", batch_records=700) as producer:
+        producer.send_many((f"k{i % 37}", f"v{i}") for i in range(6000))
+    store = connect(f"memory://{uuid.uuid4().hex}")
+    group = Group(store, "g", partitions=4, settle_s=0.2, min_interval_s=0.4, ttl_s=3.0)
+    out = tmp_path / "out"
+    first = Pipeline(spark, log, out, "r", batch_records=400, worker_id="a")
+    second = Pipeline(spark, log, out, "r", batch_records=400, worker_id="b")
+    stop = threading.Event()
+    with joined(group, "a", first) as a:
+        assert a.wait_until_stable(10), "worker a did not settle"
+        stats = first.run_once()
+        assert stats is not None and stats.committed == (0, 1, 2, 3)
+        with joined(group, "b", second) as b:
+            runners = [threading.Thread(target=pl.run, args=(stop,)) for pl in (first, second)]
+            for t in runners:
+                t.start()
+            try:
+                wait_for(lambda: b.owned() != [] and sum(lag(store, "g", log, "r").values()) == 0, 60, "no lag")
+            finally:
+                stop.set()
+                for t in runners:
+                    t.join(60)
+    assert first.records > 0 and second.records > 0, "both workers must have committed batches"
+    assert verify(store, "g", log, "r", out).ok
+    assert_per_key_offset_order(read_committed_arrow(store, "g", out))
+    actual = read_committed(spark, store, "g", out).select(*COLUMNS)
+    assertDataFrameEqual(actual, expected_output(spark, log, "r"))
+
+
+# -- real processes ------------------------------------------------------------------------------------------
+
+RECORDS, PARTITIONS, BATCH = 200_000, 8, 10_000
+TIMINGS = ["--settle", "0.3", "--min-interval", "0.6", "--ttl", "2"]
+PAUSE_S = 5.0  # every worker's first batch pauses between writing its output and committing it
+
+
+class PipelineProcess:
+    """`apportion pipeline run` in its own session (so signals reach its JVM too); JSON events from stderr."""
+
+    def __init__(self, url: str, log_dir: Path, out_dir: Path, worker_id: str, *, pause_s: float = 0.0) -> None:
+        self.id = worker_id
+        self.events: list[dict[str, Any]] = []
+        cmd = [
+            sys.executable, "-m", "apportion.cli", "pipeline", "run", "--store", url, "--group", "g",
+            "--id", worker_id, "--input", str(log_dir), "--output", str(out_dir), "--resource", "r",
+            "--batch-records", str(BATCH), "--driver-memory", "512m", "--idle", "0.1", *TIMINGS,
+        ]  # fmt: skip
+        if pause_s:
+            cmd += ["--pause-before-commit", str(pause_s)]
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if line.startswith("{"):
+                try:
+                    self.events.append(json.loads(line))
+                except ValueError:
+                    continue
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in list(self.events) if e.get("event") == kind]
+
+    def signal(self, sig: int) -> None:
+        os.killpg(self.proc.pid, sig)
+
+
+@pytest.fixture
+def processes() -> Iterator[list[PipelineProcess]]:
+    started: list[PipelineProcess] = []
+    yield started
+    for w in started:
+        if w.proc.poll() is None:
+            w.signal(signal.SIGCONT)
+            w.signal(signal.SIGKILL)
+        w.proc.wait(30)
+
+
+def owners(store: Store, n: int) -> dict[int, str | None]:
+    keys = Keys("g")
+    found: dict[int, str | None] = {}
+    for p in range(n):
+        kv = store.get(keys.owner(p))
+        found[p] = None if kv is None else str(decode(kv.value)["member"])
+    return found
+
+
+def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_once_output(
+    tmp_path: Path, processes: list[PipelineProcess], request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log_dir, out_dir, url = tmp_path / "log", tmp_path / "out", f"sqlite:///{tmp_path / 'store.db'}"
+    produce = ["pipeline", "produce", "--input", str(log_dir), "--resource", "r"]
+    assert main([*produce, "--partitions", str(PARTITIONS), "--records", str(RECORDS), "--seed", "7"]) == 0
+    log = PartitionedLog(log_dir)
+    assert sum(log.end_offset("r", p) for p in range(PARTITIONS)) == RECORDS
+
+    # Two workers start; both pause in their first batch between write and commit. The first to pause is killed
+    # with SIGKILL mid-batch, the second is frozen with SIGSTOP in the same window (a zombie with written output).
+    processes += [PipelineProcess(url, log_dir, out_dir, w, pause_s=PAUSE_S) for w in ("w1", "w2")]
+    wait_for(lambda: any(w.of("pausing") for w in processes), 90, "a first batch to pause before its commit")
+    killed = next(w for w in processes if w.of("pausing"))
+    killed.signal(signal.SIGKILL)
+    frozen = next(w for w in processes if w is not killed)
+    wait_for(lambda: bool(frozen.of("pausing")), 60, f"{frozen.id} to take over and pause before its commit")
+    frozen.signal(signal.SIGSTOP)
+    killed_files = [e["file"] for e in killed.of("written")]
+    zombie_files = [e["file"] for e in frozen.of("written")]
+    assert killed_files and zombie_files
+
+    # A third worker joins late and takes everything once the zombie's lease lapses; then the zombie resumes.
+    late = PipelineProcess(url, log_dir, out_dir, "w3")
+    processes.append(late)
+    with connect(url) as store:
+        wait_for(lambda: set(owners(store, PARTITIONS).values()) == {"w3"}, 60, "w3 to own every partition")
+        frozen.signal(signal.SIGCONT)
+        wait_for(lambda: bool(frozen.of("fenced")), 30, f"{frozen.id}'s stale commits to be fenced")
+        wait_for(lambda: sum(lag(store, "g", log, "r").values()) == 0, 90, "all input to be committed")
+        checkpoints = committed_checkpoints(store, "g")
+    for w in (frozen, late):
+        w.signal(signal.SIGTERM)
+    for w in (frozen, late):
+        assert w.proc.wait(60) == 0, f"{w.id} did not leave gracefully"
+    assert killed.proc.wait(10) == -signal.SIGKILL
+
+    committed = {rel for c in checkpoints.values() for rel in c.outputs}
+    assert not committed & {*killed_files, *zombie_files}, "uncommitted output of a dead or fenced writer was listed"
+    assert not any((out_dir / f).exists() for f in [*killed_files, *zombie_files]), "stale output was not discarded"
+    assert {e["partition"] for e in frozen.of("fenced")} == {e["partition"] for e in frozen.of("written")}
+    assert late.of("commit"), "the late joiner committed nothing"
+
+    capsys.readouterr()
+    assert main(["pipeline", "verify", "--store", url, "--group", "g", "--input", str(log_dir), "--output",
+                 str(out_dir), "--resource", "r", "--json"]) == 0  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["output_records"] == RECORDS and report["duplicates"] == report["missing"] == 0
+
+    spark = request.getfixturevalue("spark")  # started only now: fewer JVMs at once on a 2-core machine
+    from pyspark.testing import assertDataFrameEqual
+
+    with connect(url) as store:
+        assert_per_key_offset_order(read_committed_arrow(store, "g", out_dir))
+        actual = read_committed(spark, store, "g", out_dir).select(*COLUMNS)
+        assertDataFrameEqual(actual, expected_output(spark, log, "r"))

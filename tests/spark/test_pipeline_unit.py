@@ -1,0 +1,177 @@
+"""The pipeline's commit/discard logic on the memory store (virtual clock, no Spark): fencing, clean-up, reading
+only committed output, and the verifier's detection of every kind of wrong output."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from apportion.errors import ApportionError, Fenced
+from apportion.group import RoundsMember
+from apportion.log import PartitionedLog
+from apportion.spark._output import Checkpoint, committed_checkpoints, read_committed_arrow, verify
+from apportion.spark._pipeline import Task, clean_partition, commit_task, write_output
+from tests.group.harness import FAST, Harness
+
+
+def _rows(partition: int, start: int, end: int) -> pa.Table:
+    return pa.table(
+        {
+            "partition": pa.array([partition] * (end - start), pa.int32()),
+            "offset": pa.array(range(start, end), pa.int64()),
+            "key": [f"k{o % 3}" for o in range(start, end)],
+            "value": [f"v{o}" for o in range(start, end)],
+        }
+    )
+
+
+def _task(member: RoundsMember, p: int, start: int, end: int) -> Task:
+    checkpoint = Checkpoint.parse(member.checkpoint(p), p)
+    return Task(p, member.lease(p).epoch, start, end, checkpoint, ())
+
+
+def _settled_pair() -> tuple[Harness, RoundsMember, RoundsMember]:
+    h = Harness()
+    a, b = h.add("a"), h.add("b")
+    h.run(2.0)
+    assert a.owned() and b.owned()
+    return h, a, b
+
+
+def test_commit_of_the_owner_makes_its_file_part_of_the_checkpoint(tmp_path: Path) -> None:
+    _, a, _ = _settled_pair()
+    p = a.owned()[0]
+    task = _task(a, p, 0, 5)
+    rel = write_output(tmp_path, "r", task, _rows(p, 0, 5))
+    checkpoint = commit_task(a, task, rel, tmp_path)
+    assert Checkpoint.parse(a.checkpoint(p), p) == checkpoint == Checkpoint(5, (rel,))
+    assert (tmp_path / rel).is_file()
+
+
+def test_zombie_commit_with_a_stale_epoch_is_fenced_and_its_output_file_deleted(tmp_path: Path) -> None:
+    h, a, b = _settled_pair()
+    p = a.owned()[0]
+    done = commit_task(a, _task(a, p, 0, 5), write_output(tmp_path, "r", _task(a, p, 0, 5), _rows(p, 0, 5)), tmp_path)
+    stale = _task(a, p, 5, 9)
+    rel = write_output(tmp_path, "r", stale, _rows(p, 5, 9))  # written, then the writer freezes before committing
+    h.frozen.add("a")
+    h.run(FAST.ttl_s + 3.0)
+    assert p in b.owned() and b.lease(p).epoch > stale.epoch
+    with pytest.raises(Fenced):
+        commit_task(a, stale, rel, tmp_path)
+    assert not (tmp_path / rel).exists()
+    assert Checkpoint.parse(b.checkpoint(p), p) == done  # the zombie changed nothing
+
+
+def test_fenced_commit_keeps_a_file_that_the_committed_checkpoint_lists(tmp_path: Path) -> None:
+    """An ambiguous commit (applied, but reported as fenced) must not delete committed output."""
+    _, a, _ = _settled_pair()
+    p = a.owned()[0]
+
+    class AppliedThenFenced:
+        def __init__(self, member: RoundsMember) -> None:
+            self.member = member
+
+        def commit(self, partition: int, checkpoint: str, *, epoch: int | None = None) -> None:
+            self.member.commit(partition, checkpoint, epoch=epoch)
+            raise Fenced("lost right after the commit applied")
+
+        def checkpoint(self, partition: int) -> str | None:
+            return self.member.checkpoint(partition)
+
+        def owned(self) -> list[int]:
+            return self.member.owned()
+
+        def lease(self, partition: int) -> object:
+            return self.member.lease(partition)
+
+    task = _task(a, p, 0, 5)
+    rel = write_output(tmp_path, "r", task, _rows(p, 0, 5))
+    with pytest.raises(Fenced):
+        commit_task(AppliedThenFenced(a), task, rel, tmp_path)  # type: ignore[arg-type]
+    assert (tmp_path / rel).is_file()
+    assert Checkpoint.parse(a.checkpoint(p), p).outputs == (rel,)
+
+
+def test_new_owner_cleans_only_unlisted_files_of_older_epochs(tmp_path: Path) -> None:
+    listed = Task(0, 1, 0, 5, Checkpoint(), ())
+    orphan = Task(0, 2, 5, 9, Checkpoint(), ())
+    mine = Task(0, 3, 5, 9, Checkpoint(), ())
+    rel_listed = write_output(tmp_path, "r", listed, _rows(0, 0, 5))
+    rel_orphan = write_output(tmp_path, "r", orphan, _rows(0, 5, 9))
+    rel_mine = write_output(tmp_path, "r", mine, _rows(0, 5, 9))
+    (tmp_path / "r" / "0" / ".tmp-e0000000002-77-x.parquet").write_bytes(b"torn")
+    deleted = clean_partition(tmp_path, "r", 0, Checkpoint(5, (rel_listed,)), epoch=3)
+    assert deleted == ["r/0/.tmp-e0000000002-77-x.parquet", rel_orphan]
+    assert (tmp_path / rel_listed).is_file() and (tmp_path / rel_mine).is_file()
+
+
+def test_read_committed_reads_only_files_listed_by_checkpoints(tmp_path: Path) -> None:
+    _, a, _ = _settled_pair()
+    p = a.owned()[0]
+    task = _task(a, p, 0, 4)
+    commit_task(a, task, write_output(tmp_path, "r", task, _rows(p, 0, 4)), tmp_path)
+    write_output(tmp_path, "r", _task(a, p, 4, 8), _rows(p, 4, 8))  # written, never committed
+    table = read_committed_arrow(a.store, "g", tmp_path)
+    assert table.column("offset").to_pylist() == [0, 1, 2, 3]
+    assert committed_checkpoints(a.store, "g") == {p: Checkpoint(4, (task_rel(task),))}
+
+
+def task_rel(task: Task) -> str:
+    return f"r/{task.partition}/{task.start:020d}-{task.end:020d}-e{task.epoch:010d}.parquet"
+
+
+def test_a_foreign_checkpoint_is_reported_not_misread() -> None:
+    assert Checkpoint.parse(None, 3) == Checkpoint()
+    assert Checkpoint.parse(Checkpoint(7, ("x",)).to_json(), 3) == Checkpoint(7, ("x",))
+    with pytest.raises(ApportionError, match="partition 3"):
+        Checkpoint.parse("w1:17", 3)
+
+
+def _committed_group(tmp_path: Path, tables: dict[int, list[pa.Table]]) -> tuple[Harness, PartitionedLog]:
+    """A log of 2 partitions x 6 records and a group whose checkpoints list ``tables`` as output files."""
+    log = PartitionedLog(tmp_path / "log")
+    log.create("r", 2)
+    for p in range(2):
+        log.append("r", p, pa.table({"key": [f"k{o % 3}" for o in range(6)], "value": [f"v{o}" for o in range(6)]}))
+    h = Harness(config=dataclasses.replace(FAST, partitions=2))
+    a = h.add("a")
+    h.run(2.0)
+    for p, parts in tables.items():
+        rels = []
+        for i, table in enumerate(parts):
+            rel = f"r/{p}/{i:020d}-{i:020d}-e0000000001.parquet"
+            (tmp_path / "out" / rel).parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, tmp_path / "out" / rel)
+            rels.append(rel)
+        a.commit(p, Checkpoint(6, tuple(rels)).to_json())
+    return h, log
+
+
+def test_verify_accepts_exactly_once_output(tmp_path: Path) -> None:
+    h, log = _committed_group(tmp_path, {0: [_rows(0, 0, 3), _rows(0, 3, 6)], 1: [_rows(1, 0, 6)]})
+    report = verify(h.store, "g", log, "r", tmp_path / "out")
+    assert report.ok, report
+    assert report.input_records == report.output_records == 12
+
+
+def test_verify_detects_duplicates_missing_reordering_and_changed_values(tmp_path: Path) -> None:
+    changed = _rows(1, 0, 6).set_column(3, "value", pa.array(["v0", "v1", "X", "v3", "v4", "v5"]))
+    reordered = _rows(0, 3, 6).take([2, 1, 0])
+    h, log = _committed_group(tmp_path, {0: [_rows(0, 0, 4), reordered, _rows(0, 5, 6)], 1: [changed]})
+    report = verify(h.store, "g", log, "r", tmp_path / "out")
+    assert not report.ok
+    assert report.duplicates == 2  # offsets 3 and 5 twice
+    assert report.mismatched == 1
+    assert report.order_violations >= 1
+    assert report.input_checksum != report.output_checksum
+
+
+def test_verify_counts_records_not_yet_committed_as_missing(tmp_path: Path) -> None:
+    h, log = _committed_group(tmp_path, {0: [_rows(0, 0, 6)]})
+    report = verify(h.store, "g", log, "r", tmp_path / "out")
+    assert report.missing == 6 and report.uncommitted_lag == 6 and not report.ok
