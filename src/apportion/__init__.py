@@ -11,6 +11,7 @@ from apportion.errors import (
     InvalidRequest,
     LeaseNotFound,
     NotEnoughMembers,
+    PlanViolation,
     StoreUnavailable,
 )
 from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
@@ -34,6 +35,7 @@ __all__ = [
     "NotEnoughMembers",
     "Partition",
     "Plan",
+    "PlanViolation",
     "PlanStats",
     "Resource",
     "Store",

@@ -28,7 +28,7 @@ from typing import Any
 from apportion.clock import SYSTEM_CLOCK, Clock
 from apportion.errors import InvalidRequest
 from apportion.group import GroupConfig, Keys, Lease, RoundsMember, decode, validate_group
-from apportion.group._rounds import Callback
+from apportion.group._ownership import Callback
 from apportion.store import Store
 
 log = logging.getLogger("apportion.worker")

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from apportion.assign import check
 from apportion.assign._high_availability import high_availability, parse_options, tags
 from apportion.errors import InvalidRequest
 from apportion.model import AssignRequest, Member, Partition, Plan, Resource
@@ -32,14 +33,17 @@ def counts(plan: Plan) -> dict[str, int]:
 
 
 @st.composite
-def requests(draw: st.DrawFn, *, uniform: bool = True, churn: bool = True) -> AssignRequest:
+def requests(
+    draw: st.DrawFn, *, uniform: bool = True, churn: bool = True, most_partitions: int = 9, most_members: int = 5
+) -> AssignRequest:
     """Small requests: 1-2 resources (each stateful or not), 1-5 members with capacities and maybe racks, a previous
     ownership (with partitions of a departed member when ``churn``), standby and learner replicas with lags."""
     resources = tuple(
-        Resource(f"r{i}", draw(st.integers(0, 9)), stateful=draw(st.booleans())) for i in range(draw(st.integers(1, 2)))
+        Resource(f"r{i}", draw(st.integers(0, most_partitions)), stateful=draw(st.booleans()))
+        for i in range(draw(st.integers(1, 2)))
     )
     everything = [p for r in resources for p in r.all_partitions()]
-    ids = [f"m{i}" for i in range(draw(st.integers(1, 5)))]
+    ids = [f"m{i}" for i in range(draw(st.integers(1, most_members)))]
     racked = draw(st.booleans())
     owner = [draw(st.integers(-1, len(ids) if churn else len(ids) - 1)) for _ in everything]  # -1 / len: nobody
     held: dict[str, dict[str, list[Partition]]] = {m: {"owned": [], "standby": [], "learners": []} for m in ids}
@@ -63,6 +67,7 @@ def requests(draw: st.DrawFn, *, uniform: bool = True, churn: bool = True) -> As
                 m,
                 subscriptions=subs,
                 owned=tuple(held[m]["owned"]),
+                generation=draw(st.sampled_from((1, 1, 1, 0))),  # 0: a stale member, its claims ignored
                 capacity=draw(st.sampled_from((0.5, 1.0, 2.0, 3.0))),
                 rack=draw(st.sampled_from(("a", "b", "c"))) if racked else None,
                 standby=tuple(held[m]["standby"]),
@@ -80,10 +85,11 @@ def requests(draw: st.DrawFn, *, uniform: bool = True, churn: bool = True) -> As
 
 
 def previous_owner(req: AssignRequest) -> dict[Partition, str]:
-    """The request's previous owners (one generation here; the smallest id wins a conflict)."""
+    """The request's previous owners: claims of the highest generation, the smallest id on a conflict."""
+    top = max((m.generation for m in req.members if m.owned), default=0)
     out: dict[Partition, str] = {}
     for m in sorted(req.members, key=lambda m: m.id):
-        for p in m.owned:
+        for p in m.owned if m.generation == top else ():
             out.setdefault(p, m.id)
     return out
 
@@ -91,7 +97,7 @@ def previous_owner(req: AssignRequest) -> dict[Partition, str]:
 def lag_of(req: AssignRequest, member: Member, p: Partition) -> float:
     if previous_owner(req).get(p) == member.id:
         return 0
-    holds = p in member.standby or p in member.learners or p in member.owned
+    holds = p in member.standby or p in member.learners or p in member.owned  # a stale claim: a replica
     return member.lag.get(p, math.inf) if holds else math.inf
 
 
@@ -113,6 +119,7 @@ def next_round(req: AssignRequest, plan: Plan) -> AssignRequest:
     """A probing round without churn: the plan becomes the members' holdings; learners have caught up (lag 0),
     standbys keep the lag they had (a new standby starts unready, one offset beyond the acceptable lag)."""
     owner = previous_owner(req)
+    generation = max((m.generation for m in req.members), default=0) + 1  # everyone joined the round
     members = []
     for m in req.members:
         lag: dict[Partition, int] = {p: 0 for p in plan.learners[m.id]}
@@ -124,7 +131,7 @@ def next_round(req: AssignRequest, plan: Plan) -> AssignRequest:
                 m.id,
                 subscriptions=m.subscriptions,
                 owned=plan.assignment[m.id],
-                generation=m.generation + 1,
+                generation=generation,
                 capacity=m.capacity,
                 rack=m.rack,
                 standby=plan.standby[m.id],
@@ -152,6 +159,12 @@ def test_every_partition_has_exactly_one_active_on_a_subscribed_member(req: Assi
     assert {p for p, _ in actives} == expected
     assert plan.stats.moved == sum(1 for mv in plan.moves if mv.source is not None)
     assert all(plan.assignment[m] == tuple(sorted(ps)) for m, ps in plan.assignment.items())
+
+
+@PROPERTY
+@given(requests(uniform=False))
+def test_the_shared_invariant_checker_accepts_every_plan(req: AssignRequest) -> None:
+    assert check(req, high_availability(req)) == []
 
 
 @PROPERTY

@@ -118,6 +118,7 @@ class PipelineProcess:
     def __init__(self, url: str, log_dir: Path, out_dir: Path, worker_id: str, *, pause_s: float = 0.0) -> None:
         self.id = worker_id
         self.events: list[dict[str, Any]] = []
+        self.lines: list[str] = []
         cmd = [
             sys.executable, "-m", "apportion.cli", "pipeline", "run", "--store", url, "--group", "g",
             "--id", worker_id, "--input", str(log_dir), "--output", str(out_dir), "--resource", "r",
@@ -134,6 +135,7 @@ class PipelineProcess:
     def _read(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
+            self.lines.append(line.rstrip())
             if line.startswith("{"):
                 try:
                     self.events.append(json.loads(line))
@@ -142,6 +144,9 @@ class PipelineProcess:
 
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in list(self.events) if e.get("event") == kind]
+
+    def tail(self, n: int = 15) -> str:
+        return "\n".join(self.lines[-n:])
 
     def signal(self, sig: int) -> None:
         os.killpg(self.proc.pid, sig)
@@ -187,6 +192,7 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
     frozen.signal(signal.SIGSTOP)
     killed_files = [e["file"] for e in killed.of("written")]
     zombie_files = [e["file"] for e in frozen.of("written")]
+    zombie_partitions = {e["partition"] for e in frozen.of("written")}
     assert killed_files and zombie_files
 
     # A third worker joins late and takes everything once the zombie's lease lapses; then the zombie resumes.
@@ -201,14 +207,14 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
     for w in (frozen, late):
         w.signal(signal.SIGTERM)
     for w in (frozen, late):
-        assert w.proc.wait(60) == 0, f"{w.id} did not leave gracefully"
+        assert w.proc.wait(60) == 0, f"{w.id} did not leave gracefully:\n{w.tail()}"
     assert killed.proc.wait(10) == -signal.SIGKILL
 
     committed = {rel for c in checkpoints.values() for rel in c.outputs}
     assert not committed & {*killed_files, *zombie_files}, "uncommitted output of a dead or fenced writer was listed"
     assert not any((out_dir / f).exists() for f in [*killed_files, *zombie_files]), "stale output was not discarded"
-    assert {e["partition"] for e in frozen.of("fenced")} == {e["partition"] for e in frozen.of("written")}
-    assert late.of("commit"), "the late joiner committed nothing"
+    assert zombie_partitions <= {e["partition"] for e in frozen.of("fenced")}
+    assert late.of("commit"), f"the late joiner committed nothing:\n{late.tail(40)}"
 
     capsys.readouterr()
     assert main(["pipeline", "verify", "--store", url, "--group", "g", "--input", str(log_dir), "--output",

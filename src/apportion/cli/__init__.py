@@ -5,9 +5,10 @@ Each command lives in its own module (``_assign.py``, ``_worker.py``, ...) that 
 
 from apportion.cli import (
     _assign,  # noqa: F401  (registers `apportion assign`)
-    _demo,  # noqa: F401  (registers `apportion demo`, temporary)
+    _demo,  # noqa: F401  (registers `apportion demo`, the main job)
     _pipeline,  # noqa: F401  (registers `apportion pipeline produce|run|verify`)
     _simulate,  # noqa: F401  (registers `apportion simulate`)
+    _strategies_demo,  # noqa: F401  (registers `apportion demo-strategies`)
     _status,  # noqa: F401  (registers `apportion status`)
     _worker,  # noqa: F401  (registers `apportion worker`)
 )

@@ -1,61 +1,64 @@
-"""`apportion demo` (temporary, replaced by the real demo): scripted churn with sticky and weighted, a table a step."""
+"""`apportion demo`: the main job on embedded defaults (see apportion.demo for the scenario)."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import time
+from pathlib import Path
+
 import click
 from rich.console import Console
-from rich.table import Table
 
-from apportion.assign import check_or_raise, plan
 from apportion.cli._app import app
-from apportion.model import AssignRequest, Member, Plan, Resource
-
-PARTITIONS = 3000
-# (step, member -> capacity) — members join, leave and change capacity
-SCRIPT: list[tuple[str, dict[str, float]]] = [
-    ("start: 3 workers", {"w1": 1, "w2": 1, "w3": 1}),
-    ("w4 joins", {"w1": 1, "w2": 1, "w3": 1, "w4": 1}),
-    ("w5 joins with capacity 2", {"w1": 1, "w2": 1, "w3": 1, "w4": 1, "w5": 2}),
-    ("w2 leaves", {"w1": 1, "w3": 1, "w4": 1, "w5": 2}),
-    ("w1 doubles its capacity", {"w1": 2, "w3": 1, "w4": 1, "w5": 2}),
-    ("w6, w7 join; w3 leaves", {"w1": 2, "w4": 1, "w5": 2, "w6": 1, "w7": 1}),
-]
-
-
-def _step(strategy: str, members: dict[str, float], previous: Plan | None, round_no: int) -> tuple[Plan, Table]:
-    owned = previous.assignment if previous is not None else {}
-    request = AssignRequest(
-        strategy,
-        (Resource("orders", PARTITIONS),),
-        tuple(Member(m, owned=owned.get(m, ()), generation=round_no, capacity=c) for m, c in members.items()),
-        {"tolerance": 0.05} if strategy == "weighted" else {},
-    )
-    result = plan(request)
-    check_or_raise(request, result)
-    return result, _table(result, members)
-
-
-def _table(result: Plan, members: dict[str, float]) -> Table:
-    gained: dict[str, int] = {}
-    for mv in result.moves:
-        if mv.source is not None:
-            gained[mv.target] = gained.get(mv.target, 0) + 1
-    table = Table(caption=f"moved {result.stats.moved} (least possible {result.stats.min_moves})")
-    for column in ("member", "capacity", "load", "moved in"):
-        table.add_column(column, justify="left" if column == "member" else "right")
-    for member, parts in sorted(result.assignment.items()):
-        table.add_row(member, f"{members[member]:g}", str(len(parts)), str(gained.get(member, 0)))
-    return table
+from apportion.demo import DemoConfig, run_demo, summary_json
 
 
 @app.command()
-def demo() -> None:
-    """Temporary demo: scripted churn on 3000 partitions with the sticky and weighted strategies."""
-    console = Console()
-    for strategy in ("sticky", "weighted"):
-        previous: Plan | None = None
-        for round_no, (title, members) in enumerate(SCRIPT, start=1):
-            previous, table = _step(strategy, members, previous, round_no)
-            table.title = f"{strategy} — round {round_no}: {title}"
-            console.print(table)
-    click.echo("every plan passed apportion.assign.check")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Working directory (default: a fresh demo-output/run-<time>).",
+)
+@click.option("--clean", is_flag=True, help="Delete the working directory first if it exists.")
+@click.option("--records", type=int, default=1_000_000, help="Records to produce.")
+@click.option("--partitions", type=int, default=32, help="Partitions of the resource.")
+@click.option("--workers", type=int, default=3, help="Initial pipeline workers (one more joins later).")
+@click.option("--batch-records", type=int, default=20_000, help="Max records per partition per micro-batch.")
+@click.option("--no-report", is_flag=True, help="Skip the Spark analytics report.")
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON at the end.")
+def demo(
+    directory: Path | None,
+    clean: bool,
+    records: int,
+    partitions: int,
+    workers: int,
+    batch_records: int,
+    no_report: bool,
+    as_json: bool,
+) -> None:
+    """Run the main job: produce records, run Spark pipeline workers through churn and faults, verify exactly-once.
+
+    Exits 1 when any check fails.
+    """
+    if directory is None:
+        directory = Path("demo-output") / time.strftime("run-%Y%m%d-%H%M%S")
+    if clean and directory.exists():
+        shutil.rmtree(directory)
+    if directory.exists() and any(directory.iterdir()):
+        raise click.UsageError(f"{directory} is not empty: pass --clean or another --dir")
+    config = DemoConfig(
+        directory=directory.resolve(),
+        records=records,
+        partitions=partitions,
+        workers=workers,
+        batch_records=batch_records,
+        report=not no_report,
+    )
+    result = run_demo(config, Console())
+    if as_json:
+        click.echo(json.dumps(summary_json(result)))
+    if not result.ok:
+        raise SystemExit(1)

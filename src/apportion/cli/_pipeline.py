@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
@@ -165,7 +166,8 @@ def run(
                 processor.run(stop, idle_s=idle_s, exit_after_idle_s=exit_idle_s)
         finally:
             emit("stopped", worker=worker_id, batches=processor.batches, records=processor.records)
-            spark.stop()
+            with contextlib.suppress(Exception):  # the JVM may already be gone (signal to the process group)
+                spark.stop()
 
 
 @pipeline.command()

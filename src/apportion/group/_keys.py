@@ -13,6 +13,11 @@
     epoch/<p>           last epoch handed out for p (not lease-bound: epochs only grow)
     commit/<p>          {checkpoint, epoch, member}
     events/<id>/<slot>  bounded history ring per member id (see ``_history``)
+    replicas            static mode: {replicas} — the replica count the ordinals are spread over
+    coordinator         coordinator mode (lease-bound to the coordinator's member lease): {member, settings}
+    table/<p>           coordinator mode: {owner, target, state (ASSIGNED|MIGRATING|ONLINE)} — the partition table
+    migrations/<p>      coordinator mode: the move in flight for p: {from, to, state}
+    rebalance           coordinator mode, manual policy: an operator's request to rebalance
 
 Group names and member ids: 1-128 characters ``[A-Za-z0-9._-]`` starting with a letter or digit; member ids
 ``plan`` and ``joined`` are reserved (they name keys of a round).
@@ -88,6 +93,32 @@ class Keys:
 
     def event(self, member_id: str, slot: int) -> str:
         return f"{self.events}{member_id}/{slot}"
+
+    @property
+    def replicas(self) -> str:
+        return self.prefix + "replicas"
+
+    @property
+    def coordinator(self) -> str:
+        return self.prefix + "coordinator"
+
+    @property
+    def tables(self) -> str:
+        return self.prefix + "table/"
+
+    def table(self, partition: int) -> str:
+        return f"{self.prefix}table/{partition}"
+
+    @property
+    def migrations(self) -> str:
+        return self.prefix + "migrations/"
+
+    def migration(self, partition: int) -> str:
+        return f"{self.prefix}migrations/{partition}"
+
+    @property
+    def rebalance(self) -> str:
+        return self.prefix + "rebalance"
 
 
 def encode(value: dict[str, Any]) -> bytes:

@@ -434,7 +434,15 @@ class Pipeline:
         """Run batches until ``stop`` is set (or, with ``exit_after_idle_s`` > 0, after that long without work)."""
         idle_since: float | None = None
         while not stop.is_set():
-            stats = self.run_once()
+            try:
+                stats = self.run_once()
+            except Exception as exc:
+                if not stop.is_set():
+                    raise
+                # stopping: Spark may be shutting down under us (SIGTERM to the process group reaches the JVM);
+                # the batch in flight is simply not committed
+                self.emit("batch_aborted", worker=self.worker_id, error=repr(exc)[:200])
+                return
             if stats is not None:
                 idle_since = None
                 continue

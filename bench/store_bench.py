@@ -1,0 +1,255 @@
+"""Store benchmark: CAS txn/s per backend (1 process and 4 processes) against a raw ``sqlite3`` loop doing the same
+transactions, and watch latency p50/p99 (writer in the same process, and in another process).
+
+Run: ``.venv/bin/python bench/store_bench.py [--txns N] [--watch-samples N] [--json]``
+
+- txn/s: sequential compare-and-set transactions, ``txn([mod_revision == last], [put(key, i)])``, one key per
+  process; with 4 processes the rate is the total over the wall time from a common start to the last finisher.
+- raw sqlite3: the same transaction by hand on a minimal schema: ``BEGIN IMMEDIATE``; read the key's mod revision;
+  compare; bump a global revision row; ``INSERT OR REPLACE`` the key; ``COMMIT`` (WAL, synchronous=NORMAL, like the
+  backend). The backend additionally checks lease expiry and appends the change to its event history.
+- watch latency: a writer puts ``time.time()`` every ~3.7 ms; the watcher (a thread here) reads its event and records
+  now - that time. "other process" puts from a spawned process (the SQLite watch polls every 10 ms).
+
+Adding a backend (etcd): add a function ``url_factory(directory) -> context manager yielding a URL`` to ``BACKENDS``
+with ``multi_process=True`` if separate processes can share it. Every column is measured through ``connect(url)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import platform
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from apportion.store import Put, connect, mod_revision_is
+
+SPAWN = multiprocessing.get_context("spawn")
+PROCESSES = 4
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    url_factory: Callable[[Path], AbstractContextManager[str]]
+    multi_process: bool  # can separate processes share one store at this URL?
+
+
+@contextmanager
+def memory_url(directory: Path) -> Iterator[str]:
+    yield f"memory://bench-{uuid.uuid4().hex}"
+
+
+@contextmanager
+def sqlite_url(directory: Path) -> Iterator[str]:
+    yield f"sqlite:///{directory / f'bench-{uuid.uuid4().hex}.db'}?timeout=30"
+
+
+BACKENDS = [
+    Backend("memory", memory_url, multi_process=False),
+    Backend("sqlite", sqlite_url, multi_process=True),
+]
+
+
+# -- CAS transactions --------------------------------------------------------------------------------------------
+
+
+def cas_loop(url: str, key: str, count: int) -> float:
+    """``count`` sequential CAS transactions on ``key``; returns the elapsed seconds."""
+    with connect(url) as store:
+        last = store.put(key, b"0")
+        started = time.perf_counter()
+        for i in range(count):
+            result = store.txn([mod_revision_is(key, last)], [Put(key, str(i).encode())])
+            if not result.succeeded:
+                raise RuntimeError(f"benchmark CAS on {key} lost a race it cannot have")
+            last = result.revision
+        return time.perf_counter() - started
+
+
+RAW_SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS meta (id INTEGER PRIMARY KEY, revision INTEGER NOT NULL)",
+    "INSERT OR IGNORE INTO meta VALUES (0, 0)",
+    "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB, mod_revision INTEGER) WITHOUT ROWID",
+]
+
+
+def raw_url(directory: Path) -> str:
+    path = directory / f"raw-{uuid.uuid4().hex}.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    for statement in RAW_SCHEMA:
+        conn.execute(statement)
+    conn.close()
+    return str(path)
+
+
+def raw_cas_loop(path: str, key: str, count: int) -> float:
+    """The same CAS transactions with bare sqlite3."""
+    conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("BEGIN IMMEDIATE")
+    revision = conn.execute("SELECT revision FROM meta WHERE id = 0").fetchone()[0] + 1
+    conn.execute("UPDATE meta SET revision = ? WHERE id = 0", (revision,))
+    conn.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (key, b"0", revision))
+    conn.execute("COMMIT")
+    last = revision
+    started = time.perf_counter()
+    for i in range(count):
+        conn.execute("BEGIN IMMEDIATE")
+        row = conn.execute("SELECT mod_revision FROM kv WHERE key = ?", (key,)).fetchone()
+        if row is None or row[0] != last:
+            raise RuntimeError("raw CAS lost a race it cannot have")
+        revision = conn.execute("SELECT revision FROM meta WHERE id = 0").fetchone()[0] + 1
+        conn.execute("UPDATE meta SET revision = ? WHERE id = 0", (revision,))
+        conn.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (key, str(i).encode(), revision))
+        conn.execute("COMMIT")
+        last = revision
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return elapsed
+
+
+def _child(loop: Callable[[str, str, int], float], target: str, key: str, count: int, start: Any, done: Any) -> None:
+    start.wait()
+    began = time.time()
+    loop(target, key, count)
+    done.put((began, time.time()))
+
+
+def parallel_rate(loop: Callable[[str, str, int], float], target: str, count: int) -> float:
+    """Total txn/s of ``PROCESSES`` spawned processes running ``loop`` on their own keys from a common start."""
+    start = SPAWN.Event()
+    done = SPAWN.Queue()
+    workers = [
+        SPAWN.Process(target=_child, args=(loop, target, f"/bench/p{i}", count, start, done)) for i in range(PROCESSES)
+    ]
+    for worker in workers:
+        worker.start()
+    time.sleep(1.5)  # let the interpreters import before the common start
+    start.set()
+    spans = [done.get(timeout=600) for _ in workers]
+    for worker in workers:
+        worker.join(60)
+        if worker.exitcode != 0:
+            raise RuntimeError(f"a benchmark process failed (exit code {worker.exitcode})")
+    wall = max(end for _, end in spans) - min(begin for begin, _ in spans)
+    return float(PROCESSES * count / wall)
+
+
+# -- watch latency -----------------------------------------------------------------------------------------------
+
+
+def timestamp_writer(url: str, samples: int, ready: Any) -> None:
+    with connect(url) as store:
+        ready.wait()
+        for i in range(samples):
+            store.put(f"/bench/watch/{i % 16}", repr(time.time()).encode())
+            time.sleep(0.0037)
+
+
+def watch_latency(url: str, samples: int, other_process: bool) -> dict[str, float]:
+    latencies: list[float] = []
+    with connect(url) as store, store.watch("/bench/watch/") as watch:
+
+        def consume() -> None:
+            deadline = time.monotonic() + 60 + samples * 0.05
+            while len(latencies) < samples and time.monotonic() < deadline:
+                for event in watch.wait(0.5):
+                    latencies.append((time.time() - float(event.kv.value)) * 1000)
+
+        consumer = threading.Thread(target=consume)
+        consumer.start()
+        if other_process:
+            ready = SPAWN.Event()
+            writer = SPAWN.Process(target=timestamp_writer, args=(url, samples, ready))
+            writer.start()
+            ready.set()
+            writer.join(600)
+        else:
+            local_ready = threading.Event()
+            local_ready.set()
+            timestamp_writer(url, samples, local_ready)
+        consumer.join()
+    if len(latencies) < samples:
+        raise RuntimeError(f"watch saw {len(latencies)} of {samples} events")
+    cuts = statistics.quantiles(latencies, n=100)
+    return {"p50_ms": round(cuts[49], 2), "p99_ms": round(cuts[98], 2)}
+
+
+# -- the run -----------------------------------------------------------------------------------------------------
+
+
+def measure(backend: Backend, directory: Path, txns: int, watch_samples: int) -> dict[str, Any]:
+    row: dict[str, Any] = {"backend": backend.name}
+    with backend.url_factory(directory) as url:
+        row["txn_per_s_1p"] = round(txns / cas_loop(url, "/bench/one", txns))
+        row["txn_per_s_4p"] = round(parallel_rate(cas_loop, url, txns)) if backend.multi_process else None
+        row["watch_same_process"] = watch_latency(url, watch_samples, other_process=False)
+        row["watch_other_process"] = (
+            watch_latency(url, watch_samples, other_process=True) if backend.multi_process else None
+        )
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--txns", type=int, default=20_000, help="CAS transactions per process")
+    parser.add_argument("--watch-samples", type=int, default=1_000)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args()
+    command = ".venv/bin/python bench/store_bench.py " + " ".join(sys.argv[1:])
+    with tempfile.TemporaryDirectory(prefix="store-bench-") as name:
+        directory = Path(name)
+        raw = {
+            "txn_per_s_1p": round(args.txns / raw_cas_loop(raw_url(directory), "/bench/one", args.txns)),
+            "txn_per_s_4p": round(parallel_rate(raw_cas_loop, raw_url(directory), args.txns)),
+        }
+        rows = [measure(backend, directory, args.txns, args.watch_samples) for backend in BACKENDS]
+    for row in rows:
+        for column in ("txn_per_s_1p", "txn_per_s_4p"):
+            row[f"ratio_{column[-2:]}_to_raw"] = round(row[column] / raw[column], 2) if row[column] else None
+    if args.json:
+        print(json.dumps({"command": command.strip(), "raw_sqlite3": raw, "backends": rows}, indent=2))
+        return
+    print(f"command: {command.strip()}")
+    print(f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, {args.txns} CAS txns per process")
+    print()
+    print(
+        "| backend | txn/s 1 proc | x raw | txn/s 4 procs | x raw | watch p50/p99 same proc | watch p50/p99 other proc |"  # noqa: E501
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    print(f"| raw sqlite3 loop | {raw['txn_per_s_1p']:,} | 1.00 | {raw['txn_per_s_4p']:,} | 1.00 | - | - |")
+    for row in rows:
+
+        def fmt(value: Any) -> str:
+            return "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
+
+        def lat(value: dict[str, float] | None) -> str:
+            return "-" if value is None else f"{value['p50_ms']} / {value['p99_ms']} ms"
+
+        print(
+            f"| {row['backend']} | {fmt(row['txn_per_s_1p'])} | {fmt(row['ratio_1p_to_raw'])} | "
+            f"{fmt(row['txn_per_s_4p'])} | {fmt(row['ratio_4p_to_raw'])} | {lat(row['watch_same_process'])} | "
+            f"{lat(row['watch_other_process'])} |"
+        )
+    print()
+    print("goals: sqlite >= 0.5x raw; watch p99 <= 50 ms")
+
+
+if __name__ == "__main__":
+    main()

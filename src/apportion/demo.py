@@ -1,0 +1,378 @@
+"""The main job on embedded defaults (`make demo` / `apportion demo`): the whole of apportion, end to end.
+
+SQLite store, partitioned Parquet log, local Spark; real worker processes and real faults. Steps::
+
+    produce   N keyed records routed by partition_for into P partitions (the Python producer)
+    start     W `apportion pipeline run` workers (sticky) — each its own Spark session
+    join      one more worker; the group rebalances with the minimum of moves
+    kill -9   one worker: its lease lapses, its partitions are claimed again (failover time measured)
+    freeze    one worker with SIGSTOP until its partitions are owned by others, then SIGCONT: its late commit is
+              fenced (epochs) and it reports on_lost, then rejoins
+    drain     wait until every record is committed
+    stop      SIGTERM everyone: graceful leave (revoke, commit, release)
+    verify    exactly once (counts + checksum of committed output vs input, no duplicate, none missing, per-key
+              order), zero ownership overlaps in the history, moves vs the lower bound, failover time
+    report    Spark analytics of the history → HTML with plots
+
+Every wait has a deadline and says what it waited for; the job exits non-zero when any check fails. Child processes
+are always stopped (SIGCONT + SIGKILL) when the demo ends, whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from apportion.errors import ApportionError, InvalidRequest
+from apportion.group import group_status, history
+from apportion.store import Store, connect
+
+GROUP = "orders"
+
+
+@dataclass(frozen=True, slots=True)
+class DemoConfig:
+    """Sizes and timings of the demo (defaults: the main job; tests run a smaller one)."""
+
+    directory: Path
+    records: int = 1_000_000
+    partitions: int = 32
+    workers: int = 3
+    keys: int = 10_000
+    batch_records: int = 20_000
+    seed: int = 7
+    ttl_s: float = 3.0
+    settle_s: float = 0.5
+    min_interval_s: float = 1.0
+    report: bool = True
+    timeout_s: float = 240.0
+
+    def __post_init__(self) -> None:
+        if self.records < 1:
+            raise InvalidRequest("records", "must be >= 1")
+        if self.partitions < 2:
+            raise InvalidRequest("partitions", "must be >= 2")
+        if self.workers < 2:
+            raise InvalidRequest("workers", "must be >= 2 (one is killed, one frozen)")
+
+
+@dataclass(slots=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(slots=True)
+class DemoResult:
+    checks: list[Check] = field(default_factory=list)
+    report_path: Path | None = None
+    failover_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+class _Fleet:
+    """The worker processes of the demo: start, signal, and always clean up."""
+
+    def __init__(self, config: DemoConfig, store_url: str, log_dir: Path, output_dir: Path) -> None:
+        self.config = config
+        self.store_url = store_url
+        self.log_dir = log_dir
+        self.output_dir = output_dir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        (config.directory / "logs").mkdir(parents=True, exist_ok=True)
+
+    def start(self, worker_id: str) -> None:
+        c = self.config
+        args = [
+            sys.executable, "-m", "apportion.cli", "pipeline", "run",
+            "--store", self.store_url, "--group", GROUP, "--id", worker_id,
+            "--input", str(self.log_dir), "--output", str(self.output_dir),
+            "--resource", GROUP, "--batch-records", str(c.batch_records),
+            "--ttl", str(c.ttl_s), "--settle", str(c.settle_s), "--min-interval", str(c.min_interval_s),
+            "--master", "local[1]", "--driver-memory", "768m",
+        ]  # fmt: skip
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+        with open(c.directory / "logs" / f"{worker_id}.log", "ab") as out:
+            self.procs[worker_id] = subprocess.Popen(args, stdout=out, stderr=out, env=env, start_new_session=True)
+
+    def signal(self, worker_id: str, sig: signal.Signals) -> None:
+        self.procs[worker_id].send_signal(sig)
+
+    def alive(self, worker_id: str) -> bool:
+        return self.procs[worker_id].poll() is None
+
+    def stop_all(self, timeout_s: float) -> dict[str, int | None]:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        return {wid: proc.poll() for wid, proc in self.procs.items()}
+
+    def kill_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGCONT)
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _wait_for(what: str, condition: Callable[[], bool], timeout_s: float, poll_s: float = 0.2) -> float:
+    """Poll ``condition`` until true; return the seconds it took; raise with ``what`` after ``timeout_s``."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout_s:
+            raise ApportionError(f"demo: timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(poll_s)
+    return time.monotonic() - start
+
+
+def _owners(store: Store) -> dict[int, str | None]:
+    return {int(p): info["owner"] for p, info in group_status(store, GROUP)["partitions"].items()}
+
+
+def produce(config: DemoConfig, log_dir: Path, console: Console) -> int:
+    """Append ``config.records`` keyed records (seeded) through the Python producer; return the count."""
+    from apportion.log import PartitionedLog, Producer
+
+    log = PartitionedLog(log_dir)
+    log.create(GROUP, config.partitions)
+    rng = random.Random(config.seed)
+    chunk = 50_000
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    with (
+        Producer(log, GROUP, batch_records=config.batch_records) as producer,
+        Progress(*columns, console=console, transient=True) as progress,
+    ):
+        bar = progress.add_task("producing records", total=config.records)
+        for first in range(0, config.records, chunk):
+            n = min(chunk, config.records - first)
+            keys = [f"key-{rng.randrange(config.keys)}" for _ in range(n)]
+            producer.send_many(zip(keys, (f"v-{i}" for i in range(first, first + n)), strict=True))
+            progress.advance(bar, n)
+    return config.records
+
+
+@contextlib.contextmanager
+def _fleet(config: DemoConfig, store_url: str, log_dir: Path, output_dir: Path) -> Iterator[_Fleet]:
+    fleet = _Fleet(config, store_url, log_dir, output_dir)
+    try:
+        yield fleet
+    finally:
+        fleet.kill_all()
+
+
+def _remaining(store: Store, log_dir: Path) -> int:
+    from apportion.log import PartitionedLog
+    from apportion.spark._output import lag
+
+    return sum(lag(store, GROUP, PartitionedLog(log_dir), GROUP).values())
+
+
+def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
+    """Run the main job; return its checks (the caller turns a failed check into a non-zero exit)."""
+    console = console or Console(stderr=False)
+    d = config.directory
+    d.mkdir(parents=True, exist_ok=True)
+    log_dir, output_dir = d / "log", d / "output"
+    store_url = f"sqlite:///{d / 'apportion.db'}"
+    result = DemoResult()
+    began = time.monotonic()
+
+    def step(text: str) -> None:
+        console.print(f"[bold cyan][{time.monotonic() - began:6.1f}s][/] {text}")
+
+    step(f"working directory {d}")
+    produced = produce(config, log_dir, console)
+    step(f"produced {produced:,} records into {config.partitions} partitions (routing: pmod(xxhash64(key), n))")
+
+    with connect(store_url) as store, _fleet(config, store_url, log_dir, output_dir) as fleet:
+        ids = [f"w{i}" for i in range(1, config.workers + 2)]
+        first, joiner = ids[:-1], ids[-1]
+        for wid in first:
+            fleet.start(wid)
+        step(f"started {len(first)} pipeline workers ({', '.join(first)}), sticky strategy; Spark sessions starting")
+        took = _wait_for(
+            "the first workers to own every partition",
+            lambda: all(o in first for o in _owners(store).values()),
+            timeout_s=90,
+        )
+        step(f"all {config.partitions} partitions owned after {took:.1f} s: {_load(store)}")
+
+        columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+        with Progress(*columns, console=console, transient=True) as progress:
+            bar = progress.add_task("records committed", total=produced)
+
+            def advance() -> int:
+                remaining = _remaining(store, log_dir)
+                progress.update(bar, completed=produced - remaining)
+                return remaining
+
+            # Let some work happen, then a member joins.
+            _wait_for("first commits", lambda: advance() < produced, timeout_s=90)
+            before = _owners(store)
+            fleet.start(joiner)
+            step(f"worker {joiner} joins")
+            _wait_for(
+                f"{joiner} to own partitions",
+                lambda: advance() >= 0 and joiner in _owners(store).values(),
+                timeout_s=90,
+            )
+            _wait_for("the rebalance to settle", lambda: advance() >= 0 and _settled(store, ids), timeout_s=60)
+            after = _owners(store)
+            moved = sum(1 for p in before if before[p] is not None and after.get(p) != before[p])
+            lower = config.partitions // (len(first) + 1)
+            step(f"rebalanced: {moved} partitions moved (lower bound {lower}..{lower + 1}): {_load(store)}")
+            result.checks.append(
+                Check("join moves = lower bound", lower <= moved <= lower + 1, f"{moved} moved, bound {lower}")
+            )
+
+            # kill -9 one worker: failover time = until all its partitions are owned by others.
+            victim = first[0]
+            victim_parts = [p for p, o in _owners(store).items() if o == victim]
+            fleet.signal(victim, signal.SIGKILL)
+            step(f"kill -9 {victim} (owned {len(victim_parts)} partitions)")
+            failover = _wait_for(
+                f"{victim}'s partitions to be owned again",
+                lambda: advance() >= 0 and all(_owners(store).get(p) not in (None, victim) for p in victim_parts),
+                timeout_s=60,
+                poll_s=0.05,
+            )
+            result.failover_s = failover
+            bound = config.ttl_s + config.settle_s + config.min_interval_s + 2.0
+            step(f"failover: {victim}'s partitions owned again after {failover:.2f} s")
+            result.checks.append(
+                Check("failover within ttl + RST + MRI + 2 s", failover <= bound, f"{failover:.2f} s (≤ {bound} s)")
+            )
+
+            # freeze one worker until it is replaced, then resume it: its late commit must be fenced.
+            zombie = first[1]
+            _wait_for(f"{zombie} to own partitions", lambda: zombie in _owners(store).values(), timeout_s=30)
+            zombie_parts = [p for p, o in _owners(store).items() if o == zombie]
+            fleet.signal(zombie, signal.SIGSTOP)
+            step(f"SIGSTOP {zombie} (owned {len(zombie_parts)} partitions)")
+            replaced = _wait_for(
+                f"{zombie}'s partitions to be owned by others",
+                lambda: advance() >= 0 and all(_owners(store).get(p) not in (None, zombie) for p in zombie_parts),
+                timeout_s=60,
+            )
+            step(f"{zombie} replaced after {replaced:.2f} s; SIGCONT {zombie}")
+            fleet.signal(zombie, signal.SIGCONT)
+            _wait_for(
+                f"{zombie} to report its partitions lost or fenced",
+                lambda: any(
+                    e["type"] in ("lost", "fenced") and e.get("member") == zombie for e in history(store, GROUP)
+                ),
+                timeout_s=60,
+            )
+            fenced = [e for e in history(store, GROUP) if e["type"] == "fenced" and e.get("member") == zombie]
+            lost = [e for e in history(store, GROUP) if e["type"] == "lost" and e.get("member") == zombie]
+            step(f"{zombie} resumed: {len(lost)} partitions reported lost, {len(fenced)} late commits fenced")
+            result.checks.append(
+                Check(
+                    "zombie loses its partitions", bool(lost) or bool(fenced), f"lost {len(lost)}, fenced {len(fenced)}"
+                )
+            )
+
+            _wait_for("every record to be committed", lambda: advance() == 0, timeout_s=config.timeout_s)
+            step("every record committed")
+
+        exits = fleet.stop_all(timeout_s=60)
+        step(f"stopped all workers gracefully: exit codes {exits}")
+        graceful = all(code == 0 for wid, code in exits.items() if wid != victim)
+        result.checks.append(Check("graceful stop", graceful, json.dumps(exits)))
+
+        result.checks.extend(_verify(store, log_dir, output_dir, step))
+        if config.report:
+            result.report_path, overlap_check = _report(store, d, step)
+            result.checks.append(overlap_check)
+    _print_checks(result, console)
+    return result
+
+
+def _load(store: Store) -> str:
+    counts: dict[str, int] = {}
+    for owner in _owners(store).values():
+        if owner is not None:
+            counts[owner] = counts.get(owner, 0) + 1
+    return ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+
+
+def _settled(store: Store, ids: list[str]) -> bool:
+    owners = _owners(store)
+    if any(o is None for o in owners.values()):
+        return False
+    counts = [sum(1 for o in owners.values() if o == wid) for wid in ids]
+    live = [c for c in counts if c > 0]
+    return len(live) == len(ids) and max(live) - min(live) <= 1
+
+
+def _verify(store: Store, log_dir: Path, output_dir: Path, step: Callable[[str], None]) -> list[Check]:
+    from apportion.log import PartitionedLog
+    from apportion.spark._output import verify
+
+    report = verify(store, GROUP, PartitionedLog(log_dir), GROUP, output_dir)
+    data = report.to_json()
+    step("verified committed output against the input: " + json.dumps(data))
+    return [Check("exactly once (count, checksum, order)", report.ok, json.dumps(data))]
+
+
+def _report(store: Store, directory: Path, step: Callable[[str], None]) -> tuple[Path | None, Check]:
+    from apportion.spark import spark_session, write_report
+
+    events = history(store, GROUP)
+    spark = spark_session(master="local[2]", app_name="apportion-demo-report")
+    try:
+        summary = write_report(spark, events, directory / "report")
+    finally:
+        spark.stop()
+    overlaps = int(summary.overlaps)
+    step(f"report written: {summary.html}")
+    return Path(summary.html), Check("zero ownership overlaps", overlaps == 0, f"{overlaps} overlaps")
+
+
+def _print_checks(result: DemoResult, console: Console) -> None:
+    table = Table(title="apportion demo: checks")
+    table.add_column("check")
+    table.add_column("result")
+    table.add_column("detail", overflow="fold")
+    for check in result.checks:
+        table.add_row(check.name, "[green]ok[/]" if check.ok else "[red]FAILED[/]", check.detail)
+    console.print(table)
+    if result.report_path is not None:
+        console.print(f"HTML report: {result.report_path}")
+    console.print("[green]all checks passed[/]" if result.ok else "[red]some checks failed[/]")
+
+
+def summary_json(result: DemoResult) -> dict[str, Any]:
+    return {
+        "ok": result.ok,
+        "failover_s": result.failover_s,
+        "report": None if result.report_path is None else str(result.report_path),
+        "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in result.checks],
+    }
+
+
+__all__ = ["DemoConfig", "DemoResult", "run_demo", "summary_json"]

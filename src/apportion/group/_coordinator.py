@@ -1,0 +1,462 @@
+"""Seed 1's Fixed Partitions on a consistent core: an elected coordinator keeps the partition table in the store.
+
+Every member registers ``members/<id>`` bound to its lease and heartbeats by renewing it: the store's lease expiry
+is the timeout failure detector (a member that stops heartbeating is dead ttl later). Any member can become the
+coordinator: ``txn([absent(coordinator)], [put coordinator (my lease)])``; one at a time, and when it dies its key
+expires with its lease, so another member takes over within ttl. The coordinator's decisions live in the store
+(``table/<p>``, ``migrations/<p>``): a successor reads them and continues the migrations in flight. Every write of
+the coordinator compares its own ``coordinator`` record, so a deposed coordinator cannot write.
+
+The partition table (``Entry`` per partition: ``owner``, ``target``, ``state``; ``TableState``)::
+
+    (no table) --coordinator: live members >= min_members--> table created with the group's strategy
+               (round_robin by default, as in the seed): every entry ASSIGNED(owner=None, target=m)
+    ONLINE(owner=A) --member joins/dies (automatic) or `apportion rebalance` (manual) moves p to B-->
+        ASSIGNED(owner=A, target=B) --coordinator, fewer than max_in_flight MIGRATING--> MIGRATING(A -> B)
+    MIGRATING(A -> B) --A: on_revoked, release owner/p (or A's lease expires)--> (owner record free)
+        --B: claim owner/p (new epoch), ack: txn [table/p unchanged] -> ONLINE(owner=B)--> ONLINE(owner=B)
+    ASSIGNED(owner=None, target=B) --B claims and acks--> ONLINE(owner=B)       (nothing to migrate: no throttle)
+    any entry whose owner or target died --coordinator--> re-planned (even in manual mode: nothing is lost)
+
+A member M holds p when the entry says so: ``owner == M`` and state ONLINE or ASSIGNED, or ``target == M`` and state
+MIGRATING (or ASSIGNED with no owner). It revokes anything else it holds, claims what it should hold once the owner
+record is free, and acks what it claimed as a target. Ownership itself is ``FencedMember``'s: epochs fence commits,
+so the table only steers who claims; exclusivity never depends on it.
+
+Member phases (``CoordinatorPhase``)::
+
+    STARTING --lease granted, members/<id> put--> FOLLOWING
+    FOLLOWING --coordinator key absent: txn [absent(coordinator)] wins--> COORDINATING
+    COORDINATING --my coordinator record gone (lease lapse)--> STARTING (via the lapse) or FOLLOWING
+    FOLLOWING/COORDINATING --each step: follow the table (revoke, claim, ack)--> same
+    any --local lease deadline passed, or lease gone--> on_lost(all), lease revoked --> STARTING
+    any --leave()--> on_revoked(all), release, lease revoked --> STOPPED
+
+Rebalancing policy: ``automatic`` re-plans (full strategy run with the current holders as ``owned``) whenever the
+set of live members changes; ``manual`` only re-plans the partitions of dead members (to live members that already
+hold partitions) until an operator writes ``rebalance`` (``apportion rebalance``), then runs one full re-plan.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from apportion.clock import Clock
+from apportion.errors import InvalidRequest
+from apportion.group._config import GroupConfig
+from apportion.group._keys import Keys, decode, encode
+from apportion.group._ownership import (
+    Callback,
+    DelayHook,
+    FencedMember,
+    Planner,
+    Tracer,
+    chunks,
+    default_planner,
+)
+from apportion.model import AssignRequest, Member, Partition, Resource
+from apportion.store import Compare, Delete, Event, Op, Put, Store, Watch, absent
+from apportion.store._types import mod_revision_is
+
+POLICIES = ("automatic", "manual")
+
+
+class TableState(enum.Enum):
+    ASSIGNED = "ASSIGNED"
+    MIGRATING = "MIGRATING"
+    ONLINE = "ONLINE"
+
+
+class CoordinatorPhase(enum.Enum):
+    STARTING = "starting"
+    FOLLOWING = "following"
+    COORDINATING = "coordinating"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One row of the partition table."""
+
+    owner: str | None
+    target: str | None
+    state: TableState
+
+    @property
+    def holder(self) -> str | None:
+        """Who will hold the partition once the entry settles."""
+        return self.target if self.target is not None else self.owner
+
+    def holds(self, member: str) -> bool:
+        """Whether ``member`` should hold the partition now."""
+        if self.owner == member and self.state is not TableState.MIGRATING:
+            return True
+        if self.target == member:
+            return self.state is TableState.MIGRATING or (self.state is TableState.ASSIGNED and self.owner is None)
+        return False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"owner": self.owner, "target": self.target, "state": self.state.value}
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Entry:
+        return cls(value.get("owner"), value.get("target"), TableState(value["state"]))
+
+
+@dataclass(frozen=True, slots=True)
+class TableMove:
+    """A planned move of the partition table (for ``apportion rebalance --dry-run``)."""
+
+    partition: int
+    source: str | None
+    target: str
+
+
+def validate_settings(min_members: object, rebalance: object, max_in_flight: object) -> None:
+    if isinstance(min_members, bool) or not isinstance(min_members, int) or min_members < 1:
+        raise InvalidRequest("min_members", f"must be an integer >= 1, got {min_members!r}")
+    if rebalance not in POLICIES:
+        raise InvalidRequest("rebalance", f"{rebalance!r} is not one of {', '.join(POLICIES)}")
+    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+        raise InvalidRequest("max_in_flight", f"must be an integer >= 1, got {max_in_flight!r}")
+
+
+def read_table(store: Store, group: str) -> dict[int, tuple[Entry, int]]:
+    """The stored partition table: partition -> (entry, mod_revision)."""
+    keys = Keys(group)
+    out: dict[int, tuple[Entry, int]] = {}
+    for kv in store.range(keys.tables):
+        name = kv.key[len(keys.tables) :]
+        if name.isdigit():
+            out[int(name)] = (Entry.from_json(decode(kv.value)), kv.mod_revision)
+    return out
+
+
+def live_members(store: Store, group: str) -> list[str]:
+    keys = Keys(group)
+    return sorted(kv.key[len(keys.members) :] for kv in store.range(keys.members))
+
+
+def plan_table(
+    group: str,
+    config: GroupConfig,
+    members: Sequence[str],
+    table: Mapping[int, Entry],
+    *,
+    full: bool,
+    planner: Planner = default_planner,
+) -> dict[int, str]:
+    """The desired holder of every partition: a full strategy run (holders as ``owned``), or, when not ``full``,
+    the current holders with only the partitions of dead members moved to the least loaded live holders."""
+    live = sorted(set(members))
+    if not live:
+        return {}
+    holders = {p: e.holder for p, e in table.items()}
+    if full or not table:
+        owned = {m: [p for p in sorted(holders) if holders[p] == m] for m in live}
+        request = AssignRequest(
+            config.strategy,
+            (Resource(group, config.partitions),),
+            tuple(Member(m, owned=tuple(Partition(group, p) for p in owned[m])) for m in live),
+            config.options,
+        )
+        plan = planner(request)
+        return {p.index: mid for mid, parts in sorted(plan.assignment.items()) for p in parts}
+    desired: dict[int, str] = {}
+    load: dict[str, int] = {}
+    for p in range(config.partitions):
+        h = holders.get(p)
+        if h in live:
+            assert h is not None
+            desired[p] = h
+            load[h] = load.get(h, 0) + 1
+    hosts = sorted(load) or live
+    for p in range(config.partitions):
+        if p not in desired:
+            pick = min(hosts, key=lambda m: (load.get(m, 0), m))
+            desired[p] = pick
+            load[pick] = load.get(pick, 0) + 1
+    return desired
+
+
+def table_changes(
+    table: Mapping[int, Entry], desired: Mapping[int, str], live: Sequence[str], max_in_flight: int
+) -> dict[int, Entry]:
+    """The entries to write so the table heads for ``desired``, with at most ``max_in_flight`` MIGRATING."""
+    alive = set(live)
+    changes: dict[int, Entry] = {}
+    for p, d in sorted(desired.items()):
+        e = table.get(p)
+        if e is None:
+            changes[p] = Entry(None, d, TableState.ASSIGNED)
+            continue
+        owner = e.owner if e.owner in alive else None
+        if d == owner:
+            new = Entry(owner, None, TableState.ONLINE) if e.target is not None else Entry(owner, None, e.state)
+        elif d == e.target:
+            new = Entry(owner, d, e.state)
+        else:
+            new = Entry(owner, d, TableState.MIGRATING if e.state is TableState.MIGRATING else TableState.ASSIGNED)
+        if new != e:
+            changes[p] = new
+    merged = {**table, **changes}
+    flying = sum(1 for e in merged.values() if e.state is TableState.MIGRATING)
+    for p in sorted(merged):
+        e = merged[p]
+        if flying >= max_in_flight:
+            break
+        if e.state is TableState.ASSIGNED and e.owner is not None and e.target is not None:
+            changes[p] = Entry(e.owner, e.target, TableState.MIGRATING)
+            flying += 1
+    return changes
+
+
+def planned_moves(store: Store, group: str, planner: Planner = default_planner) -> list[TableMove]:
+    """What a full re-plan (``apportion rebalance``) would move now: partitions whose holder changes."""
+    keys = Keys(group)
+    kv = store.get(keys.resource)
+    if kv is None:
+        raise InvalidRequest("group", f"group {group!r} has no resource definition")
+    config = GroupConfig.from_json(decode(kv.value))
+    table = {p: e for p, (e, _) in read_table(store, group).items()}
+    if not table:
+        return []
+    desired = plan_table(group, config, live_members(store, group), table, full=True, planner=planner)
+    return [
+        TableMove(p, table[p].holder if p in table else None, d)
+        for p, d in sorted(desired.items())
+        if p not in table or table[p].holder != d
+    ]
+
+
+def request_rebalance(store: Store, group: str, now: float) -> None:
+    """Ask the coordinator for one full re-plan (manual policy)."""
+    store.txn([], [Put(Keys(group).rebalance, encode({"requested_at": now}))])
+
+
+class CoordinatorMember(FencedMember):
+    """One member of a coordinator-mode group; any member may be elected coordinator."""
+
+    def __init__(
+        self,
+        store: Store,
+        group: str,
+        member_id: str,
+        config: GroupConfig,
+        *,
+        clock: Clock,
+        on_assigned: Callback | None = None,
+        on_revoked: Callback | None = None,
+        on_lost: Callback | None = None,
+        min_members: int = 1,
+        rebalance: str = "automatic",
+        max_in_flight: int = 4,
+        update: bool = False,
+        planner: Planner = default_planner,
+        watch: Watch | None = None,
+        safety: float = 0.8,
+        claim_retry_s: float = 0.05,
+        revoke_timeout_s: float = 10.0,
+        history_size: int = 1000,
+        tracer: Tracer | None = None,
+        delay: DelayHook | None = None,
+    ) -> None:
+        validate_settings(min_members, rebalance, max_in_flight)
+        super().__init__(
+            store,
+            group,
+            member_id,
+            config,
+            clock=clock,
+            on_assigned=on_assigned,
+            on_revoked=on_revoked,
+            on_lost=on_lost,
+            update=update,
+            watch=watch,
+            safety=safety,
+            claim_retry_s=claim_retry_s,
+            revoke_timeout_s=revoke_timeout_s,
+            history_size=history_size,
+            tracer=tracer,
+            delay=delay,
+        )
+        self.min_members = min_members
+        self.rebalance = rebalance
+        self.max_in_flight = max_in_flight
+        self._planner = planner
+        self.phase = CoordinatorPhase.STARTING
+        self._coord_rev = 0  # mod_revision of my coordinator record while COORDINATING
+        self._planned_for: tuple[str, ...] | None = None
+        self._table: dict[int, tuple[Entry, int]] = {}
+
+    @property
+    def is_coordinator(self) -> bool:
+        return self.phase is CoordinatorPhase.COORDINATING
+
+    @property
+    def table(self) -> dict[int, Entry]:
+        """The partition table as of the last step."""
+        return {p: e for p, (e, _) in self._table.items()}
+
+    def stable(self) -> bool:
+        with self._lock:
+            table = self.table
+            mine = {p for p, e in table.items() if e.holds(self.id)}
+            return (
+                self.phase in (CoordinatorPhase.FOLLOWING, CoordinatorPhase.COORDINATING)
+                and bool(table)
+                and all(e.state is TableState.ONLINE for e in table.values())
+                and not self._claiming
+                and set(self._owned) == mine
+                and self._clock.now() < self._deadline
+            )
+
+    def _started(self, now: float, revision: int) -> None:
+        self.phase = CoordinatorPhase.FOLLOWING
+
+    def _on_event(self, event: Event) -> None:  # every step re-reads the table; events only wake the stepper
+        if event.kv.key == self.keys.resource and event.kv.mod_revision > self._config_revision:
+            self.config, self._config_revision = GroupConfig.from_json(decode(event.kv.value)), event.kv.mod_revision
+
+    def _advance(self, now: float) -> float:
+        deadlines = [self._lapse_at(), now + self.config.ttl_s / 4]
+        self._elect(now)
+        if self.phase is CoordinatorPhase.COORDINATING:
+            self._coordinate(now)
+        self._table = read_table(self.store, self.group)
+        self._follow(now)
+        if self._busy_until is not None:
+            return self._busy_until
+        if self._claiming or self._to_release:
+            deadlines.append(now + self.claim_retry_s)
+        return min(deadlines)
+
+    # -- coordinator ---------------------------------------------------------------------------------------
+
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "member": self.id,
+            "min_members": self.min_members,
+            "rebalance": self.rebalance,
+            "max_in_flight": self.max_in_flight,
+        }
+
+    def _elect(self, now: float) -> None:
+        kv = self.store.get(self.keys.coordinator)
+        if kv is not None:
+            if self.phase is CoordinatorPhase.COORDINATING and kv.mod_revision != self._coord_rev:
+                self.phase = CoordinatorPhase.FOLLOWING
+            return
+        lease = self._lease
+        if lease is None:
+            return
+        if self.phase is CoordinatorPhase.COORDINATING:
+            self.phase = CoordinatorPhase.FOLLOWING
+        ops: list[Op] = [Put(self.keys.coordinator, encode(self._settings()), lease.id)]
+        result = self.store.txn([absent(self.keys.coordinator)], ops)
+        if result.succeeded:
+            self._coord_rev = result.revision
+            self._planned_for = None
+            self.phase = CoordinatorPhase.COORDINATING
+            self._trace("coordinator", member=self.id)
+
+    def _coordinate(self, now: float) -> None:
+        live = live_members(self.store, self.group)
+        stored = read_table(self.store, self.group)
+        table = {p: e for p, (e, _) in stored.items()}
+        request = self.store.get(self.keys.rebalance)
+        if not table and len(live) < self.min_members:
+            self._trace("waiting_for_members", live=len(live), min_members=self.min_members)
+            return
+        changed = tuple(live) != self._planned_for
+        full = not table or request is not None or (self.rebalance == "automatic" and changed)
+        desired = plan_table(self.group, self.config, live, table, full=full, planner=self._planner)
+        changes = table_changes(table, desired, live, self.max_in_flight)
+        extra: list[Op] = []
+        extra_compares: list[Compare] = []
+        if request is not None:
+            extra_compares.append(mod_revision_is(self.keys.rebalance, request.mod_revision))
+            extra.append(Delete(self.keys.rebalance))
+        if not changes and not extra:
+            self._planned_for = tuple(live)
+            return
+        fence = mod_revision_is(self.keys.coordinator, self._coord_rev)
+        ok = True
+        parts = sorted(changes)
+        batches = list(chunks(parts)) or [[]]
+        for i, batch in enumerate(batches):
+            compares: list[Compare] = [fence]
+            ops: list[Op] = []
+            for p in batch:
+                key = self.keys.table(p)
+                compares.append(mod_revision_is(key, stored[p][1]) if p in stored else absent(key))
+                entry = changes[p]
+                ops.append(Put(key, encode(entry.to_json())))
+                if entry.state is TableState.MIGRATING:
+                    move = {"from": entry.owner, "to": entry.target, "state": entry.state.value}
+                    ops.append(Put(self.keys.migration(p), encode(move)))
+                elif entry.state is TableState.ONLINE:
+                    ops.append(Delete(self.keys.migration(p)))
+            if i == len(batches) - 1:
+                compares += extra_compares
+                ops += extra
+            if not self.store.txn(compares, ops).succeeded:
+                ok = False
+                break
+        if ok:
+            self._planned_for = tuple(live)
+            moving = [p for p in parts if changes[p].state is TableState.MIGRATING]
+            self._trace("table", full=full, changed=parts, migrating=moving)
+
+    # -- following -----------------------------------------------------------------------------------------
+
+    def _follow(self, now: float) -> None:
+        should = {p for p, (e, _) in self._table.items() if e.holds(self.id)}
+        with self._lock:
+            owned = set(self._owned)
+        revoke = sorted(owned - should)
+        if revoke:
+            self._revoke(revoke)
+            if self._busy_until is not None:
+                return
+        self._claiming = should - owned
+        if self._claiming:
+            self._claim(now)
+        with self._lock:
+            owned = set(self._owned)
+        for p in sorted(owned):
+            entry, rev = self._table[p]
+            if entry.target == self.id and entry.state is not TableState.ONLINE:
+                online = Entry(self.id, None, TableState.ONLINE)
+                ops: list[Op] = [Put(self.keys.table(p), encode(online.to_json())), Delete(self.keys.migration(p))]
+                ops += self._recorder.put("migrated", now, partitions=[p], source=entry.owner)
+                if self.store.txn([mod_revision_is(self.keys.table(p), rev)], ops).succeeded:
+                    self._trace("ack", partition=p, source=entry.owner)
+
+    def _reset(self) -> None:
+        self.phase = CoordinatorPhase.STARTING
+        self._table = {}
+
+    def _stop(self) -> None:
+        super()._stop()
+        self.phase = CoordinatorPhase.STOPPED
+
+
+__all__ = [
+    "POLICIES",
+    "CoordinatorMember",
+    "CoordinatorPhase",
+    "Entry",
+    "TableMove",
+    "TableState",
+    "live_members",
+    "plan_table",
+    "planned_moves",
+    "read_table",
+    "request_rebalance",
+    "table_changes",
+    "validate_settings",
+]

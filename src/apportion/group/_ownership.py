@@ -1,0 +1,573 @@
+"""Fenced, epoch-numbered ownership of partitions: the part every protocol (rounds, coordinator, static) shares.
+
+``FencedMember`` holds one member lease and the partitions this member believes it owns. A protocol subclass decides
+*which* partitions the member should own (``_claiming``) and which it must give up (``_revoke``); this base class
+claims, releases, fences commits and ends beliefs. Per partition, from this member's point of view (``Ownership``)::
+
+    (wanted) CLAIMING --txn [absent(owner/p), epoch/p unchanged] -> [owner/p (my lease), epoch/p = e+1]-->
+        OWNED --on_assigned--> (believed)
+    OWNED --protocol gives p up--> REVOKING --on_revoked returns--> release txn [owner/p is mine] -> delete
+    OWNED --commit fails (owner/p not mine+epoch): Fenced--> on_lost(p)
+    OWNED --local lease deadline passes / lease gone--> on_lost(p)
+
+The belief "I own p" lasts from on_assigned until on_revoked returns or on_lost is called, and never beyond the
+local lease deadline: last successful keepalive *request* time + ttl x ``safety`` (0.8), which is earlier than the
+store can expire the lease. ``commit`` compares the owner record's value (member and epoch), so a frozen zombie can
+never commit after losing a partition. A revocation that overruns ``revoke_timeout_s`` stops lease renewal: the
+lease lapses and others take over. Every claim, release, commit and loss is recorded in the group's history inside
+the transaction that makes it true.
+
+Member lifecycle shared by all protocols: ``step`` starts the member when it has no lease (watch the group, read or
+create the resource definition, grant the lease, register ``members/<id>`` lease-bound), then hands over to the
+protocol's ``_advance``; ``leave`` revokes everything (on_revoked), releases and revokes the lease; a lapse (local
+deadline or lease gone) calls on_lost for everything and starts over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import math
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from apportion.clock import Clock
+from apportion.errors import Fenced, InvalidRequest, LeaseNotFound, StoreUnavailable
+from apportion.group._config import GroupConfig
+from apportion.group._history import Recorder
+from apportion.group._keys import Keys, decode, encode, owner_value, validate_member_id
+from apportion.model import AssignRequest, Plan
+from apportion.store import Delete, Event, Get, Op, Put, Store, Watch, absent
+from apportion.store import Lease as StoreLease
+from apportion.store._types import mod_revision_is, value_is
+
+INF = math.inf
+CHUNK = 30  # partitions per claim/release txn (etcd allows 128 ops per txn by default)
+
+Callback = Callable[[list[int]], None]
+Planner = Callable[[AssignRequest], Plan]
+Tracer = Callable[[str, Mapping[str, Any]], None]
+DelayHook = Callable[[str, list[int]], float]
+
+
+class Ownership(enum.Enum):
+    CLAIMING = "claiming"
+    OWNED = "owned"
+    REVOKING = "revoking"
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A partition this worker believes it owns, with the epoch that fences its commits."""
+
+    partition: int
+    epoch: int
+    member: str
+
+
+def default_planner(request: AssignRequest) -> Plan:
+    from apportion.assign import plan
+
+    return plan(request)
+
+
+def chunks(items: Sequence[int], size: int = CHUNK) -> Iterable[Sequence[int]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class FencedMember:
+    """Lease, beliefs, claims, releases and fenced commits of one member. Not thread-safe except for
+    ``keepalive``, ``commit``, ``owned``, ``lease``, ``checkpoint`` and ``stable`` (guarded by an internal lock);
+    everything else runs on one stepping thread. Subclasses implement ``_advance`` (and may override the hooks
+    ``_on_event``, ``_started``, ``_reset``, ``_registration``, ``stable``)."""
+
+    def __init__(
+        self,
+        store: Store,
+        group: str,
+        member_id: str,
+        config: GroupConfig,
+        *,
+        clock: Clock,
+        on_assigned: Callback | None = None,
+        on_revoked: Callback | None = None,
+        on_lost: Callback | None = None,
+        update: bool = False,
+        watch: Watch | None = None,
+        safety: float = 0.8,
+        claim_retry_s: float = 0.05,
+        revoke_timeout_s: float = 10.0,
+        history_size: int = 1000,
+        tracer: Tracer | None = None,
+        delay: DelayHook | None = None,
+    ) -> None:
+        validate_member_id(member_id)
+        if not 0 < safety < 2:
+            raise InvalidRequest("safety", "must be in (0, 1) (values >= 1 are unsafe: for testing the checker)")
+        if not revoke_timeout_s > 0:
+            raise InvalidRequest("revoke_timeout_s", "must be > 0")
+        self.store = store
+        self.keys = Keys(group)
+        self.group = group
+        self.id = member_id
+        self.config = config
+        self._wanted = config
+        self._update = update
+        self._config_revision = 0
+        self._clock = clock
+        self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
+        self._on_lost = on_lost
+        self._watch = watch
+        self._own_watch = watch is None
+        self._inbox: list[Event] = []
+        self.safety = safety
+        self.claim_retry_s = claim_retry_s
+        self.revoke_timeout_s = revoke_timeout_s
+        self._tracer = tracer
+        self._delay = delay
+        self._recorder = Recorder(self.keys, member_id, history_size)
+        self._lock = threading.Lock()
+        # lease state (shared with the keepalive thread)
+        self._lease: StoreLease | None = None
+        self._deadline = -INF
+        self._lease_lost = False
+        self._revoke_started: float | None = None
+        self._stopped = False
+        # ownership state
+        self._owned: dict[int, int] = {}  # believed: partition -> epoch
+        self._claiming: set[int] = set()
+        self._epochs: dict[int, tuple[int, int]] = {}  # partition -> (last epoch, epoch key mod_revision)
+        self._to_release: dict[int, int] = {}
+        self._fenced: list[int] = []  # partitions fenced by commit, awaiting on_lost on the stepping thread
+        self._busy_until: float | None = None
+        self._continuation: Callable[[], None] | None = None
+        self.error: BaseException | None = None
+
+    # -- public, thread-safe -------------------------------------------------------------------------------
+
+    def owned(self) -> list[int]:
+        """Partitions currently believed owned (empty once the local lease deadline has passed)."""
+        now = self._clock.now()
+        with self._lock:
+            if now >= self._deadline:
+                return []
+            return sorted(self._owned)
+
+    def lease(self, partition: int) -> Lease:
+        now = self._clock.now()
+        with self._lock:
+            epoch = self._owned.get(partition)
+            if epoch is None or now >= self._deadline:
+                raise Fenced(f"partition {partition} is not owned by {self.id}")
+            return Lease(partition, epoch, self.id)
+
+    def stable(self) -> bool:
+        """True when the member holds exactly what its protocol wants it to hold."""
+        raise NotImplementedError
+
+    @property
+    def local_deadline(self) -> float:
+        with self._lock:
+            return self._deadline
+
+    @property
+    def store_lease(self) -> StoreLease | None:
+        return self._lease
+
+    def may_renew(self, now: float) -> bool:
+        """False while a revocation overruns ``revoke_timeout_s`` (bounded revocation: let the lease lapse)."""
+        started = self._revoke_started
+        return started is None or now - started <= self.revoke_timeout_s
+
+    def keepalive(self, now: float) -> None:
+        """Renew the member lease; ``now`` is the local time of the request. Called by the keepalive thread / sim."""
+        lease = self._lease
+        if lease is None or self._stopped or not self.may_renew(now):
+            return
+        try:
+            self.store.keepalive(lease)
+        except LeaseNotFound:
+            with self._lock:
+                if self._lease is lease:
+                    self._lease_lost = True
+            return
+        except StoreUnavailable:
+            return
+        with self._lock:
+            if self._lease is lease and now < self._deadline:
+                self._deadline = now + lease.ttl_s * self.safety
+                deadline = self._deadline
+            else:
+                return
+        self._trace("renew", deadline=deadline)
+
+    def commit(self, partition: int, checkpoint: str, *, epoch: int | None = None) -> None:
+        """Record ``checkpoint`` for ``partition`` if this member still owns it with ``epoch``; else raise Fenced."""
+        if not isinstance(checkpoint, str):
+            raise InvalidRequest("checkpoint", "must be a string")
+        now = self._clock.now()
+        with self._lock:
+            current = self._owned.get(partition)
+            lapsed = now >= self._deadline
+        use = current if epoch is None else epoch
+        if use is None:
+            raise Fenced(f"partition {partition} is not owned by {self.id}")
+        if not lapsed and self.commit_txn(partition, checkpoint, use, now):
+            return
+        with self._lock:
+            if self._owned.get(partition) == use:
+                del self._owned[partition]
+                self._fenced.append(partition)
+        self._trace("fenced", partition=partition, epoch=use)
+        with contextlib.suppress(StoreUnavailable):
+            self._put_event("fenced", now, partitions=[partition], epochs=[use])
+        raise Fenced(f"partition {partition}: epoch {use} of {self.id} is no longer the owner's")
+
+    def commit_txn(self, partition: int, checkpoint: str, epoch: int, now: float) -> bool:
+        """The fence itself, without the local-deadline check: ``txn([owner/p == (me, epoch)], [put commit/p])``.
+        True when the store accepted the commit."""
+        record = encode({"checkpoint": checkpoint, "epoch": epoch, "member": self.id})
+        ops: list[Op] = [Put(self.keys.commit(partition), record)]
+        ops += self._recorder.put("commit", now, partitions=[partition], epochs=[epoch], checkpoint=checkpoint)
+        result = self.store.txn([value_is(self.keys.owner(partition), owner_value(self.id, epoch))], ops)
+        if result.succeeded:
+            self._trace("commit", partition=partition, epoch=epoch)
+        return result.succeeded
+
+    @property
+    def claiming(self) -> int:
+        """How many wanted partitions still wait for their previous owner's release."""
+        return len(self._claiming)
+
+    def checkpoint(self, partition: int) -> str | None:
+        kv = self.store.get(self.keys.commit(partition))
+        return None if kv is None else str(decode(kv.value)["checkpoint"])
+
+    # -- stepping ------------------------------------------------------------------------------------------
+
+    def wait_events(self, timeout_s: float) -> None:
+        """Block (real time) until the watch has events or ``timeout_s`` passes; keep them for the next step."""
+        if self._watch is None:
+            return
+        self._inbox.extend(self._watch.wait(max(0.0, timeout_s)))
+
+    def step(self, now: float | None = None) -> float:
+        """Advance the protocol; return the local time by which it wants to be stepped again."""
+        if self._stopped:
+            return INF
+        now = self._clock.now() if now is None else now
+        try:
+            if self._busy_until is not None:
+                if now < self._busy_until:
+                    return self._busy_until
+                continuation, self._continuation, self._busy_until = self._continuation, None, None
+                if continuation is not None:
+                    continuation()
+                now = self._clock.now()
+            return self._step(now)
+        except LeaseNotFound:
+            with self._lock:
+                self._lease_lost = True
+            return now
+        except StoreUnavailable:
+            self._trace("store_unavailable")
+            return min(now + max(self.claim_retry_s, 0.05) * 2, self._lapse_at())
+
+    def _lapse_at(self) -> float:
+        with self._lock:
+            return self._deadline if (self._owned or self._lease is not None) else INF
+
+    def _step(self, now: float) -> float:
+        self._drain_events()
+        with self._lock:
+            lapsed = self._lease is not None and (self._lease_lost or now >= self._deadline)
+        if lapsed:
+            self._lapse(now, "lease lost" if self._lease_lost else "lease deadline passed")
+        if self._lease is None:
+            self._start(now)
+            now = self._clock.now()
+        if self._fenced:
+            with self._lock:
+                fenced, self._fenced = sorted(self._fenced), []
+            self._trace("lost", partitions=fenced, reason="fenced")
+            self._call(self._on_lost, fenced)
+        if self._to_release:
+            self._release(now, dict(self._to_release))
+        if self._busy_until is not None:
+            return self._busy_until
+        return self._advance(now)
+
+    def _advance(self, now: float) -> float:
+        """The protocol's part of a step (the member is started and not busy); returns the next deadline."""
+        raise NotImplementedError
+
+    def _drain_events(self) -> None:
+        events = self._inbox
+        self._inbox = []
+        if self._watch is not None:
+            events.extend(self._watch.poll())
+        for event in events:
+            self._on_event(event)
+
+    def _on_event(self, event: Event) -> None:
+        """One watched change under the group's prefix (hook)."""
+
+    # -- membership ----------------------------------------------------------------------------------------
+
+    def _start(self, now: float) -> None:
+        if self._watch is None:
+            self._watch = self.store.watch(self.keys.prefix)
+        self._load_config(now)
+        lease = self.store.grant(self.config.ttl_s)
+        with self._lock:
+            self._lease = lease
+            self._lease_lost = False
+            self._deadline = now + lease.ttl_s * self.safety
+        self._trace("renew", deadline=self._deadline)
+        info = {"pid": os.getpid(), "host": socket.gethostname(), **self._registration()}
+        ops: list[Op] = [Put(self.keys.member(self.id), encode(info), lease.id)]
+        ops += self._recorder.put("registered", now)
+        result = self.store.txn([], ops)
+        self._started(now, result.revision)
+        self._trace("registered", lease=lease.id)
+
+    def _registration(self) -> dict[str, Any]:
+        """Extra fields of this member's ``members/<id>`` record (hook)."""
+        return {}
+
+    def _started(self, now: float, revision: int) -> None:
+        """Called once the lease is granted and ``members/<id>`` written at ``revision`` (hook)."""
+
+    def _load_config(self, now: float) -> None:
+        wanted = encode(self._wanted.to_json())
+        kv = self.store.get(self.keys.resource)
+        if kv is None:
+            result = self.store.txn([absent(self.keys.resource)], [Put(self.keys.resource, wanted)])
+            if result.succeeded:
+                self.config, self._config_revision = self._wanted, result.revision
+                return
+            kv = self.store.get(self.keys.resource)
+            if kv is None:
+                raise StoreUnavailable("resource definition vanished while being created")
+        if self._update and kv.value != wanted:
+            result = self.store.txn(
+                [mod_revision_is(self.keys.resource, kv.mod_revision)], [Put(self.keys.resource, wanted)]
+            )
+            self._update = False
+            if result.succeeded:
+                self.config, self._config_revision = self._wanted, result.revision
+                self._config_changed(result.revision)
+                return
+            kv = self.store.get(self.keys.resource) or kv
+        self._update = False
+        self.config = GroupConfig.from_json(decode(kv.value))
+        self._config_revision = kv.mod_revision
+
+    def _config_changed(self, revision: int) -> None:
+        """This member rewrote the resource definition at ``revision`` (hook)."""
+
+    def _lapse(self, now: float, reason: str) -> None:
+        """The belief ended (local deadline or lease gone): on_lost for everything, drop the lease, start over."""
+        with self._lock:
+            lost = sorted(self._owned)
+            self._owned.clear()
+            lease, self._lease = self._lease, None
+            self._deadline = -INF
+        self._claiming.clear()
+        self._to_release.clear()
+        self._revoke_started = None
+        self._reset()
+        self._trace("lost", partitions=lost, reason=reason)
+        with contextlib.suppress(StoreUnavailable):
+            if lease is not None:
+                self.store.revoke(lease)  # frees owner records now instead of at expiry
+            if lost:
+                self._put_event("lost", now, partitions=lost, reason=reason)
+        if lost:
+            self._call(self._on_lost, lost)
+
+    def _reset(self) -> None:
+        """Forget the protocol state after a lapse; the member starts over (hook)."""
+
+    def leave(self) -> None:
+        """Graceful leave: on_revoked for everything, commit is the callback's job, release, drop membership."""
+        if self._stopped:
+            return
+        now = self._clock.now()
+        with self._lock:
+            owned = sorted(self._owned)
+        self._claiming.clear()
+        try:
+            if owned and self._lease is not None and now < self._deadline:
+                self._revoke_started = now
+                self._trace("revoking", partitions=owned)
+                try:
+                    self._call(self._on_revoked, owned)
+                finally:
+                    self._revoke_started = None
+                    self._finish_revoke(owned)
+            elif owned:
+                self._lapse(now, "lease deadline passed")
+            lease = self._lease
+            if lease is not None:
+                with contextlib.suppress(StoreUnavailable):
+                    self._put_event("left", self._clock.now())
+                    self.store.revoke(lease)
+        finally:
+            self._stop()
+
+    def abandon(self) -> None:
+        """Stop without callbacks (after a callback error): beliefs end, the lease is revoked (best effort)."""
+        lease = self._lease
+        self._stop()
+        if lease is not None:
+            with contextlib.suppress(Exception):
+                self.store.revoke(lease)
+
+    def _stop(self) -> None:
+        with self._lock:
+            self._owned.clear()
+            self._lease = None
+            self._deadline = -INF
+        self._stopped = True
+        if self._watch is not None and self._own_watch:
+            self._watch.close()
+        self._trace("stopped")
+
+    # -- ownership -----------------------------------------------------------------------------------------
+
+    def _revoke(self, parts: list[int]) -> None:
+        self._revoke_started = self._clock.now()
+        self._trace("revoking", partitions=parts)
+        delay = self._delay("revoked", parts) if self._delay is not None else 0.0
+        if delay > 0:  # the simulator's slow callback: the member is busy until the callback "returns"
+            self._busy_until = self._revoke_started + delay
+            self._continuation = lambda: self._finish_revoke(parts, call=True)
+            return
+        try:
+            self._call(self._on_revoked, parts)
+        finally:
+            self._revoke_started = None
+        self._finish_revoke(parts)
+
+    def _finish_revoke(self, parts: list[int], *, call: bool = False) -> None:
+        if call:
+            try:
+                self._call(self._on_revoked, parts)
+            finally:
+                self._revoke_started = None
+        with self._lock:
+            releasing = {p: self._owned.pop(p) for p in parts if p in self._owned}
+        self._trace("revoked", partitions=parts)
+        self._release(self._clock.now(), releasing)
+
+    def _release(self, now: float, parts: Mapping[int, int]) -> None:
+        lease = self._lease
+        if lease is None:
+            self._to_release.clear()
+            return
+        self._to_release.update(parts)
+        for chunk in chunks(sorted(parts)):
+            compares = [value_is(self.keys.owner(p), owner_value(self.id, parts[p])) for p in chunk]
+            ops: list[Op] = [Delete(self.keys.owner(p)) for p in chunk]
+            ops += self._recorder.put("release", now, partitions=list(chunk), epochs=[parts[p] for p in chunk])
+            if not self.store.txn(compares, ops).succeeded:
+                for p in chunk:  # some record is not ours any more: release the others one by one
+                    self.store.txn([compares[chunk.index(p)]], [Delete(self.keys.owner(p))])
+            for p in chunk:
+                self._to_release.pop(p, None)
+        self._trace("released", partitions=sorted(parts))
+
+    def _claim(self, now: float) -> None:
+        lease = self._lease
+        with self._lock:
+            if lease is None or now >= self._deadline:
+                return
+        claimed: dict[int, int] = {}
+        try:
+            for chunk in chunks(sorted(self._claiming)):
+                claimed.update(self._claim_chunk(now, lease, list(chunk), retry=True))
+        except LeaseNotFound:
+            with self._lock:
+                self._lease_lost = True
+        if not claimed:
+            return
+        parts = sorted(claimed)
+        self._claiming.difference_update(parts)
+        now = self._clock.now()
+        with self._lock:
+            if now >= self._deadline or self._lease is not lease:
+                return  # the claims die with the lease; the lapse path runs at the next step
+            self._owned.update(claimed)
+        self._trace("assigned", partitions=parts, epochs=[claimed[p] for p in parts])
+        self._call(self._on_assigned, parts)
+
+    def _claim_chunk(self, now: float, lease: StoreLease, chunk: list[int], *, retry: bool) -> dict[int, int]:
+        compares = []
+        success: list[Op] = []
+        failure: list[Op] = []
+        for p in chunk:
+            epoch, rev = self._epochs.get(p, (0, 0))
+            compares += [absent(self.keys.owner(p)), mod_revision_is(self.keys.epoch(p), rev)]
+            success += [
+                Put(self.keys.owner(p), owner_value(self.id, epoch + 1), lease.id),
+                Put(self.keys.epoch(p), str(epoch + 1).encode()),
+            ]
+            failure += [Get(self.keys.owner(p)), Get(self.keys.epoch(p))]
+        epochs = [self._epochs.get(p, (0, 0))[0] + 1 for p in chunk]
+        success += self._recorder.put("claim", now, partitions=chunk, epochs=epochs)
+        result = self.store.txn(compares, success, failure)
+        if result.succeeded:
+            for p, epoch in zip(chunk, epochs, strict=True):
+                self._epochs[p] = (epoch, result.revision)
+            self._trace("claim", partitions=chunk, epochs=epochs)
+            return dict(zip(chunk, epochs, strict=True))
+        free: list[int] = []
+        for i, p in enumerate(chunk):
+            owner_kvs, epoch_kvs = result.responses[2 * i], result.responses[2 * i + 1]
+            assert isinstance(owner_kvs, list) and isinstance(epoch_kvs, list)
+            if epoch_kvs:
+                self._epochs[p] = (int(epoch_kvs[0].value), epoch_kvs[0].mod_revision)
+            else:
+                self._epochs[p] = (0, 0)
+            if not owner_kvs:
+                free.append(p)
+        if free and retry:
+            return self._claim_chunk(now, lease, free, retry=False)
+        return {}
+
+    # -- helpers -------------------------------------------------------------------------------------------
+
+    def _call(self, callback: Callback | None, parts: list[int]) -> None:
+        if callback is not None and parts:
+            callback(list(parts))
+
+    def _put_event(self, kind: str, now: float, **fields: Any) -> None:
+        ops = self._recorder.put(kind, now, **fields)
+        if ops:
+            self.store.txn([], ops)
+
+    def _trace(self, kind: str, **fields: Any) -> None:
+        if self._tracer is not None:
+            self._tracer(kind, fields)
+
+
+__all__ = [
+    "CHUNK",
+    "INF",
+    "Callback",
+    "DelayHook",
+    "FencedMember",
+    "Lease",
+    "Ownership",
+    "Planner",
+    "Tracer",
+    "chunks",
+    "default_planner",
+]

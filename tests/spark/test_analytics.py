@@ -1,0 +1,201 @@
+"""Analytics of the protocol history on Spark: hand-built histories with known answers, a report of a real run
+(RoundsMember on the memory store in virtual time), and the simulator grid as Spark tasks."""
+
+from __future__ import annotations
+
+import html.parser
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apportion.errors import InvalidRequest
+from apportion.group import history
+from apportion.spark._analytics import (
+    balance_over_time,
+    events_frame,
+    handoff_latency,
+    latency_stats,
+    moves_per_round,
+    overlaps,
+    ownership_intervals,
+    unowned_gaps,
+)
+from apportion.spark._grid import load_grid, run_grid
+from apportion.spark._report import write_report
+from tests.group.harness import Harness
+
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+
+
+def ev(rev: int, t: float, kind: str, member: str, **fields: Any) -> dict[str, Any]:
+    return {"revision": rev, "time": t, "type": kind, "member": member, "seq": 0, **fields}
+
+
+# Partition 0: planned handoff a -> b (release 105.0, claim 105.5). Partition 1: a's lease lapses (lost at 110, no
+# epoch in the event), b claims at 113. Partition 2: a crashes (last commit 108), b claims at 115 (lease expired).
+# Partition 3: a keeps it (open at the report time 115). Round 18 planned 3 moves and 3 followed.
+HISTORY = [
+    ev(5, 99.9, "round_closed", "a", round=4, moves=0, participants=["a"], kept=False),
+    ev(10, 100.0, "claim", "a", partition=0, epoch=1),
+    ev(11, 100.0, "claim", "a", partition=1, epoch=1),
+    ev(12, 100.0, "claim", "a", partition=2, epoch=1),
+    ev(13, 100.0, "claim", "a", partition=3, epoch=1),
+    ev(19, 104.9, "round_closed", "b", round=18, moves=3, participants=["a", "b"], kept=False),
+    ev(20, 105.0, "release", "a", partition=0, epoch=1),
+    ev(22, 105.5, "claim", "b", partition=0, epoch=2),
+    ev(25, 108.0, "commit", "a", partition=2, epoch=1, checkpoint="x"),
+    ev(30, 110.0, "lost", "a", partition=1, reason="lease deadline passed"),
+    ev(35, 113.0, "claim", "b", partition=1, epoch=2),
+    ev(40, 115.0, "claim", "b", partition=2, epoch=2),
+]
+
+
+@pytest.fixture(scope="module")
+def known(spark: Any) -> dict[str, Any]:
+    df = events_frame(spark, HISTORY)
+    intervals = ownership_intervals(df).cache()
+    return {"events": df, "intervals": intervals}
+
+
+def test_intervals_end_by_release_lost_expiry_or_stay_open(known: dict[str, Any]) -> None:
+    rows = [
+        (r.partition, r.epoch, r.member, r.start_time, r.end_time, r.end_type)
+        for r in known["intervals"].orderBy("partition", "epoch").collect()
+    ]
+    assert rows == [
+        (0, 1, "a", 100.0, 105.0, "release"),
+        (0, 2, "b", 105.5, 115.0, "open"),
+        (1, 1, "a", 100.0, 110.0, "lost"),
+        (1, 2, "b", 113.0, 115.0, "open"),
+        (2, 1, "a", 100.0, 108.0, "expired"),
+        (2, 2, "b", 115.0, 115.0, "open"),
+        (3, 1, "a", 100.0, 115.0, "open"),
+    ]
+
+
+def test_gap_is_measured_from_the_old_owners_end_to_the_new_claim(known: dict[str, Any]) -> None:
+    gaps = [(r.partition, r.gap_start, r.gap_end, r.gap_s) for r in unowned_gaps(known["intervals"]).collect()]
+    assert gaps == [(0, 105.0, 105.5, 0.5), (1, 110.0, 113.0, 3.0), (2, 108.0, 115.0, 7.0)]
+
+
+def test_no_overlap_in_a_fenced_history(known: dict[str, Any]) -> None:
+    assert overlaps(known["intervals"]).count() == 0
+
+
+def test_an_injected_overlap_is_detected(spark: Any) -> None:
+    # b claims partition 5 while a still holds it: a's release succeeds AFTER b's claim (store order).
+    injected = HISTORY + [
+        ev(50, 120.0, "claim", "a", partition=5, epoch=1),
+        ev(52, 121.0, "claim", "b", partition=5, epoch=2),
+        ev(54, 123.0, "release", "a", partition=5, epoch=1),
+    ]
+    found = overlaps(ownership_intervals(events_frame(spark, injected))).collect()
+    assert [(r.partition, r.first_member, r.second_member, r.overlap_s) for r in found] == [(5, "a", "b", 2.0)]
+
+
+def test_handoff_latency_per_cause_and_p50(known: dict[str, Any]) -> None:
+    handoffs = handoff_latency(known["intervals"])
+    assert sorted((r.partition, r.cause, r.latency_s) for r in handoffs.collect()) == [
+        (0, "release", 0.5),
+        (1, "lost", 3.0),
+        (2, "expired", 7.0),
+    ]
+    stats = {r.cause: (r["count"], r.p50_s, r.p99_s) for r in latency_stats(handoffs).collect()}
+    assert stats["release"] == (1, 0.5, 0.5)
+    assert stats["all"] == (3, 3.0, 7.0)
+
+
+def test_moves_are_attributed_to_the_round_closed_before_them(known: dict[str, Any]) -> None:
+    rows = [
+        (r["round"], r.planned_moves, r.claims, r.moved, r.initial)
+        for r in moves_per_round(known["events"], known["intervals"]).collect()
+    ]
+    assert rows == [(4, 0, 4, 0, 4), (18, 3, 3, 3, 0)]
+
+
+def test_balance_spread_follows_the_owned_counts(known: dict[str, Any]) -> None:
+    per_member, spread = balance_over_time(known["intervals"])
+    last = {r.member: r.owned for r in per_member.where("time = 115.0").collect()}
+    assert last == {"b": 3}  # a's crash ended partition 2 at 108; b claimed it at 115
+    series = [(r.time, r.members, r.max_owned, r.min_owned, r.spread) for r in spread.collect()]
+    assert series[0] == (100.0, 1, 4, 4, 0)
+    assert (105.5, 2, 3, 1, 2) in series  # a kept 3, b took partition 0
+    assert series[-1] == (115.0, 2, 3, 1, 2)
+
+
+def _short_run() -> Harness:
+    """Three members settle, a fourth joins, one leaves gracefully, one crashes (its lease expires)."""
+    h = Harness()
+    for mid in ("a", "b", "c"):
+        h.add(mid)
+    h.run(2.0)
+    h.add("d")
+    h.run(3.0)
+    h.members["b"].leave()
+    del h.members["b"]
+    h.run(3.0)
+    h.frozen.add("c")  # stops stepping and renewing: a crash
+    h.run(8.0)
+    return h
+
+
+class _Links(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "img":
+            self.images += [v for k, v in attrs if k == "src" and v]
+
+
+def test_report_of_a_real_run_has_no_overlap_and_an_html_page_with_its_plots(spark: Any, tmp_path: Path) -> None:
+    h = _short_run()
+    events = history(h.store, h.group)
+    assert {"claim", "release", "round_closed", "lost"} <= {e["type"] for e in events} or {
+        "claim",
+        "release",
+        "round_closed",
+    } <= {e["type"] for e in events}
+    summary = write_report(spark, events, tmp_path / "report")
+    assert summary.overlaps == 0
+    assert summary.partitions == 12
+    assert summary.rounds >= 3
+    assert summary.handoff_p50_s is not None and summary.handoff_p50_s >= 0.0
+    index = Path(summary.index_html)
+    parser = _Links()
+    parser.feed(index.read_text())
+    assert len(parser.images) == 4
+    for src in parser.images:
+        png = index.parent / src
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", src
+    for table in ("intervals", "gaps", "overlaps", "moves_per_round", "balance", "handoffs", "handoff_stats"):
+        assert (index.parent / f"{table}.csv").is_file()
+        assert (index.parent / f"{table}.parquet").is_dir()
+    reread = spark.read.parquet(str(index.parent / "intervals.parquet"))
+    assert reread.count() == summary.intervals
+
+
+def test_grid_runs_every_scenario_as_a_spark_task_and_writes_table_and_chart(spark: Any, tmp_path: Path) -> None:
+    grid_file = tmp_path / "grid.json"
+    grid_file.write_text(
+        json.dumps({"strategies": ["sticky", "round_robin"], "members": [3], "partitions": [6], "churn": [2], "seeds": [1]})
+    )
+    result = run_grid(spark, load_grid(grid_file), tmp_path / "grid")
+    rows = spark.read.parquet(result.table_parquet).orderBy("strategy").collect()
+    assert [(r.strategy, r.members, r.partitions, r.churn) for r in rows] == [
+        ("round_robin", 3, 6, 2),
+        ("sticky", 3, 6, 2),
+    ]
+    assert all(r.ok and r.moves >= r.moves_lower_bound for r in rows)
+    assert Path(result.chart_png).read_bytes()[:4] == b"\x89PNG"
+    assert "sticky" in Path(result.index_html).read_text()
+
+
+def test_grid_file_with_an_unknown_key_is_rejected(tmp_path: Path) -> None:
+    grid_file = tmp_path / "grid.toml"
+    grid_file.write_text('strategies = ["sticky"]\nmembers = [3]\nwobble = [1]\n')
+    with pytest.raises(InvalidRequest, match="wobble"):
+        load_grid(grid_file)
