@@ -216,8 +216,8 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
         step(f"started {len(first)} pipeline workers ({', '.join(first)}), sticky strategy; Spark sessions starting")
         took = _wait_for(
             "the first workers to own every partition",
-            lambda: all(o in first for o in _owners(store).values()),
-            timeout_s=90,
+            lambda: _all_owned(store, config.partitions, first),
+            timeout_s=180,
         )
         step(f"all {config.partitions} partitions owned after {took:.1f} s: {_load(store)}")
 
@@ -231,7 +231,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
                 return remaining
 
             # Let some work happen, then a member joins.
-            _wait_for("first commits", lambda: advance() < produced, timeout_s=90)
+            _wait_for("first commits", lambda: advance() < produced, timeout_s=180)
             before = _owners(store)
             fleet.start(joiner)
             step(f"worker {joiner} joins")
@@ -310,6 +310,11 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
             result.checks.append(overlap_check)
     _print_checks(result, console)
     return result
+
+
+def _all_owned(store: Store, partitions: int, by: list[str]) -> bool:
+    owners = _owners(store)
+    return len(owners) == partitions and all(o in by for o in owners.values())
 
 
 def _load(store: Store) -> str:

@@ -1,6 +1,8 @@
 """The run loop a user embeds: ``Group`` (a group's definition on a store) and ``Worker`` (one running member).
 
-A ``Worker`` runs the pure protocol core (:class:`apportion.group.RoundsMember`) on two threads::
+A ``Worker`` runs the pure protocol core on two threads — :class:`apportion.group.RoundsMember` (``mode="rounds"``,
+seed 0), :class:`apportion.group.CoordinatorMember` (``mode="coordinator"``, seed 1) or
+:class:`apportion.group.StaticMember` (``mode="static"``, seed 3); all share ``FencedMember``'s ownership::
 
     worker thread:    loop { deadline = member.step(now); member.wait_events(until deadline, at most 0.1 s) }
                       then member.leave() (on_revoked, release, lease revoked) when stopped
@@ -27,13 +29,25 @@ from typing import Any
 
 from apportion.clock import SYSTEM_CLOCK, Clock
 from apportion.errors import InvalidRequest
-from apportion.group import GroupConfig, Keys, Lease, RoundsMember, decode, validate_group
-from apportion.group._ownership import Callback
+from apportion.group import (
+    CoordinatorMember,
+    GroupConfig,
+    Keys,
+    Lease,
+    RoundsMember,
+    StaticMember,
+    decode,
+    validate_group,
+)
+from apportion.group._coordinator import validate_settings
+from apportion.group._ownership import Callback, FencedMember
+from apportion.group._static import validate_ordinal
 from apportion.store import Store
 
 log = logging.getLogger("apportion.worker")
 
 _MAX_WAIT_S = 0.1
+MODES = ("rounds", "coordinator", "static")
 
 
 class Worker:
@@ -59,22 +73,43 @@ class Worker:
         self._done = threading.Event()
         self._changed = threading.Condition()
         self.error: BaseException | None = None
-        self._member = RoundsMember(
-            group.store,
-            group.name,
-            worker_id,
-            group.config,
-            clock=group.clock,
-            on_assigned=on_assigned,
-            on_revoked=on_revoked,
-            on_lost=on_lost,
-            capacity=capacity,
-            rack=rack,
-            update=group.update,
-            revoke_timeout_s=revoke_timeout_s,
-            history_size=history_size,
-            tracer=self._log,
-        )
+        common: dict[str, Any] = {
+            "clock": group.clock,
+            "on_assigned": on_assigned,
+            "on_revoked": on_revoked,
+            "on_lost": on_lost,
+            "update": group.update,
+            "revoke_timeout_s": revoke_timeout_s,
+            "history_size": history_size,
+            "tracer": self._log,
+        }
+        self._member: FencedMember
+        if group.mode == "static":
+            assert group.ordinal is not None and group.replicas is not None  # validated by Group
+            self._member = StaticMember(
+                group.store,
+                group.name,
+                worker_id,
+                group.config,
+                ordinal=group.ordinal,
+                replicas=group.replicas,
+                **common,
+            )
+        elif group.mode == "coordinator":
+            self._member = CoordinatorMember(
+                group.store,
+                group.name,
+                worker_id,
+                group.config,
+                min_members=group.min_members,
+                rebalance=group.rebalance,
+                max_in_flight=group.max_in_flight,
+                **common,
+            )
+        else:
+            self._member = RoundsMember(
+                group.store, group.name, worker_id, group.config, capacity=capacity, rack=rack, **common
+            )
         self._thread = threading.Thread(target=self._run, name=f"apportion-worker-{worker_id}", daemon=True)
         self._keeper = threading.Thread(target=self._keepalive, name=f"apportion-keepalive-{worker_id}", daemon=True)
 
@@ -133,7 +168,7 @@ class Worker:
         return self._done.is_set()
 
     @property
-    def member(self) -> RoundsMember:
+    def member(self) -> FencedMember:
         return self._member
 
     def __enter__(self) -> Worker:
@@ -192,6 +227,10 @@ class Group:
 
     The first worker stores the definition; later ones use the stored one unless ``update=True`` (then they write
     theirs and a new round starts: seed 0 extension 2). ``partitions=None`` means "use the stored definition".
+
+    ``mode`` picks the protocol: ``"rounds"`` (seed 0), ``"coordinator"`` (seed 1: ``min_members``, ``rebalance``
+    "automatic"|"manual", ``max_in_flight`` migrations at once) or ``"static"`` (seed 3: ``ordinal`` and
+    ``replicas``). ``strategy`` defaults to "sticky", or "round_robin" in coordinator mode (as in seed 1).
     """
 
     def __init__(
@@ -199,7 +238,7 @@ class Group:
         store: Store,
         name: str,
         partitions: int | None = None,
-        strategy: str = "sticky",
+        strategy: str | None = None,
         *,
         settle_s: float = 0.5,
         min_interval_s: float = 1.0,
@@ -208,7 +247,29 @@ class Group:
         options: Mapping[str, object] | None = None,
         update: bool = False,
         clock: Clock | None = None,
+        mode: str = "rounds",
+        ordinal: int | None = None,
+        replicas: int | None = None,
+        min_members: int = 1,
+        rebalance: str = "automatic",
+        max_in_flight: int = 4,
     ) -> None:
+        if mode not in MODES:
+            raise InvalidRequest("mode", f"{mode!r} is not one of {', '.join(MODES)}")
+        if mode == "static":
+            if ordinal is None or replicas is None:
+                raise InvalidRequest("ordinal", "static mode needs an ordinal and a replica count")
+            validate_ordinal(ordinal, replicas)
+        if mode == "coordinator":
+            validate_settings(min_members, rebalance, max_in_flight)
+        self.mode = mode
+        self.ordinal = ordinal
+        self.replicas = replicas
+        self.min_members = min_members
+        self.rebalance = rebalance
+        self.max_in_flight = max_in_flight
+        if strategy is None:
+            strategy = "round_robin" if mode == "coordinator" else "sticky"
         self.store = store
         self.name = validate_group(name)
         self.clock: Clock = clock or getattr(store, "clock", None) or SYSTEM_CLOCK

@@ -187,7 +187,9 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
     wait_for(lambda: any(w.of("pausing") for w in processes), 90, "a first batch to pause before its commit")
     killed = next(w for w in processes if w.of("pausing"))
     killed.signal(signal.SIGKILL)
+    late = PipelineProcess(url, log_dir, out_dir, "w3")  # a third worker joins late (its Spark starts meanwhile)
     frozen = next(w for w in processes if w is not killed)
+    processes.append(late)
     wait_for(lambda: bool(frozen.of("pausing")), 60, f"{frozen.id} to take over and pause before its commit")
     frozen.signal(signal.SIGSTOP)
     killed_files = [e["file"] for e in killed.of("written")]
@@ -195,9 +197,7 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
     zombie_partitions = {e["partition"] for e in frozen.of("written")}
     assert killed_files and zombie_files
 
-    # A third worker joins late and takes everything once the zombie's lease lapses; then the zombie resumes.
-    late = PipelineProcess(url, log_dir, out_dir, "w3")
-    processes.append(late)
+    # The late joiner takes everything once the zombie's lease lapses; then the zombie resumes.
     with connect(url) as store:
         wait_for(lambda: set(owners(store, PARTITIONS).values()) == {"w3"}, 60, "w3 to own every partition")
         frozen.signal(signal.SIGCONT)
@@ -210,6 +210,11 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
         assert w.proc.wait(60) == 0, f"{w.id} did not leave gracefully:\n{w.tail()}"
     assert killed.proc.wait(10) == -signal.SIGKILL
 
+    t0 = min(e["time"] for w in processes for e in w.events)
+    for w in processes:  # a timeline for whoever reads a failure (or runs with -s)
+        for e in w.events:
+            if e["event"] in ("started", "assigned", "revoked", "lost", "pausing", "fenced", "batch_done", "stopped"):
+                print(f"{e['time'] - t0:7.2f} {w.id} {e['event']} { {k: v for k, v in e.items() if k != 'time'} }")
     committed = {rel for c in checkpoints.values() for rel in c.outputs}
     assert not committed & {*killed_files, *zombie_files}, "uncommitted output of a dead or fenced writer was listed"
     assert not any((out_dir / f).exists() for f in [*killed_files, *zombie_files]), "stale output was not discarded"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from apportion.assign._check import check, check_or_raise, min_moves
 from apportion.assign._hashing import stable_hash
+from apportion.assign._high_availability import tags
 from apportion.assign._json import loads_request, parse_request, plan_to_json
 from apportion.assign._registry import OPTIONS, STRATEGIES
 from apportion.assign._simple import range_block
@@ -27,6 +28,7 @@ def plan(request: AssignRequest) -> Plan:
 
 
 __all__ = [
+    "tags",
     "OPTIONS",
     "STRATEGIES",
     "STRATEGY_NAMES",

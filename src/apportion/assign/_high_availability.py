@@ -32,11 +32,12 @@ Previous ownership follows the rules of every strategy (``_core``): owned partit
 below the highest are ignored (such a member's claims count as replicas of unknown lag unless it reports one), and
 on a conflict the smallest member id keeps the claim.
 
-Convergence bound (tested): with no churn, feeding each plan back as the next input with its learners caught up
-(lag 0), the plan reaches the bands with no learner left after at most ``ceil(m / max_warmup_replicas)`` probing
-rounds, where ``m`` is ``stats.min_moves`` of the first plan: each probing round moves at least
-``max_warmup_replicas`` of the actives still off their target (the learners of the previous round are ready), and the
-target stays the same from round to round because releases and placements prefer partitions already being learned.
+Convergence bound: when every member subscribes to every resource and nothing churns after the first plan, feeding
+each plan back as the next input with its learners caught up (lag 0), the plan reaches the bands with no learner left
+after at most ``ceil(m / max_warmup_replicas)`` probing rounds, ``m`` being ``stats.min_moves`` of the first plan.
+Why: each probing round moves the ``max_warmup_replicas`` actives whose learners got ready, and the target stays the
+same from round to round because releases, extra keeps and placements all prefer the partitions already being
+learned. That argument is not a proof; the bound is checked by hypothesis (tests, and 30,000 extra examples once).
 
 ``stats.min_moves`` = the partitions minus the most previous owners any assignment within the bands keeps, summed
 over both kinds: a lower bound on the moves of every plan that reaches the bands (exact when every member subscribes

@@ -26,7 +26,7 @@ from apportion.errors import InvalidRequest
 from apportion.model import AssignRequest, Member, Partition, Plan, Resource
 
 _TOP = ("strategy", "resources", "members", "options")
-_MEMBER = ("subscriptions", "owned", "generation", "capacity", "rack")
+_MEMBER = ("subscriptions", "owned", "generation", "capacity", "rack", "standby", "learners", "lag")
 
 
 def loads_request(text: str) -> AssignRequest:
@@ -137,25 +137,10 @@ def _member(mid: str, value: object, resources: Mapping[str, Resource]) -> Membe
         if len(set(subs)) != len(subs):
             raise InvalidRequest(f"{field}.subscriptions", "lists a resource twice")
         subscriptions = frozenset(subs)
-    owned_raw = obj.get("owned", [])
-    if not isinstance(owned_raw, list):
-        raise InvalidRequest(f"{field}.owned", "must be a list of '<resource>-<index>' strings")
-    owned = []
-    seen = set()
-    for i, text in enumerate(owned_raw):
-        where = f"{field}.owned[{i}]"
-        if not isinstance(text, str):
-            raise InvalidRequest(where, f"must be a '<resource>-<index>' string, got {text!r}")
-        part = Partition.parse(text, where)
-        res = resources.get(part.resource)
-        if res is None:
-            raise InvalidRequest(where, f"unknown resource {part.resource!r}")
-        if part.index >= res.partitions:
-            raise InvalidRequest(where, f"{text!r} is out of range ({res.name} has {res.partitions} partitions)")
-        if part in seen:
-            raise InvalidRequest(where, f"{text!r} is listed twice")
-        seen.add(part)
-        owned.append(part)
+    owned = _partition_list(obj.get("owned", []), f"{field}.owned", resources)
+    standby = _partition_list(obj.get("standby", []), f"{field}.standby", resources)
+    learners = _partition_list(obj.get("learners", []), f"{field}.learners", resources)
+    lag = _lag(obj.get("lag", {}), f"{field}.lag", resources)
     generation = obj.get("generation", 0)
     if not _is_int(generation) or generation < 0:
         raise InvalidRequest(f"{field}.generation", f"must be an integer >= 0, got {generation!r}")
@@ -165,7 +150,50 @@ def _member(mid: str, value: object, resources: Mapping[str, Resource]) -> Membe
     rack = obj.get("rack")
     if rack is not None and not isinstance(rack, str):
         raise InvalidRequest(f"{field}.rack", f"must be a string, got {rack!r}")
-    return Member(mid, subscriptions, tuple(owned), generation, float(capacity), rack)
+    return Member(
+        mid, subscriptions, tuple(owned), generation, float(capacity), rack, tuple(standby), tuple(learners),
+        MappingProxyType(lag),
+    )  # fmt: skip
+
+
+def _partition(text: object, where: str, resources: Mapping[str, Resource]) -> Partition:
+    if not isinstance(text, str):
+        raise InvalidRequest(where, f"must be a '<resource>-<index>' string, got {text!r}")
+    part = Partition.parse(text, where)
+    res = resources.get(part.resource)
+    if res is None:
+        raise InvalidRequest(where, f"unknown resource {part.resource!r}")
+    if part.index >= res.partitions:
+        raise InvalidRequest(where, f"{text!r} is out of range ({res.name} has {res.partitions} partitions)")
+    return part
+
+
+def _partition_list(raw: object, field: str, resources: Mapping[str, Resource]) -> list[Partition]:
+    """A list of distinct '<resource>-<index>' strings naming existing partitions."""
+    if not isinstance(raw, list):
+        raise InvalidRequest(field, "must be a list of '<resource>-<index>' strings")
+    out: list[Partition] = []
+    seen: set[Partition] = set()
+    for i, text in enumerate(raw):
+        where = f"{field}[{i}]"
+        part = _partition(text, where, resources)
+        if part in seen:
+            raise InvalidRequest(where, f"{text!r} is listed twice")
+        seen.add(part)
+        out.append(part)
+    return out
+
+
+def _lag(raw: object, field: str, resources: Mapping[str, Resource]) -> dict[Partition, int]:
+    """``{"t1-0": 120, ...}``: offsets behind the partition's changelog end (high availability)."""
+    obj = _object(raw, field)
+    out: dict[Partition, int] = {}
+    for text, value in obj.items():
+        where = f"{field}.{text}"
+        if not _is_int(value) or value < 0:
+            raise InvalidRequest(where, f"must be an integer >= 0, got {value!r}")
+        out[_partition(text, where, resources)] = int(value)
+    return out
 
 
 def _options(value: object) -> dict[str, object]:
@@ -198,4 +226,8 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         out["standby"] = {m: list(map(str, parts)) for m, parts in sorted(plan.standby.items())}
     if plan.learners:
         out["learners"] = {m: list(map(str, parts)) for m, parts in sorted(plan.learners.items())}
+    if plan.ready:
+        out["ready"] = {m: list(map(str, parts)) for m, parts in sorted(plan.ready.items())}
+    if plan.probe_after_s is not None:
+        out["probe_after_s"] = plan.probe_after_s
     return out

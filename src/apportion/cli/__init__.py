@@ -7,9 +7,11 @@ from apportion.cli import (
     _assign,  # noqa: F401  (registers `apportion assign`)
     _demo,  # noqa: F401  (registers `apportion demo`, the main job)
     _pipeline,  # noqa: F401  (registers `apportion pipeline produce|run|verify`)
+    _rebalance,  # noqa: F401  (registers `apportion rebalance`)
+    _route,  # noqa: F401  (registers `apportion route`)
     _simulate,  # noqa: F401  (registers `apportion simulate`)
-    _strategies_demo,  # noqa: F401  (registers `apportion demo-strategies`)
     _status,  # noqa: F401  (registers `apportion status`)
+    _strategies_demo,  # noqa: F401  (registers `apportion demo-strategies`)
     _worker,  # noqa: F401  (registers `apportion worker`)
 )
 from apportion.cli._app import app, main

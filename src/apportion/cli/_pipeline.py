@@ -85,6 +85,14 @@ def produce(
 @click.option("--min-interval", "min_interval_s", type=float, default=1.0, help="MRI: min interval between rounds (s).")
 @click.option("--heartbeat", "heartbeat_s", type=float, default=30.0, help="HBI: heartbeat round interval (s).")
 @click.option("--ttl", "ttl_s", type=float, default=3.0, help="Member lease TTL (s).")
+@click.option(
+    "--revoke-timeout",
+    "revoke_timeout_s",
+    type=float,
+    default=30.0,
+    help="Max wait of a revocation for "
+    "the batch in flight (s); beyond it the lease lapses and every partition is lost.",
+)
 @click.option("--idle", "idle_s", type=float, default=0.2, help="Poll interval when there is no new input (s).")
 @click.option(
     "--exit-when-idle", "exit_idle_s", type=float, default=0.0, help="Leave after N s without work (0: never)."
@@ -108,6 +116,7 @@ def run(
     min_interval_s: float,
     heartbeat_s: float,
     ttl_s: float,
+    revoke_timeout_s: float,
     idle_s: float,
     exit_idle_s: float,
     pause_s: float,
@@ -115,7 +124,7 @@ def run(
 ) -> None:
     """Run one pipeline worker until SIGTERM/SIGINT (graceful leave) or --exit-when-idle."""
     from apportion.log import PartitionedLog
-    from apportion.spark._pipeline import Pipeline, joined, load_transform, spark_session, transform
+    from apportion.spark._pipeline import Pipeline, joined, load_transform, spark_session, transform, warm_up
     from apportion.worker import Group
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
@@ -160,9 +169,10 @@ def run(
             pause_batches=pause_batches,
         )
         emit = processor.emit
-        emit("started", worker=worker_id, group=group_name, resource=resource, partitions=n)
+        warm_s = warm_up(spark, function)
+        emit("started", worker=worker_id, group=group_name, resource=resource, partitions=n, warm_up_s=round(warm_s, 2))
         try:
-            with joined(group, worker_id, processor):
+            with joined(group, worker_id, processor, revoke_timeout_s=revoke_timeout_s):
                 processor.run(stop, idle_s=idle_s, exit_after_idle_s=exit_idle_s)
         finally:
             emit("stopped", worker=worker_id, batches=processor.batches, records=processor.records)

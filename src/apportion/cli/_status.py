@@ -44,3 +44,11 @@ def status(store_url: str, group_name: str, as_json: bool) -> None:
     for p, info in snapshot["partitions"].items():
         parts.add_row(p, info["owner"] or "-", str(info["epoch"] or "-"), info["checkpoint"] or "-")
     console.print(parts)
+    if snapshot["table"]:
+        coordinator = snapshot.get("coordinator", {}).get("member", "-")
+        table = Table(title=f"partition table — coordinator {coordinator}")
+        for column in ("partition", "owner", "target", "state"):
+            table.add_column(column)
+        for p, entry in snapshot["table"].items():
+            table.add_row(p, entry["owner"] or "-", entry["target"] or "-", entry["state"])
+        console.print(table)

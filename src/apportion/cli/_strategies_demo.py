@@ -1,4 +1,4 @@
-"""`apportion demo-strategies`: the strategies alone, no store: scripted churn with sticky and weighted, a table a step."""
+"""`apportion demo-strategies`: the strategies alone (no store): scripted churn, sticky and weighted, a table a step."""
 
 from __future__ import annotations
 

@@ -1,29 +1,43 @@
-"""Protocols: seed 0's continuous assignment rounds with fenced, epoch-numbered ownership.
+"""Protocols on fenced, epoch-numbered ownership (``FencedMember``, documented in ``_ownership``).
 
-``RoundsMember`` is the stepped state machine (documented in ``_rounds``); ``GroupConfig`` the resource definition;
+``RoundsMember`` (seed 0's continuous assignment rounds, ``_rounds``), ``CoordinatorMember`` (seed 1's elected
+coordinator and partition table, ``_coordinator``) and ``StaticMember`` (seed 3's StatefulSet ordinals, ``_static``)
+are stepped state machines; ``GroupConfig`` the resource definition;
 ``history`` the bounded event history; ``group_status`` an operator's snapshot; ``Keys`` the key space.
 """
 
 from apportion.group._config import STRATEGIES, GroupConfig
+from apportion.group._coordinator import CoordinatorMember, CoordinatorPhase, Entry, TableState
 from apportion.group._history import EVENT_TYPES, history
 from apportion.group._keys import Keys, decode, encode, validate_group, validate_member_id
-from apportion.group._rounds import Lease, Ownership, Phase, RoundsMember, default_planner
+from apportion.group._ownership import FencedMember, Lease, Ownership, default_planner
+from apportion.group._rounds import Phase, RoundsMember
+from apportion.group._static import StaticMember, StaticPhase, ordinal_from_hostname, set_replicas
 from apportion.group._status import group_status
 
 __all__ = [
     "EVENT_TYPES",
     "STRATEGIES",
+    "CoordinatorMember",
+    "CoordinatorPhase",
+    "Entry",
+    "FencedMember",
     "GroupConfig",
     "Keys",
     "Lease",
     "Ownership",
     "Phase",
     "RoundsMember",
+    "StaticMember",
+    "StaticPhase",
+    "TableState",
     "decode",
     "default_planner",
     "encode",
     "group_status",
     "history",
+    "ordinal_from_hostname",
+    "set_replicas",
     "validate_group",
     "validate_member_id",
 ]

@@ -169,8 +169,7 @@ def plan_table(
     load: dict[str, int] = {}
     for p in range(config.partitions):
         h = holders.get(p)
-        if h in live:
-            assert h is not None
+        if h is not None and h in live:
             desired[p] = h
             load[h] = load.get(h, 0) + 1
     hosts = sorted(load) or live

@@ -10,7 +10,8 @@ from apportion.store import Store
 
 def group_status(store: Store, group: str) -> dict[str, Any]:
     """``{"members": {id: {"alive", "partitions", ...}}, "partitions": {p: {"owner", "epoch", "checkpoint"}},
-    "round": R, "plan_round": R', "resource": {...}}``; partition numbers are strings (JSON object keys)."""
+    "round": R, "plan_round": R', "resource": {...}, "table": {p: {owner, target, state}}}`` plus ``coordinator``
+    and ``replicas`` when those modes run; partition numbers are strings (JSON object keys)."""
     keys = Keys(group)
     kvs = store.range(keys.prefix)
     resource: dict[str, Any] | None = None
@@ -21,6 +22,8 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     current_round = 0
     latest_round = 0
     plans: dict[int, dict[str, Any]] = {}
+    table: dict[str, dict[str, Any]] = {}
+    extra: dict[str, Any] = {}
     prefix = keys.prefix
     for kv in kvs:
         rest = kv.key[len(prefix) :]
@@ -40,6 +43,10 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
             epochs[int(name)] = int(kv.value)
         elif kind == "commit" and name.isdigit():
             commits[int(name)] = decode(kv.value)
+        elif kind == "table" and name.isdigit():
+            table[name] = decode(kv.value)
+        elif rest in ("coordinator", "replicas"):
+            extra[rest] = decode(kv.value)
         elif kind == "round" and name.endswith("/plan"):
             plans[int(name.split("/", 1)[0])] = decode(kv.value)
     n = int(resource["partitions"]) if resource else max([*owners, *epochs, *commits, -1]) + 1
@@ -65,6 +72,8 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
         "round": current_round,
         "plan_round": latest_round,
         "resource": resource,
+        "table": dict(sorted(table.items(), key=lambda item: int(item[0]))),
+        **extra,
     }
 
 

@@ -1,4 +1,10 @@
-"""Deterministic simulation of a group: many ``RoundsMember`` on one memory store in virtual time, with faults.
+"""Deterministic simulation of a group: many members on one memory store in virtual time, with faults.
+
+``SimConfig.mode`` picks the protocol: ``rounds`` (``RoundsMember``), ``coordinator`` (``CoordinatorMember``,
+``max_in_flight`` migrations at once) or ``static`` (``StaticMember``: ordinals 0..members-1; a ``join`` scales the
+replica count up by one, a ``leave`` either scales down by one — the highest ordinal leaves and the operator
+publishes the new count — or restarts the pod, and a ``crash`` is followed at once by a replacement pod with the same
+ordinal, as a StatefulSet does: so duplicate ordinals coexist until the old lease expires).
 
 Everything random comes from one ``random.Random(seed)``; members are stepped from one event queue ordered by
 (virtual time, seeded tie-break, sequence); no wall clock and no threads. The same seed gives the same trace, so a
@@ -23,7 +29,8 @@ Checks on every trace (``SimResult.violations``):
    deadline (renewals move it; a renewal after it passed does not revive the belief), whichever comes first;
 2. fencing: every commit the store accepted carries the latest epoch claimed for that partition, by its claimer;
 3. liveness: once churn and faults stop at ``T``, by ``T + RST + MRI + ttl + 1 s`` every partition is believed
-   owned by exactly one live member and (count-balanced strategies) owned counts differ by at most one.
+   owned by exactly one live member and (count-balanced strategies) owned counts differ by at most one; in static
+   mode every partition is owned by a member whose ordinal's range block (under the stored replica count) holds it.
 """
 
 from __future__ import annotations
@@ -38,13 +45,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from apportion.assign import range_block
 from apportion.clock import VirtualClock
 from apportion.errors import Fenced, StoreUnavailable
-from apportion.group import GroupConfig, RoundsMember
+from apportion.group import CoordinatorMember, FencedMember, GroupConfig, RoundsMember, StaticMember, set_replicas
+from apportion.group._ownership import DelayHook, Tracer
 from apportion.store import Compare, Event, EventType, Lease, MemoryStore, Op, Store, TxnResult, Watch
 
 BALANCED_STRATEGIES = ("round_robin", "range", "sticky")
 FAULTS = ("crash", "freeze", "slow", "unavailable", "drift")
+MODES = ("rounds", "coordinator", "static")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +76,8 @@ class SimConfig:
     commit_every_s: float = 0.5
     max_members: int | None = None
     safety: float = 0.8  # the member's local-deadline factor (tests raise it to prove the checker catches overlap)
+    mode: str = "rounds"
+    max_in_flight: int = 4
 
     def group_config(self) -> GroupConfig:
         return GroupConfig(
@@ -223,7 +235,7 @@ class _Inbox(Watch):
 @dataclass
 class _Sim:
     id: str
-    member: RoundsMember
+    member: FencedMember
     clock: _DriftClock
     store: _FlakyStore
     inbox: _Inbox
@@ -257,6 +269,8 @@ class Simulation:
         self.faults: dict[str, int] = {}
         self._dispatch = self.store.watch(f"/apportion/{self.group}/")
         self._prefix = f"/apportion/{self.group}/"
+        self.replicas = config.members  # static mode: the replica count the operator set
+        self._ordinals: dict[str, int] = {}
 
     # -- queue ---------------------------------------------------------------------------------------------
 
@@ -270,7 +284,37 @@ class Simulation:
 
     # -- members -------------------------------------------------------------------------------------------
 
-    def _add_member(self) -> _Sim:
+    def _make_member(
+        self,
+        mid: str,
+        store: Store,
+        clock: _DriftClock,
+        inbox: _Inbox,
+        tracer: Tracer,
+        delay: DelayHook,
+        ordinal: int | None,
+    ) -> FencedMember:
+        common: dict[str, Any] = {
+            "clock": clock,
+            "watch": inbox,
+            "revoke_timeout_s": self.config.revoke_timeout_s,
+            "safety": self.config.safety,
+            "history_size": 0,
+            "tracer": tracer,
+            "delay": delay,
+        }
+        if self.config.mode == "static":
+            ordinal = len(self._ordinals) if ordinal is None else ordinal
+            self._ordinals[mid] = ordinal
+            replicas = max(self.replicas, ordinal + 1)
+            return StaticMember(store, self.group, mid, self.gconfig, ordinal=ordinal, replicas=replicas, **common)
+        if self.config.mode == "coordinator":
+            return CoordinatorMember(
+                store, self.group, mid, self.gconfig, max_in_flight=self.config.max_in_flight, **common
+            )
+        return RoundsMember(store, self.group, mid, self.gconfig, **common)
+
+    def _add_member(self, ordinal: int | None = None) -> _Sim:
         mid = f"m{next(self._ids)}"
         clock = _DriftClock(self.clock)
         store = _FlakyStore(self.store, self.clock)
@@ -285,19 +329,7 @@ class Simulation:
             d, s.slow_next = s.slow_next, 0.0
             return d * clock.rate  # local seconds
 
-        member = RoundsMember(
-            store,
-            self.group,
-            mid,
-            self.gconfig,
-            clock=clock,
-            watch=inbox,
-            revoke_timeout_s=self.config.revoke_timeout_s,
-            safety=self.config.safety,
-            history_size=0,
-            tracer=tracer,
-            delay=delay,
-        )
+        member = self._make_member(mid, store, clock, inbox, tracer, delay, ordinal)
         sim = _Sim(mid, member, clock, store, inbox)
         sim_holder.append(sim)
         self.members[mid] = sim
@@ -416,6 +448,9 @@ class Simulation:
 
     def _churn(self, kind: str, duration: float) -> None:
         self.faults[kind] = self.faults.get(kind, 0) + 1
+        if self.config.mode == "static" and kind in ("join", "leave", "crash"):
+            self._static_churn(kind)
+            return
         live = self._live()
         now = self.clock.now()
         if kind == "join" or not live:
@@ -450,6 +485,40 @@ class Simulation:
         elif kind == "drift":
             sim.clock.set_rate(1.0 + self.rng.uniform(-0.05, 0.05))
 
+    def _static_churn(self, kind: str) -> None:
+        """StatefulSet churn: scale up/down by one (the operator publishes the count), restart or crash a pod (a
+        replacement with the same ordinal starts at once)."""
+        live = [s for s in self._live() if self.clock.now() >= s.frozen_until and s.member._busy_until is None]
+        limit = self.config.max_members
+        if kind == "join":
+            if limit is None or len(self._live()) < limit:
+                self.replicas += 1
+                self._add_member(self.replicas - 1)
+            return
+        if not live:
+            return
+        if kind == "leave" and self.replicas > 1 and self.rng.random() < 0.5:
+            top = self.replicas - 1
+            for sim in live:
+                if self._ordinals[sim.id] == top:
+                    self._record(sim.id, "leave", {}, sim.clock)
+                    with contextlib.suppress(StoreUnavailable):
+                        sim.member.leave()
+                    sim.left = True
+            self.replicas = top
+            set_replicas(self.store, self.group, top)
+            return
+        sim = self.rng.choice(live)
+        self._record(sim.id, kind, {}, sim.clock)
+        if kind == "leave":
+            with contextlib.suppress(StoreUnavailable):
+                sim.member.leave()
+            sim.left = True
+        else:
+            sim.crashed = True
+        if self._ordinals[sim.id] < self.replicas:
+            self._add_member(self._ordinals[sim.id])
+
     def _route(self) -> None:
         events = self._dispatch.poll()
         if not events:
@@ -459,7 +528,9 @@ class Simulation:
         owner_freed = False
         for event in events:
             rest = event.kv.key[len(p) :]
-            if rest in ("current", "latest", "resource") or rest.startswith("members/"):
+            if rest in ("current", "latest", "resource", "coordinator", "replicas", "rebalance") or rest.startswith(
+                ("members/", "table/")
+            ):
                 broadcast = True
                 for sim in self.members.values():
                     if sim.live:
@@ -488,7 +559,15 @@ class Simulation:
         doubled = {p: ids for p, ids in believed.items() if len(ids) > 1}
         if doubled:
             problems.append(f"exclusivity: at t={now:.3f} {dict(list(doubled.items())[:5])}")
-        if live and self.config.strategy in BALANCED_STRATEGIES and not unowned:
+        if self.config.mode == "static":
+            for p, ids in sorted(believed.items()):
+                wrong = [
+                    m for m in ids if p not in range_block(self._ordinals[m], self.replicas, self.config.partitions)
+                ]
+                if wrong:
+                    problems.append(f"static: partition {p} owned by {wrong}, outside their range blocks")
+                    break
+        elif live and self.config.strategy in BALANCED_STRATEGIES and not unowned:
             counts = [len(s.member.owned()) for s in live]
             if max(counts) - min(counts) > 1:
                 problems.append(f"balance: owned counts {sorted(counts)} differ by more than one")

@@ -46,6 +46,7 @@ import importlib
 import json
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -59,7 +60,7 @@ import pyarrow.parquet as pq
 
 from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
 from apportion.group import Lease
-from apportion.log import PartitionedLog, Segment
+from apportion.log import SCHEMA, PartitionedLog, Segment, segment_name
 from apportion.spark._output import OUTPUT_FILE, TMP_PREFIX, Checkpoint, output_relpath
 
 if TYPE_CHECKING:
@@ -240,6 +241,19 @@ def read_tasks(spark: SparkSession, tasks: Sequence[Task]) -> DataFrame:
         for t in tasks
     ]
     return functools.reduce(DataFrame.unionByName, frames)
+
+
+def warm_up(spark: SparkSession, transform: Transform = transform) -> float:
+    """Run the batch path once on a one-record file (class loading, code generation: the first Spark job of a JVM
+    is several times slower). Call it BEFORE joining the group, so a cold first batch never delays a revocation.
+    Returns the seconds it took."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="apportion-warm-up-") as tmp:
+        path = Path(tmp) / segment_name(0, 0)
+        pq.write_table(pa.table({"offset": [0], "key": ["k"], "value": ["v"], "ts_ms": [None]}, schema=SCHEMA), path)
+        task = Task(0, 0, 0, 1, Checkpoint(), (Segment(str(path), 0, 0),))
+        transform(read_tasks(spark, [task])).toArrow()
+    return time.perf_counter() - started
 
 
 def _emit_log(event: str, **fields: Any) -> None:
@@ -477,5 +491,6 @@ __all__ = [
     "read_tasks",
     "spark_session",
     "transform",
+    "warm_up",
     "write_output",
 ]

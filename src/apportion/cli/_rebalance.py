@@ -1,0 +1,40 @@
+"""`apportion rebalance` — coordinator mode, manual policy: show the planned moves, then ask the coordinator."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from apportion.cli._app import app
+from apportion.group._coordinator import planned_moves, request_rebalance
+from apportion.store import connect
+
+
+@app.command()
+@click.option("--store", "store_url", required=True, help="Store URL: memory://, sqlite:///path, etcd://host:port")
+@click.option("--group", "group_name", required=True, help="Group name.")
+@click.option("--dry-run", is_flag=True, help="Only show the planned moves.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def rebalance(store_url: str, group_name: str, dry_run: bool, as_json: bool) -> None:
+    """Plan a full re-assignment over the live members, print the moves, and (unless --dry-run) request it: the
+    coordinator applies it as throttled migrations (ASSIGNED -> MIGRATING -> ONLINE)."""
+    with connect(store_url) as store:
+        moves = planned_moves(store, group_name)
+        if not dry_run and moves:
+            request_rebalance(store, group_name, time.time())
+    if as_json:
+        rows = [{"partition": m.partition, "from": m.source, "to": m.target} for m in moves]
+        click.echo(json.dumps({"moves": rows, "requested": bool(moves) and not dry_run}, sort_keys=True))
+        return
+    table = Table(title=f"group {group_name} — {len(moves)} planned moves" + (" (dry run)" if dry_run else ""))
+    for column in ("partition", "from", "to"):
+        table.add_column(column)
+    for m in moves:
+        table.add_row(str(m.partition), m.source or "-", m.target)
+    Console().print(table)
+    if not dry_run and moves:
+        click.echo("rebalance requested: the coordinator applies it")

@@ -1,0 +1,132 @@
+"""CoordinatorMember in virtual time: minimum cluster size, migrations, throttle, failover, manual rebalancing."""
+
+from __future__ import annotations
+
+from apportion.group import CoordinatorMember, Entry, TableState, decode
+from apportion.group._coordinator import planned_moves, read_table, request_rebalance, table_changes
+from tests.group.modes_harness import ModeHarness
+
+
+def coordinator_of(h: ModeHarness) -> str:
+    found = [m.id for m in h.members.values() if isinstance(m, CoordinatorMember) and m.is_coordinator]
+    assert len(found) == 1, f"expected one coordinator, found {found}"
+    return found[0]
+
+
+def table(h: ModeHarness) -> dict[int, Entry]:
+    return {p: e for p, (e, _) in read_table(h.store, "g").items()}
+
+
+def test_minimum_cluster_size_holds_assignment_back() -> None:
+    h = ModeHarness()
+    h.add_coordinated("a", min_members=3)
+    h.add_coordinated("b", min_members=3)
+    h.run(2.0)
+    assert table(h) == {} and h.assignment() == {"a": [], "b": []}
+    h.add_coordinated("c", min_members=3)
+    h.run(1.0)
+    assert sorted(len(p) for p in h.assignment().values()) == [4, 4, 4]
+    assert h.assignment()["a"] == [0, 3, 6, 9]  # round-robin over the sorted members, as in the seed
+    assert all(e.state is TableState.ONLINE for e in table(h).values())
+    assert all(m.stable() for m in h.members.values())
+
+
+def test_one_coordinator_at_a_time_and_a_successor_within_ttl() -> None:
+    h = ModeHarness()
+    for mid in ("a", "b", "c"):
+        h.add_coordinated(mid)
+    h.run(1.0)
+    first = coordinator_of(h)
+    h.crash(first)
+    h.run(3.5)  # ttl 3 s
+    assert coordinator_of(h) != first
+    assert set(h.store_owners()) == set(range(12))
+    assert first not in h.store_owners().values()
+
+
+def test_killed_coordinator_mid_migration_is_finished_by_the_successor_without_double_owners() -> None:
+    h = ModeHarness()
+    for mid in ("a", "b"):
+        h.add_coordinated(mid, max_in_flight=1)
+    h.run(1.0)
+    leader = coordinator_of(h)
+    h.add_coordinated("c", max_in_flight=1)
+    # step until a migration is in flight, then kill the coordinator
+    for _ in range(200):
+        h.run(0.01)
+        if any(e.state is TableState.MIGRATING for e in table(h).values()):
+            break
+    assert any(e.state is TableState.MIGRATING for e in table(h).values()), "expected a migration in flight"
+    h.crash(leader)
+    for _ in range(600):
+        h.run(0.01)
+        h.owners()  # no partition believed by two members at once
+    assert coordinator_of(h) != leader
+    assert all(e.state is TableState.ONLINE for e in table(h).values())
+    owners = h.store_owners()
+    assert set(owners) == set(range(12)) and leader not in owners.values()
+    assert sorted(len(p) for p in h.assignment().values()) == [6, 6]
+
+
+def test_moves_are_throttled_to_max_in_flight() -> None:
+    h = ModeHarness()
+    h.add_coordinated("a", max_in_flight=2)
+    h.run(1.0)
+    states = {p: e.state for p, e in table(h).items()}
+    watch = h.store.watch("/apportion/g/table/")
+    h.add_coordinated("b", max_in_flight=2)
+    peak = 0
+    for _ in range(300):
+        h.run(0.01)
+        for event in watch.poll():  # replay every table write: the peak of concurrent MIGRATING entries
+            states[int(event.kv.key.rsplit("/", 1)[1])] = Entry.from_json(decode(event.kv.value)).state
+            peak = max(peak, sum(1 for s in states.values() if s is TableState.MIGRATING))
+    assert peak == 2
+    assert sorted(len(p) for p in h.assignment().values()) == [6, 6]
+
+
+def test_throttle_promotes_only_assigned_moves_with_an_owner() -> None:
+    t = {p: Entry("a", None, TableState.ONLINE) for p in range(4)}
+    changes = table_changes(t, {0: "b", 1: "b", 2: "a", 3: "b"}, ["a", "b"], 1)
+    states = {p: e.state for p, e in changes.items()}
+    assert states == {0: TableState.MIGRATING, 1: TableState.ASSIGNED, 3: TableState.ASSIGNED}
+
+
+def test_manual_policy_gives_new_members_nothing_until_an_operator_rebalances() -> None:
+    h = ModeHarness()
+    for mid in ("a", "b"):
+        h.add_coordinated(mid, rebalance="manual")
+    h.run(1.0)
+    h.add_coordinated("c", rebalance="manual")
+    h.run(2.0)
+    assert h.assignment()["c"] == []
+    moves = planned_moves(h.store, "g")
+    assert moves and all(m.target in ("a", "b", "c") for m in moves)
+    assert h.assignment()["c"] == []  # a dry run changes nothing
+    request_rebalance(h.store, "g", h.clock.now())
+    h.run(2.0)
+    assert sorted(len(p) for p in h.assignment().values()) == [4, 4, 4]
+    assert h.store.get("/apportion/g/rebalance") is None
+
+
+def test_manual_policy_still_moves_the_partitions_of_a_dead_member() -> None:
+    h = ModeHarness()
+    for mid in ("a", "b", "c"):
+        h.add_coordinated(mid, rebalance="manual")
+    h.run(1.0)
+    victim = next(m for m in ("a", "b", "c") if m != coordinator_of(h))
+    h.crash(victim)
+    h.run(4.0)
+    owners = h.store_owners()
+    assert set(owners) == set(range(12)) and victim not in owners.values()
+
+
+def test_automatic_policy_rebalances_when_a_member_joins() -> None:
+    h = ModeHarness()
+    for mid in ("a", "b"):
+        h.add_coordinated(mid)
+    h.run(1.0)
+    h.add_coordinated("c")
+    h.run(2.0)
+    assert sorted(len(p) for p in h.assignment().values()) == [4, 4, 4]
+    assert not [c for c in h.log.calls if c[0] == "lost"]

@@ -1,0 +1,209 @@
+"""Real `apportion worker` processes in the static and coordinator modes on a shared SQLite store."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apportion.assign import range_block
+from apportion.group import history
+from apportion.group._coordinator import TableState, read_table
+from apportion.store import connect
+from tests.group.test_processes import WorkerProcess, owners, wait_for
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 12
+TTL_S = 2.0
+
+
+class ModeWorker(WorkerProcess):
+    def __init__(self, url: str, worker_id: str, *args: str) -> None:
+        self.id = worker_id
+        self.events: list[dict[str, Any]] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "apportion.cli", "worker", "--store", url, "--group", "g", "--id", worker_id,
+             "--partitions", str(PARTITIONS), "--ttl", str(TTL_S), "--commit-every", "0.2", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )  # fmt: skip
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'apportion.db'}"
+
+
+@pytest.fixture
+def procs() -> Iterator[list[ModeWorker]]:
+    started: list[ModeWorker] = []
+    yield started
+    for w in started:
+        if w.proc.poll() is None:
+            w.proc.kill()
+        w.proc.wait(10)
+
+
+def expected(replicas: int, ids: dict[int, str]) -> dict[int, str | None]:
+    return {p: ids[o] for o in range(replicas) for p in range_block(o, replicas, PARTITIONS)}
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "apportion.cli", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_static_replicas_three_to_five_to_two(url: str, procs: list[ModeWorker]) -> None:
+    def start(o: int, replicas: int) -> ModeWorker:
+        w = ModeWorker(url, f"c-{o}", "--mode", "static", "--hostname", f"c-{o}", "--replicas", str(replicas))
+        procs.append(w)
+        return w
+
+    workers = {o: start(o, 3) for o in range(3)}
+    wait_for(lambda: owners(url) == expected(3, {o: f"c-{o}" for o in range(3)}), 20, "the range blocks of 3")
+    workers.update({o: start(o, 5) for o in (3, 4)})
+    wait_for(lambda: owners(url) == expected(5, {o: f"c-{o}" for o in range(5)}), 20, "the range blocks of 5")
+    for o in (4, 3, 2):  # scale down: the StatefulSet stops the highest ordinals
+        workers[o].signal(signal.SIGTERM)
+        assert workers[o].proc.wait(15) == 0
+    workers[0].signal(signal.SIGTERM)  # rolling update of c-0 with the new replica count
+    assert workers[0].proc.wait(15) == 0
+    workers[0] = start(0, 2)
+    wait_for(lambda: owners(url) == expected(2, {0: "c-0", 1: "c-1"}), 20, "the range blocks of 2")
+    assert all("lost" not in w.kinds() for w in procs), "every handoff was a clean release, never a loss"
+
+
+def test_static_duplicate_ordinal_never_processes_twice_and_takes_over(url: str, procs: list[ModeWorker]) -> None:
+    first = ModeWorker(url, "a", "--mode", "static", "--ordinal", "0", "--replicas", "1")
+    procs.append(first)
+    wait_for(lambda: set(owners(url).values()) == {"a"}, 20, "a to own every partition")
+    second = ModeWorker(url, "b", "--mode", "static", "--ordinal", "0", "--replicas", "1")
+    procs.append(second)
+    wait_for(lambda: "registered" in [e["type"] for e in history_of(url) if e["member"] == "b"], 15, "b to start")
+    assert "assigned" not in second.kinds() and set(owners(url).values()) == {"a"}
+    first.proc.kill()
+    took = wait_for(lambda: set(owners(url).values()) == {"b"}, TTL_S + 5, "b to take over after a's lease expired")
+    assert took <= TTL_S + 5
+    assert "assigned" in second.kinds()
+
+
+def history_of(url: str) -> list[dict[str, object]]:
+    with connect(url) as store:
+        return history(store, "g")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--hostname", "consumer", "--replicas", "3"),
+        ("--ordinal", "3", "--replicas", "3"),
+        ("--hostname", "consumer-5", "--replicas", "3"),
+    ],
+)
+def test_bad_host_name_or_ordinal_is_a_clear_error_with_exit_2(url: str, args: tuple[str, ...]) -> None:
+    result = run_cli(
+        "worker", "--store", url, "--group", "g", "--id", "x", "--partitions", "4", "--mode", "static", *args
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and ("hostname" in lines[0] or "ordinal" in lines[0]), lines
+
+
+def table_states(url: str) -> dict[int, TableState]:
+    with connect(url) as store:
+        return {p: e.state for p, (e, _) in read_table(store, "g").items()}
+
+
+def coordinator(url: str) -> str | None:
+    with connect(url) as store:
+        kv = store.get("/apportion/g/coordinator")
+    return None if kv is None else str(json.loads(kv.value)["member"])
+
+
+def balanced(url: str, alive: set[str]) -> bool:
+    found = owners(url)
+    if len(found) != PARTITIONS or not all(o in alive for o in found.values()):
+        return False
+    counts = [sum(1 for o in found.values() if o == w) for w in alive]
+    return max(counts) - min(counts) <= 1
+
+
+def test_coordinator_killed_mid_migration_is_finished_by_its_successor(url: str, procs: list[ModeWorker]) -> None:
+    def start(wid: str) -> ModeWorker:
+        w = ModeWorker(url, wid, "--mode", "coordinator", "--min-members", "3", "--max-in-flight", "1")
+        procs.append(w)
+        return w
+
+    workers = {wid: start(wid) for wid in ("w0", "w1")}
+    wait_for(lambda: coordinator(url) is not None, 15, "a coordinator to be elected")
+    assert not table_states(url) and all(o is None for o in owners(url).values()), "min_members=3 holds it back"
+    workers["w2"] = start("w2")
+    wait_for(lambda: balanced(url, set(workers)), 20, "the table once the minimum cluster size (3) is reached")
+    route = run_cli("route", "--store", url, "--group", "g", "order-42")
+    assert route.returncode == 0, route.stderr
+    routed = json.loads(route.stdout)
+    assert routed["owner"] in workers and routed["state"] == "ONLINE"
+
+    leader = coordinator(url)
+    assert leader is not None
+    workers["w3"] = start("w3")
+    wait_for(lambda: TableState.MIGRATING in table_states(url).values(), 20, "a migration in flight")
+    workers[leader].proc.kill()  # SIGKILL mid-migration
+    alive = set(workers) - {leader}
+    wait_for(lambda: coordinator(url) not in (None, leader), TTL_S + 10, "a new coordinator")
+    wait_for(
+        lambda: balanced(url, alive) and set(table_states(url).values()) == {TableState.ONLINE},
+        30,
+        "the successor to finish the migrations: every partition ONLINE, balanced over the live members",
+    )
+    # no partition ever had two owners: each claim follows the previous owner's release or the killed one's expiry
+    holder: dict[int, str | None] = {}
+    for event in history_of(url):
+        if "partition" not in event:
+            continue
+        p = int(event["partition"])  # type: ignore[call-overload]
+        if event["type"] == "claim":
+            assert holder.get(p) in (None, leader), (
+                f"partition {p} claimed by {event['member']} while {holder[p]} held it"
+            )
+            holder[p] = str(event["member"])
+        elif event["type"] in ("release", "lost") and holder.get(p) == event["member"]:
+            holder[p] = None
+
+
+def test_manual_rebalance_shows_the_moves_then_applies_them(url: str, procs: list[ModeWorker]) -> None:
+    def start(wid: str) -> ModeWorker:
+        w = ModeWorker(url, wid, "--mode", "coordinator", "--rebalance", "manual", "--min-members", "2")
+        procs.append(w)
+        return w
+
+    start("w0")
+    start("w1")
+    wait_for(lambda: balanced(url, {"w0", "w1"}), 20, "w0 and w1 to share the partitions")
+    start("w2")
+    wait_for(lambda: "w2" in members(url), 15, "w2 to register")
+    dry = run_cli("rebalance", "--store", url, "--group", "g", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    moves = json.loads(dry.stdout)["moves"]
+    assert moves and all(m["to"] in ("w0", "w1", "w2") for m in moves) and not json.loads(dry.stdout)["requested"]
+    assert "w2" not in owners(url).values()  # manual: the new member gets nothing yet
+    done = run_cli("rebalance", "--store", url, "--group", "g", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["requested"]
+    wait_for(lambda: balanced(url, {"w0", "w1", "w2"}), 20, "the requested rebalance to give w2 its share")
+
+
+def members(url: str) -> list[str]:
+    with connect(url) as store:
+        return [kv.key.rsplit("/", 1)[1] for kv in store.range("/apportion/g/members/")]
