@@ -107,3 +107,31 @@ def test_output_is_byte_identical_under_different_hash_seeds() -> None:
         payload = json.dumps({**request, "strategy": strategy})
         outs = {run(payload, env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "random")}
         assert len(outs) == 1, strategy
+
+
+def test_high_availability_takes_replicas_and_lag_and_reports_standbys_and_learners() -> None:
+    request = {
+        "strategy": "high_availability",
+        "resources": {"t": {"partitions": 4, "stateful": True}},
+        "members": {
+            "a": {"owned": ["t-0", "t-1", "t-2", "t-3"]},
+            "b": {"learners": ["t-0"], "lag": {"t-0": 0}},
+        },
+        "options": {"num_standby_replicas": 1, "max_warmup_replicas": 1},
+    }
+    proc = run(json.dumps(request))
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    assert sorted(answer["assignment"]["a"] + answer["assignment"]["b"]) == ["t-0", "t-1", "t-2", "t-3"]
+    assert "t-0" in answer["assignment"]["b"]  # its learner is caught up: the active moves to it
+    for member, standbys in answer["standby"].items():
+        assert not set(standbys) & set(answer["assignment"][member])
+
+
+def test_high_availability_option_out_of_range_exits_2() -> None:
+    request = {"strategy": "high_availability", "resources": {"t": 2}, "members": {"a": {}},
+               "options": {"max_warmup_replicas": 0}}  # fmt: skip
+    proc = run(json.dumps(request))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "options.max_warmup_replicas" in proc.stderr
