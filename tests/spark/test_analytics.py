@@ -33,20 +33,20 @@ def ev(rev: int, t: float, kind: str, member: str, **fields: Any) -> dict[str, A
     return {"revision": rev, "time": t, "type": kind, "member": member, "seq": 0, **fields}
 
 
-# Partition 0: planned handoff a -> b (release 105.0, claim 105.5). Partition 1: a's lease lapses (lost at 110, no
-# epoch in the event), b claims at 113. Partition 2: a crashes (last commit 108), b claims at 115 (lease expired).
+# Partition 0: planned handoff a -> b (release 105.0, claim 105.5). Partition 1: c's lease lapses (lost at 110, no
+# epoch in the event), b claims at 113. Partition 2: a crashes (last sign of life: a commit at 108), b claims at 115.
 # Partition 3: a keeps it (open at the report time 115). Round 18 planned 3 moves and 3 followed.
 HISTORY = [
     ev(5, 99.9, "round_closed", "a", round=4, moves=0, participants=["a"], kept=False),
     ev(10, 100.0, "claim", "a", partition=0, epoch=1),
-    ev(11, 100.0, "claim", "a", partition=1, epoch=1),
+    ev(11, 100.0, "claim", "c", partition=1, epoch=1),
     ev(12, 100.0, "claim", "a", partition=2, epoch=1),
     ev(13, 100.0, "claim", "a", partition=3, epoch=1),
     ev(19, 104.9, "round_closed", "b", round=18, moves=3, participants=["a", "b"], kept=False),
     ev(20, 105.0, "release", "a", partition=0, epoch=1),
     ev(22, 105.5, "claim", "b", partition=0, epoch=2),
     ev(25, 108.0, "commit", "a", partition=2, epoch=1, checkpoint="x"),
-    ev(30, 110.0, "lost", "a", partition=1, reason="lease deadline passed"),
+    ev(30, 110.0, "lost", "c", partition=1, reason="lease deadline passed"),
     ev(35, 113.0, "claim", "b", partition=1, epoch=2),
     ev(40, 115.0, "claim", "b", partition=2, epoch=2),
 ]
@@ -67,7 +67,7 @@ def test_intervals_end_by_release_lost_expiry_or_stay_open(known: dict[str, Any]
     assert rows == [
         (0, 1, "a", 100.0, 105.0, "release"),
         (0, 2, "b", 105.5, 115.0, "open"),
-        (1, 1, "a", 100.0, 110.0, "lost"),
+        (1, 1, "c", 100.0, 110.0, "lost"),
         (1, 2, "b", 113.0, 115.0, "open"),
         (2, 1, "a", 100.0, 108.0, "expired"),
         (2, 2, "b", 115.0, 115.0, "open"),
@@ -86,7 +86,8 @@ def test_no_overlap_in_a_fenced_history(known: dict[str, Any]) -> None:
 
 def test_an_injected_overlap_is_detected(spark: Any) -> None:
     # b claims partition 5 while a still holds it: a's release succeeds AFTER b's claim (store order).
-    injected = HISTORY + [
+    injected = [
+        *HISTORY,
         ev(50, 120.0, "claim", "a", partition=5, epoch=1),
         ev(52, 121.0, "claim", "b", partition=5, epoch=2),
         ev(54, 123.0, "release", "a", partition=5, epoch=1),
@@ -120,8 +121,9 @@ def test_balance_spread_follows_the_owned_counts(known: dict[str, Any]) -> None:
     last = {r.member: r.owned for r in per_member.where("time = 115.0").collect()}
     assert last == {"b": 3}  # a's crash ended partition 2 at 108; b claimed it at 115
     series = [(r.time, r.members, r.max_owned, r.min_owned, r.spread) for r in spread.collect()]
-    assert series[0] == (100.0, 1, 4, 4, 0)
-    assert (105.5, 2, 3, 1, 2) in series  # a kept 3, b took partition 0
+    assert series[0] == (100.0, 2, 3, 1, 2)  # a owns 0, 2, 3 and c owns 1
+    assert (105.5, 3, 2, 1, 1) in series  # b took partition 0 from a
+    assert (110.0, 2, 1, 1, 0) in series  # c lost its partition: members owning nothing do not count
     assert series[-1] == (115.0, 2, 3, 1, 2)
 
 
@@ -169,7 +171,7 @@ def test_report_of_a_real_run_has_no_overlap_and_an_html_page_with_its_plots(spa
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", src
     for table in ("intervals", "gaps", "overlaps", "moves_per_round", "balance", "handoffs", "handoff_stats"):
         assert (index.parent / f"{table}.csv").is_file()
-        assert (index.parent / f"{table}.parquet").is_dir()
+        assert (index.parent / f"{table}.parquet").is_file()
     reread = spark.read.parquet(str(index.parent / "intervals.parquet"))
     assert reread.count() == summary.intervals
 

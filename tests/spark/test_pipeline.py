@@ -152,6 +152,20 @@ class PipelineProcess:
         os.killpg(self.proc.pid, sig)
 
 
+def timeline(processes: list[PipelineProcess]) -> str:
+    """Every worker's main events in time order (for failure messages and APPORTION_TIMELINE=1)."""
+    kinds = ("started", "assigned", "revoked", "lost", "pausing", "fenced", "batch_done", "stopped")
+    events = sorted(
+        ((e["time"], w.id, e) for w in processes for e in list(w.events) if e.get("event") in kinds),
+        key=lambda item: (item[0], item[1]),
+    )
+    t0 = events[0][0] if events else 0.0
+    return "\n".join(
+        f"{t - t0:7.2f} {wid} " + json.dumps({k: v for k, v in e.items() if k not in ("time", "worker")})
+        for t, wid, e in events
+    )
+
+
 @pytest.fixture
 def processes() -> Iterator[list[PipelineProcess]]:
     started: list[PipelineProcess] = []
@@ -210,11 +224,9 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
         assert w.proc.wait(60) == 0, f"{w.id} did not leave gracefully:\n{w.tail()}"
     assert killed.proc.wait(10) == -signal.SIGKILL
 
-    t0 = min(e["time"] for w in processes for e in w.events)
-    for w in processes:  # a timeline for whoever reads a failure (or runs with -s)
-        for e in w.events:
-            if e["event"] in ("started", "assigned", "revoked", "lost", "pausing", "fenced", "batch_done", "stopped"):
-                print(f"{e['time'] - t0:7.2f} {w.id} {e['event']} { {k: v for k, v in e.items() if k != 'time'} }")
+    if os.environ.get("APPORTION_TIMELINE"):
+        with capsys.disabled():
+            print(timeline(processes))
     committed = {rel for c in checkpoints.values() for rel in c.outputs}
     assert not committed & {*killed_files, *zombie_files}, "uncommitted output of a dead or fenced writer was listed"
     assert not any((out_dir / f).exists() for f in [*killed_files, *zombie_files]), "stale output was not discarded"

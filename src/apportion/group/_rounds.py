@@ -390,7 +390,9 @@ class RoundsMember(FencedMember):
         }
         ops: list[Op] = [Put(self.keys.plan(rnd), encode(value)), Put(self.keys.latest, encode({"round": rnd}))]
         ops += [Delete(self.keys.round(old), prefix=True) for old in sorted(older)]
-        ops += self._recorder.put("round_closed", now, round=rnd, participants=ids, moves=moves, kept=kept)
+        ops += self._recorder.put(
+            "round_closed", now, round=rnd, participants=ids, moves=moves, min_moves=min_moves, kept=kept
+        )
         compares = [
             absent(self.keys.plan(rnd)),
             mod_revision_is(self.keys.joined(rnd), joined_rev),

@@ -11,8 +11,9 @@ Ownership interval = one claim, i.e. one ``(partition, epoch)`` (the claim txn m
 - at its last proof of ownership (``release``/``commit``, recorded only by txns that checked the owner record) when that
   proof comes AFTER the next claim: the two owners overlapped in the store (``end_type`` = that proof);
 - otherwise, when someone else claimed it first (the lease expired: crash, freeze, ...), ``end_type = "expired"``; the
-  end time is its last proof of ownership (claim or commit) — the lease expiry itself is not an event, so gaps after a
-  crash are measured from the last sign of life (an upper bound by at most the commit interval);
+  end time is the owner's last sign of life before that claim (its latest event of any type: claim, commit, round
+  joined, ...). The lease expiry itself is not an event, so gaps after a crash are measured from the last sign of life:
+  an upper bound, too long by at most the time between the owner's events;
 - still open: ``end_type = "open"``, closed at the report time (default: the last event's time).
 
 ``overlaps(intervals)`` — two intervals of different members on one partition intersecting in store order — must be
@@ -95,6 +96,19 @@ def ownership_intervals(events: Any, end_time: float | None = None) -> Any:
     per_claim = per_claim.where(F.col("start").isNotNull())
     by_partition = Window.partitionBy("partition").orderBy(F.col("start.rev"))
     nxt = per_claim.withColumn("next", F.lead("start").over(by_partition))
+    seen = events.select(F.col("member").alias("seen_member"), point.alias("seen"))
+    last_seen = (
+        nxt.where(F.col("next").isNotNull())
+        .join(
+            seen,
+            (F.col("member") == F.col("seen_member"))
+            & (F.col("seen.rev") >= F.col("start.rev"))
+            & (F.col("seen.rev") < F.col("next.rev")),
+        )
+        .groupBy("partition", "epoch")
+        .agg(F.max("seen").alias("seen"))
+    )
+    nxt = nxt.join(last_seen, ["partition", "epoch"], "left")
     explicit_first = F.col("explicit").isNotNull() & (
         F.col("next").isNull() | (F.col("explicit.rev") < F.col("next.rev"))
     )
@@ -107,7 +121,8 @@ def ownership_intervals(events: Any, end_time: float | None = None) -> Any:
     )
     end_t = (
         F.when(explicit_first, F.col("explicit.t"))
-        .when(proof_after_next | expired, F.col("proof.t"))
+        .when(proof_after_next, F.col("proof.t"))
+        .when(expired, F.greatest(F.col("proof.t"), F.col("seen.t")))
         .otherwise(F.lit(at))
     )
     end_type = (

@@ -1,9 +1,10 @@
 """``write_report``: the group's history → Spark analytics → Parquet + CSV tables, PNG plots and one index.html.
 
-Layout of ``out_dir``: ``<table>.parquet/`` (Spark) and ``<table>.csv`` (one file, header row) for each of
+Layout of ``out_dir``: ``<table>.parquet`` and ``<table>.csv`` (one file, header row) for each of
 ``intervals, gaps, overlaps, moves_per_round, balance, balance_per_member, handoffs, handoff_stats``; ``timeline.png``,
 ``moves.png``, ``balance.png``, ``handoff.png``; ``index.html`` embeds the plots and the first rows of each table.
-Tables are computed by Spark (``_analytics``); only their (small) results come to the driver for CSV, plots and HTML.
+Tables are computed by Spark (``_analytics``); only their (small) results come to the driver (one Arrow batch each),
+which writes the Parquet and CSV files, the plots and the HTML.
 """
 
 from __future__ import annotations
@@ -72,18 +73,21 @@ def _cell(value: Any) -> Any:
 
 
 def write_table(df: Any, out_dir: Path, name: str) -> Table:
-    """``df`` → ``<name>.parquet`` (Spark) and ``<name>.csv`` (one file); returns its rows for plots and HTML."""
-    df = df.cache()
-    df.write.mode("overwrite").parquet(str(out_dir / f"{name}.parquet"))
-    columns = tuple(df.columns)
-    rows = tuple(tuple(_cell(v) for v in row) for row in df.collect())
-    df.unpersist()
+    """``df`` → ``<name>.parquet`` and ``<name>.csv`` (one file each). One Spark job (``toArrow``): result tables
+    are small, so the driver writes both files with pyarrow; returns the rows for plots and HTML."""
+    import pyarrow.parquet as pq
+
+    arrow = df.toArrow()
+    parquet_path = out_dir / f"{name}.parquet"
+    pq.write_table(arrow, parquet_path)
+    columns = tuple(arrow.column_names)
+    rows = tuple(tuple(_cell(v) for v in row.values()) for row in arrow.to_pylist())
     csv_path = out_dir / f"{name}.csv"
     with csv_path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(columns)
         writer.writerows(rows)
-    return Table(name, columns, rows, str(out_dir / f"{name}.parquet"), str(csv_path))
+    return Table(name, columns, rows, str(parquet_path), str(csv_path))
 
 
 def html_table(table: Table, limit: int = HTML_ROWS) -> str:
