@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import html.parser
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from apportion.cli import main
 from apportion.errors import InvalidRequest
 from apportion.group import history
 from apportion.spark._analytics import (
@@ -24,6 +26,7 @@ from apportion.spark._analytics import (
 )
 from apportion.spark._grid import load_grid, run_grid
 from apportion.spark._report import write_report
+from apportion.store import connect
 from tests.group.harness import Harness
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
@@ -128,8 +131,10 @@ def test_balance_spread_follows_the_owned_counts(known: dict[str, Any]) -> None:
 
 
 def _short_run() -> Harness:
-    """Three members settle, a fourth joins, one leaves gracefully, one crashes (its lease expires)."""
+    """Three members settle, a fourth joins, one leaves gracefully, one crashes (its lease expires). The store is
+    a named memory store, so ``apportion report --store memory://<name>`` in this process reads it."""
     h = Harness()
+    h.store = connect(f"memory://report-{uuid.uuid4().hex}", clock=h.clock)  # type: ignore[assignment]
     for mid in ("a", "b", "c"):
         h.add(mid)
     h.run(2.0)
@@ -153,27 +158,50 @@ class _Links(html.parser.HTMLParser):
             self.images += [v for k, v in attrs if k == "src" and v]
 
 
-def test_report_of_a_real_run_has_no_overlap_and_an_html_page_with_its_plots(spark: Any, tmp_path: Path) -> None:
+def test_report_command_on_a_real_run_finds_no_overlap_and_writes_an_html_page_with_its_plots(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     h = _short_run()
     events = history(h.store, h.group)
     assert {"claim", "release", "round_closed", "commit"} - {e["type"] for e in events} == {"commit"}
-    summary = write_report(spark, events, tmp_path / "report")
-    assert summary.overlaps == 0
-    assert summary.partitions == 12
-    assert summary.rounds >= 3
-    assert summary.handoff_p50_s is not None and summary.handoff_p50_s >= 0.0
-    index = Path(summary.index_html)
+    shuffle = spark.conf.get("spark.sql.shuffle.partitions")
+    try:  # the command's getOrCreate returns this session (and sets its own shuffle width)
+        code = main(["report", "--store", h.store.url, "--group", h.group, "--out", str(tmp_path / "report")])
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", shuffle)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0, out
+    summary = json.loads("\n".join(out[:-1]))
+    assert summary["overlaps"] == 0
+    assert summary["partitions"] == 12
+    assert summary["rounds"] >= 3
+    assert summary["handoff_p50_s"] is not None and summary["handoff_p50_s"] >= 0.0
+    assert summary["failover_p50_s"] > 0.0  # c's crash: its partitions waited for its lease to expire
+    index = Path(out[-1])
+    assert index == Path(summary["index_html"])
     parser = _Links()
     parser.feed(index.read_text())
     assert len(parser.images) == 4
     for src in parser.images:
         png = index.parent / src
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", src
-    for table in ("intervals", "gaps", "overlaps", "moves_per_round", "balance", "handoffs", "handoff_stats"):
+    for table in summary["tables"]:
         assert (index.parent / f"{table}.csv").is_file()
         assert (index.parent / f"{table}.parquet").is_file()
     reread = spark.read.parquet(str(index.parent / "intervals.parquet"))
-    assert reread.count() == summary.intervals
+    assert reread.count() == summary["intervals"]
+
+
+def test_write_report_refuses_an_empty_history(spark: Any, tmp_path: Path) -> None:
+    with pytest.raises(InvalidRequest, match="no recorded history"):
+        write_report(spark, [], tmp_path)
+
+
+def test_simulate_grid_without_out_is_a_user_mistake(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    grid_file = tmp_path / "grid.json"
+    grid_file.write_text("{}")
+    assert main(["simulate", "--grid", str(grid_file)]) == 2
+    assert "--out" in capsys.readouterr().err
 
 
 def test_grid_runs_every_scenario_as_a_spark_task_and_writes_table_and_chart(spark: Any, tmp_path: Path) -> None:

@@ -34,13 +34,15 @@ pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 COLUMNS = ["partition", "offset", "key", "value", "digest"]
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+def wait_for(
+    condition: Callable[[], bool], timeout_s: float, what: str, context: Callable[[], str] = lambda: ""
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():
             return
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}\n{context()}")
 
 
 def expected_output(spark: Any, log: PartitionedLog, resource: str) -> Any:
@@ -186,6 +188,7 @@ def owners(store: Store, n: int) -> dict[int, str | None]:
     return found
 
 
+@pytest.mark.slow  # ~45 s of worker time; ~115 s in all on a loaded 2-core machine (3 worker JVMs + the test's)
 def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_once_output(
     tmp_path: Path, processes: list[PipelineProcess], request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -198,13 +201,23 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
     # Two workers start; both pause in their first batch between write and commit. The first to pause is killed
     # with SIGKILL mid-batch, the second is frozen with SIGSTOP in the same window (a zombie with written output).
     processes += [PipelineProcess(url, log_dir, out_dir, w, pause_s=PAUSE_S) for w in ("w1", "w2")]
-    wait_for(lambda: any(w.of("pausing") for w in processes), 90, "a first batch to pause before its commit")
+    wait_for(
+        lambda: any(w.of("pausing") for w in processes),
+        90,
+        "a first batch to pause before its commit",
+        lambda: timeline(processes),
+    )
     killed = next(w for w in processes if w.of("pausing"))
     killed.signal(signal.SIGKILL)
     late = PipelineProcess(url, log_dir, out_dir, "w3")  # a third worker joins late (its Spark starts meanwhile)
     frozen = next(w for w in processes if w is not killed)
     processes.append(late)
-    wait_for(lambda: bool(frozen.of("pausing")), 60, f"{frozen.id} to take over and pause before its commit")
+    wait_for(
+        lambda: bool(frozen.of("pausing")),
+        60,
+        f"{frozen.id} to take over and pause before its commit",
+        lambda: timeline(processes),
+    )
     frozen.signal(signal.SIGSTOP)
     killed_files = [e["file"] for e in killed.of("written")]
     zombie_files = [e["file"] for e in frozen.of("written")]
@@ -213,10 +226,25 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
 
     # The late joiner takes everything once the zombie's lease lapses; then the zombie resumes.
     with connect(url) as store:
-        wait_for(lambda: set(owners(store, PARTITIONS).values()) == {"w3"}, 60, "w3 to own every partition")
+        wait_for(
+            lambda: set(owners(store, PARTITIONS).values()) == {"w3"},
+            60,
+            "w3 to own every partition",
+            lambda: timeline(processes),
+        )
         frozen.signal(signal.SIGCONT)
-        wait_for(lambda: bool(frozen.of("fenced")), 30, f"{frozen.id}'s stale commits to be fenced")
-        wait_for(lambda: sum(lag(store, "g", log, "r").values()) == 0, 90, "all input to be committed")
+        wait_for(
+            lambda: bool(frozen.of("fenced")),
+            30,
+            f"{frozen.id}'s stale commits to be fenced",
+            lambda: timeline(processes),
+        )
+        wait_for(
+            lambda: sum(lag(store, "g", log, "r").values()) == 0,
+            90,
+            "all input to be committed",
+            lambda: timeline(processes),
+        )
         checkpoints = committed_checkpoints(store, "g")
     for w in (frozen, late):
         w.signal(signal.SIGTERM)

@@ -8,6 +8,7 @@ from apportion.cli import (
     _demo,  # noqa: F401  (registers `apportion demo`, the main job)
     _pipeline,  # noqa: F401  (registers `apportion pipeline produce|run|verify`)
     _rebalance,  # noqa: F401  (registers `apportion rebalance`)
+    _report,  # noqa: F401  (registers `apportion report`)
     _route,  # noqa: F401  (registers `apportion route`)
     _simulate,  # noqa: F401  (registers `apportion simulate`)
     _status,  # noqa: F401  (registers `apportion status`)

@@ -25,10 +25,29 @@ class SimulationFailed(ApportionError):
 @click.option("--strategy", default="sticky", help="Assignment strategy.")
 @click.option("--no-faults", is_flag=True, help="Only joins, leaves and crashes.")
 @click.option("--trace", "show_trace", is_flag=True, help="Print the trace, one JSON line per event.")
+@click.option("--grid", "grid_file", type=click.Path(dir_okay=False), help="Grid file (JSON/TOML): run it on Spark.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory of --grid.")
 def simulate(
-    members: int, partitions: int, events: int, seed: int, strategy: str, no_faults: bool, show_trace: bool
+    members: int,
+    partitions: int,
+    events: int,
+    seed: int,
+    strategy: str,
+    no_faults: bool,
+    show_trace: bool,
+    grid_file: str | None,
+    out_dir: str | None,
 ) -> None:
-    """Simulate a group under churn and faults; print moves vs lower bound, unowned time, rounds, violations."""
+    """Simulate a group under churn and faults; print moves vs lower bound, unowned time, rounds, violations.
+    With --grid: every scenario of the grid as a Spark task, one comparison table and chart in --out."""
+    if grid_file is not None:
+        from apportion.spark._grid import simulate_grid
+
+        grid_result = simulate_grid(grid_file, out_dir)
+        click.echo(json.dumps(grid_result.as_dict(), indent=2))
+        if grid_result.failed:
+            raise SimulationFailed(f"{grid_result.failed} scenario(s) violated a check: see {grid_result.table_csv}")
+        return
     config = SimConfig(
         members=members, partitions=partitions, events=events, seed=seed, strategy=strategy, faults=not no_faults
     )

@@ -5,6 +5,10 @@
 - ``Pipeline`` / ``transform`` — process the owned partitions in micro-batches with fenced commits (``_pipeline``).
 - ``read_committed(spark_or_none, store, group, output_dir)`` — the ONLY correct way to read pipeline output;
   ``verify(...)`` compares it with the input log (``_output``).
+- Analyse: ``events_frame`` (``group.history`` → DataFrame), ``ownership_intervals``, ``unowned_gaps``, ``overlaps``,
+  ``moves_per_round``, ``balance_over_time``, ``handoff_latency``, ``latency_stats`` (``_analytics``);
+  ``write_report`` → ``ReportSummary`` (tables, plots, index.html; ``_report``).
+- Simulate at scale: ``load_grid`` → ``Grid``, ``run_grid`` → ``GridResult`` (scenarios as Spark tasks; ``_grid``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,20 @@ _LAZY = {
     "read_committed": "apportion.spark._output",
     "read_committed_arrow": "apportion.spark._output",
     "verify": "apportion.spark._output",
+    "events_frame": "apportion.spark._analytics",
+    "ownership_intervals": "apportion.spark._analytics",
+    "unowned_gaps": "apportion.spark._analytics",
+    "overlaps": "apportion.spark._analytics",
+    "moves_per_round": "apportion.spark._analytics",
+    "balance_over_time": "apportion.spark._analytics",
+    "handoff_latency": "apportion.spark._analytics",
+    "latency_stats": "apportion.spark._analytics",
+    "ReportSummary": "apportion.spark._report",
+    "write_report": "apportion.spark._report",
+    "Grid": "apportion.spark._grid",
+    "GridResult": "apportion.spark._grid",
+    "load_grid": "apportion.spark._grid",
+    "run_grid": "apportion.spark._grid",
 }
 
 
@@ -39,14 +57,28 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "BatchStats",
     "Checkpoint",
+    "Grid",
+    "GridResult",
     "Pipeline",
+    "ReportSummary",
     "RouteResult",
     "VerifyReport",
+    "balance_over_time",
+    "events_frame",
+    "handoff_latency",
+    "latency_stats",
+    "load_grid",
+    "moves_per_round",
+    "overlaps",
+    "ownership_intervals",
     "read_committed",
     "read_committed_arrow",
     "route",
+    "run_grid",
     "spark_partition_expr",
     "spark_session",
     "transform",
+    "unowned_gaps",
     "verify",
+    "write_report",
 ]

@@ -260,6 +260,26 @@ def run_grid(spark: Any, grid: Grid, out_dir: str | Path, *, tasks: int | None =
     return result
 
 
+def simulate_grid(grid_file: str | Path, out_dir: str | Path | None, master: str = "local[2]") -> GridResult:
+    """``apportion simulate --grid FILE --out DIR``: load the grid, start Spark, run it."""
+    if out_dir is None:
+        raise InvalidRequest("--out", "is required with --grid")
+    grid = load_grid(grid_file)
+    from apportion.spark._pipeline import spark_session
+
+    return run_grid(spark_session(master, app_name="apportion-grid"), grid, out_dir)
+
+
 GRID_COLUMNS = tuple(part.strip().split(" ")[0] for part in GRID_SCHEMA.split(","))
 
-__all__ = ["DEFAULT_GRID", "GRID_SCHEMA", "Grid", "GridResult", "comparison", "load_grid", "parse_grid", "run_grid"]
+__all__ = [
+    "DEFAULT_GRID",
+    "GRID_SCHEMA",
+    "Grid",
+    "GridResult",
+    "comparison",
+    "load_grid",
+    "parse_grid",
+    "run_grid",
+    "simulate_grid",
+]

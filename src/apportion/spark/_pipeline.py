@@ -253,7 +253,8 @@ def warm_up(spark: SparkSession, transform: Transform = transform) -> float:
     Returns the seconds it took."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="apportion-warm-up-") as tmp:
-        path = Path(tmp) / segment_name(0, 0)
+        path = Path(tmp) / "0" / segment_name(0, 0)  # the log's layout: <partition>/<segment>
+        path.parent.mkdir()
         pq.write_table(pa.table({"offset": [0], "key": ["k"], "value": ["v"], "ts_ms": [None]}, schema=SCHEMA), path)
         task = Task(0, 0, 0, 1, Checkpoint(), (Segment(str(path), 0, 0),))
         transform(read_tasks(spark, [task])).toArrow()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import html
 import math
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,8 @@ def write_table(df: Any, out_dir: Path, name: str) -> Table:
 
     arrow = df.toArrow()
     parquet_path = out_dir / f"{name}.parquet"
+    if parquet_path.is_dir():  # left by an earlier writer that used Spark's directory layout
+        shutil.rmtree(parquet_path)
     pq.write_table(arrow, parquet_path)
     columns = tuple(arrow.column_names)
     rows = tuple(tuple(_cell(v) for v in row.values()) for row in arrow.to_pylist())
@@ -207,15 +210,17 @@ def _plot_balance(path: Path, balance: Table, per_member: Table, t0: float) -> N
     by_member: dict[str, list[tuple[float, int]]] = {}
     for r in _records(per_member):
         by_member.setdefault(r["member"], []).append((r["time"] - t0, r["owned"]))
-    for member, points in sorted(by_member.items()):
-        top.step([p[0] for p in points], [p[1] for p in points], where="post", label=member)
+    for i, (member, points) in enumerate(sorted(by_member.items())):
+        lift = 0.06 * (i - (len(by_member) - 1) / 2)  # equal counts stay distinguishable
+        ys = [p[1] + lift for p in points]
+        top.step([p[0] for p in points], ys, where="post", label=member, linewidth=2, alpha=0.85)
     top.set_ylabel("owned partitions")
     top.set_title("Balance over time")
     if len(by_member) <= 20:
         top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="member")
     times = [t - t0 for t in _column(balance, "time")]
-    bottom.step(times, _column(balance, "max_owned"), where="post", label="max")
-    bottom.step(times, _column(balance, "min_owned"), where="post", label="min")
+    bottom.step(times, _column(balance, "max_owned"), where="post", label="max", linewidth=3, alpha=0.6)
+    bottom.step(times, _column(balance, "min_owned"), where="post", label="min", linestyle="--")
     bottom.step(times, _column(balance, "spread"), where="post", label="max - min", color="black")
     bottom.set_ylabel("among owning members")
     bottom.set_xlabel(f"seconds since the first event (t0 = {t0:.3f})")

@@ -1,0 +1,37 @@
+"""`apportion report` — the group's protocol history → Spark analytics → tables, plots and one index.html."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from apportion.cli._app import app
+from apportion.errors import ApportionError
+from apportion.group import history
+from apportion.store import connect
+
+
+class OverlapFound(ApportionError):
+    """Not part of the hierarchy's public list: raised only to make the CLI exit 1 when ownership overlapped."""
+
+
+@app.command()
+@click.option("--store", "store_url", required=True, help="Store URL: memory://name, sqlite:///path, etcd://host:port")
+@click.option("--group", "group_name", required=True, help="Group name.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for the report.")
+@click.option("--master", default="local[1]", help="Spark master.")
+def report(store_url: str, group_name: str, out_dir: str, master: str) -> None:
+    """Ownership timelines, unowned gaps, overlaps (must be none), moves per round, balance, handoff latency."""
+    from apportion.spark._pipeline import spark_session
+    from apportion.spark._report import write_report
+
+    with connect(store_url) as store:
+        events = history(store, group_name)
+    spark = spark_session(master, app_name="apportion-report")
+    summary = write_report(spark, events, out_dir)
+    out = summary.as_dict()
+    click.echo(json.dumps(out, indent=2))
+    click.echo(summary.index_html)
+    if summary.overlaps:
+        raise OverlapFound(f"{summary.overlaps} overlapping ownership interval(s): see {out_dir}/overlaps.csv")
