@@ -16,7 +16,7 @@ def test_small_demo_passes_every_check_and_writes_its_report(tmp_path: Path) -> 
     directory = tmp_path / "demo"
     proc = subprocess.run(
         [sys.executable, "-m", "apportion.cli", "demo", "--dir", str(directory), "--records", "40000",
-         "--partitions", "8", "--batch-records", "2000", "--json"],
+         "--partitions", "8", "--batch-records", "2000", "--stream-seconds", "8", "--json"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, f"demo failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"

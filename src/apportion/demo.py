@@ -27,6 +27,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -55,7 +56,8 @@ class DemoConfig:
     keys: int = 10_000
     batch_records: int = 20_000
     seed: int = 7
-    ttl_s: float = 3.0
+    ttl_s: float = 5.0
+    stream_s: float = 60.0
     settle_s: float = 0.5
     min_interval_s: float = 1.0
     report: bool = True
@@ -153,26 +155,62 @@ def _owners(store: Store) -> dict[int, str | None]:
     return {int(p): info["owner"] for p, info in group_status(store, GROUP)["partitions"].items()}
 
 
-def produce(config: DemoConfig, log_dir: Path, console: Console) -> int:
-    """Append ``config.records`` keyed records (seeded) through the Python producer; return the count."""
-    from apportion.log import PartitionedLog, Producer
+class _RecordSource:
+    """The demo's input: seeded keyed records appended through the Python producer, in chunks.
 
-    log = PartitionedLog(log_dir)
-    log.create(GROUP, config.partitions)
-    rng = random.Random(config.seed)
-    chunk = 50_000
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
-    with (
-        Producer(log, GROUP, batch_records=config.batch_records) as producer,
-        Progress(*columns, console=console, transient=True) as progress,
-    ):
-        bar = progress.add_task("producing records", total=config.records)
-        for first in range(0, config.records, chunk):
-            n = min(chunk, config.records - first)
-            keys = [f"key-{rng.randrange(config.keys)}" for _ in range(n)]
-            producer.send_many(zip(keys, (f"v-{i}" for i in range(first, first + n)), strict=True))
-            progress.advance(bar, n)
-    return config.records
+    The first half is appended before the workers start; the rest streams in while the group churns, so that the
+    faults hit workers in the middle of their batches.
+    """
+
+    def __init__(self, config: DemoConfig, log_dir: Path) -> None:
+        from apportion.log import PartitionedLog
+
+        self.config = config
+        self.log = PartitionedLog(log_dir)
+        self.log.create(GROUP, config.partitions)
+        self.rng = random.Random(config.seed)
+        self.produced = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def append(self, count: int) -> None:
+        from apportion.log import Producer
+
+        count = min(count, self.config.records - self.produced)
+        if count <= 0:
+            return
+        keys = [f"key-{self.rng.randrange(self.config.keys)}" for _ in range(count)]
+        values = (f"v-{i}" for i in range(self.produced, self.produced + count))
+        with Producer(self.log, GROUP, batch_records=self.config.batch_records) as producer:
+            producer.send_many(zip(keys, values, strict=True))
+        self.produced += count
+
+    def stream(self, duration_s: float, chunk: int = 25_000) -> None:
+        """Append the rest in the background, evenly over about ``duration_s`` seconds."""
+        remaining = self.config.records - self.produced
+        pause = duration_s / max(1, -(-remaining // chunk))
+
+        def run() -> None:
+            try:
+                while self.produced < self.config.records and not self._stop.wait(pause):
+                    self.append(chunk)
+            except BaseException as exc:  # reported by finish(): nothing is lost silently
+                self.error = exc
+
+        self._thread = threading.Thread(target=run, name="demo-producer", daemon=True)
+        self._thread.start()
+
+    def finish(self, timeout_s: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        if self.error is not None:
+            raise ApportionError(f"demo: the producer failed: {self.error}") from self.error
+        if self.produced < self.config.records:
+            raise ApportionError(f"demo: produced only {self.produced} of {self.config.records} records")
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 @contextlib.contextmanager
@@ -205,9 +243,32 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
         console.print(f"[bold cyan][{time.monotonic() - began:6.1f}s][/] {text}")
 
     step(f"working directory {d}")
-    produced = produce(config, log_dir, console)
-    step(f"produced {produced:,} records into {config.partitions} partitions (routing: pmod(xxhash64(key), n))")
+    source = _RecordSource(config, log_dir)
+    source.append(config.records // 2)
+    step(
+        f"produced {source.produced:,} of {config.records:,} records into {config.partitions} partitions "
+        "(routing: pmod(xxhash64(key), n)); the rest streams in while the group churns"
+    )
+    try:
+        _run_scenario(config, source, store_url, log_dir, output_dir, result, step, console)
+    finally:
+        source.stop()
+    _print_checks(result, console)
+    return result
 
+
+def _run_scenario(
+    config: DemoConfig,
+    source: _RecordSource,
+    store_url: str,
+    log_dir: Path,
+    output_dir: Path,
+    result: DemoResult,
+    step: Callable[[str], None],
+    console: Console,
+) -> None:
+    produced = config.records
+    d = config.directory
     with connect(store_url) as store, _fleet(config, store_url, log_dir, output_dir) as fleet:
         ids = [f"w{i}" for i in range(1, config.workers + 2)]
         first, joiner = ids[:-1], ids[-1]
@@ -230,10 +291,11 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
                 progress.update(bar, completed=produced - remaining)
                 return remaining
 
-            # Let some work happen, then a member joins.
+            # Input keeps arriving; a member joins.
+            source.stream(duration_s=config.stream_s)
             _wait_for("first commits", lambda: advance() < produced, timeout_s=180)
             fleet.start(joiner)
-            step(f"worker {joiner} joins")
+            step(f"worker {joiner} joins (its Spark session starts first)")
             _wait_for(
                 f"{joiner} to own partitions",
                 lambda: advance() >= 0 and joiner in _owners(store).values(),
@@ -293,6 +355,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
                 )
             )
 
+            source.finish(timeout_s=config.timeout_s)
             _wait_for("every record to be committed", lambda: advance() == 0, timeout_s=config.timeout_s)
             step("every record committed")
 
@@ -305,8 +368,15 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
         if config.report:
             result.report_path, overlap_check = _report(store, d, step)
             result.checks.append(overlap_check)
-    _print_checks(result, console)
-    return result
+
+
+def _fenced_commits(worker_log: Path) -> int:
+    """How many commits the pipeline worker reported fenced (its stderr carries one JSON event per line)."""
+    count = 0
+    for line in worker_log.read_text(errors="replace").splitlines():
+        if line.startswith("{") and '"event": "fenced"' in line:
+            count += 1
+    return count
 
 
 def _join_round(store: Store, joiner: str) -> dict[str, Any]:
@@ -350,7 +420,8 @@ def _verify(store: Store, log_dir: Path, output_dir: Path, step: Callable[[str],
 
 
 def _report(store: Store, directory: Path, step: Callable[[str], None]) -> tuple[Path | None, Check]:
-    from apportion.spark import spark_session, write_report
+    from apportion.spark._pipeline import spark_session
+    from apportion.spark._report import write_report
 
     events = history(store, GROUP)
     spark = spark_session(master="local[2]", app_name="apportion-demo-report")
@@ -359,8 +430,18 @@ def _report(store: Store, directory: Path, step: Callable[[str], None]) -> tuple
     finally:
         spark.stop()
     overlaps = int(summary.overlaps)
-    step(f"report written: {summary.html}")
-    return Path(summary.html), Check("zero ownership overlaps", overlaps == 0, f"{overlaps} overlaps")
+    step(
+        f"history analysed with Spark: {summary.rounds} rounds, {summary.intervals} ownership intervals, "
+        f"{summary.overlaps} overlaps, planned handoff p50/p99 "
+        f"{_ms(summary.handoff_p50_s)}/{_ms(summary.handoff_p99_s)}, "
+        f"failover p50 {_ms(summary.failover_p50_s)}"
+    )
+    step(f"report written: {summary.index_html}")
+    return Path(summary.index_html), Check("zero ownership overlaps", overlaps == 0, f"{overlaps} overlaps")
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
 def _print_checks(result: DemoResult, console: Console) -> None:

@@ -27,6 +27,9 @@ from apportion.demo import DemoConfig, run_demo, summary_json
 @click.option("--partitions", type=int, default=32, help="Partitions of the resource.")
 @click.option("--workers", type=int, default=3, help="Initial pipeline workers (one more joins later).")
 @click.option("--batch-records", type=int, default=20_000, help="Max records per partition per micro-batch.")
+@click.option(
+    "--stream-seconds", type=float, default=60.0, help="Seconds over which the second half of the input arrives."
+)
 @click.option("--no-report", is_flag=True, help="Skip the Spark analytics report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON at the end.")
 def demo(
@@ -36,6 +39,7 @@ def demo(
     partitions: int,
     workers: int,
     batch_records: int,
+    stream_seconds: float,
     no_report: bool,
     as_json: bool,
 ) -> None:
@@ -55,6 +59,7 @@ def demo(
         partitions=partitions,
         workers=workers,
         batch_records=batch_records,
+        stream_s=stream_seconds,
         report=not no_report,
     )
     result = run_demo(config, Console())

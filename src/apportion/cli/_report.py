@@ -7,7 +7,7 @@ import json
 import click
 
 from apportion.cli._app import app
-from apportion.errors import ApportionError
+from apportion.errors import ApportionError, InvalidRequest
 from apportion.group import history
 from apportion.store import connect
 
@@ -28,6 +28,8 @@ def report(store_url: str, group_name: str, out_dir: str, master: str) -> None:
 
     with connect(store_url) as store:
         events = history(store, group_name)
+    if not events:  # before paying for a Spark start
+        raise InvalidRequest("--group", f"{group_name!r} has no recorded history in {store_url}")
     spark = spark_session(master, app_name="apportion-report")
     summary = write_report(spark, events, out_dir)
     out = summary.as_dict()

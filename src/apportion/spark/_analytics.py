@@ -255,7 +255,8 @@ def latency_stats(handoffs: Any) -> Any:
 
 
 def moves_per_round(events: Any, intervals: Any) -> Any:
-    """One row per closed round: round, closed_at, closer, participants, kept, planned moves (the plan's own count),
+    """One row per closed round: round, closed_at, closer, participants, kept, planned_moves (the plan's own count:
+    partitions taken from a participant; those of departed members are not counted),
     and what followed until the next close: claims, moved (claims taking a partition from another member) and
     initial (first claims of a partition)."""
     from pyspark.sql import Window

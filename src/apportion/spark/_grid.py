@@ -168,7 +168,8 @@ class GridResult:
 
 
 def comparison(scenarios: Any) -> Any:
-    """Per strategy x members x partitions x churn, over seeds: runs, mean moves and lower bound, moves/bound,
+    """Per strategy x members x partitions x churn, over seeds: runs, mean moves and lower bound, moves/bound (null
+    when the strategy reports no lower bound, i.e. 0),
     max of max_load, min of min_load, mean unowned partition-seconds, violations."""
     from pyspark.sql import functions as F
 
@@ -179,7 +180,9 @@ def comparison(scenarios: Any) -> Any:
             F.count("*").alias("runs"),
             F.avg("moves").alias("moves"),
             F.avg("moves_lower_bound").alias("moves_lower_bound"),
-            (F.sum("moves") / F.greatest(F.sum("moves_lower_bound"), F.lit(1))).alias("moves_over_bound"),
+            F.when(F.sum("moves_lower_bound") > 0, F.sum("moves") / F.sum("moves_lower_bound")).alias(
+                "moves_over_bound"
+            ),
             F.max("max_load").alias("max_load"),
             F.min("min_load").alias("min_load"),
             F.avg("unowned_partition_s").alias("unowned_partition_s"),

@@ -191,12 +191,23 @@ def _plot_moves(path: Path, moves: Table) -> None:
     rounds = [str(r) for r in _column(moves, "round")]
     x = list(range(len(rounds)))
     fig, ax = plt.subplots(figsize=(10, 4))
-    ax.bar([i - 0.2 for i in x], _column(moves, "planned_moves"), width=0.4, label="planned (plan stats)")
-    ax.bar([i + 0.2 for i in x], _column(moves, "moved"), width=0.4, label="observed (claims from another member)")
+    ax.bar(
+        [i - 0.2 for i in x],
+        _column(moves, "planned_moves"),
+        width=0.4,
+        label="planned: taken from a participant (plan stats)",
+    )
+    ax.bar(
+        [i + 0.2 for i in x],
+        _column(moves, "moved"),
+        width=0.4,
+        label="observed: claimed from another member (incl. departed)",
+    )
     ax.set_xticks(x)
     ax.set_xticklabels(rounds, rotation=45, ha="right", fontsize=8)
     ax.set_xlabel("round (store revision)")
     ax.set_ylabel("partitions moved")
+    ax.yaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.set_title("Moves per round")
     ax.legend()
     fig.tight_layout()
@@ -244,6 +255,7 @@ def _plot_handoffs(path: Path, handoffs: Table) -> None:
         ax.text(0.5, 0.5, "no handoffs", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("handoff latency: old owner's end → new owner's claim (s)")
     ax.set_ylabel("handoffs")
+    ax.yaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.set_title("Handoff latency")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
