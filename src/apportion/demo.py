@@ -101,7 +101,7 @@ class _Fleet:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         (config.directory / "logs").mkdir(parents=True, exist_ok=True)
 
-    def start(self, worker_id: str) -> None:
+    def start(self, worker_id: str, extra: tuple[str, ...] = ()) -> None:
         c = self.config
         args = [
             sys.executable, "-m", "apportion.cli", "pipeline", "run",
@@ -109,7 +109,7 @@ class _Fleet:
             "--input", str(self.log_dir), "--output", str(self.output_dir),
             "--resource", GROUP, "--batch-records", str(c.batch_records),
             "--ttl", str(c.ttl_s), "--settle", str(c.settle_s), "--min-interval", str(c.min_interval_s),
-            "--master", "local[1]", "--driver-memory", "768m",
+            "--master", "local[1]", "--driver-memory", "768m", *extra,
         ]  # fmt: skip
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
         with open(c.directory / "logs" / f"{worker_id}.log", "ab") as out:
@@ -272,8 +272,12 @@ def _run_scenario(
     with connect(store_url) as store, _fleet(config, store_url, log_dir, output_dir) as fleet:
         ids = [f"w{i}" for i in range(1, config.workers + 2)]
         first, joiner = ids[:-1], ids[-1]
+        zombie = first[1]
         for wid in first:
-            fleet.start(wid)
+            # The worker that will be frozen is a slow committer (a pause between writing a batch's output and
+            # committing it), so that the freeze lands inside that window and its late commit meets the fence.
+            slow = ("--pause-before-commit", "1.5", "--pause-batches", "1000000") if wid == zombie else ()
+            fleet.start(wid, slow)
         step(f"started {len(first)} pipeline workers ({', '.join(first)}), sticky strategy; Spark sessions starting")
         took = _wait_for(
             "the first workers to own every partition",
@@ -327,8 +331,15 @@ def _run_scenario(
             )
 
             # freeze one worker until it is replaced, then resume it: its late commit must be fenced.
-            zombie = first[1]
             _wait_for(f"{zombie} to own partitions", lambda: zombie in _owners(store).values(), timeout_s=30)
+            zombie_log = config.directory / "logs" / f"{zombie}.log"
+            pauses = _count_events(zombie_log, "pausing")
+            _wait_for(
+                f"{zombie} to write a batch (it then pauses before committing)",
+                lambda: _count_events(zombie_log, "pausing") > pauses,
+                timeout_s=60,
+                poll_s=0.02,
+            )
             zombie_parts = [p for p, o in _owners(store).items() if o == zombie]
             fleet.signal(zombie, signal.SIGSTOP)
             step(f"SIGSTOP {zombie} (owned {len(zombie_parts)} partitions)")
@@ -370,13 +381,18 @@ def _run_scenario(
             result.checks.append(overlap_check)
 
 
-def _fenced_commits(worker_log: Path) -> int:
-    """How many commits the pipeline worker reported fenced (its stderr carries one JSON event per line)."""
-    count = 0
-    for line in worker_log.read_text(errors="replace").splitlines():
-        if line.startswith("{") and '"event": "fenced"' in line:
-            count += 1
-    return count
+def _events(worker_log: Path) -> list[str]:
+    """The JSON event lines a pipeline worker wrote on stderr (one per line), oldest first."""
+    return [line for line in worker_log.read_text(errors="replace").splitlines() if line.startswith('{"event"')]
+
+
+def _count_events(worker_log: Path, event: str) -> int:
+    return sum(1 for line in _events(worker_log) if line.startswith(f'{{"event": "{event}"'))
+
+
+def _last_event(worker_log: Path) -> str:
+    events = _events(worker_log)
+    return json.loads(events[-1])["event"] if events else ""
 
 
 def _join_round(store: Store, joiner: str) -> dict[str, Any]:
