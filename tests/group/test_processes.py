@@ -1,6 +1,8 @@
 """Real `apportion worker` processes on a shared store: crash (kill -9), zombie (SIGSTOP/SIGCONT), graceful stop.
 
-Parametrised by store URL kind; the etcd URL is added to STORE_KINDS once the etcd backend's fixture exists.
+Parametrised by store URL kind: a SQLite file, and a fresh real etcd server (the ``etcd_url`` fixture; skipped
+locally when etcd is not installed). The ttl (2 s) is a whole number of seconds, so etcd grants exactly it and the
+same deadlines hold for both stores.
 """
 
 from __future__ import annotations
@@ -25,13 +27,15 @@ pytestmark = pytest.mark.slow
 
 PARTITIONS = 24
 SETTLE_S, MIN_INTERVAL_S, TTL_S = 0.3, 0.6, 2.0
-STORE_KINDS = ["sqlite"]
+STORE_KINDS = ["sqlite", "etcd"]
 
 
 def _backend_available(kind: str) -> bool:
     try:
         if kind == "sqlite":
             import apportion.store._sqlite  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+        elif kind == "etcd":
+            import apportion.store._etcd  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
     except ImportError:
         return False
     return True
@@ -99,6 +103,9 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> floa
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if not _backend_available(request.param):
         pytest.skip(f"the {request.param} backend is not available yet")
+    if request.param == "etcd":
+        url: str = request.getfixturevalue("etcd_url")
+        return url
     return f"sqlite:///{tmp_path / 'apportion.db'}"
 
 
