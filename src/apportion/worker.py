@@ -44,6 +44,9 @@ from apportion.group._ownership import Callback, FencedMember
 from apportion.group._static import validate_ordinal
 from apportion.store import Store
 
+Tracer = Callable[[str, Mapping[str, Any]], None]
+"""A protocol event observer: ``tracer(kind, fields)``, called on the worker's threads (keep it fast)."""
+
 log = logging.getLogger("apportion.worker")
 
 _MAX_WAIT_S = 0.1
@@ -65,8 +68,10 @@ class Worker:
         rack: str | None,
         revoke_timeout_s: float,
         history_size: int,
+        tracer: Tracer | None = None,
     ) -> None:
         self.group = group
+        self._tracer = tracer
         self.id = worker_id
         self._clock = group.clock
         self._stop = threading.Event()
@@ -216,6 +221,11 @@ class Worker:
             self._changed.notify_all()
 
     def _log(self, kind: str, fields: Mapping[str, Any]) -> None:
+        if self._tracer is not None:
+            try:
+                self._tracer(kind, fields)
+            except Exception as exc:  # an observer never stops the worker
+                log.warning("worker %s tracer failed on %s: %r", self.id, kind, exc)
         if kind in ("assigned", "revoked", "lost"):
             log.info("worker %s %s %s", self.id, kind, fields.get("partitions"))
         elif kind in ("plan", "round_opened", "round_closed", "fenced"):
@@ -302,8 +312,10 @@ class Group:
         rack: str | None = None,
         revoke_timeout_s: float = 10.0,
         history_size: int = 1000,
+        tracer: Tracer | None = None,
     ) -> Worker:
-        """Start a worker (its threads run until ``stop()`` or the end of the ``with`` block)."""
+        """Start a worker (its threads run until ``stop()`` or the end of the ``with`` block). ``tracer(kind,
+        fields)`` observes every protocol event (e.g. :class:`apportion.metrics.MetricsTracer`)."""
         worker = Worker(
             self,
             worker_id,
@@ -314,6 +326,7 @@ class Group:
             rack=rack,
             revoke_timeout_s=revoke_timeout_s,
             history_size=history_size,
+            tracer=tracer,
         )
         return worker.start()
 
@@ -350,4 +363,4 @@ class Group:
             worker.stop()
 
 
-__all__ = ["Group", "Lease", "Worker"]
+__all__ = ["Group", "Lease", "Tracer", "Worker"]

@@ -6,6 +6,7 @@ Each command lives in its own module (``_assign.py``, ``_worker.py``, ...) that 
 from apportion.cli import (
     _assign,  # noqa: F401  (registers `apportion assign`)
     _demo,  # noqa: F401  (registers `apportion demo`, the main job)
+    _explain,  # noqa: F401  (registers `apportion explain`)
     _pipeline,  # noqa: F401  (registers `apportion pipeline produce|run|verify`)
     _rebalance,  # noqa: F401  (registers `apportion rebalance`)
     _report,  # noqa: F401  (registers `apportion report`)

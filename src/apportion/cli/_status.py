@@ -1,14 +1,22 @@
-"""`apportion status` — who owns what: members (alive, partitions) and partitions (owner, epoch, checkpoint)."""
+"""`apportion status` — who owns what: members (alive, partitions) and partitions (owner, epoch, checkpoint).
+
+``--watch`` redraws the tables every ``--interval`` seconds (rich Live) until Ctrl-C. A checkpoint that is a JSON
+object with an integer ``"offset"`` gets its own column (the store does not know a log's end, so no lag is shown).
+"""
 
 from __future__ import annotations
 
 import json
+import time
+from typing import Any
 
 import click
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
 from rich.table import Table
 
 from apportion.cli._app import app
+from apportion.errors import InvalidRequest
 from apportion.group import group_status
 from apportion.store import connect
 
@@ -17,8 +25,18 @@ from apportion.store import connect
 @click.option("--store", "store_url", required=True, help="Store URL: memory://, sqlite:///path, etcd://host:port")
 @click.option("--group", "group_name", required=True, help="Group name.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def status(store_url: str, group_name: str, as_json: bool) -> None:
+@click.option("--watch", is_flag=True, help="Refresh the tables live until Ctrl-C (not with --json).")
+@click.option("--interval", "interval_s", type=click.FloatRange(min=0.05), default=1.0, help="--watch refresh (s).")
+@click.option("--max-refreshes", type=int, default=None, hidden=True, help="--watch: stop after N refreshes (tests).")
+def status(
+    store_url: str, group_name: str, as_json: bool, watch: bool, interval_s: float, max_refreshes: int | None
+) -> None:
     """Print the group's members and partitions."""
+    if watch and as_json:
+        raise InvalidRequest("watch", "--watch cannot be combined with --json (poll `status --json` instead)")
+    if watch:
+        _watch(store_url, group_name, interval_s, max_refreshes)
+        return
     with connect(store_url) as store:
         snapshot = group_status(store, group_name)
     if as_json:
@@ -31,19 +49,55 @@ def status(store_url: str, group_name: str, as_json: bool) -> None:
         }
         click.echo(json.dumps(out, sort_keys=True))
         return
-    console = Console()
+    Console().print(render(group_name, snapshot))
+
+
+def _watch(store_url: str, group_name: str, interval_s: float, max_refreshes: int | None) -> None:
+    with connect(store_url) as store, Live(auto_refresh=False) as live:
+        n = 0
+        try:
+            while max_refreshes is None or n < max_refreshes:
+                snapshot = group_status(store, group_name)
+                stamp = time.strftime("%H:%M:%S")
+                live.update(Group(render(group_name, snapshot), f"updated {stamp}, every {interval_s}s"))
+                live.refresh()
+                n += 1
+                if max_refreshes is None or n < max_refreshes:
+                    time.sleep(interval_s)  # the refresh period itself, not a synchronisation
+        except KeyboardInterrupt:
+            return
+
+
+def _offset(checkpoint: str | None) -> int | None:
+    if not checkpoint or not checkpoint.startswith("{"):
+        return None
+    try:
+        value: Any = json.loads(checkpoint)
+    except ValueError:
+        return None
+    offset = value.get("offset") if isinstance(value, dict) else None
+    return offset if isinstance(offset, int) and not isinstance(offset, bool) else None
+
+
+def render(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
+    """The status tables of a ``group_status`` snapshot."""
     members = Table(title=f"group {group_name} — round {snapshot['round']}")
     for column in ("member", "alive", "partitions"):
         members.add_column(column)
     for mid, info in snapshot["members"].items():
         members.add_row(mid, "yes" if info["alive"] else "no", " ".join(info["partitions"]))
-    console.print(members)
+    offsets = {p: _offset(info["checkpoint"]) for p, info in snapshot["partitions"].items()}
+    show_offsets = any(o is not None for o in offsets.values())
     parts = Table(title="partitions")
-    for column in ("partition", "owner", "epoch", "checkpoint"):
+    for column in ("partition", "owner", "epoch", "checkpoint", *(["offset"] if show_offsets else [])):
         parts.add_column(column)
     for p, info in snapshot["partitions"].items():
-        parts.add_row(p, info["owner"] or "-", str(info["epoch"] or "-"), info["checkpoint"] or "-")
-    console.print(parts)
+        row = [p, info["owner"] or "-", str(info["epoch"] or "-"), info["checkpoint"] or "-"]
+        if show_offsets:
+            offset = offsets[p]
+            row.append("-" if offset is None else str(offset))
+        parts.add_row(*row)
+    tables: list[RenderableType] = [members, parts]
     if snapshot["table"]:
         coordinator = snapshot.get("coordinator", {}).get("member", "-")
         table = Table(title=f"partition table — coordinator {coordinator}")
@@ -51,4 +105,5 @@ def status(store_url: str, group_name: str, as_json: bool) -> None:
             table.add_column(column)
         for p, entry in snapshot["table"].items():
             table.add_row(p, entry["owner"] or "-", entry["target"] or "-", entry["state"])
-        console.print(table)
+        tables.append(table)
+    return Group(*tables)

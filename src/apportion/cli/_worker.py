@@ -8,7 +8,9 @@ import logging
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -16,31 +18,94 @@ from apportion.cli._app import app
 from apportion.errors import Fenced, InvalidRequest
 from apportion.group import ordinal_from_hostname
 from apportion.store import connect
-from apportion.worker import Group, Worker
+from apportion.worker import Group, Tracer, Worker
+
+FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
+
+
+ENV_PREFIX = "APPORTION"
+
+
+def _option(*decls: str, **kwargs: Any) -> Callable[[FC], FC]:
+    """A worker option that also reads ``APPORTION_<LONG_NAME>`` (``--min-interval``: APPORTION_MIN_INTERVAL)."""
+    flag = next(d for d in decls if d.startswith("--"))
+    kwargs.setdefault("envvar", f"{ENV_PREFIX}_{flag[2:].replace('-', '_').upper()}")
+    kwargs.setdefault("show_envvar", True)
+    return click.option(*decls, **kwargs)
+
+
+def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """``--config FILE.toml``: its values become the defaults (so command line > environment > file > defaults)."""
+    if value is None:
+        return
+    try:
+        with open(value, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise InvalidRequest("config", f"{value}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidRequest("config", f"{value}: not valid TOML: {exc}") from exc
+    table = data.get("worker", data)
+    if not isinstance(table, dict):
+        raise InvalidRequest("config", f"{value}: [worker] must be a table")
+    by_name: dict[str, click.Parameter] = {}
+    for p in ctx.command.params:
+        if p.name is None or p is param:
+            continue
+        by_name[p.name] = p
+        for opt in p.opts:
+            if opt.startswith("--"):
+                by_name[opt[2:].replace("-", "_")] = p
+    defaults: dict[str, Any] = dict(ctx.default_map or {})
+    for key, raw in table.items():
+        target = by_name.get(str(key).replace("-", "_"))
+        if target is None or target.name is None:
+            raise InvalidRequest("config", f"{value}: unknown option {key!r}")
+        try:
+            defaults[target.name] = target.type_cast_value(ctx, raw)
+        except click.BadParameter as exc:
+            raise InvalidRequest("config", f"{value}: {key}: {exc.message}") from exc
+    ctx.default_map = defaults
 
 
 @app.command()
-@click.option("--store", "store_url", required=True, help="Store URL: memory://, sqlite:///path, etcd://host:port")
-@click.option("--group", "group_name", required=True, help="Group name.")
-@click.option("--id", "worker_id", default=None, help="This worker's id (unique in the group; default: --hostname).")
-@click.option("--partitions", type=int, default=None, help="Partition count (default: the stored definition).")
-@click.option("--strategy", default=None, help="Strategy when creating the group [sticky; coordinator: round_robin].")
-@click.option("--settle", "settle_s", type=float, default=0.5, help="RST: round settle time (s).")
-@click.option("--min-interval", "min_interval_s", type=float, default=1.0, help="MRI: min interval between rounds (s).")
-@click.option("--heartbeat", "heartbeat_s", type=float, default=30.0, help="HBI: heartbeat round interval (s).")
-@click.option("--ttl", "ttl_s", type=float, default=3.0, help="Member lease TTL (s).")
-@click.option("--capacity", type=float, default=1.0, help="Capacity weight of this worker.")
-@click.option("--update", is_flag=True, help="Overwrite the stored group definition with these settings.")
-@click.option("--commit-every", type=float, default=0.0, help="Commit a checkpoint for owned partitions every N s.")
-@click.option("--mode", type=click.Choice(["rounds", "coordinator", "static"]), default="rounds", help="Protocol.")
-@click.option("--ordinal", type=int, default=None, help="static: this member's ordinal (0..replicas-1).")
 @click.option(
-    "--hostname", default=None, help="static: a StatefulSet pod name <name>-<ordinal> (instead of --ordinal)."
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    is_eager=True,
+    expose_value=False,
+    callback=_load_config,
+    envvar="APPORTION_CONFIG",
+    show_envvar=True,
+    help="A TOML file of worker options (keys as the long option names; a [worker] table also works).",
 )
-@click.option("--replicas", type=int, default=None, help="static: the replica count.")
-@click.option("--min-members", type=int, default=1, help="coordinator: members needed before the table is created.")
-@click.option("--rebalance", type=click.Choice(["automatic", "manual"]), default="automatic", help="coordinator.")
-@click.option("--max-in-flight", type=int, default=4, help="coordinator: migrations in flight at most.")
+@_option("--store", "store_url", required=True, help="Store URL: memory://, sqlite:///path, etcd://host:port")
+@_option("--group", "group_name", required=True, help="Group name.")
+@_option("--id", "worker_id", default=None, help="This worker's id (unique in the group; default: --hostname).")
+@_option("--partitions", type=int, default=None, help="Partition count (default: the stored definition).")
+@_option("--strategy", default=None, help="Strategy when creating the group [sticky; coordinator: round_robin].")
+@_option("--settle", "settle_s", type=float, default=0.5, help="RST: round settle time (s).")
+@_option("--min-interval", "min_interval_s", type=float, default=1.0, help="MRI: min interval between rounds (s).")
+@_option("--heartbeat", "heartbeat_s", type=float, default=30.0, help="HBI: heartbeat round interval (s).")
+@_option("--ttl", "ttl_s", type=float, default=3.0, help="Member lease TTL (s).")
+@_option("--capacity", type=float, default=1.0, help="Capacity weight of this worker.")
+@_option("--update", is_flag=True, help="Overwrite the stored group definition with these settings.")
+@_option("--commit-every", type=float, default=0.0, help="Commit a checkpoint for owned partitions every N s.")
+@_option("--mode", type=click.Choice(["rounds", "coordinator", "static"]), default="rounds", help="Protocol.")
+@_option("--ordinal", type=int, default=None, help="static: this member's ordinal (0..replicas-1).")
+@_option("--hostname", default=None, help="static: a StatefulSet pod name <name>-<ordinal> (instead of --ordinal).")
+@_option("--replicas", type=int, default=None, help="static: the replica count.")
+@_option("--min-members", type=int, default=1, help="coordinator: members needed before the table is created.")
+@_option("--rebalance", type=click.Choice(["automatic", "manual"]), default="automatic", help="coordinator.")
+@_option("--max-in-flight", type=int, default=4, help="coordinator: migrations in flight at most.")
+@_option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (needs the metrics extra).",
+)
 def worker(
     store_url: str,
     group_name: str,
@@ -61,9 +126,13 @@ def worker(
     min_members: int,
     rebalance: str,
     max_in_flight: int,
+    metrics_port: int | None,
 ) -> None:
     """Run a worker until SIGINT/SIGTERM. Each change is one JSON line on stdout
-    ({"event": "assigned"|"revoked"|"lost"|"fenced"|"commit", "partitions": [...], "time": t}) and a log line."""
+    ({"event": "assigned"|"revoked"|"lost"|"fenced"|"commit", "partitions": [...], "time": t}) and a log line.
+
+    Every option can also come from the environment (APPORTION_STORE, APPORTION_GROUP, APPORTION_ID, ...) or from
+    --config FILE.toml; precedence: command line > environment > file > defaults."""
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
     if hostname is not None:
         if ordinal is not None:
@@ -93,16 +162,29 @@ def worker(
             rebalance=rebalance,
             max_in_flight=max_in_flight,
         )
-        _run(group, worker_id, capacity, commit_every)
+        tracer = None if metrics_port is None else _metrics(group, worker_id, metrics_port)
+        _run(group, worker_id, capacity, commit_every, tracer)
     finally:
         store.close()
+
+
+def _metrics(group: Group, worker_id: str, port: int) -> Tracer:
+    from apportion.metrics import MetricsTracer  # optional extra: raises InvalidRequest when missing
+
+    tracer = MetricsTracer(group.name, worker_id, clock=group.clock)
+    try:
+        tracer.serve(port)
+    except OSError as exc:
+        raise InvalidRequest("metrics-port", f"cannot serve metrics on port {port}: {exc.strerror or exc}") from exc
+    logging.getLogger("apportion.worker").info("metrics on http://0.0.0.0:%d/metrics", port)
+    return tracer
 
 
 def _emit(event: str, **fields: object) -> None:
     print(json.dumps({"event": event, "time": time.time(), **fields}), flush=True)
 
 
-def _run(group: Group, worker_id: str, capacity: float, commit_every_s: float) -> None:
+def _run(group: Group, worker_id: str, capacity: float, commit_every_s: float, tracer: Tracer | None = None) -> None:
     stopping = threading.Event()
     holder: list[Worker] = []
 
@@ -143,6 +225,7 @@ def _run(group: Group, worker_id: str, capacity: float, commit_every_s: float) -
             callback("lost"),
             capacity=capacity,
             on_started=holder.append,
+            tracer=tracer,
         )
     finally:
         stopping.set()

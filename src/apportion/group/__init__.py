@@ -8,6 +8,7 @@ are stepped state machines; ``GroupConfig`` the resource definition;
 
 from apportion.group._config import STRATEGIES, GroupConfig
 from apportion.group._coordinator import CoordinatorMember, CoordinatorPhase, Entry, TableState
+from apportion.group._explain import explain
 from apportion.group._history import EVENT_TYPES, history
 from apportion.group._keys import Keys, decode, encode, validate_group, validate_member_id
 from apportion.group._ownership import FencedMember, Lease, Ownership, default_planner
@@ -34,6 +35,7 @@ __all__ = [
     "decode",
     "default_planner",
     "encode",
+    "explain",
     "group_status",
     "history",
     "ordinal_from_hostname",

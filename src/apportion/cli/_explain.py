@@ -1,0 +1,44 @@
+"""`apportion explain` — why a partition is owned by its member: the round, the strategy's decision, its epochs."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from apportion.cli._app import app
+from apportion.group import explain as explain_partition
+from apportion.store import connect
+
+
+@app.command()
+@click.option("--store", "store_url", required=True, help="Store URL: memory://, sqlite:///path, etcd://host:port")
+@click.option("--group", "group_name", required=True, help="Group name.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.argument("partition", type=int)
+def explain(store_url: str, group_name: str, as_json: bool, partition: int) -> None:
+    """Explain why PARTITION is owned by its member (from the group's history)."""
+    with connect(store_url) as store:
+        out = explain_partition(store, group_name, partition)
+    if as_json:
+        click.echo(json.dumps(out, sort_keys=True))
+        return
+    console = Console()
+    owner = out["owner"] or "nobody"
+    console.print(
+        f"[bold]partition {partition}[/bold] of {group_name}: owner [bold]{owner}[/bold], epoch {out['epoch']}"
+    )
+    if out["round"] is not None:
+        console.print(f"given in round {out['round']}")
+    console.print(f"decision: {out['decision']['text']}")
+    table = Table(title="epoch history")
+    for column in ("revision", "time", "event", "member", "epoch", "detail"):
+        table.add_column(column)
+    for e in out["epochs"]:
+        detail = e.get("reason") or (f"from {e['source']}" if e.get("source") else "")
+        time = "-" if e["time"] is None else f"{e['time']:.3f}"
+        epoch = "-" if e["epoch"] is None else str(e["epoch"])
+        table.add_row(str(e["revision"]), time, e["type"], e["member"], epoch, detail)
+    console.print(table)

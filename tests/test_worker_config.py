@@ -1,0 +1,138 @@
+"""`apportion worker` options from --config FILE.toml and APPORTION_* variables: command line > env > file > default."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apportion.cli._worker import worker
+
+
+def resolve(args: list[str]) -> dict[str, Any]:
+    """The worker's parameters as click resolves them (without running a worker)."""
+    with worker.make_context("worker", list(args)) as ctx:
+        return dict(ctx.params)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("APPORTION_"):
+            monkeypatch.delenv(name)
+
+
+def test_command_line_beats_environment_beats_file_beats_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "w.toml"
+    config.write_text('store = "memory://file"\ngroup = "g-file"\nid = "w-file"\nttl = 9.0\nmin-interval = 2.5\n')
+    monkeypatch.setenv("APPORTION_GROUP", "g-env")
+    monkeypatch.setenv("APPORTION_ID", "w-env")
+    monkeypatch.setenv("APPORTION_MAX_IN_FLIGHT", "7")
+    params = resolve(["--config", str(config), "--id", "w-cli"])
+    assert params["worker_id"] == "w-cli"  # command line
+    assert params["group_name"] == "g-env"  # environment over file
+    assert params["max_in_flight"] == 7  # environment over default
+    assert params["store_url"] == "memory://file"  # file
+    assert params["ttl_s"] == 9.0 and params["min_interval_s"] == 2.5  # file, converted
+    assert params["settle_s"] == 0.5 and params["metrics_port"] is None  # defaults
+
+
+def test_config_file_can_come_from_the_environment_and_use_a_worker_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "w.toml"
+    config.write_text('[worker]\nstore = "memory://x"\ngroup = "g"\nupdate = true\nmode = "coordinator"\n')
+    monkeypatch.setenv("APPORTION_CONFIG", str(config))
+    params = resolve([])
+    assert params["store_url"] == "memory://x" and params["update"] is True and params["mode"] == "coordinator"
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("APPORTION_")} | (env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "apportion.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=full,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("store = [unclosed", "not valid TOML"),
+        ('stor = "memory://x"', "unknown option 'stor'"),
+        ('ttl = "soon"', "ttl"),
+        ('mode = "chaos"', "mode"),
+        (None, "w.toml"),
+    ],
+)
+def test_a_bad_config_file_is_one_line_and_exit_2(tmp_path: Path, content: str | None, expected: str) -> None:
+    config = tmp_path / "w.toml"
+    if content is not None:
+        config.write_text(content + "\n")
+    done = _cli("worker", "--config", str(config), "--store", "memory://x", "--group", "g", "--id", "a")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("apportion: error: config:"), done.stderr
+    assert expected in lines[0]
+
+
+def test_a_worker_runs_from_a_config_file_and_the_environment(tmp_path: Path) -> None:
+    config = tmp_path / "w.toml"
+    config.write_text(f'store = "sqlite:///{tmp_path}/s.db"\npartitions = 3\nsettle = 0.05\nmin-interval = 0.1\n')
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "apportion.cli", "worker"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("APPORTION_")}
+        | {"APPORTION_CONFIG": str(config), "APPORTION_GROUP": "g", "APPORTION_ID": "w1"},
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 20
+        event: dict[str, Any] = {}
+        while time.monotonic() < deadline and event.get("event") != "assigned":
+            line = proc.stdout.readline()
+            if not line:
+                break
+            event = json.loads(line)
+        assert event == {"event": "assigned", "partitions": [0, 1, 2], "time": event.get("time")}, event
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+
+
+def test_watch_and_json_together_are_refused() -> None:
+    done = _cli("status", "--store", "memory://x", "--group", "g", "--watch", "--json")
+    assert done.returncode == 2 and "--watch" in done.stderr
+
+
+def test_status_watch_redraws_the_tables_and_shows_json_offsets(tmp_path: Path) -> None:
+    from apportion.store import connect
+    from tests.group.harness import Harness
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    with connect(url) as store:
+        h = Harness()
+        h.store = store  # type: ignore[assignment]
+        a = h.add("a")
+        h.run(2.0)
+        a.commit(4, json.dumps({"offset": 1234}))
+    done = _cli("status", "--store", url, "--group", "g", "--watch", "--interval", "0.05", "--max-refreshes", "2")
+    assert done.returncode == 0, done.stderr
+    assert "partitions" in done.stdout and "offset" in done.stdout and "1234" in done.stdout
+    assert "updated" in done.stdout
