@@ -1,5 +1,6 @@
 """Store benchmark: CAS txn/s per backend (1 process and 4 processes) against a raw ``sqlite3`` loop doing the same
-transactions, and watch latency p50/p99 (writer in the same process, and in another process).
+transactions, and watch latency p50/p99 (writer in the same process, and in another process); etcd (a single node
+and a 3-node cluster, real servers started with tests/etcd_server.py and always stopped) as ratios to SQLite.
 
 Run: ``.venv/bin/python bench/store_bench.py [--txns N] [--watch-samples N] [--json]``
 
@@ -11,7 +12,10 @@ Run: ``.venv/bin/python bench/store_bench.py [--txns N] [--watch-samples N] [--j
 - watch latency: a writer puts ``time.time()`` every ~3.7 ms; the watcher (a thread here) reads its event and records
   now - that time. "other process" puts from a spawned process (the SQLite watch polls every 10 ms).
 
-Adding a backend (etcd): add a function ``url_factory(directory) -> context manager yielding a URL`` to ``BACKENDS``
+- etcd: ``etcd`` from PATH or /usr/bin/etcd; when it is missing the etcd rows are skipped (``--no-etcd`` skips them
+  too). The ratios table divides each etcd figure by the SQLite backend's figure from the same run.
+
+Adding a backend: add a function ``url_factory(directory) -> context manager yielding a URL`` to ``BACKENDS``
 with ``multi_process=True`` if separate processes can share it. Every column is measured through ``connect(url)``.
 """
 
@@ -35,6 +39,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # for tests.etcd_server (real etcd servers)
+
+from tests.conftest import etcd_binary
+from tests.etcd_server import EtcdServer
 
 from apportion.store import Put, connect, mod_revision_is
 
@@ -59,10 +67,32 @@ def sqlite_url(directory: Path) -> Iterator[str]:
     yield f"sqlite:///{directory / f'bench-{uuid.uuid4().hex}.db'}?timeout=30"
 
 
+def _etcd() -> str:
+    binary = etcd_binary()
+    if binary is None:
+        raise SystemExit("etcd is not installed: run scripts/ensure-etcd.sh, or pass --no-etcd")
+    return binary
+
+
+@contextmanager
+def etcd_single_url(directory: Path) -> Iterator[str]:
+    with EtcdServer.single(_etcd(), directory / f"etcd-{uuid.uuid4().hex}") as server:
+        yield server.url
+
+
+@contextmanager
+def etcd_cluster_url(directory: Path) -> Iterator[str]:
+    with EtcdServer.cluster(_etcd(), directory / f"etcd-{uuid.uuid4().hex}", n=3) as cluster:
+        yield cluster.url
+
+
 BACKENDS = [
     Backend("memory", memory_url, multi_process=False),
     Backend("sqlite", sqlite_url, multi_process=True),
+    Backend("etcd single node", etcd_single_url, multi_process=True),
+    Backend("etcd 3-node cluster", etcd_cluster_url, multi_process=True),
 ]
+ETCD = ("etcd single node", "etcd 3-node cluster")
 
 
 # -- CAS transactions --------------------------------------------------------------------------------------------
@@ -211,7 +241,9 @@ def main() -> None:
     parser.add_argument("--txns", type=int, default=20_000, help="CAS transactions per process")
     parser.add_argument("--watch-samples", type=int, default=1_000)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--no-etcd", action="store_true", help="skip the etcd rows")
     args = parser.parse_args()
+    backends = [b for b in BACKENDS if b.name not in ETCD or not (args.no_etcd or etcd_binary() is None)]
     command = ".venv/bin/python bench/store_bench.py " + " ".join(sys.argv[1:])
     with tempfile.TemporaryDirectory(prefix="store-bench-") as name:
         directory = Path(name)
@@ -219,12 +251,15 @@ def main() -> None:
             "txn_per_s_1p": round(args.txns / raw_cas_loop(raw_url(directory), "/bench/one", args.txns)),
             "txn_per_s_4p": round(parallel_rate(raw_cas_loop, raw_url(directory), args.txns)),
         }
-        rows = [measure(backend, directory, args.txns, args.watch_samples) for backend in BACKENDS]
+        rows = [measure(backend, directory, args.txns, args.watch_samples) for backend in backends]
     for row in rows:
         for column in ("txn_per_s_1p", "txn_per_s_4p"):
             row[f"ratio_{column[-2:]}_to_raw"] = round(row[column] / raw[column], 2) if row[column] else None
+    sqlite_row = next(row for row in rows if row["backend"] == "sqlite")
+    ratios = [etcd_ratios(row, sqlite_row) for row in rows if row["backend"] in ETCD]
     if args.json:
-        print(json.dumps({"command": command.strip(), "raw_sqlite3": raw, "backends": rows}, indent=2))
+        print(json.dumps({"command": command.strip(), "raw_sqlite3": raw, "backends": rows, "etcd_to_sqlite": ratios},
+                         indent=2))  # fmt: skip
         return
     print(f"command: {command.strip()}")
     print(f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, {args.txns} CAS txns per process")
@@ -247,8 +282,29 @@ def main() -> None:
             f"{fmt(row['txn_per_s_4p'])} | {fmt(row['ratio_4p_to_raw'])} | {lat(row['watch_same_process'])} | "
             f"{lat(row['watch_other_process'])} |"
         )
+    if ratios:
+        print()
+        print("etcd / sqlite (same run): txn/s ratio > 1 = etcd faster; watch p99 ratio > 1 = etcd slower")
+        print()
+        print("| backend | txn/s 1 proc | txn/s 4 procs | watch p99 same proc | watch p99 other proc |")
+        print("|---|---:|---:|---:|---:|")
+        for ratio in ratios:
+            print(
+                f"| {ratio['backend']} | {ratio['txn_per_s_1p']} | {ratio['txn_per_s_4p']} | "
+                f"{ratio['watch_p99_same_process']} | {ratio['watch_p99_other_process']} |"
+            )
     print()
     print("goals: sqlite >= 0.5x raw; watch p99 <= 50 ms")
+
+
+def etcd_ratios(row: dict[str, Any], sqlite_row: dict[str, Any]) -> dict[str, Any]:
+    """Each etcd figure divided by the SQLite backend's figure from the same run."""
+    out: dict[str, Any] = {"backend": row["backend"]}
+    for column in ("txn_per_s_1p", "txn_per_s_4p"):
+        out[column] = round(row[column] / sqlite_row[column], 2)
+    for column in ("watch_same_process", "watch_other_process"):
+        out[f"watch_p99_{column[6:]}"] = round(row[column]["p99_ms"] / sqlite_row[column]["p99_ms"], 2)
+    return out
 
 
 if __name__ == "__main__":

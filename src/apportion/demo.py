@@ -188,24 +188,35 @@ class _RecordSource:
 
     def stream(self, duration_s: float, chunk: int = 25_000) -> None:
         """Append the rest in the background, evenly over about ``duration_s`` seconds."""
-        remaining = self.config.records - self.produced
+        remaining = self.streamed_total - self.produced
         pause = duration_s / max(1, -(-remaining // chunk))
 
         def run() -> None:
             try:
-                while self.produced < self.config.records and not self._stop.wait(pause):
-                    self.append(chunk)
+                while self.produced < self.streamed_total and not self._stop.wait(pause):
+                    self.append(min(chunk, self.streamed_total - self.produced))
             except BaseException as exc:  # reported by finish(): nothing is lost silently
                 self.error = exc
 
         self._thread = threading.Thread(target=run, name="demo-producer", daemon=True)
         self._thread.start()
 
+    @property
+    def streamed_total(self) -> int:
+        """Records produced by the end of the stream; the rest is a reserve appended on demand (``finish``)."""
+        return self.config.records - self.reserve
+
+    @property
+    def reserve(self) -> int:
+        return min(self.config.records // 2, max(self.config.partitions * 250, self.config.records // 20))
+
     def finish(self, timeout_s: float) -> None:
+        """Wait for the stream, then append the reserve: fresh work for every partition, right now."""
         if self._thread is not None:
             self._thread.join(timeout_s)
         if self.error is not None:
             raise ApportionError(f"demo: the producer failed: {self.error}") from self.error
+        self.append(self.config.records - self.produced)
         if self.produced < self.config.records:
             raise ApportionError(f"demo: produced only {self.produced} of {self.config.records} records")
 
@@ -334,6 +345,8 @@ def _run_scenario(
             _wait_for(f"{zombie} to own partitions", lambda: zombie in _owners(store).values(), timeout_s=30)
             zombie_log = config.directory / "logs" / f"{zombie}.log"
             pauses = _count_events(zombie_log, "pausing")
+            source.finish(timeout_s=config.timeout_s)  # the last records arrive: every worker has a batch to do
+            step(f"all {source.produced:,} records produced")
             _wait_for(
                 f"{zombie} to write a batch (it then pauses before committing)",
                 lambda: _count_events(zombie_log, "pausing") > pauses,
@@ -366,7 +379,6 @@ def _run_scenario(
                 )
             )
 
-            source.finish(timeout_s=config.timeout_s)
             _wait_for("every record to be committed", lambda: advance() == 0, timeout_s=config.timeout_s)
             step("every record committed")
 

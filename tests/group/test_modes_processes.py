@@ -1,4 +1,4 @@
-"""Real `apportion worker` processes in the static and coordinator modes on a shared SQLite store."""
+"""Real `apportion worker` processes in the static and coordinator modes on a shared store (SQLite file, real etcd)."""
 
 from __future__ import annotations
 
@@ -40,8 +40,11 @@ class ModeWorker(WorkerProcess):
         self._reader.start()
 
 
-@pytest.fixture
-def url(tmp_path: Path) -> str:
+@pytest.fixture(params=["sqlite", "etcd"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "etcd":
+        etcd: str = request.getfixturevalue("etcd_url")
+        return etcd
     return f"sqlite:///{tmp_path / 'apportion.db'}"
 
 
@@ -112,7 +115,8 @@ def history_of(url: str) -> list[dict[str, object]]:
         ("--hostname", "consumer-5", "--replicas", "3"),
     ],
 )
-def test_bad_host_name_or_ordinal_is_a_clear_error_with_exit_2(url: str, args: tuple[str, ...]) -> None:
+def test_bad_host_name_or_ordinal_is_a_clear_error_with_exit_2(tmp_path: Path, args: tuple[str, ...]) -> None:
+    url = f"sqlite:///{tmp_path / 'apportion.db'}"  # rejected before the store is used: one store kind suffices
     result = run_cli(
         "worker", "--store", url, "--group", "g", "--id", "x", "--partitions", "4", "--mode", "static", *args
     )

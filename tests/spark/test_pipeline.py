@@ -91,6 +91,9 @@ def test_two_workers_in_one_process_process_every_record_once_across_a_rebalance
         stats = first.run_once()
         assert stats is not None and stats.committed == (0, 1, 2, 3)
         with joined(group, "b", second) as b:
+            # Both settle before either processes more, so the rebalance happens with work left for each.
+            assert b.wait_until_stable(15) and a.wait_until_stable(15), "the rebalance did not settle"
+            assert b.owned(), "worker b got no partition"
             runners = [threading.Thread(target=pl.run, args=(stop,)) for pl in (first, second)]
             for t in runners:
                 t.start()

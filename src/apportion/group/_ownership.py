@@ -143,6 +143,7 @@ class FencedMember:
         self._owned: dict[int, int] = {}  # believed: partition -> epoch
         self._claiming: set[int] = set()
         self._epochs: dict[int, tuple[int, int]] = {}  # partition -> (last epoch, epoch key mod_revision)
+        self._owner_values: dict[int, bytes] = {}  # epoch -> this member's owner value, encoded once
         self._to_release: dict[int, int] = {}
         self._fenced: list[int] = []  # partitions fenced by commit, awaiting on_lost on the stepping thread
         self._busy_until: float | None = None
@@ -235,7 +236,7 @@ class FencedMember:
         record = encode({"checkpoint": checkpoint, "epoch": epoch, "member": self.id})
         ops: list[Op] = [Put(self.keys.commit(partition), record)]
         ops += self._recorder.put("commit", now, partitions=[partition], epochs=[epoch], checkpoint=checkpoint)
-        result = self.store.txn([value_is(self.keys.owner(partition), owner_value(self.id, epoch))], ops)
+        result = self.store.txn([value_is(self.keys.owner(partition), self._owner_value(epoch))], ops)
         if result.succeeded:
             self._trace("commit", partition=partition, epoch=epoch)
         return result.succeeded
@@ -474,7 +475,7 @@ class FencedMember:
             return
         self._to_release.update(parts)
         for chunk in chunks(sorted(parts)):
-            compares = [value_is(self.keys.owner(p), owner_value(self.id, parts[p])) for p in chunk]
+            compares = [value_is(self.keys.owner(p), self._owner_value(parts[p])) for p in chunk]
             ops: list[Op] = [Delete(self.keys.owner(p)) for p in chunk]
             ops += self._recorder.put("release", now, partitions=list(chunk), epochs=[parts[p] for p in chunk])
             if not self.store.txn(compares, ops).succeeded:
@@ -514,12 +515,13 @@ class FencedMember:
         failure: list[Op] = []
         for p in chunk:
             epoch, rev = self._epochs.get(p, (0, 0))
-            compares += [absent(self.keys.owner(p)), mod_revision_is(self.keys.epoch(p), rev)]
+            owner_key, epoch_key = self.keys.owner(p), self.keys.epoch(p)
+            compares += [absent(owner_key), mod_revision_is(epoch_key, rev)]
             success += [
-                Put(self.keys.owner(p), owner_value(self.id, epoch + 1), lease.id),
-                Put(self.keys.epoch(p), str(epoch + 1).encode()),
+                Put(owner_key, self._owner_value(epoch + 1), lease.id),
+                Put(epoch_key, str(epoch + 1).encode()),
             ]
-            failure += [Get(self.keys.owner(p)), Get(self.keys.epoch(p))]
+            failure += [Get(owner_key), Get(epoch_key)]
         epochs = [self._epochs.get(p, (0, 0))[0] + 1 for p in chunk]
         success += self._recorder.put("claim", now, partitions=chunk, epochs=epochs)
         result = self.store.txn(compares, success, failure)
@@ -543,6 +545,14 @@ class FencedMember:
         return {}
 
     # -- helpers -------------------------------------------------------------------------------------------
+
+    def _owner_value(self, epoch: int) -> bytes:
+        value = self._owner_values.get(epoch)
+        if value is None:
+            if len(self._owner_values) >= 4096:
+                self._owner_values.clear()
+            value = self._owner_values[epoch] = owner_value(self.id, epoch)
+        return value
 
     def _call(self, callback: Callback | None, parts: list[int]) -> None:
         if callback is not None and parts:

@@ -76,6 +76,30 @@ _PLAN_CACHE: weakref.WeakKeyDictionary[Store, dict[tuple[str, int], dict[str, An
 _PLAN_CACHE_LOCK = threading.Lock()
 
 
+class _Partitions(dict[int, Partition]):
+    """``Partition(group, p)`` values of one group, made once (closing a round builds one per owned partition)."""
+
+    def __init__(self, group: str) -> None:
+        super().__init__()
+        self.group = group
+
+    def __missing__(self, index: int) -> Partition:
+        part = self[index] = Partition(self.group, index)
+        return part
+
+
+_PARTITIONS: dict[str, _Partitions] = {}
+
+
+def _partitions(group: str) -> _Partitions:
+    cache = _PARTITIONS.get(group)
+    if cache is None:
+        if len(_PARTITIONS) >= 16:
+            _PARTITIONS.clear()
+        cache = _PARTITIONS[group] = _Partitions(group)
+    return cache
+
+
 def read_plan(kv: KeyValue, store: Store) -> dict[str, Any]:
     """Decode a plan value once per process and store (a plan is immutable per key and mod_revision), so many
     simulated members reading one large plan decode it once."""
@@ -154,6 +178,7 @@ class RoundsMember(FencedMember):
         self._in_plan = False
         self._need_since: int | None = None
         self._alive: dict[str, bool] = {}
+        self._dead: set[str] = set()  # the ids whose _alive is False
 
     # -- public, thread-safe -------------------------------------------------------------------------------
 
@@ -241,6 +266,10 @@ class RoundsMember(FencedMember):
             mid = key[len(self.keys.members) :]
             alive = event.type is EventType.PUT
             self._alive[mid] = alive
+            if alive:
+                self._dead.discard(mid)
+            else:
+                self._dead.add(mid)
             if not alive and mid != self.id and mid in self._participants:
                 self._need(event.revision)
 
@@ -273,6 +302,7 @@ class RoundsMember(FencedMember):
     def _started(self, now: float, revision: int) -> None:
         self._start_revision = revision
         self._alive[self.id] = True
+        self._dead.discard(self.id)
         self.phase = Phase.WAITING
 
     def _config_changed(self, revision: int) -> None:
@@ -359,10 +389,11 @@ class RoundsMember(FencedMember):
             moves = min_moves = 0
             strategy = str(previous.get("strategy", config.strategy))
         else:
+            part = _partitions(self.group).__getitem__
             members = tuple(
                 Member(
                     mid,
-                    owned=tuple(Partition(self.group, p) for p in participants[mid].get("owned", [])),
+                    owned=tuple(map(part, participants[mid].get("owned", []))),
                     generation=int(participants[mid].get("generation", 0)),
                     capacity=float(participants[mid].get("capacity", 1.0)),
                     rack=participants[mid].get("rack"),
@@ -419,9 +450,8 @@ class RoundsMember(FencedMember):
         self._in_plan = in_plan
         self._assignment = mine if in_plan else frozenset()
         self.phase = Phase.SETTLED if in_plan else Phase.WAITING
-        for mid in participants:
-            if self._alive.get(mid) is False:
-                self._need(rnd)
+        if not self._dead.isdisjoint(participants):
+            self._need(rnd)
         with self._lock:
             revoke = sorted(p for p in self._owned if p not in self._assignment)
             self._claiming = {p for p in self._assignment if p not in self._owned}

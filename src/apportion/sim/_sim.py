@@ -55,6 +55,7 @@ from apportion.store import Compare, Event, EventType, Lease, MemoryStore, Op, S
 BALANCED_STRATEGIES = ("round_robin", "range", "sticky")
 FAULTS = ("crash", "freeze", "slow", "unavailable", "drift")
 MODES = ("rounds", "coordinator", "static")
+_BROADCAST = frozenset(("current", "latest", "resource", "coordinator", "replicas", "rebalance"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -523,25 +524,26 @@ class Simulation:
         events = self._dispatch.poll()
         if not events:
             return
-        p = self._prefix
-        broadcast = False
+        n = len(self._prefix)
+        broadcast: list[Event] = []
         owner_freed = False
         for event in events:
-            rest = event.kv.key[len(p) :]
-            if rest in ("current", "latest", "resource", "coordinator", "replicas", "rebalance") or rest.startswith(
-                ("members/", "table/")
-            ):
-                broadcast = True
-                for sim in self.members.values():
-                    if sim.live:
-                        sim.inbox.events.append(event)
+            rest = event.kv.key[n:]
+            if rest in _BROADCAST or rest.startswith(("members/", "table/")):
+                broadcast.append(event)
             elif rest.startswith("owner/") and event.type is EventType.DELETE:
                 owner_freed = True
         if broadcast or owner_freed:
+            # One pass over the members (in their fixed order, so the pushes and their seeded tie-breaks are the same
+            # as delivering event by event): every live member gets the broadcast events, in order, and a step.
             now = self.clock.now()
             for sim in self.members.values():
-                if sim.live and (broadcast or sim.member.claiming):
-                    self._schedule_step(sim, now)
+                if sim.live:
+                    if broadcast:
+                        sim.inbox.events.extend(broadcast)
+                        self._schedule_step(sim, now)
+                    elif sim.member.claiming:
+                        self._schedule_step(sim, now)
 
     # -- checks --------------------------------------------------------------------------------------------
 

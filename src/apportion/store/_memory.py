@@ -34,6 +34,7 @@ from apportion.store._types import (
 )
 
 DEFAULT_HISTORY = 200_000
+_VALID_KEYS_LIMIT = 1_000_000
 
 
 @dataclass(slots=True)
@@ -98,7 +99,13 @@ class MemoryStore(Store):
         self.clock = clock
         self._lock = threading.RLock()
         self._data: dict[str, KeyValue] = {}
+        # Sorted key index for ranges, maintained lazily: puts of new keys and deletes go to ``_added`` /
+        # ``_removed`` (O(1)) and are merged in on the next range (ranges are rare; an insort per new key is an
+        # O(keys) memmove, which dominated large simulations).
         self._sorted_keys: list[str] = []
+        self._added: set[str] = set()
+        self._removed: set[str] = set()
+        self._valid_keys: set[str] = set()  # keys (not prefixes) that passed validate_key: skip re-checking them
         self._revision = 0
         self._compacted = 0
         self._history: deque[Event] = deque()
@@ -115,8 +122,17 @@ class MemoryStore(Store):
             self._expire_locked()
             return self._revision
 
+    def _check_key(self, key: str, field_name: str) -> None:
+        """``validate_key`` for a key (not a prefix), remembering the keys that passed."""
+        if type(key) is str and key in self._valid_keys:
+            return
+        validate_key(key, field_name)
+        if len(self._valid_keys) >= _VALID_KEYS_LIMIT:
+            self._valid_keys = set()
+        self._valid_keys.add(key)
+
     def get(self, key: str) -> KeyValue | None:
-        validate_key(key)
+        self._check_key(key, "key")
         with self._lock:
             self._expire_locked()
             return self._data.get(key)
@@ -130,26 +146,48 @@ class MemoryStore(Store):
             found = self._range_locked(prefix)
             return found if limit is None else found[:limit]
 
+    def _sorted_locked(self) -> list[str]:
+        """The sorted key index, with pending additions and removals merged in."""
+        keys = self._sorted_keys
+        if self._removed:
+            removed = self._removed
+            keys = [k for k in keys if k not in removed]
+            self._removed = set()
+        if self._added:
+            keys = keys + sorted(self._added)
+            keys.sort()  # two sorted runs: timsort merges them in linear time
+            self._added = set()
+        self._sorted_keys = keys
+        return keys
+
     def _range_locked(self, prefix: str) -> list[KeyValue]:
-        start = bisect.bisect_left(self._sorted_keys, prefix)
+        keys = self._sorted_locked()
+        data = self._data
         found: list[KeyValue] = []
-        for key in self._sorted_keys[start:]:
+        for i in range(bisect.bisect_left(keys, prefix), len(keys)):
+            key = keys[i]
             if not key.startswith(prefix):
                 break
-            found.append(self._data[key])
+            found.append(data[key])
         return found
 
     # -- transactions --------------------------------------------------------------------------------------
 
     def txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op] = ()) -> TxnResult:
         for compare in compares:
-            validate_key(compare.key, "compare.key")
+            self._check_key(compare.key, "compare.key")
         for op in (*on_success, *on_failure):
-            if not isinstance(op, Put | Delete | Get):
+            if isinstance(op, Put):
+                self._check_key(op.key, "op.key")
+                if not isinstance(op.value, bytes):
+                    raise InvalidRequest("value", "must be bytes")
+            elif isinstance(op, Delete | Get):
+                if op.prefix:
+                    validate_key(op.key, "op.key", prefix=True)
+                else:
+                    self._check_key(op.key, "op.key")
+            else:
                 raise InvalidRequest("op", f"{op!r} is not a Put, Delete or Get")
-            validate_key(op.key, "op.key", prefix=not isinstance(op, Put) and op.prefix)
-            if isinstance(op, Put) and not isinstance(op.value, bytes):
-                raise InvalidRequest("value", "must be bytes")
         with self._lock:
             self._expire_locked()
             succeeded = all(c.holds(self._data.get(c.key)) for c in compares)
@@ -183,7 +221,10 @@ class MemoryStore(Store):
     def _put_locked(self, op: Put, revision: int) -> None:
         old = self._data.get(op.key)
         if old is None:
-            bisect.insort(self._sorted_keys, op.key)
+            if op.key in self._removed:
+                self._removed.discard(op.key)  # still in the sorted index
+            else:
+                self._added.add(op.key)
             kv = KeyValue(op.key, op.value, revision, revision, 1, op.lease)
         else:
             if old.lease and old.lease != op.lease and old.lease in self._leases:
@@ -201,7 +242,10 @@ class MemoryStore(Store):
             old = self._data.pop(key, None)
             if old is None:
                 continue
-            del self._sorted_keys[bisect.bisect_left(self._sorted_keys, key)]
+            if key in self._added:
+                self._added.discard(key)
+            else:
+                self._removed.add(key)
             if old.lease and old.lease in self._leases:
                 self._leases[old.lease].keys.discard(key)
             self._emit(Event(EventType.DELETE, KeyValue(key, b"", 0, revision, 0, 0)))
