@@ -445,7 +445,27 @@ def _verify(store: Store, log_dir: Path, output_dir: Path, step: Callable[[str],
     report = verify(store, GROUP, PartitionedLog(log_dir), GROUP, output_dir)
     data = report.to_json()
     step("verified committed output against the input: " + json.dumps(data))
-    return [Check("exactly once (count, checksum, order)", report.ok, json.dumps(data))]
+    detail = (
+        f"{data['input_records']:,} in, {data['output_records']:,} out, checksum "
+        f"{'equal' if data['input_checksum'] == data['output_checksum'] else 'DIFFERENT'}, "
+        f"{data['duplicates']} duplicates, {data['missing']} missing, {data['order_violations']} out of order"
+    )
+    return [Check("exactly once (count, checksum, order)", report.ok, detail)]
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``path`` (appending) while the block runs; child processes started inside keep it."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as target:
+        os.dup2(target.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _report(store: Store, directory: Path, step: Callable[[str], None]) -> tuple[Path | None, Check]:
@@ -453,7 +473,8 @@ def _report(store: Store, directory: Path, step: Callable[[str], None]) -> tuple
     from apportion.spark._report import write_report
 
     events = history(store, GROUP)
-    spark = spark_session(master="local[2]", app_name="apportion-demo-report")
+    with _stderr_to(directory / "logs" / "report-spark.log"):  # the JVM inherits fd 2: its banner goes to the log
+        spark = spark_session(master="local[2]", app_name="apportion-demo-report")
     try:
         summary = write_report(spark, events, directory / "report")
     finally:
