@@ -42,23 +42,20 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
-from apportion.clock import Clock
 from apportion.errors import InvalidRequest
 from apportion.group._config import GroupConfig
 from apportion.group._keys import Keys, decode, encode
 from apportion.group._ownership import (
-    Callback,
-    DelayHook,
     FencedMember,
+    MemberOptions,
     Planner,
-    Tracer,
     chunks,
     default_planner,
 )
 from apportion.model import AssignRequest, Member, Partition, Resource
-from apportion.store import Compare, Delete, Event, Op, Put, Store, Watch, absent
+from apportion.store import Compare, Delete, Event, Op, Put, Store, absent
 from apportion.store._types import mod_revision_is
 
 POLICIES = ("automatic", "manual")
@@ -246,42 +243,14 @@ class CoordinatorMember(FencedMember):
         member_id: str,
         config: GroupConfig,
         *,
-        clock: Clock,
-        on_assigned: Callback | None = None,
-        on_revoked: Callback | None = None,
-        on_lost: Callback | None = None,
         min_members: int = 1,
         rebalance: str = "automatic",
         max_in_flight: int = 4,
-        update: bool = False,
         planner: Planner = default_planner,
-        watch: Watch | None = None,
-        safety: float = 0.8,
-        claim_retry_s: float = 0.05,
-        revoke_timeout_s: float = 10.0,
-        history_size: int = 1000,
-        tracer: Tracer | None = None,
-        delay: DelayHook | None = None,
+        **options: Unpack[MemberOptions],
     ) -> None:
         validate_settings(min_members, rebalance, max_in_flight)
-        super().__init__(
-            store,
-            group,
-            member_id,
-            config,
-            clock=clock,
-            on_assigned=on_assigned,
-            on_revoked=on_revoked,
-            on_lost=on_lost,
-            update=update,
-            watch=watch,
-            safety=safety,
-            claim_retry_s=claim_retry_s,
-            revoke_timeout_s=revoke_timeout_s,
-            history_size=history_size,
-            tracer=tracer,
-            delay=delay,
-        )
+        super().__init__(store, group, member_id, config, **options)
         self.min_members = min_members
         self.rebalance = rebalance
         self.max_in_flight = max_in_flight

@@ -33,7 +33,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Required, TypedDict
 
 from apportion.clock import Clock
 from apportion.errors import Fenced, InvalidRequest, LeaseNotFound, StoreUnavailable
@@ -78,6 +78,23 @@ def default_planner(request: AssignRequest) -> Plan:
 def chunks(items: Sequence[int], size: int = CHUNK) -> Iterable[Sequence[int]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+class MemberOptions(TypedDict, total=False):
+    """The keyword arguments every member kind passes unchanged to :class:`FencedMember` (defaults there)."""
+
+    clock: Required[Clock]
+    on_assigned: Callback | None
+    on_revoked: Callback | None
+    on_lost: Callback | None
+    update: bool
+    watch: Watch | None
+    safety: float
+    claim_retry_s: float
+    revoke_timeout_s: float
+    history_size: int
+    tracer: Tracer | None
+    delay: DelayHook | None
 
 
 class FencedMember:
@@ -574,6 +591,7 @@ __all__ = [
     "Callback",
     "DelayHook",
     "FencedMember",
+    "MemberOptions",
     "Lease",
     "Ownership",
     "Planner",

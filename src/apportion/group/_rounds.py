@@ -42,25 +42,22 @@ import enum
 import threading
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Unpack
 
-from apportion.clock import Clock
 from apportion.errors import InvalidRequest
 from apportion.group._config import GroupConfig
 from apportion.group._keys import decode, encode
 from apportion.group._ownership import (
     INF,
-    Callback,
-    DelayHook,
     FencedMember,
     Lease,
+    MemberOptions,
     Ownership,
     Planner,
-    Tracer,
     default_planner,
 )
 from apportion.model import AssignRequest, Member, Partition, Resource
-from apportion.store import Delete, Event, EventType, KeyValue, Op, Put, Store, Watch, absent
+from apportion.store import Delete, Event, EventType, KeyValue, Op, Put, Store, absent
 from apportion.store._types import mod_revision_is
 
 
@@ -126,42 +123,14 @@ class RoundsMember(FencedMember):
         member_id: str,
         config: GroupConfig,
         *,
-        clock: Clock,
-        on_assigned: Callback | None = None,
-        on_revoked: Callback | None = None,
-        on_lost: Callback | None = None,
         capacity: float = 1.0,
         rack: str | None = None,
-        update: bool = False,
         planner: Planner = default_planner,
-        watch: Watch | None = None,
-        safety: float = 0.8,
-        claim_retry_s: float = 0.05,
-        revoke_timeout_s: float = 10.0,
-        history_size: int = 1000,
-        tracer: Tracer | None = None,
-        delay: DelayHook | None = None,
+        **options: Unpack[MemberOptions],
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int | float) or not capacity > 0:
             raise InvalidRequest("capacity", f"must be a positive number, got {capacity!r}")
-        super().__init__(
-            store,
-            group,
-            member_id,
-            config,
-            clock=clock,
-            on_assigned=on_assigned,
-            on_revoked=on_revoked,
-            on_lost=on_lost,
-            update=update,
-            watch=watch,
-            safety=safety,
-            claim_retry_s=claim_retry_s,
-            revoke_timeout_s=revoke_timeout_s,
-            history_size=history_size,
-            tracer=tracer,
-            delay=delay,
-        )
+        super().__init__(store, group, member_id, config, **options)
         self.capacity = float(capacity)
         self.rack = rack
         self._planner = planner

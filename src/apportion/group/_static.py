@@ -25,15 +25,14 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Any
+from typing import Any, Unpack
 
 from apportion.assign import range_block
-from apportion.clock import Clock
 from apportion.errors import InvalidRequest
 from apportion.group._config import GroupConfig
 from apportion.group._keys import Keys, decode, encode
-from apportion.group._ownership import Callback, DelayHook, FencedMember, Tracer
-from apportion.store import Event, EventType, Put, Store, Watch
+from apportion.group._ownership import FencedMember, MemberOptions
+from apportion.store import Event, EventType, Put, Store
 
 _HOSTNAME = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9.-]*)-(?P<ordinal>[0-9]+)$")
 
@@ -85,38 +84,10 @@ class StaticMember(FencedMember):
         *,
         ordinal: int,
         replicas: int,
-        clock: Clock,
-        on_assigned: Callback | None = None,
-        on_revoked: Callback | None = None,
-        on_lost: Callback | None = None,
-        update: bool = False,
-        watch: Watch | None = None,
-        safety: float = 0.8,
-        claim_retry_s: float = 0.05,
-        revoke_timeout_s: float = 10.0,
-        history_size: int = 1000,
-        tracer: Tracer | None = None,
-        delay: DelayHook | None = None,
+        **options: Unpack[MemberOptions],
     ) -> None:
         self.ordinal, self.replicas = validate_ordinal(ordinal, replicas)
-        super().__init__(
-            store,
-            group,
-            member_id,
-            config,
-            clock=clock,
-            on_assigned=on_assigned,
-            on_revoked=on_revoked,
-            on_lost=on_lost,
-            update=update,
-            watch=watch,
-            safety=safety,
-            claim_retry_s=claim_retry_s,
-            revoke_timeout_s=revoke_timeout_s,
-            history_size=history_size,
-            tracer=tracer,
-            delay=delay,
-        )
+        super().__init__(store, group, member_id, config, **options)
         self.phase = StaticPhase.STARTING
         self._published = False
         self._replicas = replicas  # the stored (effective) replica count
