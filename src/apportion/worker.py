@@ -41,6 +41,7 @@ from apportion.group import (
 )
 from apportion.group._coordinator import validate_settings
 from apportion.group._ownership import Callback, FencedMember
+from apportion.group._rounds import ReplicaLags, ReplicasCallback
 from apportion.group._static import validate_ordinal
 from apportion.store import Store
 
@@ -69,7 +70,11 @@ class Worker:
         revoke_timeout_s: float,
         history_size: int,
         tracer: Tracer | None = None,
+        replica_lags: ReplicaLags | None = None,
+        on_replicas: ReplicasCallback | None = None,
     ) -> None:
+        if group.mode != "rounds" and (replica_lags is not None or on_replicas is not None):
+            raise InvalidRequest("on_replicas", "standby and learner replicas exist only in the rounds mode")
         self.group = group
         self._tracer = tracer
         self.id = worker_id
@@ -113,7 +118,15 @@ class Worker:
             )
         else:
             self._member = RoundsMember(
-                group.store, group.name, worker_id, group.config, capacity=capacity, rack=rack, **common
+                group.store,
+                group.name,
+                worker_id,
+                group.config,
+                capacity=capacity,
+                rack=rack,
+                replica_lags=replica_lags,
+                on_replicas=on_replicas,
+                **common,
             )
         self._thread = threading.Thread(target=self._run, name=f"apportion-worker-{worker_id}", daemon=True)
         self._keeper = threading.Thread(target=self._keepalive, name=f"apportion-keepalive-{worker_id}", daemon=True)
@@ -255,6 +268,7 @@ class Group:
         heartbeat_s: float = 30.0,
         ttl_s: float = 3.0,
         options: Mapping[str, object] | None = None,
+        stateful: bool = False,
         update: bool = False,
         clock: Clock | None = None,
         mode: str = "rounds",
@@ -299,6 +313,7 @@ class Group:
                 heartbeat_s=heartbeat_s,
                 ttl_s=ttl_s,
                 options=options or {},
+                stateful=stateful,
             )
 
     def join(
@@ -313,9 +328,15 @@ class Group:
         revoke_timeout_s: float = 10.0,
         history_size: int = 1000,
         tracer: Tracer | None = None,
+        replica_lags: ReplicaLags | None = None,
+        on_replicas: ReplicasCallback | None = None,
     ) -> Worker:
         """Start a worker (its threads run until ``stop()`` or the end of the ``with`` block). ``tracer(kind,
-        fields)`` observes every protocol event (e.g. :class:`apportion.metrics.MetricsTracer`)."""
+        fields)`` observes every protocol event (e.g. :class:`apportion.metrics.MetricsTracer`).
+
+        Stateful groups (``high_availability``): ``on_replicas(standby, learners)`` hears the replicas the plan
+        gives this worker to keep warm, and ``replica_lags()`` reports how far behind each of them is (partition ->
+        offsets behind the changelog end) when the worker joins a round; rounds mode only."""
         worker = Worker(
             self,
             worker_id,
@@ -327,6 +348,8 @@ class Group:
             revoke_timeout_s=revoke_timeout_s,
             history_size=history_size,
             tracer=tracer,
+            replica_lags=replica_lags,
+            on_replicas=on_replicas,
         )
         return worker.start()
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from apportion.cli._app import app
-from apportion.errors import Fenced, InvalidRequest
+from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
 from apportion.group import ordinal_from_hostname
 from apportion.store import connect
 from apportion.worker import Group, Tracer, Worker
@@ -129,7 +129,7 @@ def worker(
     metrics_port: int | None,
 ) -> None:
     """Run a worker until SIGINT/SIGTERM. Each change is one JSON line on stdout
-    ({"event": "assigned"|"revoked"|"lost"|"fenced"|"commit", "partitions": [...], "time": t}) and a log line.
+    ({"event": "assigned"|"revoked"|"lost"|"fenced"|"commit_failed", "partitions": [...], "time": t}) and a log line.
 
     Every option can also come from the environment (APPORTION_STORE, APPORTION_GROUP, APPORTION_ID, ...) or from
     --config FILE.toml; precedence: command line > environment > file > defaults."""
@@ -180,8 +180,16 @@ def _metrics(group: Group, worker_id: str, port: int) -> Tracer:
     return tracer
 
 
+_EMIT_LOCK = threading.Lock()
+
+
 def _emit(event: str, **fields: object) -> None:
-    print(json.dumps({"event": event, "time": time.time(), **fields}), flush=True)
+    """One whole JSON line per event: the callbacks and the committer emit from different threads, and ``print``
+    writes the text and its newline separately, so unguarded lines could interleave and be lost to a reader."""
+    line = json.dumps({"event": event, "time": time.time(), **fields}) + "\n"
+    with _EMIT_LOCK:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def _run(group: Group, worker_id: str, capacity: float, commit_every_s: float, tracer: Tracer | None = None) -> None:
@@ -196,23 +204,29 @@ def _run(group: Group, worker_id: str, capacity: float, commit_every_s: float, t
 
     def committer() -> None:
         """A stand-in for a pipeline: take the leases, process a batch (``commit_every_s``), commit with the epochs
-        taken at the start — so a worker frozen mid-batch commits stale epochs when it resumes (and is Fenced)."""
+        taken at the start — so a worker frozen mid-batch commits stale epochs when it resumes (and is Fenced).
+        A commit the store could not take (``StoreUnavailable``) is reported and retried with the next batch: the
+        thread must outlive a slow or restarting store, or the worker would silently stop committing."""
         n = 0
         leases: dict[int, int] = {}
         while not stopping.wait(commit_every_s):
             if not holder:
                 continue
             w = holder[0]
+            retry: dict[int, int] = {}
             for p, epoch in sorted(leases.items()):
                 n += 1
                 try:
                     w.commit(p, f"{worker_id}:{n}", epoch=epoch)
                 except Fenced as exc:
                     _emit("fenced", partitions=[p], error=str(exc))
-            leases = {}
+                except StoreUnavailable as exc:
+                    _emit("commit_failed", partitions=[p], error=str(exc))
+                    retry[p] = epoch
+            leases = retry
             for p in w.owned():
                 with contextlib.suppress(Fenced):
-                    leases[p] = w.lease(p).epoch
+                    leases.setdefault(p, w.lease(p).epoch)
 
     thread = threading.Thread(target=committer, daemon=True)
     if commit_every_s > 0:

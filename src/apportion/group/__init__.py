@@ -12,7 +12,7 @@ from apportion.group._explain import explain
 from apportion.group._history import EVENT_TYPES, history
 from apportion.group._keys import Keys, decode, encode, validate_group, validate_member_id
 from apportion.group._ownership import FencedMember, Lease, Ownership, default_planner
-from apportion.group._rounds import Phase, RoundsMember
+from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember
 from apportion.group._static import StaticMember, StaticPhase, ordinal_from_hostname, set_replicas
 from apportion.group._status import group_status
 
@@ -28,6 +28,8 @@ __all__ = [
     "Lease",
     "Ownership",
     "Phase",
+    "ReplicaLags",
+    "ReplicasCallback",
     "RoundsMember",
     "StaticMember",
     "StaticPhase",

@@ -2,6 +2,8 @@
 
 Timings are durations in seconds. Defaults make a 3-worker group settle in about 2 s:
 ``settle_s`` (RST) 0.5, ``min_interval_s`` (MRI) 1.0, ``heartbeat_s`` (HBI) 30, ``ttl_s`` (member lease) 3.
+``stateful`` is seed 2's isStateful tag for every partition of the group: the ``high_availability`` strategy then
+moves an active only to a member whose replica of its state is within the acceptable recovery lag.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class GroupConfig:
     heartbeat_s: float = 30.0
     ttl_s: float = 3.0
     options: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    stateful: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or self.partitions < 1:
@@ -45,6 +48,8 @@ class GroupConfig:
             raise InvalidRequest("min_interval_s", f"must be >= settle_s ({self.settle_s}), got {self.min_interval_s}")
         if self.heartbeat_s < self.min_interval_s:
             raise InvalidRequest("heartbeat_s", f"must be >= min_interval_s ({self.min_interval_s})")
+        if not isinstance(self.stateful, bool):
+            raise InvalidRequest("stateful", f"must be true or false, got {self.stateful!r}")
         if not isinstance(self.options, Mapping):
             raise InvalidRequest("options", "must be a mapping")
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
@@ -58,6 +63,7 @@ class GroupConfig:
             "heartbeat_s": self.heartbeat_s,
             "ttl_s": self.ttl_s,
             "options": dict(self.options),
+            "stateful": self.stateful,
         }
 
     @classmethod
@@ -71,6 +77,7 @@ class GroupConfig:
                 heartbeat_s=value.get("heartbeat_s", 30.0),
                 ttl_s=value.get("ttl_s", 3.0),
                 options=value.get("options") or {},
+                stateful=value.get("stateful", False),
             )
         except (KeyError, TypeError) as exc:
             raise InvalidRequest("resource", f"stored resource definition is malformed: {exc}") from exc

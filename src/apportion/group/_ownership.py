@@ -402,10 +402,12 @@ class FencedMember:
         self._revoke_started = None
         self._reset()
         self._trace("lost", partitions=lost, reason=reason)
-        with contextlib.suppress(StoreUnavailable):
-            if lease is not None:
-                self.store.revoke(lease)  # frees owner records now instead of at expiry
-            if lost:
+        if lease is not None:
+            # frees owner records now instead of at expiry; an expired lease is already gone (LeaseNotFound)
+            with contextlib.suppress(StoreUnavailable, LeaseNotFound):
+                self.store.revoke(lease)
+        if lost:
+            with contextlib.suppress(StoreUnavailable):
                 self._put_event("lost", now, partitions=lost, reason=reason)
         if lost:
             self._call(self._on_lost, lost)

@@ -27,7 +27,16 @@ Closing reads ``round/R/``, computes the plan with the group's strategy from the
 rounds]``: the cut is exactly the participation records written before the close revision (a later join fails on
 ``absent(plan)``; a join between the read and the write changes ``joined`` and the close retries). Participation
 records are lease-bound, so members that died before the close are not in the cut. Extension 1: when the cut has the
-same participants as the previous plan and the resource definition is unchanged, the previous assignment is kept.
+same participants as the previous plan and the resource definition is unchanged, the previous assignment is kept
+(unless learners are warming up: then the round is a probing round and is planned again).
+
+Replicas (seed 2, ``high_availability``)
+----------------------------------------
+A plan may also give a member standby and learner (warm-up) replicas of partitions it does not own; the member hears
+them through ``on_replicas(standby, learners)`` and reports, in its next participation record, the replicas it holds
+and each one's lag (``replica_lags()``: partition -> offsets behind the partition's changelog end). While a plan has
+learners, every member wants a probing round ``probe_after_s`` (the strategy's ``probing_rebalance_interval_s``)
+after the plan: the strategy then moves the actives whose learners are ready.
 
 Ownership (epochs are fencing tokens)
 -------------------------------------
@@ -41,7 +50,7 @@ from __future__ import annotations
 import enum
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Unpack
 
 from apportion.errors import InvalidRequest
@@ -59,6 +68,11 @@ from apportion.group._ownership import (
 from apportion.model import AssignRequest, Member, Partition, Resource
 from apportion.store import Delete, Event, EventType, KeyValue, Op, Put, Store, absent
 from apportion.store._types import mod_revision_is
+
+ReplicaLags = Callable[[], Mapping[int, int]]
+"""partition -> lag of the replica (standby or learner) this member holds of it; called when joining a round."""
+ReplicasCallback = Callable[[list[int], list[int]], None]
+"""``on_replicas(standby, learners)``: the replicas the current plan gives this member (called when they change)."""
 
 
 class Phase(enum.Enum):
@@ -126,6 +140,8 @@ class RoundsMember(FencedMember):
         capacity: float = 1.0,
         rack: str | None = None,
         planner: Planner = default_planner,
+        replica_lags: ReplicaLags | None = None,
+        on_replicas: ReplicasCallback | None = None,
         **options: Unpack[MemberOptions],
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int | float) or not capacity > 0:
@@ -134,6 +150,11 @@ class RoundsMember(FencedMember):
         self.capacity = float(capacity)
         self.rack = rack
         self._planner = planner
+        self._replica_lags = replica_lags
+        self._on_replicas = on_replicas
+        self._standby: tuple[int, ...] = ()
+        self._learners: tuple[int, ...] = ()
+        self._probe_after_s: float | None = None
         # round state
         self.phase = Phase.STARTING
         self._start_revision = 0
@@ -176,6 +197,11 @@ class RoundsMember(FencedMember):
     @property
     def assignment(self) -> list[int]:
         return sorted(self._assignment)
+
+    @property
+    def replicas(self) -> tuple[list[int], list[int]]:
+        """(standby, learners): the replicas the current plan gives this member."""
+        return list(self._standby), list(self._learners)
 
     # -- stepping ------------------------------------------------------------------------------------------
 
@@ -258,6 +284,9 @@ class RoundsMember(FencedMember):
         if self._plan_round == rnd:
             if not self._in_plan or self._need_since is not None:
                 return base + self.config.min_interval_s
+            probe = self._probe_after_s
+            if probe is not None:  # learners warm up: a probing round moves the actives whose learners are ready
+                return self._first_seen + max(self.config.min_interval_s, min(probe, self.config.heartbeat_s))
             return self._first_seen + self.config.heartbeat_s
         if self._joined_round != rnd:  # a round I did not join (too old to join as a newcomer)
             return base + self.config.min_interval_s
@@ -302,12 +331,17 @@ class RoundsMember(FencedMember):
         if lease is None:
             return
         owned = sorted(self._assignment) if self._in_plan else []
-        record = {
+        record: dict[str, Any] = {
             "owned": owned,
             "generation": self._plan_round if owned else 0,
             "capacity": self.capacity,
             "rack": self.rack,
         }
+        if self._replica_lags is not None:
+            lags = {int(p): int(lag) for p, lag in self._replica_lags().items() if int(p) not in self._assignment}
+            record["standby"] = [p for p in self._standby if p in lags]
+            record["learners"] = [p for p in self._learners if p in lags]
+            record["lag"] = {str(p): lag for p, lag in sorted(lags.items())}
         ops: list[Op] = [
             Put(self.keys.participation(rnd, self.id), encode(record), lease.id),
             Put(self.keys.joined(rnd), b"1"),
@@ -352,29 +386,26 @@ class RoundsMember(FencedMember):
             previous is not None
             and previous.get("participants") == ids
             and previous.get("resource_revision") == self._config_revision
+            and previous.get("probe_after_s") is None
         )
+        replicas: dict[str, Any] = {}
         if kept and previous is not None:
             assignment = {mid: list(previous["assignment"].get(mid, [])) for mid in ids}
             moves = min_moves = 0
             strategy = str(previous.get("strategy", config.strategy))
+            replicas = {k: previous[k] for k in ("standby", "learners") if k in previous}
         else:
             part = _partitions(self.group).__getitem__
-            members = tuple(
-                Member(
-                    mid,
-                    owned=tuple(map(part, participants[mid].get("owned", []))),
-                    generation=int(participants[mid].get("generation", 0)),
-                    capacity=float(participants[mid].get("capacity", 1.0)),
-                    rack=participants[mid].get("rack"),
-                )
-                for mid in ids
-            )
-            request = AssignRequest(
-                config.strategy, (Resource(self.group, config.partitions),), members, config.options
-            )
-            plan = self._planner(request)
+            members = tuple(_member(mid, participants[mid], part) for mid in ids)
+            resource = Resource(self.group, config.partitions, stateful=config.stateful)
+            plan = self._planner(AssignRequest(config.strategy, (resource,), members, config.options))
             assignment = {mid: sorted(p.index for p in plan.assignment.get(mid, ())) for mid in ids}
             moves, min_moves, strategy = plan.stats.moved, plan.stats.min_moves, plan.strategy
+            for name, table in (("standby", plan.standby), ("learners", plan.learners)):
+                if any(table.values()):
+                    replicas[name] = {mid: sorted(p.index for p in parts) for mid, parts in table.items() if parts}
+            if plan.probe_after_s is not None:
+                replicas["probe_after_s"] = plan.probe_after_s
         value = {
             "round": rnd,
             "participants": ids,
@@ -387,6 +418,7 @@ class RoundsMember(FencedMember):
             "closed_at": now,
             "resource_revision": self._config_revision,
             "partitions": config.partitions,
+            **replicas,
         }
         ops: list[Op] = [Put(self.keys.plan(rnd), encode(value)), Put(self.keys.latest, encode({"round": rnd}))]
         ops += [Delete(self.keys.round(old), prefix=True) for old in sorted(older)]
@@ -419,6 +451,12 @@ class RoundsMember(FencedMember):
         self._in_plan = in_plan
         self._assignment = mine if in_plan else frozenset()
         self.phase = Phase.SETTLED if in_plan else Phase.WAITING
+        probe = plan.get("probe_after_s")
+        self._probe_after_s = None if probe is None else float(probe)
+        self._set_replicas(
+            tuple(plan.get("standby", {}).get(self.id, ())) if in_plan else (),
+            tuple(plan.get("learners", {}).get(self.id, ())) if in_plan else (),
+        )
         if not self._dead.isdisjoint(participants):
             self._need(rnd)
         with self._lock:
@@ -430,5 +468,38 @@ class RoundsMember(FencedMember):
         if revoke:
             self._revoke(revoke)
 
+    def _set_replicas(self, standby: tuple[int, ...], learners: tuple[int, ...]) -> None:
+        if (standby, learners) == (self._standby, self._learners):
+            return
+        self._standby, self._learners = standby, learners
+        self._trace("replicas", standby=list(standby), learners=list(learners))
+        if self._on_replicas is not None:
+            self._on_replicas(list(standby), list(learners))
 
-__all__ = ["INF", "Lease", "Ownership", "Phase", "RoundsMember", "default_planner", "read_plan"]
+
+def _member(mid: str, record: Mapping[str, Any], part: Callable[[int], Partition]) -> Member:
+    """A strategy's view of one participation record."""
+    lag = record.get("lag") or {}
+    return Member(
+        mid,
+        owned=tuple(map(part, record.get("owned", []))),
+        generation=int(record.get("generation", 0)),
+        capacity=float(record.get("capacity", 1.0)),
+        rack=record.get("rack"),
+        standby=tuple(map(part, record.get("standby", []))),
+        learners=tuple(map(part, record.get("learners", []))),
+        lag={part(int(p)): int(n) for p, n in lag.items()},
+    )
+
+
+__all__ = [
+    "INF",
+    "Lease",
+    "Ownership",
+    "Phase",
+    "ReplicaLags",
+    "ReplicasCallback",
+    "RoundsMember",
+    "default_planner",
+    "read_plan",
+]
