@@ -169,6 +169,7 @@ def test_six_workers_survive_crashes_zombies_and_graceful_stops(
     wait_for(lambda: all_owned_by(store_url, others), 15, "w2's partitions to be taken over while it is frozen")
     seen = len(zombie.events)
     zombie.signal(signal.SIGCONT)
+
     # Its belief ends: each stale commit it had in flight is Fenced, and on_lost reports everything it held
     def reported(kind: str) -> Callable[[], bool]:
         return lambda: kind in [e["event"] for e in zombie.events[seen:]]

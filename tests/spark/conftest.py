@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -48,3 +49,15 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture
+def processes() -> Iterator[list[Any]]:
+    """Worker processes a test starts (``PipelineProcess``); each is resumed and killed at the end if still alive."""
+    started: list[Any] = []
+    yield started
+    for w in started:
+        if w.proc.poll() is None:
+            w.signal(signal.SIGCONT)
+            w.signal(signal.SIGKILL)
+        w.proc.wait(30)

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +120,16 @@ PAUSE_S = 5.0  # every worker's first batch pauses between writing its output an
 class PipelineProcess:
     """`apportion pipeline run` in its own session (so signals reach its JVM too); JSON events from stderr."""
 
-    def __init__(self, url: str, log_dir: Path, out_dir: Path, worker_id: str, *, pause_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        log_dir: Path,
+        out_dir: Path,
+        worker_id: str,
+        *,
+        pause_s: float = 0.0,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         self.id = worker_id
         self.events: list[dict[str, Any]] = []
         self.lines: list[str] = []
@@ -131,6 +140,7 @@ class PipelineProcess:
         ]  # fmt: skip
         if pause_s:
             cmd += ["--pause-before-commit", str(pause_s)]
+        cmd += extra
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
         )
@@ -159,7 +169,7 @@ class PipelineProcess:
 
 def timeline(processes: list[PipelineProcess]) -> str:
     """Every worker's main events in time order (for failure messages and APPORTION_TIMELINE=1)."""
-    kinds = ("started", "assigned", "revoked", "lost", "pausing", "fenced", "batch_done", "stopped")
+    kinds = ("started", "assigned", "revoked", "lost", "pausing", "fenced", "restored", "replicas", "stopped")
     events = sorted(
         ((e["time"], w.id, e) for w in processes for e in list(w.events) if e.get("event") in kinds),
         key=lambda item: (item[0], item[1]),
@@ -169,17 +179,6 @@ def timeline(processes: list[PipelineProcess]) -> str:
         f"{t - t0:7.2f} {wid} " + json.dumps({k: v for k, v in e.items() if k not in ("time", "worker")})
         for t, wid, e in events
     )
-
-
-@pytest.fixture
-def processes() -> Iterator[list[PipelineProcess]]:
-    started: list[PipelineProcess] = []
-    yield started
-    for w in started:
-        if w.proc.poll() is None:
-            w.signal(signal.SIGCONT)
-            w.signal(signal.SIGKILL)
-        w.proc.wait(30)
 
 
 def owners(store: Store, n: int) -> dict[int, str | None]:

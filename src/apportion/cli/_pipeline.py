@@ -4,8 +4,12 @@
 - ``run``: one worker of the group with its own Spark session, processing the partitions it owns in fenced
   micro-batches (``apportion.spark._pipeline``); several processes form the group. SIGTERM/SIGINT leave gracefully.
   Every assignment, batch, write, commit and fenced event is one JSON line on stderr.
-- ``verify``: the committed output vs the input (counts, checksums, duplicates, missing, per-key order); exit 1 on
-  any failure; ``--json`` prints the report as JSON on stdout.
+  With ``--state-dir`` the group is stateful (seed 2): per-key running aggregates per partition in local stores
+  backed by a fenced changelog, standby/learner replicas restored between batches (``apportion.spark._stateful``);
+  use ``--strategy high_availability`` and ``--option KEY=VALUE`` for its options.
+- ``verify``: the committed output vs the input (counts, checksums, duplicates, missing, per-key order) and, when
+  the resource has a changelog, the state rebuilt from it vs a one-pass reference; exit 1 on any failure; ``--json``
+  prints the report as JSON on stdout.
 """
 
 from __future__ import annotations
@@ -95,6 +99,23 @@ def produce(
 )
 @click.option("--idle", "idle_s", type=float, default=0.2, help="Poll interval when there is no new input (s).")
 @click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Stateful: keep per-key aggregates per partition under DIR/<id>/ (restored from the changelog).",
+)
+@click.option("--restore-batch", type=int, default=50_000, help="Changelog records replayed per replica step.")
+@click.option(
+    "--restore-rate", type=float, default=0.0, help="Max changelog records restored per second (0: unlimited)."
+)
+@click.option(
+    "--option",
+    "strategy_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A strategy option when creating the group (JSON value), e.g. max_warmup_replicas=2; repeatable.",
+)
+@click.option(
     "--exit-when-idle", "exit_idle_s", type=float, default=0.0, help="Leave after N s without work (0: never)."
 )
 @click.option("--pause-before-commit", "pause_s", type=float, default=0.0, hidden=True, help="Fault injection (s).")
@@ -118,13 +139,26 @@ def run(
     ttl_s: float,
     revoke_timeout_s: float,
     idle_s: float,
+    state_dir: str | None,
+    restore_batch: int,
+    restore_rate: float,
+    strategy_options: tuple[str, ...],
     exit_idle_s: float,
     pause_s: float,
     pause_batches: int,
 ) -> None:
     """Run one pipeline worker until SIGTERM/SIGINT (graceful leave) or --exit-when-idle."""
     from apportion.log import PartitionedLog
-    from apportion.spark._pipeline import Pipeline, joined, load_transform, spark_session, transform, warm_up
+    from apportion.spark._pipeline import (
+        Pipeline,
+        emit_log,
+        joined,
+        load_transform,
+        spark_session,
+        transform,
+        warm_up,
+    )
+    from apportion.spark._stateful import StatefulPartitions
     from apportion.worker import Group
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
@@ -135,6 +169,13 @@ def run(
     if partitions is not None and partitions != n:
         raise InvalidRequest("partitions", f"the log resource {resource!r} has {n} partitions, not {partitions}")
     function = load_transform(transform_spec) if transform_spec else transform
+    options = parse_options(strategy_options)
+    state = None
+    if state_dir is not None:  # validated before Spark starts
+        state = StatefulPartitions(
+            log, resource, Path(state_dir) / worker_id, emit=emit_log, worker_id=worker_id,
+            restore_batch=restore_batch, restore_rate=restore_rate,
+        )  # fmt: skip
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     with connect(store_url) as store:
@@ -147,6 +188,8 @@ def run(
             min_interval_s=min_interval_s,
             heartbeat_s=heartbeat_s,
             ttl_s=ttl_s,
+            options=options,
+            stateful=state_dir is not None,
         )
         if group.config.partitions != n:
             raise InvalidRequest("group", f"{group_name!r} has {group.config.partitions} partitions, the log has {n}")
@@ -167,6 +210,7 @@ def run(
             worker_id=worker_id,
             pause_before_commit_s=pause_s,
             pause_batches=pause_batches,
+            state=state,
         )
         emit = processor.emit
         warm_s = warm_up(spark, function)
@@ -176,6 +220,8 @@ def run(
                 processor.run(stop, idle_s=idle_s, exit_after_idle_s=exit_idle_s)
         finally:
             emit("stopped", worker=worker_id, batches=processor.batches, records=processor.records)
+            if processor.state is not None:
+                processor.state.close()
             with contextlib.suppress(Exception):  # the JVM may already be gone (signal to the process group)
                 spark.stop()
 
@@ -196,14 +242,24 @@ def verify(
 
     from apportion.log import PartitionedLog
     from apportion.spark._output import verify as verify_output
+    from apportion.spark._stateful import verify_state
+    from apportion.state import changelog_resource
 
+    log = PartitionedLog(input_dir)
+    resource = resource or group_name
     with connect(store_url) as store:
-        report = verify_output(store, group_name, PartitionedLog(input_dir), resource or group_name, output_dir)
+        report = verify_output(store, group_name, log, resource, output_dir)
+        state = (
+            verify_state(store, group_name, log, resource) if changelog_resource(resource) in log.resources() else None
+        )
     data = report.to_json()
+    ok = report.ok and (state is None or state.ok)
+    if state is not None:
+        data.update({f"state_{k}": v for k, v in state.to_json().items()})
     if as_json:
         click.echo(json.dumps(data))
     else:
-        table = Table(title=f"pipeline output of group {group_name}: {'OK' if report.ok else 'FAILED'}")
+        table = Table(title=f"pipeline output of group {group_name}: {'OK' if ok else 'FAILED'}")
         table.add_column("check")
         table.add_column("value", justify="right")
         for name, value in data.items():
@@ -212,7 +268,24 @@ def verify(
     if not report.ok:
         print("apportion: error: the committed output does not equal the input", file=sys.stderr)
         return 1
+    if state is not None and not state.ok:
+        print("apportion: error: the state rebuilt from the changelog does not equal the reference", file=sys.stderr)
+        return 1
     return 0
+
+
+def parse_options(items: tuple[str, ...]) -> dict[str, object]:
+    """``KEY=VALUE`` strategy options; a VALUE that parses as JSON is used as such, else as a string."""
+    options: dict[str, object] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidRequest("option", f"expected KEY=VALUE, got {item!r}")
+        try:
+            options[key.strip()] = json.loads(text)
+        except ValueError:
+            options[key.strip()] = text
+    return options
 
 
 __all__ = ["pipeline"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from apportion.assign import OPTIONS
 from apportion.assign import STRATEGY_NAMES as STRATEGIES
 from apportion.errors import InvalidRequest
 
@@ -52,6 +53,15 @@ class GroupConfig:
             raise InvalidRequest("stateful", f"must be true or false, got {self.stateful!r}")
         if not isinstance(self.options, Mapping):
             raise InvalidRequest("options", "must be a mapping")
+        for name, value in self.options.items():
+            check = OPTIONS.get(name)
+            if check is None:
+                raise InvalidRequest(
+                    "options", f"unknown strategy option {name!r} (known: {', '.join(sorted(OPTIONS))})"
+                )
+            ok, reason = check(value)
+            if not ok:
+                raise InvalidRequest(f"options.{name}", f"{reason}, got {value!r}")
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
 
     def to_json(self) -> dict[str, Any]:

@@ -33,10 +33,11 @@ same participants as the previous plan and the resource definition is unchanged,
 Replicas (seed 2, ``high_availability``)
 ----------------------------------------
 A plan may also give a member standby and learner (warm-up) replicas of partitions it does not own; the member hears
-them through ``on_replicas(standby, learners)`` and reports, in its next participation record, the replicas it holds
-and each one's lag (``replica_lags()``: partition -> offsets behind the partition's changelog end). While a plan has
-learners, every member wants a probing round ``probe_after_s`` (the strategy's ``probing_rebalance_interval_s``)
-after the plan: the strategy then moves the actives whose learners are ready.
+them through ``on_replicas(standby, learners)`` (learners include the partitions the plan gives it that it has not
+claimed yet: they keep warming up until their previous owner releases them) and reports, in its next participation
+record, the replicas it holds and each one's lag (``replica_lags()``: partition -> offsets behind the partition's
+changelog end). While a plan has learners, every member wants a probing round ``probe_after_s`` (the strategy's
+``probing_rebalance_interval_s``) after the plan: the strategy then moves the actives whose learners are ready.
 
 Ownership (epochs are fencing tokens)
 -------------------------------------
@@ -154,6 +155,8 @@ class RoundsMember(FencedMember):
         self._on_replicas = on_replicas
         self._standby: tuple[int, ...] = ()
         self._learners: tuple[int, ...] = ()
+        self._plan_standby: tuple[int, ...] = ()
+        self._plan_learners: frozenset[int] = frozenset()
         self._probe_after_s: float | None = None
         # round state
         self.phase = Phase.STARTING
@@ -236,6 +239,7 @@ class RoundsMember(FencedMember):
                 deadlines.append(self._first_seen + self.config.settle_s)
         if self._claiming:
             self._claim(now)
+            self._refresh_replicas()
             if self._busy_until is not None:
                 return self._busy_until
             if self._claiming:
@@ -453,22 +457,24 @@ class RoundsMember(FencedMember):
         self.phase = Phase.SETTLED if in_plan else Phase.WAITING
         probe = plan.get("probe_after_s")
         self._probe_after_s = None if probe is None else float(probe)
-        self._set_replicas(
-            tuple(plan.get("standby", {}).get(self.id, ())) if in_plan else (),
-            tuple(plan.get("learners", {}).get(self.id, ())) if in_plan else (),
-        )
         if not self._dead.isdisjoint(participants):
             self._need(rnd)
         with self._lock:
             revoke = sorted(p for p in self._owned if p not in self._assignment)
             self._claiming = {p for p in self._assignment if p not in self._owned}
+        self._plan_standby = tuple(plan.get("standby", {}).get(self.id, ())) if in_plan else ()
+        self._plan_learners = frozenset(plan.get("learners", {}).get(self.id, ())) if in_plan else frozenset()
+        self._refresh_replicas()
         self._trace(
             "plan", round=rnd, in_plan=in_plan, assigned=sorted(self._assignment), revoke=revoke, kept=plan.get("kept")
         )
         if revoke:
             self._revoke(revoke)
 
-    def _set_replicas(self, standby: tuple[int, ...], learners: tuple[int, ...]) -> None:
+    def _refresh_replicas(self) -> None:
+        """The plan's replicas, plus (as learners) the partitions given to me but not claimed yet: their previous
+        owner is finishing its batch, and they keep warming up until it releases them."""
+        standby, learners = self._plan_standby, tuple(sorted(self._plan_learners | self._claiming))
         if (standby, learners) == (self._standby, self._learners):
             return
         self._standby, self._learners = standby, learners

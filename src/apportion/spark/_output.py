@@ -58,13 +58,18 @@ keep ``partition`` and ``offset``."""
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """A partition's committed progress: the next input offset and every committed output file (relative paths)."""
+    """A partition's committed progress: the next input offset, every committed output file (relative paths) and,
+    for a stateful pipeline, the committed ranges of its changelog (``apportion.state``: what a restore replays)."""
 
     offset: int = 0
     outputs: tuple[str, ...] = field(default_factory=tuple)
+    changelog: tuple[tuple[int, int], ...] = field(default_factory=tuple)
 
     def to_json(self) -> str:
-        return json.dumps({"offset": self.offset, "outputs": list(self.outputs)}, separators=(",", ":"))
+        raw: dict[str, Any] = {"offset": self.offset, "outputs": list(self.outputs)}
+        if self.changelog:
+            raw["changelog"] = [list(r) for r in self.changelog]
+        return json.dumps(raw, separators=(",", ":"))
 
     @classmethod
     def parse(cls, text: str | None, partition: int) -> Checkpoint:
@@ -75,16 +80,18 @@ class Checkpoint:
             raw = json.loads(text)
             offset = int(raw["offset"])
             outputs = tuple(str(o) for o in raw["outputs"])
+            changelog = tuple((int(first), int(end)) for first, end in raw.get("changelog", ()))
         except (ValueError, KeyError, TypeError) as exc:
             raise ApportionError(
                 f"partition {partition}: the committed checkpoint {text[:80]!r} is not a pipeline checkpoint "
                 "(was the group used by something else?)"
             ) from exc
-        return cls(offset, outputs)
+        return cls(offset, outputs, changelog)
 
-    def then(self, end: int, output: str) -> Checkpoint:
-        """The checkpoint after committing ``output`` for the offsets up to ``end``."""
-        return Checkpoint(end, (*self.outputs, output))
+    def then(self, end: int, output: str, changelog: tuple[tuple[int, int], ...] | None = None) -> Checkpoint:
+        """The checkpoint after committing ``output`` for the offsets up to ``end`` (and, for a stateful pipeline,
+        the changelog ranges that include the batch's appended records)."""
+        return Checkpoint(end, (*self.outputs, output), self.changelog if changelog is None else changelog)
 
 
 def output_name(start: int, end: int, epoch: int) -> str:

@@ -32,6 +32,11 @@ partition tile ``[0, offset)`` without gap or overlap, whoever wrote them — ac
 the batch), kill -9 (the uncommitted file is never listed; the next owner starts from the commit) and zombies (the
 commit of a stale epoch fails; its file is deleted by itself or by the next owner's clean-up).
 
+Stateful pipelines (``state=StatefulPartitions(...)``, ``apportion.spark._stateful``) also keep a running
+aggregate per key in a local store per partition, restored from a changelog whose committed ranges ride in the same
+fenced checkpoint (step 2 restores on a new epoch; step 4 appends to the changelog before the commit and updates the
+local store after it); between batches the worker restores its standby and learner replicas.
+
 Partition states in the pipeline (``on_*`` run on the worker thread, batches on the caller's thread)::
 
     idle --on_assigned--> ACTIVE --on_revoked (waits for the batch holding p)--> idle
@@ -62,6 +67,7 @@ from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
 from apportion.group import Lease
 from apportion.log import SCHEMA, PartitionedLog, Segment, segment_name
 from apportion.spark._output import OUTPUT_FILE, TMP_PREFIX, Checkpoint, output_relpath
+from apportion.spark._stateful import Staged, StatefulPartitions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -187,10 +193,16 @@ def write_output(output_dir: Path, resource: str, task: Task, table: pa.Table) -
     return rel
 
 
-def commit_task(committer: Committer, task: Task, rel: str, output_dir: Path) -> Checkpoint:
-    """The fenced commit of one task's output. Returns the new checkpoint; on ``Fenced`` deletes the file unless
-    the committed checkpoint lists it, and re-raises."""
-    checkpoint = task.checkpoint.then(task.end, rel)
+def commit_task(
+    committer: Committer,
+    task: Task,
+    rel: str,
+    output_dir: Path,
+    changelog: tuple[tuple[int, int], ...] | None = None,
+) -> Checkpoint:
+    """The fenced commit of one task's output (and, when stateful, of its ``changelog`` ranges). Returns the new
+    checkpoint; on ``Fenced`` deletes the file unless the committed checkpoint lists it, and re-raises."""
+    checkpoint = task.checkpoint.then(task.end, rel, changelog)
     try:
         committer.commit(task.partition, checkpoint.to_json(), epoch=task.epoch)
     except Fenced:
@@ -261,7 +273,7 @@ def warm_up(spark: SparkSession, transform: Transform = transform) -> float:
     return time.perf_counter() - started
 
 
-def _emit_log(event: str, **fields: Any) -> None:
+def emit_log(event: str, **fields: Any) -> None:
     log.info("%s", json.dumps({"event": event, "time": round(time.time(), 3), **fields}, default=str))
 
 
@@ -278,10 +290,11 @@ class Pipeline:
         *,
         batch_records: int = 10_000,
         transform: Transform = transform,
-        emit: Emit = _emit_log,
+        emit: Emit = emit_log,
         worker_id: str = "",
         pause_before_commit_s: float = 0.0,
         pause_batches: int = 1,
+        state: StatefulPartitions | None = None,
     ) -> None:
         if isinstance(batch_records, bool) or not isinstance(batch_records, int) or batch_records < 1:
             raise InvalidRequest("batch_records", f"must be an int >= 1, got {batch_records!r}")
@@ -301,6 +314,7 @@ class Pipeline:
         self._locks: dict[int, threading.Lock] = {}
         self._cache: dict[int, tuple[int, Checkpoint]] = {}  # partition -> (epoch, committed checkpoint)
         self._committer: Committer | None = None
+        self.state = state
         self.batches = 0
         self.records = 0
 
@@ -325,6 +339,22 @@ class Pipeline:
             for p in parts:
                 self._cache.pop(p, None)
         self.emit("lost", worker=self.worker_id, partitions=parts)
+
+    def on_replicas(self, standby: list[int], learners: list[int]) -> None:
+        if self.state is not None:
+            self.state.on_replicas(standby, learners)
+
+    def replica_lags(self) -> dict[int, int]:
+        return {} if self.state is None else self.state.replica_lags()
+
+    def restore_replicas(self) -> int:
+        """Replay a bounded number of changelog records into this worker's standby and learner replicas."""
+        committer = self._committer
+        if self.state is None or committer is None:
+            return 0
+        with self._state:
+            active = set(self._active)
+        return self.state.restore_replicas(committer, active)
 
     def attach(self, committer: Committer) -> Pipeline:
         self._committer = committer
@@ -366,6 +396,8 @@ class Pipeline:
             deleted = clean_partition(self.output_dir, self.resource, p, checkpoint, epoch)
             if deleted:
                 self.emit("cleaned", worker=self.worker_id, partition=p, epoch=epoch, files=deleted)
+            if self.state is not None:
+                self.state.prepare(p, checkpoint, epoch)
             with self._state:
                 self._cache[p] = (epoch, checkpoint)
         else:
@@ -395,13 +427,14 @@ class Pipeline:
         spark_s = time.perf_counter() - started
 
         started = time.perf_counter()
-        written: list[tuple[Task, str]] = []
+        written: list[tuple[Task, str, Staged | None]] = []
         parts = result.column("partition")
         for task in tasks:
             rows = result.filter(pc.equal(parts, task.partition))
             rows = rows.take(pc.sort_indices(rows, sort_keys=[("offset", "ascending")]))
             rel = write_output(self.output_dir, self.resource, task, rows)
-            written.append((task, rel))
+            staged = None if self.state is None else self.state.stage(task.partition, rows, task.checkpoint)
+            written.append((task, rel, staged))
             self.emit(
                 "written", worker=self.worker_id, partition=task.partition, epoch=task.epoch, rows=rows.num_rows,
                 start=task.start, end=task.end, file=rel,
@@ -416,10 +449,12 @@ class Pipeline:
         started = time.perf_counter()
         committed: list[int] = []
         fenced: list[int] = []
-        for task, rel in written:
+        for task, rel, staged in written:
             p = task.partition
             try:
-                checkpoint = commit_task(committer, task, rel, self.output_dir)
+                checkpoint = commit_task(
+                    committer, task, rel, self.output_dir, None if staged is None else staged.changelog
+                )
             except Fenced:
                 fenced.append(p)
                 with self._state:
@@ -432,6 +467,8 @@ class Pipeline:
                     self._cache.pop(p, None)  # ambiguous: re-read the checkpoint next batch
                 self.emit("commit_unknown", worker=self.worker_id, partition=p, epoch=task.epoch, error=str(exc))
                 continue
+            if staged is not None and self.state is not None:
+                self.state.committed(p, staged)
             with self._state:
                 if p in self._active:
                     self._cache[p] = (task.epoch, checkpoint)
@@ -462,7 +499,7 @@ class Pipeline:
                 # the batch in flight is simply not committed
                 self.emit("batch_aborted", worker=self.worker_id, error=repr(exc)[:200])
                 return
-            if stats is not None:
+            if self.restore_replicas() > 0 or stats is not None:
                 idle_since = None
                 continue
             now = time.monotonic()
@@ -476,6 +513,9 @@ class Pipeline:
 @contextlib.contextmanager
 def joined(group: Group, worker_id: str, pipeline: Pipeline, **join_kwargs: Any) -> Iterator[Any]:
     """Join ``group`` with the pipeline's callbacks and attach the worker; leave gracefully at the end."""
+    if pipeline.state is not None:
+        join_kwargs.setdefault("replica_lags", pipeline.replica_lags)
+        join_kwargs.setdefault("on_replicas", pipeline.on_replicas)
     worker = group.join(worker_id, pipeline.on_assigned, pipeline.on_revoked, pipeline.on_lost, **join_kwargs)
     pipeline.attach(worker)
     try:
@@ -491,6 +531,7 @@ __all__ = [
     "Task",
     "clean_partition",
     "commit_task",
+    "emit_log",
     "joined",
     "load_transform",
     "read_tasks",
