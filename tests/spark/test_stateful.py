@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,26 +13,16 @@ from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline, verify
 from apportion.spark._output import Checkpoint, lag
 from apportion.spark._pipeline import commit_task, joined, write_output
-from apportion.spark._stateful import StatefulPartitions, reference_state, verify_state
+from apportion.spark._stateful import StatefulPartitions, handoffs, reference_state, verify_state
 from apportion.state import PartitionState, changelog_resource
 from apportion.store import connect
 from apportion.worker import Group
+from tests.spark.test_pipeline import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 
 BATCH = 300
 OPTIONS = {"max_warmup_replicas": 2, "acceptable_recovery_lag": 50, "probing_rebalance_interval_s": 1.0}
-
-
-def wait_for(
-    condition: Callable[[], bool], timeout_s: float, what: str, context: Callable[[], str] = lambda: ""
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}\n{context()}")
 
 
 class Events:
@@ -205,21 +193,8 @@ def settled(store: Any, members: set[str], partitions: int) -> bool:
     return owners(store, partitions) == planned
 
 
-def handoffs(workers: list[Any]) -> list[dict[str, Any]]:
-    """Per partition moved between workers: when its old owner stopped (revoked) and its new one was ready."""
-    revoked: dict[int, list[tuple[float, str]]] = {}
-    for w in workers:
-        for e in w.of("revoked"):
-            for p in e["partitions"]:
-                revoked.setdefault(p, []).append((e["time"], w.id))
-    found = []
-    for w in workers:
-        for e in w.of("restored"):
-            before = [(t, wid) for t, wid in revoked.get(e["partition"], []) if t <= e["time"] and wid != w.id]
-            if before:
-                t, source = max(before)
-                found.append({**e, "source": source, "target": w.id, "gap_s": e["time"] - t})
-    return found
+def moves(workers: list[Any]) -> list[dict[str, Any]]:
+    return handoffs({**e, "worker": w.id} for w in workers for e in list(w.events))
 
 
 @pytest.mark.slow  # four worker JVMs on a 2-core machine: ~90 s
@@ -270,7 +245,7 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
             wait_for(lambda: len(w4.of("restored")) >= 2, 60, "w4 to restore the state of its two actives",
                      lambda: timeline(processes))  # fmt: skip
             w4_learned = [e for e in w4.of("replicas") if e["learners"]]
-            up = handoffs(processes)
+            up = moves(processes)
             # scale down: a graceful leave; standbys of its partitions are warm and take over
             processes[0].signal(signal.SIGTERM)
             assert processes[0].proc.wait(60) == 0, processes[0].tail()
@@ -281,7 +256,7 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
             stop_producing.set()
             producer_thread.join(30)
         wait_for(lambda: sum(lag(store, "g", log, "r").values()) == 0, 120, "all input processed")
-    down = [h for h in handoffs(processes) if h["source"] == "w1"]
+    down = [h for h in moves(processes) if h["source"] == "w1"]
     for w in processes[1:]:
         w.signal(signal.SIGTERM)
     for w in processes[1:]:
@@ -305,3 +280,16 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["state_ok"] and report["state_mismatched_keys"] == 0, report
     assert report["state_records"] == sum(log.end_offset("r", p) for p in range(partitions)) > 120_000
+
+
+def test_handoffs_measure_the_gap_from_the_old_owners_revocation_to_the_new_owners_restore() -> None:
+    events = [
+        {"event": "restored", "worker": "a", "partition": 0, "time": 1.0},  # first owner: not a move
+        {"event": "revoked", "worker": "a", "partitions": [0, 1], "time": 5.0},
+        {"event": "restored", "worker": "b", "partition": 1, "time": 5.5},
+        {"event": "restored", "worker": "c", "partition": 0, "time": 7.0},
+        {"event": "revoked", "worker": "c", "partitions": [0], "time": 9.0},
+        {"event": "restored", "worker": "c", "partition": 0, "time": 9.5},  # the same worker again: not a move
+    ]
+    found = {(h["partition"], h["source"], h["target"]): h["gap_s"] for h in handoffs(reversed(events))}
+    assert found == {(1, "a", "b"): 0.5, (0, "a", "c"): 2.0}

@@ -46,13 +46,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apportion.assign import range_block
+from apportion.assign._high_availability import HighAvailabilityOptions
+from apportion.assign._high_availability import parse_options as high_availability_options
 from apportion.clock import VirtualClock
 from apportion.errors import Fenced, StoreUnavailable
 from apportion.group import CoordinatorMember, FencedMember, GroupConfig, RoundsMember, StaticMember, set_replicas
 from apportion.group._ownership import DelayHook, Tracer
 from apportion.store import Compare, Event, EventType, Lease, MemoryStore, Op, Store, TxnResult, Watch
 
-BALANCED_STRATEGIES = ("round_robin", "range", "sticky")
+BALANCED_STRATEGIES = ("round_robin", "range", "sticky", "high_availability")
 FAULTS = ("crash", "freeze", "slow", "unavailable", "drift")
 MODES = ("rounds", "coordinator", "static")
 _BROADCAST = frozenset(("current", "latest", "resource", "coordinator", "replicas", "rebalance"))
@@ -79,6 +81,13 @@ class SimConfig:
     safety: float = 0.8  # the member's local-deadline factor (tests raise it to prove the checker catches overlap)
     mode: str = "rounds"
     max_in_flight: int = 4
+    # stateful groups (seed 2): strategy options, and the replica model (a replica restores ``restore_rate``
+    # changelog records per virtual second from the moment a plan gives it, of ``state_records`` per partition)
+    stateful: bool = False
+    options: Mapping[str, object] = field(default_factory=dict)
+    state_records: int = 10_000
+    restore_rate: float = 5_000.0
+    script: tuple[tuple[float, str], ...] = ()  # fixed churn (seconds after start, kind) instead of random events
 
     def group_config(self) -> GroupConfig:
         return GroupConfig(
@@ -88,7 +97,37 @@ class SimConfig:
             min_interval_s=self.min_interval_s,
             heartbeat_s=self.heartbeat_s,
             ttl_s=self.ttl_s,
+            options=self.options,
+            stateful=self.stateful,
         )
+
+    def convergence_s(self) -> float:
+        """Extra virtual time a stateful group may need after the last event: its probing rounds (seed 2)."""
+        if not self.stateful:
+            return 0.0
+        known = HighAvailabilityOptions.__dataclass_fields__
+        ha = high_availability_options({k: v for k, v in self.options.items() if k in known})
+        probing = ha.probing_rebalance_interval_s + self.settle_s
+        return (math.ceil(self.partitions / ha.max_warmup_replicas) + 1) * probing + self.state_records / max(
+            self.restore_rate, 1e-9
+        )
+
+
+class _ReplicaModel:
+    """A member's standby/learner replicas in virtual time: each restores at ``rate`` records/s from the moment a
+    plan gives it; its lag is what is left of ``records``."""
+
+    def __init__(self, clock: VirtualClock, records: int, rate: float) -> None:
+        self._clock, self._records, self._rate = clock, records, rate
+        self._since: dict[int, float] = {}
+
+    def on_replicas(self, standby: list[int], learners: list[int]) -> None:
+        now = self._clock.now()
+        self._since = {p: self._since.get(p, now) for p in sorted({*standby, *learners})}
+
+    def lags(self) -> dict[int, int]:
+        now = self._clock.now()
+        return {p: max(0, self._records - int(self._rate * (now - t))) for p, t in self._since.items()}
 
 
 @dataclass
@@ -313,7 +352,10 @@ class Simulation:
             return CoordinatorMember(
                 store, self.group, mid, self.gconfig, max_in_flight=self.config.max_in_flight, **common
             )
-        return RoundsMember(store, self.group, mid, self.gconfig, **common)
+        model = _ReplicaModel(self.clock, self.config.state_records, self.config.restore_rate)
+        return RoundsMember(
+            store, self.group, mid, self.gconfig, replica_lags=model.lags, on_replicas=model.on_replicas, **common
+        )
 
     def _add_member(self, ordinal: int | None = None) -> _Sim:
         mid = f"m{next(self._ids)}"
@@ -362,7 +404,10 @@ class Simulation:
         start = self.clock.now()
         t = start + 2.0 * (cfg.settle_s + cfg.min_interval_s)
         last_effect = t
-        for _ in range(cfg.events):
+        for at, kind in cfg.script:
+            self._push(t + at, "churn:" + kind, "", 0.0)
+            last_effect = max(last_effect, t + at)
+        for _ in range(0 if cfg.script else cfg.events):
             t += self.rng.expovariate(1.0 / cfg.event_gap_s)
             kinds = ["join", "leave"] + (list(FAULTS) if cfg.faults else ["crash"])
             kind = self.rng.choice(kinds)
@@ -375,7 +420,7 @@ class Simulation:
                 duration = self.rng.uniform(0.1, cfg.ttl_s)
             self._push(t, "churn:" + kind, "", duration)
             last_effect = max(last_effect, t + duration)
-        settle_by = last_effect + cfg.settle_s + cfg.min_interval_s + cfg.ttl_s + 1.0
+        settle_by = last_effect + cfg.settle_s + cfg.min_interval_s + cfg.ttl_s + 1.0 + cfg.convergence_s()
         self._push(settle_by, "check", "")
         self._loop(settle_by)
         violations = self._check_liveness()

@@ -20,6 +20,9 @@ the state because the changelog ranges are part of the fenced checkpoint:
 the knob that keeps background restoration from saturating a shared disk or network (Kafka's replication throttles
 play the same role), and the bandwidth model of the stateful benchmark.
 
+``handoffs`` measures, from the workers' events, how long each moved partition had no active: from its old owner's
+``revoked`` (it stopped processing) to its new owner's ``restored`` (state caught up, processing can start).
+
 ``verify_state`` rebuilds every partition's state from the committed changelog alone and compares it with the
 aggregate of the committed input computed in one pass (the single-process reference).
 """
@@ -29,7 +32,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -223,6 +226,25 @@ class StateReport:
         }
 
 
+def handoffs(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every partition move seen in the pipeline events of all workers (``worker``, ``time`` fields): each new
+    owner's ``restored`` event with ``source`` (the last other worker that revoked the partition before it),
+    ``target`` and ``gap_s`` (seconds without an active). A partition that had no previous owner is not a move."""
+    ordered = sorted(events, key=lambda e: (float(e["time"]), str(e.get("worker", ""))))
+    last_revoked: dict[int, tuple[float, str]] = {}
+    found: list[dict[str, Any]] = []
+    for e in ordered:
+        kind = e.get("event")
+        if kind == "revoked":
+            for p in e["partitions"]:
+                last_revoked[int(p)] = (float(e["time"]), str(e["worker"]))
+        elif kind == "restored":
+            before = last_revoked.get(int(e["partition"]))
+            if before is not None and before[1] != e["worker"]:
+                found.append({**e, "source": before[1], "target": e["worker"], "gap_s": float(e["time"]) - before[0]})
+    return found
+
+
 def reference_state(log: PartitionedLog, resource: str, partition: int, end: int | None = None) -> dict[str, Aggregate]:
     """The single-process reference: the aggregate of the partition's input records below ``end`` in one pass."""
     return fold(log.read(resource, partition, 0, end))
@@ -250,4 +272,4 @@ def verify_state(store: Store, group: str, log: PartitionedLog, resource: str) -
     return StateReport(log.partitions(resource), keys, records, mismatched, tuple(bad))
 
 
-__all__ = ["StateReport", "StatefulPartitions", "reference_state", "verify_state"]
+__all__ = ["StateReport", "StatefulPartitions", "handoffs", "reference_state", "verify_state"]

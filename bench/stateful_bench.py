@@ -1,0 +1,206 @@
+"""Stateful scale-up: how long each moved partition has no active, `high_availability` vs `sticky`, one run.
+
+The same scenario for each strategy, on a fresh directory: ``--partitions`` partitions, ``--records`` records over
+``--keys`` keys (a large per-partition state), three `apportion pipeline run --state-dir` workers process all of
+it; then input keeps flowing while a fourth worker joins, until the group settles (balanced, no learner left).
+`sticky` moves actives at once and the new owner restores the whole changelog before it can process;
+`high_availability` warms learners first (``--max-warmup`` at a time, probing every ``--probing`` s) and moves an
+active only when its learner is within ``--acceptable-lag``. Every worker restores at ``--restore-rate`` records/s
+(the changelog bandwidth: a remote log, a busy disk), the same for both.
+
+Per moved partition: unavailability = new owner's ``restored`` - old owner's ``revoked`` (``handoffs`` in
+``apportion.spark._stateful``); reported p50/p99/max, the records the new owner replayed, the rounds planned
+after the join (probing rounds for `high_availability`) and the time from the join to the settled group.
+
+    .venv/bin/python bench/stateful_bench.py [--records 400000] [--keys 400000] [--restore-rate 50000]
+
+Prints one JSON object; ratio = sticky max unavailability / high_availability max unavailability.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from apportion.cli import main as cli
+from apportion.group import Keys, decode
+from apportion.group._history import history
+from apportion.log import PartitionedLog, Producer
+from apportion.spark._output import lag
+from apportion.spark._stateful import handoffs
+from apportion.store import Store, connect
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else 0.0
+
+
+def _wait(what: str, condition: Callable[[], bool], timeout_s: float) -> float:
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout_s:
+            raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def _settled(store: Store, members: set[str], partitions: int) -> bool:
+    keys = Keys("g")
+    latest = store.get(keys.latest)
+    kv = None if latest is None else store.get(keys.plan(int(decode(latest.value)["round"])))
+    if kv is None:
+        return False
+    plan = decode(kv.value)
+    if set(plan["participants"]) != members or any(plan.get("learners", {}).values()):
+        return False
+    counts = [len(plan["assignment"].get(m, [])) for m in members]
+    planned = {p: m for m, parts in plan["assignment"].items() for p in parts}
+    owners = {}
+    for p in range(partitions):
+        owner = store.get(keys.owner(p))
+        owners[p] = None if owner is None else decode(owner.value)["member"]
+    return max(counts) - min(counts) <= 1 and owners == planned
+
+
+class _Workers:
+    def __init__(self, root: Path, url: str, extra: list[str]) -> None:
+        self.root, self.url, self.extra = root, url, extra
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, wid: str) -> None:
+        args = [
+            sys.executable, "-m", "apportion.cli", "pipeline", "run", "--store", self.url, "--group", "g",
+            "--id", wid, "--input", str(self.root / "log"), "--output", str(self.root / "out"), "--resource", "r",
+            "--state-dir", str(self.root / "state"), "--driver-memory", "768m", "--idle", "0.1",
+            "--settle", "0.3", "--min-interval", "0.6", "--ttl", "3", *self.extra,
+        ]  # fmt: skip
+        with open(self.root / f"{wid}.log", "wb") as out:
+            self.procs[wid] = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=out, start_new_session=True)
+
+    def events(self) -> list[dict[str, Any]]:
+        found = []
+        for wid in self.procs:
+            for line in (self.root / f"{wid}.log").read_text(errors="replace").splitlines():
+                if line.startswith("{"):
+                    with contextlib.suppress(ValueError):
+                        found.append(json.loads(line))
+        return found
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@contextlib.contextmanager
+def _steady_input(log: PartitionedLog, keys: int, per_s: int) -> Iterator[None]:
+    stop = threading.Event()
+
+    def run() -> None:
+        with Producer(log, "r", batch_records=1000) as producer:
+            i = 0
+            while not stop.wait(0.1):
+                chunk = per_s // 10
+                producer.send_many((f"k{(i + j) * 7919 % keys}", f"v{i + j}") for j in range(chunk))
+                i += chunk
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def scenario(strategy: str, args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix=f"apportion-stateful-{strategy}-") as tmp:
+        root = Path(tmp)
+        url = f"sqlite:///{root / 'store.db'}"
+        produce = ["pipeline", "produce", "--input", str(root / "log"), "--resource", "r"]
+        with contextlib.redirect_stdout(sys.stderr):
+            cli([*produce, "--partitions", str(args.partitions), "--records", str(args.records),
+                 "--keys", str(args.keys), "--seed", "5"])  # fmt: skip
+        log = PartitionedLog(root / "log")
+        extra = ["--strategy", strategy, "--restore-rate", str(args.restore_rate), "--restore-batch", "10000"]
+        if strategy == "high_availability":
+            extra += ["--option", f"max_warmup_replicas={args.max_warmup}",
+                      "--option", f"acceptable_recovery_lag={args.acceptable_lag}",
+                      "--option", f"probing_rebalance_interval_s={args.probing}"]  # fmt: skip
+        workers = _Workers(root, url, extra)
+        try:
+            with connect(url) as store:
+                members = {"w1", "w2", "w3"}
+                for wid in sorted(members):
+                    workers.start(wid)
+                _wait("3 workers to process the input", lambda: sum(lag(store, "g", log, "r").values()) == 0
+                      and _settled(store, members, args.partitions), 600)  # fmt: skip
+                with _steady_input(log, args.keys, args.input_rate):
+                    joined_at = store.revision()
+                    workers.start("w4")
+                    members.add("w4")
+                    settle_s = _wait("4 workers to settle", lambda: _settled(store, members, args.partitions), 600)
+                    _wait("w4 to restore its actives", lambda: len([
+                        h for h in handoffs(workers.events()) if h["target"] == "w4"]) >= args.partitions // 4,
+                          120)  # fmt: skip
+                rounds = sum(
+                    1 for e in history(store, "g") if e["type"] == "round_closed" and e["revision"] > joined_at
+                )
+        finally:
+            workers.stop()
+        moved = [h for h in handoffs(workers.events()) if h["target"] == "w4"]
+        gaps = [h["gap_s"] for h in moved]
+        replayed = [h["records"] for h in moved]
+        return {
+            "strategy": strategy,
+            "moved": len(moved),
+            "unavailable_p50_s": round(_percentile(gaps, 0.5), 3),
+            "unavailable_p99_s": round(_percentile(gaps, 0.99), 3),
+            "unavailable_max_s": round(max(gaps, default=0.0), 3),
+            "replayed_at_handoff_max": max(replayed, default=0),
+            "state_records_per_partition": max((h["committed"] for h in moved), default=0),
+            "rounds_after_join": rounds,
+            "join_to_settled_s": round(settle_s, 1),
+        }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=400_000)
+    parser.add_argument("--keys", type=int, default=400_000)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--restore-rate", type=float, default=50_000.0, help="changelog records/s per worker")
+    parser.add_argument("--input-rate", type=int, default=2_000, help="records/s during the scale-up")
+    parser.add_argument("--max-warmup", type=int, default=2)
+    parser.add_argument("--acceptable-lag", type=int, default=5_000)
+    parser.add_argument("--probing", type=float, default=2.0)
+    args = parser.parse_args()
+    command = "bench/stateful_bench.py " + " ".join(sys.argv[1:])
+    results = [scenario(s, args) for s in ("sticky", "high_availability")]
+    sticky, ha = results
+    ratio = sticky["unavailable_max_s"] / ha["unavailable_max_s"] if ha["unavailable_max_s"] else None
+    print(json.dumps({"command": command, "results": results, "ratio_max": ratio and round(ratio, 1)}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""The simulator with stateful partitions and the high-availability strategy (seed 2): replicas restore in virtual
+time; the rounds protocol moves actives only to warm replicas, and converges within the stated bound."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from apportion.sim import SimConfig
+from apportion.sim._sim import Simulation
+
+HA_OPTIONS = {"max_warmup_replicas": 2, "acceptable_recovery_lag": 100, "probing_rebalance_interval_s": 2.0}
+
+
+def stateful(**kwargs: object) -> SimConfig:
+    base: dict[str, object] = {
+        "members": 3, "partitions": 12, "strategy": "high_availability", "stateful": True, "options": HA_OPTIONS,
+        "state_records": 2_000, "restore_rate": 4_000.0, "faults": False,
+    }  # fmt: skip
+    base.update(kwargs)
+    return SimConfig(**base)  # type: ignore[arg-type]
+
+
+def test_a_join_converges_within_ceil_moves_over_max_warmup_probing_rounds() -> None:
+    """With learners ready before each probing round (2,000 records at 4,000/s < 2 s) and no churn after a join,
+    the group reaches balance after at most ceil(m / max_warmup_replicas) rounds past the join's round, m being
+    the join round's lower bound on moves."""
+    sim = Simulation(stateful(script=((0.0, "join"),)))
+    result = sim.run()
+    assert result.ok, result.violations
+    closed = [(t, fields) for t, mid, kind, fields in sim.records if kind == "round_closed"]
+    joiner = "m3"
+    spawned = next(t for t, mid, kind, _ in sim.records if kind == "spawn" and mid == joiner)
+    after = [fields for t, fields in closed if t > spawned]
+    moved = [f for f in after if f["moves"] > 0]
+    assert after and after[0]["min_moves"] == 3  # 12 partitions over 4 members: the joiner must get 3
+    bound = math.ceil(after[0]["min_moves"] / HA_OPTIONS["max_warmup_replicas"])  # type: ignore[operator]
+    assert 1 <= len(moved) <= bound, after
+    counts = sorted(len(s.member.owned()) for s in sim.members.values() if s.live)
+    assert counts == [3, 3, 3, 3]
+
+
+def test_no_active_moves_to_a_cold_replica_when_a_warm_one_exists() -> None:
+    """Every claim by the joiner is of a partition it had been warming for at least the time a restore takes."""
+    sim = Simulation(stateful(script=((0.0, "join"),)))
+    assert sim.run().ok
+    replicas_since: dict[int, float] = {}
+    for t, mid, kind, fields in sim.records:
+        if mid != "m3":
+            continue
+        if kind == "replicas":
+            for p in fields["learners"]:
+                replicas_since.setdefault(p, t)
+        if kind == "assigned":
+            for p in fields["partitions"]:
+                assert p in replicas_since, f"m3 got partition {p} without warming it"
+                assert t - replicas_since[p] >= 2_000 / 4_000.0, f"m3 got partition {p} before it was ready"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_churn_with_replicas_keeps_exclusivity_fencing_and_liveness(seed: int) -> None:
+    result = Simulation(stateful(seed=seed, events=12, faults=True, options={**HA_OPTIONS, "num_standby_replicas": 1},
+                                 restore_rate=20_000.0)).run()  # fmt: skip
+    assert result.ok, (seed, result.violations)
