@@ -23,7 +23,12 @@ def test_small_demo_passes_every_check_and_writes_its_report(tmp_path: Path) -> 
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["ok"] is True
     names = {c["name"] for c in summary["checks"] if c["ok"]}
-    assert {"exactly once (count, checksum, order)", "zero ownership overlaps", "join moves = lower bound"} <= names
+    assert {
+        "exactly once (count, checksum, order)",
+        "state exactly once (changelog = reference)",
+        "zero ownership overlaps",
+        "join moves = lower bound",
+    } <= names
     assert summary["failover_s"] is not None
     assert Path(summary["report"]).exists()
 

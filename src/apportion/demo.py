@@ -3,7 +3,8 @@
 SQLite store, partitioned Parquet log, local Spark; real worker processes and real faults. Steps::
 
     produce   N keyed records routed by partition_for into P partitions (the Python producer)
-    start     W `apportion pipeline run` workers (sticky) — each its own Spark session
+    start     W `apportion pipeline run` workers (sticky, stateful: per-key aggregates per partition in local
+              stores backed by a fenced changelog) — each its own Spark session
     join      one more worker; the group rebalances with the minimum of moves
     kill -9   one worker: its lease lapses, its partitions are claimed again (failover time measured)
     freeze    one worker with SIGSTOP until its partitions are owned by others, then SIGCONT: its late commit is
@@ -11,7 +12,9 @@ SQLite store, partitioned Parquet log, local Spark; real worker processes and re
     drain     wait until every record is committed
     stop      SIGTERM everyone: graceful leave (revoke, commit, release)
     verify    exactly once (counts + checksum of committed output vs input, no duplicate, none missing, per-key
-              order), zero ownership overlaps in the history, moves vs the lower bound, failover time
+              order), state exactly once (every partition's state rebuilt from its committed changelog equals a
+              one-pass aggregate of the input: the killed worker's and the zombie's appends never count), zero
+              ownership overlaps in the history, moves vs the lower bound, failover time
     report    Spark analytics of the history → HTML with plots
 
 Every wait has a deadline and says what it waited for; the job exits non-zero when any check fails. Child processes
@@ -109,7 +112,8 @@ class _Fleet:
             "--input", str(self.log_dir), "--output", str(self.output_dir),
             "--resource", GROUP, "--batch-records", str(c.batch_records),
             "--ttl", str(c.ttl_s), "--settle", str(c.settle_s), "--min-interval", str(c.min_interval_s),
-            "--master", "local[1]", "--driver-memory", "768m", *extra,
+            "--master", "local[1]", "--driver-memory", "768m",
+            "--state-dir", str(c.directory / "state"), *extra,
         ]  # fmt: skip
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
         with open(c.directory / "logs" / f"{worker_id}.log", "ab") as out:
@@ -175,15 +179,13 @@ class _RecordSource:
         self._thread: threading.Thread | None = None
 
     def append(self, count: int) -> None:
-        from apportion.log import Producer
+        from apportion.log import Producer, synthetic_records
 
         count = min(count, self.config.records - self.produced)
         if count <= 0:
             return
-        keys = [f"key-{self.rng.randrange(self.config.keys)}" for _ in range(count)]
-        values = (f"v-{i}" for i in range(self.produced, self.produced + count))
         with Producer(self.log, GROUP, batch_records=self.config.batch_records) as producer:
-            producer.send_many(zip(keys, values, strict=True))
+            producer.send_many(synthetic_records(self.rng, self.config.keys, self.produced, count))
         self.produced += count
 
     def stream(self, duration_s: float, chunk: int = 25_000) -> None:
@@ -289,7 +291,10 @@ def _run_scenario(
             # committing it), so that the freeze lands inside that window and its late commit meets the fence.
             slow = ("--pause-before-commit", "1.5", "--pause-batches", "1000000") if wid == zombie else ()
             fleet.start(wid, slow)
-        step(f"started {len(first)} pipeline workers ({', '.join(first)}), sticky strategy; Spark sessions starting")
+        step(
+            f"started {len(first)} pipeline workers ({', '.join(first)}), sticky strategy, stateful (per-key "
+            "aggregates per partition backed by a fenced changelog); Spark sessions starting"
+        )
         took = _wait_for(
             "the first workers to own every partition",
             lambda: _all_owned(store, config.partitions, first),
@@ -441,8 +446,10 @@ def _settled(store: Store, ids: list[str]) -> bool:
 def _verify(store: Store, log_dir: Path, output_dir: Path, step: Callable[[str], None]) -> list[Check]:
     from apportion.log import PartitionedLog
     from apportion.spark._output import verify
+    from apportion.spark._stateful import verify_state
 
-    report = verify(store, GROUP, PartitionedLog(log_dir), GROUP, output_dir)
+    log = PartitionedLog(log_dir)
+    report = verify(store, GROUP, log, GROUP, output_dir)
     data = report.to_json()
     step("verified committed output against the input: " + json.dumps(data))
     detail = (
@@ -450,7 +457,16 @@ def _verify(store: Store, log_dir: Path, output_dir: Path, step: Callable[[str],
         f"{'equal' if data['input_checksum'] == data['output_checksum'] else 'DIFFERENT'}, "
         f"{data['duplicates']} duplicates, {data['missing']} missing, {data['order_violations']} out of order"
     )
-    return [Check("exactly once (count, checksum, order)", report.ok, detail)]
+    state = verify_state(store, GROUP, log, GROUP)
+    step("rebuilt every partition's state from its committed changelog: " + json.dumps(state.to_json()))
+    state_detail = (
+        f"{state.keys:,} keys of {state.partitions} partitions rebuilt from the committed changelog = one-pass "
+        f"aggregate of {state.records:,} records; {state.mismatched_keys} differ"
+    )
+    return [
+        Check("exactly once (count, checksum, order)", report.ok, detail),
+        Check("state exactly once (changelog = reference)", state.ok, state_detail),
+    ]
 
 
 @contextlib.contextmanager

@@ -50,7 +50,7 @@ def produce(
     """Append RECORDS keyed records (key-<n>, value v-<i>-<random>) through the Producer; prints a JSON summary."""
     from rich.progress import Progress
 
-    from apportion.log import PartitionedLog, Producer
+    from apportion.log import PartitionedLog, Producer, synthetic_records
 
     if records < 0:
         raise InvalidRequest("records", f"must be >= 0, got {records}")
@@ -64,9 +64,7 @@ def produce(
         bar = progress.add_task(f"producing {resource}", total=records)
         for first in range(0, records, chunk):
             n = min(chunk, records - first)
-            producer.send_many(
-                (f"key-{rng.randrange(key_count)}", f"v-{i}-{rng.getrandbits(32):08x}") for i in range(first, first + n)
-            )
+            producer.send_many(synthetic_records(rng, key_count, first, n))
             progress.advance(bar, n)
     ends = {p: log.end_offset(resource, p) for p in range(log.partitions(resource))}
     click.echo(json.dumps({"resource": resource, "appended": records, "end_offsets": ends}))

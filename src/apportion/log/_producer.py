@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable
 from types import TracebackType
 
@@ -73,6 +74,18 @@ class Producer:
     ) -> None:
         if exc_type is None:
             self.flush()
+
+
+def synthetic_records(rng: random.Random, key_count: int, first: int, count: int) -> list[tuple[str, str]]:
+    """``count`` seeded sample records numbered from ``first`` (for the demo, benchmarks and ``pipeline produce``):
+    key ``key-<n>`` with n uniform below ``key_count``, value ``v-<i>-<8 hex digits>``. Same rng state, same records."""
+    if isinstance(key_count, bool) or not isinstance(key_count, int) or key_count < 1:
+        raise InvalidRequest("keys", f"must be an int >= 1, got {key_count!r}")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise InvalidRequest("records", f"must be an int >= 0, got {count!r}")
+    return [
+        (f"key-{rng.randrange(key_count)}", f"v-{i}-{rng.getrandbits(32):08x}") for i in range(first, first + count)
+    ]
 
 
 def _check_record(key: object, value: object) -> None:
