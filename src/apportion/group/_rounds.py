@@ -12,7 +12,8 @@ opener's clock). Member phases (``Phase``)::
     STARTING --lease granted, members/<id> put, resource read or created--> WAITING
     WAITING  --current R open, (R opened after I started) or (age < RST)--> join R --> JOINED(R)
     WAITING  --R closed without me, or open and older than RST--> open a new round at max(now, seen(R) + MRI)
-    JOINED(R) --local seen(R) + RST passed, plan absent--> close R (first closer wins) --> SETTLED(R)
+    JOINED(R) --local seen(R) + RST passed, plan absent, every live member of the previous plan joined (or
+                seen(R) + RST + ttl passed)--> close R (first closer wins) --> SETTLED(R)
     JOINED(R) --plan of R read--> SETTLED(R)         (every member reads the same plan)
     SETTLED(R) --current changes to R2--> join R2 --> JOINED(R2)
     SETTLED(R) --a plan participant's members/<id> deleted (lease expiry), resource changed (ext. 2),
@@ -386,6 +387,8 @@ class RoundsMember(FencedMember):
             self._config_revision = config_kv.mod_revision
         config = self.config
         previous = self._previous_plan()
+        if self._awaited(previous, participants, now):
+            return False
         kept = (
             previous is not None
             and previous.get("participants") == ids
@@ -438,6 +441,15 @@ class RoundsMember(FencedMember):
         if result.succeeded:
             self._trace("round_closed", round=rnd, participants=len(ids), moves=moves, min_moves=min_moves, kept=kept)
         return True  # closed by me, or the txn lost a race: re-read at once
+
+    def _awaited(self, previous: Mapping[str, Any] | None, joined: Mapping[str, Any], now: float) -> list[str]:
+        """Live members of the previous plan that have not joined yet. The round waits for them up to ``ttl_s``
+        past RST: a member busy in a callback (``on_revoked`` waits for its batch in flight) cannot join meanwhile,
+        and closing without it would take every partition it keeps away, only to give them back a round later."""
+        if previous is None or now >= self._first_seen + self.config.settle_s + self.config.ttl_s:
+            return []
+        missing = [m for m in previous.get("participants", ()) if m not in joined and m != self.id]
+        return [m for m in missing if self.store.get(self.keys.member(m)) is not None]
 
     def _previous_plan(self) -> dict[str, Any] | None:
         latest = self.store.get(self.keys.latest)
