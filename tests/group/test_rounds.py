@@ -202,3 +202,49 @@ def test_invalid_timings_and_definitions_are_rejected(field: str, kwargs: dict[s
     with pytest.raises(InvalidRequest) as info:
         GroupConfig(**kwargs)  # type: ignore[arg-type]
     assert info.value.field == field
+
+
+def _run_with_busy(h: Harness, busy: str, seconds: float, tick: float = 0.01) -> None:
+    """Step every member but ``busy``, whose lease is kept alive: it is stuck in a callback (a long on_revoked)."""
+    end = h.clock.now() + seconds
+    next_keepalive = {mid: h.clock.now() for mid in h.members}
+    while h.clock.now() < end:
+        now = h.clock.now()
+        for mid, member in h.members.items():
+            if now >= next_keepalive[mid]:
+                member.keepalive(now)
+                next_keepalive[mid] = now + member.config.ttl_s / 4
+            if mid != busy:
+                member.step(now)
+        h.clock.advance(tick)
+
+
+def test_a_round_waits_for_a_live_member_busy_in_a_callback_instead_of_taking_its_partitions() -> None:
+    h = Harness()
+    for mid in ("m0", "m1", "m2"):
+        h.add(mid)
+    h.run(3)
+    kept = set(h.assignment()["m1"])
+    h.add("m3")
+    _run_with_busy(h, "m1", 1.5)  # < RST + ttl: the join round stays open until m1 can join it
+    h.run(4)
+    counts = {mid: len(parts) for mid, parts in h.assignment().items()}
+    assert counts == {"m0": 3, "m1": 3, "m2": 3, "m3": 3}
+    revoked = [p for kind, mid, parts, _ in h.log.calls if kind == "revoked" and mid == "m1" for p in parts]
+    assert len(revoked) == 1 and set(h.assignment()["m1"]) <= kept, "m1 lost more than the join's one move"
+
+
+def test_a_live_member_stuck_longer_than_ttl_past_the_settle_time_is_left_out_of_the_round() -> None:
+    h = Harness()
+    for mid in ("m0", "m1", "m2"):
+        h.add(mid)
+    h.run(3)
+    h.add("m3")
+    start = h.clock.now()
+    _run_with_busy(h, "m1", FAST.settle_s + FAST.ttl_s + 1.0)
+    plans = {m.plan_round for mid, m in h.members.items() if mid != "m1"}
+    assert len(plans) == 1 and h.members["m0"].plan_round > 0
+    assert "m1" not in h.members["m0"]._participants  # closed without the stuck member
+    assert h.clock.now() - start <= FAST.settle_s + FAST.ttl_s + 1.0 + 0.05
+    h.run(6)  # m1 comes back: it rejoins and the group settles with four members
+    assert sorted(len(p) for p in h.assignment().values()) == [3, 3, 3, 3]
