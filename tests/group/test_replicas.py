@@ -124,3 +124,29 @@ def test_replicas_are_refused_outside_the_rounds_mode() -> None:
 def test_stateful_must_be_a_boolean() -> None:
     with pytest.raises(InvalidRequest, match="stateful"):
         GroupConfig(partitions=3, stateful="yes")  # type: ignore[arg-type]
+
+
+def test_status_shows_learners_and_standbys_with_their_reported_lag() -> None:
+    from rich.console import Console
+
+    from apportion.cli._status import render
+    from apportion.group import group_status
+
+    config = GroupConfig(**{**HA.to_json(), "options": {**HA.options, "num_standby_replicas": 1}})
+    h = Harness(config)
+    replicas = {}
+    for i in range(4):
+        r = replicas[f"m{i}"] = Replicas()
+        h.add(f"m{i}", replica_lags=r.lags, on_replicas=r.on_replicas)
+        if i == 2:
+            h.run(3)
+    h.run(7)  # the newcomer m3 gets learners, then a probing round records their lags
+    status = group_status(h.store, "g")
+    learning = {p: info["learners"] for p, info in status["partitions"].items() if "learners" in info}
+    assert learning and all(holders == {"m3": 1_000} for holders in learning.values()), learning
+    standby = {p: info["standby"] for p, info in status["partitions"].items()}
+    assert all(len(holders) == 1 for holders in standby.values())  # one standby per partition, lag reported
+    console = Console(record=True, width=200)
+    console.print(render("g", status))
+    text = console.export_text()
+    assert "learners (lag)" in text and "m3 (1,000)" in text

@@ -79,6 +79,11 @@ def _offset(checkpoint: str | None) -> int | None:
     return offset if isinstance(offset, int) and not isinstance(offset, bool) else None
 
 
+def _holders(holders: dict[str, int | None]) -> str:
+    """``w2 (0) w4 (1,530)``: replica holders with the lag they reported (``?``: not reported yet)."""
+    return " ".join(f"{m} ({'?' if lag is None else f'{lag:,}'})" for m, lag in holders.items()) or "-"
+
+
 def render(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
     """The status tables of a ``group_status`` snapshot."""
     members = Table(title=f"group {group_name} — round {snapshot['round']}")
@@ -88,14 +93,18 @@ def render(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
         members.add_row(mid, "yes" if info["alive"] else "no", " ".join(info["partitions"]))
     offsets = {p: _offset(info["checkpoint"]) for p, info in snapshot["partitions"].items()}
     show_offsets = any(o is not None for o in offsets.values())
+    show_replicas = any("standby" in info or "learners" in info for info in snapshot["partitions"].values())
     parts = Table(title="partitions")
-    for column in ("partition", "owner", "epoch", "checkpoint", *(["offset"] if show_offsets else [])):
+    columns = ["partition", "owner", "epoch", "checkpoint", *(["offset"] if show_offsets else [])]
+    for column in columns + (["standby (lag)", "learners (lag)"] if show_replicas else []):
         parts.add_column(column)
     for p, info in snapshot["partitions"].items():
         row = [p, info["owner"] or "-", str(info["epoch"] or "-"), info["checkpoint"] or "-"]
         if show_offsets:
             offset = offsets[p]
             row.append("-" if offset is None else str(offset))
+        if show_replicas:
+            row += [_holders(info.get("standby", {})), _holders(info.get("learners", {}))]
         parts.add_row(*row)
     tables: list[RenderableType] = [members, parts]
     if snapshot["table"]:

@@ -11,7 +11,10 @@ from apportion.store import Store
 def group_status(store: Store, group: str) -> dict[str, Any]:
     """``{"members": {id: {"alive", "partitions", ...}}, "partitions": {p: {"owner", "epoch", "checkpoint"}},
     "round": R, "plan_round": R', "resource": {...}, "table": {p: {owner, target, state}}}`` plus ``coordinator``
-    and ``replicas`` when those modes run; partition numbers are strings (JSON object keys)."""
+    and ``replicas`` when those modes run; partition numbers are strings (JSON object keys).
+
+    Stateful groups (seed 2) also list, per partition, its ``standby`` and ``learners`` holders of the latest plan
+    with the lag each reported in that round (``{member: lag or None}``)."""
     keys = Keys(group)
     kvs = store.range(keys.prefix)
     resource: dict[str, Any] | None = None
@@ -22,6 +25,7 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     current_round = 0
     latest_round = 0
     plans: dict[int, dict[str, Any]] = {}
+    records: dict[int, dict[str, dict[str, Any]]] = {}  # round -> member -> participation record
     table: dict[str, dict[str, Any]] = {}
     extra: dict[str, Any] = {}
     prefix = keys.prefix
@@ -49,6 +53,10 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
             extra[rest] = decode(kv.value)
         elif kind == "round" and name.endswith("/plan"):
             plans[int(name.split("/", 1)[0])] = decode(kv.value)
+        elif kind == "round" and name.count("/") == 1 and not name.endswith("/joined"):
+            head, _, mid = name.partition("/")
+            if head.isdigit():
+                records.setdefault(int(head), {})[mid] = decode(kv.value)
     n = int(resource["partitions"]) if resource else max([*owners, *epochs, *commits, -1]) + 1
     partitions: dict[str, dict[str, Any]] = {}
     for p in range(n):
@@ -66,6 +74,13 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     if plan is not None:
         for mid in plan["participants"]:
             members.setdefault(mid, {"alive": False, "partitions": []})
+        lags = {mid: record.get("lag") or {} for mid, record in records.get(latest_round, {}).items()}
+        for kind in ("standby", "learners"):
+            for mid, parts in sorted(plan.get(kind, {}).items()):
+                for p in parts:
+                    if str(p) in partitions:
+                        holders = partitions[str(p)].setdefault(kind, {})
+                        holders[mid] = lags.get(mid, {}).get(str(p))
     return {
         "members": dict(sorted(members.items())),
         "partitions": partitions,
