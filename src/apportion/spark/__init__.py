@@ -3,6 +3,9 @@
 - ``spark_partition_expr(col, n)`` — the native Spark expression of THE routing hash (``apportion.routing``).
 - ``route(df, key_col, log, resource)`` — append a DataFrame to the partitioned log, routed by that expression.
 - ``Pipeline`` / ``transform`` — process the owned partitions in micro-batches with fenced commits (``_pipeline``).
+- ``StatefulPartitions`` — per-partition state backed by a fenced changelog, with standby/learner replicas
+  (``Pipeline(..., state=...)``); ``verify_state`` rebuilds it from the changelog against a one-pass reference;
+  ``handoffs`` measures each moved partition's time without an active (``_stateful``).
 - ``read_committed(spark_or_none, store, group, output_dir)`` — the ONLY correct way to read pipeline output;
   ``verify(...)`` compares it with the input log (``_output``).
 - Analyse: ``events_frame`` (``group.history`` → DataFrame), ``ownership_intervals``, ``unowned_gaps``, ``overlaps``,
@@ -23,6 +26,10 @@ _LAZY = {
     "Pipeline": "apportion.spark._pipeline",
     "transform": "apportion.spark._pipeline",
     "spark_session": "apportion.spark._pipeline",
+    "StatefulPartitions": "apportion.spark._stateful",
+    "StateReport": "apportion.spark._stateful",
+    "handoffs": "apportion.spark._stateful",
+    "verify_state": "apportion.spark._stateful",
     "Checkpoint": "apportion.spark._output",
     "VerifyReport": "apportion.spark._output",
     "read_committed": "apportion.spark._output",
@@ -62,10 +69,13 @@ __all__ = [
     "Pipeline",
     "ReportSummary",
     "RouteResult",
+    "StateReport",
+    "StatefulPartitions",
     "VerifyReport",
     "balance_over_time",
     "events_frame",
     "handoff_latency",
+    "handoffs",
     "latency_stats",
     "load_grid",
     "moves_per_round",
@@ -80,5 +90,6 @@ __all__ = [
     "transform",
     "unowned_gaps",
     "verify",
+    "verify_state",
     "write_report",
 ]
