@@ -28,6 +28,7 @@ from fractions import Fraction
 from itertools import pairwise, repeat
 from operator import itemgetter
 from types import MappingProxyType
+from typing import NamedTuple
 
 from apportion.errors import InvalidRequest
 from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
@@ -261,6 +262,22 @@ def moves_of(problem: Problem, assignment: Sequence[Sequence[int]]) -> list[tupl
     return out
 
 
+class MoveColumns(NamedTuple):
+    """Moves as three parallel columns of ints, by partition: partition, previous owner (-1: none), new owner.
+    Strategies that move a million partitions build these directly instead of a million row tuples."""
+
+    partitions: list[int]
+    sources: list[int]
+    targets: list[int]
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[tuple[int, int, int]]) -> MoveColumns:
+        if not rows:
+            return cls([], [], [])
+        parts, sources, targets = zip(*rows, strict=True)
+        return cls(list(parts), list(sources), list(targets))
+
+
 def _fast_moves(parts: tuple[Partition, ...], sources: list[str | None], targets: list[str]) -> tuple[Move, ...]:
     """Move tuples by the million: ``tuple.__new__(Move, row)`` over zipped columns runs entirely in C."""
     return tuple(map(tuple.__new__, repeat(Move), zip(parts, sources, targets, strict=True)))
@@ -269,17 +286,20 @@ def _fast_moves(parts: tuple[Partition, ...], sources: list[str | None], targets
 def to_plan(
     problem: Problem,
     assignment: list[list[int]],
-    moves: list[tuple[int, int, int]] | None = None,
+    moves: list[tuple[int, int, int]] | MoveColumns | None = None,
     min_moves: int = 0,
 ) -> Plan:
-    """Build the Plan from per-member sorted ints; ``moves`` as from :func:`moves_of` (computed when None)."""
+    """Build the Plan from per-member sorted ints; ``moves`` as rows from :func:`moves_of` (computed when None) or
+    as :class:`MoveColumns`."""
     if moves is None:
         moves = moves_of(problem, assignment)
+    columns = moves if isinstance(moves, MoveColumns) else MoveColumns.of_rows(moves)
     with gc_paused():
         placed = sum(map(len, assignment))
         fresh = sum(1 for m, ints in enumerate(assignment) if not _reusable(problem, m, ints))
+        moved_count = len(columns.partitions)
         everything = (
-            problem.everything() if placed and (len(moves) * 4 > placed or fresh * 4 > len(assignment)) else None
+            problem.everything() if placed and (moved_count * 4 > placed or fresh * 4 > len(assignment)) else None
         )
         table: dict[str, tuple[Partition, ...]] = {}
         for m, ints in enumerate(assignment):
@@ -289,9 +309,10 @@ def to_plan(
             else:
                 table[problem.ids[m]] = problem.partitions(ints, everything)
         ids = problem.ids
-        move_parts = problem.partitions(list(map(_first, moves)), everything)
-        sources = [None if s < 0 else ids[s] for _, s, _ in moves]
-        targets = [ids[t] for _, _, t in moves]
+        move_parts = problem.partitions(columns.partitions, everything)
+        source_names: list[str | None] = [None, *ids]  # index owner + 1: -1 (nobody) -> None
+        sources = list(map(source_names.__getitem__, map((1).__add__, columns.sources)))
+        targets = list(map(ids.__getitem__, columns.targets))
         move_objs = _fast_moves(move_parts, sources, targets)
     sizes = list(map(len, assignment))
     stats = PlanStats(

@@ -32,7 +32,7 @@ from __future__ import annotations
 import heapq
 from itertools import compress, repeat
 
-from apportion.assign._core import Problem, to_plan
+from apportion.assign._core import MoveColumns, Problem, to_plan
 from apportion.model import AssignRequest, Plan
 
 _INVERT = bytes([1, 0]) + bytes(254)
@@ -97,9 +97,11 @@ def _constrained(problem: Problem) -> Plan:
             pass
         assignment.append(kept)
     free = list(compress(range(problem.total), taken.translate(_INVERT)))
-    # Phase 2: fill members below q (up to q + 1 while allowed), then one each to members at q.
+    # Phase 2: fill members below q (up to q + 1 while allowed), then one each to members at q. Free partitions
+    # are handed out in order, so the moves, by partition, are free[:pos] with the targets in hand-out order.
     pos = 0
     fresh: list[list[int]] = [[] for _ in range(n)]
+    targets: list[int] = []
     for m in range(n):
         have = len(assignment[m])
         if have < q:
@@ -107,25 +109,23 @@ def _constrained(problem: Problem) -> Plan:
             if want > q:
                 at_max += 1
             fresh[m] = free[pos : pos + want - have]
-            pos += want - have
+            targets.extend(repeat(m, len(fresh[m])))
+            pos += len(fresh[m])
     for m in range(n):
         if at_max >= r or pos >= len(free):
             break
         if len(assignment[m]) + len(fresh[m]) == q:
             fresh[m].append(free[pos])
+            targets.append(m)
             pos += 1
             at_max += 1
-    moves: list[tuple[int, int, int]] = []
-    get = dropped_from.get
     for m in range(n):
         new = fresh[m]
         if new:
-            if dropped_from:
-                moves.extend(zip(new, map(get, new, repeat(-1)), repeat(m)))
-            else:
-                moves.extend(zip(new, repeat(-1), repeat(m)))
             assignment[m] = sorted(assignment[m] + new) if assignment[m] else new
-    moves.sort()
+    moved = free[:pos]
+    sources = list(map(dropped_from.get, moved, repeat(-1))) if dropped_from else [-1] * pos
+    moves = MoveColumns(moved, sources, targets)
     return to_plan(problem, assignment, moves, min_moves)
 
 
