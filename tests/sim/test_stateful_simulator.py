@@ -63,3 +63,34 @@ def test_random_churn_with_replicas_keeps_exclusivity_fencing_and_liveness(seed:
     result = Simulation(stateful(seed=seed, events=12, faults=True, options={**HA_OPTIONS, "num_standby_replicas": 1},
                                  restore_rate=20_000.0)).run()  # fmt: skip
     assert result.ok, (seed, result.violations)
+
+
+def test_simulate_command_runs_a_stateful_group_and_rejects_unknown_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    from apportion.cli import main
+
+    args = [
+        "simulate",
+        "--members",
+        "4",
+        "--partitions",
+        "16",
+        "--events",
+        "8",
+        "--strategy",
+        "high_availability",
+        "--stateful",
+        "--option",
+        "num_standby_replicas=1",
+        "--option",
+        "probing_rebalance_interval_s=2",
+    ]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["ok"] and summary["strategy"] == "high_availability"
+    assert main(["simulate", "--option", "bogus=1"]) == 2
+    assert "unknown strategy option 'bogus'" in capsys.readouterr().err
+    assert main(["simulate", "--option", "no-equals-sign"]) == 2

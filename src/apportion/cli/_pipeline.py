@@ -27,6 +27,7 @@ from types import FrameType
 import click
 
 from apportion.cli._app import app
+from apportion.cli._options import parse_options
 from apportion.errors import InvalidRequest
 from apportion.store import connect
 
@@ -270,20 +271,6 @@ def verify(
         print("apportion: error: the state rebuilt from the changelog does not equal the reference", file=sys.stderr)
         return 1
     return 0
-
-
-def parse_options(items: tuple[str, ...]) -> dict[str, object]:
-    """``KEY=VALUE`` strategy options; a VALUE that parses as JSON is used as such, else as a string."""
-    options: dict[str, object] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise InvalidRequest("option", f"expected KEY=VALUE, got {item!r}")
-        try:
-            options[key.strip()] = json.loads(text)
-        except ValueError:
-            options[key.strip()] = text
-    return options
 
 
 __all__ = ["pipeline"]

@@ -8,6 +8,7 @@ import time
 import click
 
 from apportion.cli._app import app
+from apportion.cli._options import parse_options
 from apportion.errors import ApportionError
 from apportion.sim import SimConfig
 from apportion.sim import simulate as run_simulation
@@ -24,6 +25,14 @@ class SimulationFailed(ApportionError):
 @click.option("--seed", type=int, default=1, help="Seed of the one random generator (same seed, same trace).")
 @click.option("--strategy", default="sticky", help="Assignment strategy.")
 @click.option("--no-faults", is_flag=True, help="Only joins, leaves and crashes.")
+@click.option("--stateful", is_flag=True, help="Stateful partitions: replicas restore in virtual time (seed 2).")
+@click.option(
+    "--option",
+    "strategy_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A strategy option (JSON value); repeatable.",
+)
 @click.option("--trace", "show_trace", is_flag=True, help="Print the trace, one JSON line per event.")
 @click.option("--grid", "grid_file", type=click.Path(dir_okay=False), help="Grid file (JSON/TOML): run it on Spark.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory of --grid.")
@@ -34,6 +43,8 @@ def simulate(
     seed: int,
     strategy: str,
     no_faults: bool,
+    stateful: bool,
+    strategy_options: tuple[str, ...],
     show_trace: bool,
     grid_file: str | None,
     out_dir: str | None,
@@ -49,8 +60,16 @@ def simulate(
             raise SimulationFailed(f"{grid_result.failed} scenario(s) violated a check: see {grid_result.table_csv}")
         return
     config = SimConfig(
-        members=members, partitions=partitions, events=events, seed=seed, strategy=strategy, faults=not no_faults
+        members=members,
+        partitions=partitions,
+        events=events,
+        seed=seed,
+        strategy=strategy,
+        faults=not no_faults,
+        stateful=stateful,
+        options=parse_options(strategy_options),
     )
+    config.group_config()  # validates strategy and options before the run
     started = time.process_time()
     result = run_simulation(config)
     summary = result.summary()
