@@ -94,3 +94,19 @@ def test_simulate_command_runs_a_stateful_group_and_rejects_unknown_options(
     assert main(["simulate", "--option", "bogus=1"]) == 2
     assert "unknown strategy option 'bogus'" in capsys.readouterr().err
     assert main(["simulate", "--option", "no-equals-sign"]) == 2
+
+
+@pytest.mark.slow
+def test_soak_stateful_groups_with_standbys_and_learners() -> None:
+    import os
+
+    seeds = 2_000 if os.environ.get("APPORTION_SOAK") else 100
+    failures = []
+    for seed in range(1_000, 1_000 + seeds):
+        options = {**HA_OPTIONS, "num_standby_replicas": seed % 3, "max_warmup_replicas": 1 + seed % 3}
+        config = stateful(seed=seed, members=2 + seed % 5, partitions=8 + seed % 17, events=10, faults=True,
+                          options=options, restore_rate=float(2_000 + 1_000 * (seed % 7)))  # fmt: skip
+        result = Simulation(config).run()
+        if not result.ok:
+            failures.append((seed, result.violations[:2]))
+    assert not failures, f"failing seeds: {failures[:5]}"
