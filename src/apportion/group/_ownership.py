@@ -348,8 +348,7 @@ class FencedMember:
             self._lease_lost = False
             self._deadline = now + lease.ttl_s * self.safety
         self._trace("renew", deadline=self._deadline)
-        info = {"pid": os.getpid(), "host": socket.gethostname(), **self._registration()}
-        ops: list[Op] = [Put(self.keys.member(self.id), encode(info), lease.id)]
+        ops: list[Op] = [Put(self.keys.member(self.id), encode(self._member_info(revoking=False)), lease.id)]
         ops += self._recorder.put("registered", now)
         result = self.store.txn([], ops)
         self._started(now, result.revision)
@@ -358,6 +357,18 @@ class FencedMember:
     def _registration(self) -> dict[str, Any]:
         """Extra fields of this member's ``members/<id>`` record (hook)."""
         return {}
+
+    def _member_info(self, *, revoking: bool) -> dict[str, Any]:
+        return {"pid": os.getpid(), "host": socket.gethostname(), **self._registration(), "revoking": revoking}
+
+    def _announce(self, *, revoking: bool) -> None:
+        """Publish in ``members/<id>`` whether this member is inside ``on_revoked``: it cannot take part in a round
+        while its callback runs, and a closing round waits for such a member (not for a silent one)."""
+        lease = self._lease
+        if lease is None:
+            return
+        with contextlib.suppress(StoreUnavailable, LeaseNotFound):
+            self.store.put(self.keys.member(self.id), encode(self._member_info(revoking=revoking)), lease.id)
 
     def _started(self, now: float, revision: int) -> None:
         """Called once the lease is granted and ``members/<id>`` written at ``revision`` (hook)."""
@@ -465,6 +476,7 @@ class FencedMember:
     def _revoke(self, parts: list[int]) -> None:
         self._revoke_started = self._clock.now()
         self._trace("revoking", partitions=parts)
+        self._announce(revoking=True)
         delay = self._delay("revoked", parts) if self._delay is not None else 0.0
         if delay > 0:  # the simulator's slow callback: the member is busy until the callback "returns"
             self._busy_until = self._revoke_started + delay
@@ -482,6 +494,7 @@ class FencedMember:
                 self._call(self._on_revoked, parts)
             finally:
                 self._revoke_started = None
+        self._announce(revoking=False)
         with self._lock:
             releasing = {p: self._owned.pop(p) for p in parts if p in self._owned}
         self._trace("revoked", partitions=parts)

@@ -12,8 +12,8 @@ opener's clock). Member phases (``Phase``)::
     STARTING --lease granted, members/<id> put, resource read or created--> WAITING
     WAITING  --current R open, (R opened after I started) or (age < RST)--> join R --> JOINED(R)
     WAITING  --R closed without me, or open and older than RST--> open a new round at max(now, seen(R) + MRI)
-    JOINED(R) --local seen(R) + RST passed, plan absent, every live member of the previous plan joined (or
-                seen(R) + RST + ttl passed)--> close R (first closer wins) --> SETTLED(R)
+    JOINED(R) --local seen(R) + RST passed, plan absent, no member of the previous plan missing because it is
+                inside on_revoked (or seen(R) + RST + ttl passed)--> close R (first closer wins) --> SETTLED(R)
     JOINED(R) --plan of R read--> SETTLED(R)         (every member reads the same plan)
     SETTLED(R) --current changes to R2--> join R2 --> JOINED(R2)
     SETTLED(R) --a plan participant's members/<id> deleted (lease expiry), resource changed (ext. 2),
@@ -360,7 +360,7 @@ class RoundsMember(FencedMember):
 
     def _close(self, now: float, rnd: int) -> bool:
         """Try to write the cut and plan of ``rnd``; True when the round has a plan now (mine or another's)."""
-        participants: dict[str, dict[str, Any]] = {}
+        records: dict[str, bytes] = {}  # decoded only once the round can close
         joined_rev = 0
         older: set[int] = set()
         for kv in self.store.range(self.keys.rounds):
@@ -375,20 +375,21 @@ class RoundsMember(FencedMember):
                 elif name == "plan":
                     return True
                 else:
-                    participants[name] = decode(kv.value)
+                    records[name] = kv.value
             elif other < rnd:
                 older.add(other)
-        if not participants:
+        if not records:
             return False
-        ids = sorted(participants)
+        ids = sorted(records)
         config_kv = self.store.get(self.keys.resource)
         if config_kv is not None and config_kv.mod_revision != self._config_revision:
             self.config = GroupConfig.from_json(decode(config_kv.value))
             self._config_revision = config_kv.mod_revision
         config = self.config
         previous = self._previous_plan()
-        if self._awaited(previous, participants, now):
+        if self._awaited(previous, records, now):
             return False
+        participants = {name: decode(value) for name, value in records.items()}
         kept = (
             previous is not None
             and previous.get("participants") == ids
@@ -443,13 +444,20 @@ class RoundsMember(FencedMember):
         return True  # closed by me, or the txn lost a race: re-read at once
 
     def _awaited(self, previous: Mapping[str, Any] | None, joined: Mapping[str, Any], now: float) -> list[str]:
-        """Live members of the previous plan that have not joined yet. The round waits for them up to ``ttl_s``
-        past RST: a member busy in a callback (``on_revoked`` waits for its batch in flight) cannot join meanwhile,
-        and closing without it would take every partition it keeps away, only to give them back a round later."""
+        """Members of the previous plan that have not joined yet because they are inside ``on_revoked`` (their
+        ``members/<id>`` says ``revoking``). The round waits for them up to ``ttl_s`` past RST: such a member cannot
+        join while its callback runs (it waits for its batch in flight), and closing without it would take every
+        partition it keeps away, only to give them back a round later."""
         if previous is None or now >= self._first_seen + self.config.settle_s + self.config.ttl_s:
             return []
-        missing = [m for m in previous.get("participants", ()) if m not in joined and m != self.id]
-        return [m for m in missing if self.store.get(self.keys.member(m)) is not None]
+        awaited = []
+        for m in previous.get("participants", ()):
+            if m in joined or m == self.id:
+                continue
+            kv = self.store.get(self.keys.member(m))
+            if kv is not None and decode(kv.value).get("revoking"):
+                awaited.append(m)
+        return awaited
 
     def _previous_plan(self) -> dict[str, Any] | None:
         latest = self.store.get(self.keys.latest)
