@@ -361,6 +361,7 @@ def _run_scenario(
             zombie_parts = [p for p, o in _owners(store).items() if o == zombie]
             fleet.signal(zombie, signal.SIGSTOP)
             batches_before = _count_events(zombie_log, "batch_done")
+            lost_before = len(_lost_partitions(zombie_log))
             step(f"SIGSTOP {zombie} (owned {len(zombie_parts)} partitions) between writing a batch and committing it")
             replaced = _wait_for(
                 f"{zombie}'s partitions to be owned by others",
@@ -376,7 +377,14 @@ def _run_scenario(
                 ),
                 timeout_s=60,
             )
-            lost = [e for e in history(store, GROUP) if e["type"] == "lost" and e.get("member") == zombie]
+            # on_lost follows at once (for the fenced partitions first, then the rest when the lapse is noticed)
+            _wait_for(
+                f"{zombie} to report its partitions lost (on_lost)",
+                lambda: len(_lost_partitions(zombie_log)) > lost_before,
+                timeout_s=30,
+                poll_s=0.05,
+            )
+            lost = _lost_partitions(zombie_log)[lost_before:]
             fenced = _count_events(zombie_log, "fenced")
             step(
                 f"{zombie} resumed: {len(lost)} partitions reported lost, "
@@ -411,6 +419,16 @@ def _events(worker_log: Path) -> list[str]:
 
 def _count_events(worker_log: Path, event: str) -> int:
     return sum(1 for line in _events(worker_log) if line.startswith(f'{{"event": "{event}"'))
+
+
+def _lost_partitions(worker_log: Path) -> list[int]:
+    """Every partition the worker reported through on_lost, in order (a partition once per report)."""
+    lost: list[int] = []
+    for line in _events(worker_log):
+        if line.startswith('{"event": "lost"'):
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                lost.extend(int(p) for p in json.loads(line)["partitions"])
+    return lost
 
 
 def _join_round(store: Store, joiner: str) -> dict[str, Any]:
