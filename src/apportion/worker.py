@@ -174,6 +174,10 @@ class Worker:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)
+        if self._done.is_set() and self._keeper.is_alive() and threading.current_thread() is not self._keeper:
+            # the keepalive thread ends at once once the worker is done; wait for it, so that nothing of this
+            # worker still uses the store when the caller closes it (closing a connection in use can crash SQLite)
+            self._keeper.join(timeout_s)
         if self.error is not None:
             raise self.error
 
@@ -200,6 +204,7 @@ class Worker:
             return
         self._stop.set()
         self._thread.join()
+        self._keeper.join()
 
     # -- threads -------------------------------------------------------------------------------------------
 

@@ -243,4 +243,6 @@ def _run(group: Group, worker_id: str, capacity: float, commit_every_s: float, t
         )
     finally:
         stopping.set()
+        if thread.is_alive():
+            thread.join(10)  # its commit in flight ends before the store is closed
         _emit("stopped")
