@@ -163,7 +163,7 @@ def test_a_zombies_changelog_appends_are_never_restored(spark: Any, tmp_path: Pa
 
 PROCESS_OPTIONS = [
     "--strategy", "high_availability", "--option", "max_warmup_replicas=2", "--option", "num_standby_replicas=1",
-    "--option", "acceptable_recovery_lag=2000", "--option", "probing_rebalance_interval_s=1.0",
+    "--option", "acceptable_recovery_lag=8000", "--option", "probing_rebalance_interval_s=2.0",
     "--restore-batch", "20000",
 ]  # fmt: skip
 
@@ -240,7 +240,7 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
         try:
             start("w4")
             members.add("w4")
-            wait_for(lambda: settled(store, members, partitions), 120, "4 workers to settle, no learner left",
+            wait_for(lambda: settled(store, members, partitions), 180, "4 workers to settle, no learner left",
                      lambda: timeline(processes))  # fmt: skip
             w4 = processes[-1]
             wait_for(lambda: len(w4.of("restored")) >= 2, 60, "w4 to restore the state of its two actives",
