@@ -15,7 +15,7 @@ from apportion.spark import Pipeline, verify
 from apportion.spark._output import Checkpoint, lag
 from apportion.spark._pipeline import commit_task, joined, write_output
 from apportion.spark._stateful import StatefulPartitions, handoffs, reference_state, verify_state
-from apportion.state import PartitionState, changelog_resource
+from apportion.state import PartitionState, changelog_resource, restore
 from apportion.store import connect
 from apportion.worker import Group
 from tests.spark.test_pipeline import wait_for
@@ -152,8 +152,6 @@ def test_a_zombies_changelog_appends_are_never_restored(spark: Any, tmp_path: Pa
     n_state.committed(0, n_staged)
     assert n_staged.changelog == ((3, 6),)  # a gap where the zombie's records are
     with PartitionState.open(tmp_path / "fresh", 0) as fresh:
-        from apportion.state import restore
-
         assert restore(log, "r", 0, fresh, n_staged.changelog) == 3
         assert fresh.snapshot() == reference_state(log, "r", 0, 10) == n_state.store(0).snapshot()
     assert verify_state(h.store, "g", log, "r").ok

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from apportion.errors import Fenced, InvalidRequest
+from apportion.errors import InvalidRequest
 from apportion.log import PartitionedLog
 from apportion.spark._output import Checkpoint, committed_checkpoints
 from apportion.state import (
@@ -68,7 +68,11 @@ class Staged:
 
     updates: Mapping[str, Aggregate]
     changelog: Ranges
-    position: int
+
+    @property
+    def position(self) -> int:
+        """The local store's position once committed: the end of the committed changelog."""
+        return self.changelog[-1][1] if self.changelog else 0
 
 
 class StatefulPartitions:
@@ -130,7 +134,7 @@ class StatefulPartitions:
         delta = fold(rows)
         updates = merge(self.store(partition).get(delta), delta)
         first, end = append_changelog(self.log, self.resource, partition, updates)
-        return Staged(updates, add_range(checkpoint.changelog, first, end), end)
+        return Staged(updates, add_range(checkpoint.changelog, first, end))
 
     def committed(self, partition: int, staged: Staged) -> None:
         """The commit that listed ``staged.changelog`` succeeded: apply it to the local file."""
@@ -159,10 +163,7 @@ class StatefulPartitions:
         budget = self.restore_batch
         replayed = 0
         for p in todo:
-            try:
-                checkpoint = Checkpoint.parse(reader.checkpoint(p), p)
-            except Fenced:  # pragma: no cover - reading a checkpoint is not fenced
-                continue
+            checkpoint = Checkpoint.parse(reader.checkpoint(p), p)
             state = self.store(p)
             n = self._restore(p, state, checkpoint.changelog, budget) if budget > 0 else 0
             budget -= n
