@@ -99,7 +99,8 @@ def test_static_duplicate_ordinal_never_processes_twice_and_takes_over(url: str,
     first.proc.kill()
     took = wait_for(lambda: set(owners(url).values()) == {"b"}, TTL_S + 5, "b to take over after a's lease expired")
     assert took <= TTL_S + 5
-    assert "assigned" in second.kinds()
+    # the claim is in the store before b prints its on_assigned line: wait for the line, not just the record
+    wait_for(lambda: "assigned" in second.kinds(), 5, "b to report on_assigned")
 
 
 def history_of(url: str) -> list[dict[str, object]]:
