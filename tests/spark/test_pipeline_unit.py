@@ -4,7 +4,9 @@ only committed output, and the verifier's detection of every kind of wrong outpu
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -108,6 +110,46 @@ def test_new_owner_cleans_only_unlisted_files_of_older_epochs(tmp_path: Path) ->
     deleted = clean_partition(tmp_path, "r", 0, Checkpoint(5, (rel_listed,)), epoch=3)
     assert deleted == ["r/0/.tmp-e0000000002-77-x.parquet", rel_orphan]
     assert (tmp_path / rel_listed).is_file() and (tmp_path / rel_mine).is_file()
+
+
+def test_a_write_whose_temp_file_a_newer_epoch_cleaned_up_is_fenced_and_leaves_nothing(tmp_path: Path) -> None:
+    zombie = Task(0, 2, 0, 5, Checkpoint(), ())
+
+    def newer_epoch_cleans_up(point: str, task: Task, path: Path) -> None:
+        assert point == "before_rename" and path.is_file()
+        assert clean_partition(tmp_path, "r", 0, Checkpoint(), epoch=3) == [f"r/0/{path.name}"]
+
+    with pytest.raises(Fenced, match="removed before its rename"):
+        write_output(tmp_path, "r", zombie, _rows(0, 0, 5), fault=newer_epoch_cleans_up)
+    assert list((tmp_path / "r" / "0").iterdir()) == []
+
+
+def test_a_failed_write_removes_its_temp_file(tmp_path: Path) -> None:
+    def disk_full(point: str, task: Task, path: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        write_output(tmp_path, "r", Task(0, 1, 0, 5, Checkpoint(), ()), _rows(0, 0, 5), fault=disk_full)
+    assert list((tmp_path / "r" / "0").iterdir()) == []
+
+
+def test_clean_up_reports_only_what_it_deleted(tmp_path: Path) -> None:
+    """A temp file its writer renames between the listing and the unlink is not reported (nor the renamed file
+    deleted: its writer discards it when fenced)."""
+    rel = write_output(tmp_path, "r", Task(0, 1, 0, 5, Checkpoint(), ()), _rows(0, 0, 5))
+    directory = tmp_path / "r" / "0"
+    (directory / ".tmp-e0000000001-9-x.parquet").write_bytes(b"torn")
+    real_listdir = os.listdir
+
+    def listing_then_the_writer_renames(path: Any) -> list[str]:
+        names = real_listdir(path)
+        (directory / ".tmp-e0000000001-9-x.parquet").rename(directory / "renamed")
+        (directory / "renamed").unlink()
+        return names
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "listdir", listing_then_the_writer_renames)
+        assert clean_partition(tmp_path, "r", 0, Checkpoint(), epoch=2) == [rel]
 
 
 def test_read_committed_reads_only_files_listed_by_checkpoints(tmp_path: Path) -> None:

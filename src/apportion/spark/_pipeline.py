@@ -26,6 +26,23 @@ One micro-batch (``Pipeline.run_once``)
    epoch=epoch)``. On ``Fenced``: delete the file unless the committed checkpoint lists it (an ambiguous commit
    that did apply), stop processing ``p`` (the protocol reports ``on_lost``).
 
+Races with a newer epoch (a zombie — frozen, partitioned away — resumes while the next owner works). The next
+owner's clean-up (step 2) may run at any moment of the zombie's step 4; every outcome is a fence, never a crash:
+
+- clean-up between the zombie's temp write and its rename: the temp file is gone, ``os.replace`` finds nothing
+  (``FileNotFoundError``). Only a newer epoch deletes a temp file of ours, so ``write_output`` raises ``Fenced``:
+  the partition is reported fenced like a refused commit and the batch goes on with the other partitions;
+- clean-up between the rename and the commit: the output file is gone; the commit is refused (stale epoch) and the
+  discard finds nothing to delete;
+- the partition was lost AND given back to this worker (a newer epoch of its own: ``on_lost`` then ``on_assigned``)
+  while a batch of the older epoch was in flight: that batch is fenced, but the partition stays active and the next
+  batch plans it under the new epoch (it is dropped only if no ``on_assigned`` came since the batch was planned).
+
+``fault`` (constructor, and ``write_output``) is the deterministic fault-injection point for these windows: a
+callable ``fault(point, task, path)`` run at ``"before_rename"`` (temp file written and fsynced, not renamed) and
+``"before_commit"`` (output renamed, changelog appended, commit not yet attempted). Tests make the other actor act
+there; production passes nothing.
+
 Exactly once per record: a record is in the committed output iff a checkpoint lists its file; checkpoints advance
 only by fenced transactions whose new offset range starts where the committed one ended, so committed files of a
 partition tile ``[0, offset)`` without gap or overlap, whoever wrote them — across rebalances (revocation waits for
@@ -40,7 +57,8 @@ local store after it); between batches the worker restores its standby and learn
 Partition states in the pipeline (``on_*`` run on the worker thread, batches on the caller's thread)::
 
     idle --on_assigned--> ACTIVE --on_revoked (waits for the batch holding p)--> idle
-    ACTIVE --on_lost, or Fenced at commit--> idle        (a batch in flight for p is fenced at its commit)
+    ACTIVE --on_lost, or Fenced at write/commit--> idle  (a batch in flight for p is fenced at its rename or commit;
+                                                          unless on_assigned gave p back since that batch was planned)
 """
 
 from __future__ import annotations
@@ -78,6 +96,9 @@ log = logging.getLogger("apportion.pipeline")
 
 Transform = Callable[["DataFrame"], "DataFrame"]
 Emit = Callable[..., None]
+FaultHook = Callable[[str, "Task", Path], None]
+"""``fault(point, task, path)``: the fault-injection point (tests only; see the module docstring). ``point`` is
+``"before_rename"`` (``path``: the temp file) or ``"before_commit"`` (``path``: the output file)."""
 INPUT_SCHEMA_DDL = "offset long, key string, value string, ts_ms long"
 
 
@@ -173,18 +194,36 @@ class BatchStats:
         return self.spark_s + self.write_s + self.commit_s
 
 
-def write_output(output_dir: Path, resource: str, task: Task, table: pa.Table) -> str:
-    """Write ``table`` as the task's output file atomically; returns its path relative to ``output_dir``."""
+def write_output(
+    output_dir: Path, resource: str, task: Task, table: pa.Table, *, fault: FaultHook | None = None
+) -> str:
+    """Write ``table`` as the task's output file atomically; returns its path relative to ``output_dir``.
+
+    Raises ``Fenced`` when the temp file vanished before its rename: a newer epoch's clean-up deleted it, which only
+    happens once the partition belongs to that epoch (``clean_partition``)."""
     rel = output_relpath(resource, task.partition, task.start, task.end, task.epoch)
     final = output_dir / rel
     directory = final.parent
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f"{TMP_PREFIX}e{task.epoch:010d}-{os.getpid()}-{final.name}"
-    with open(tmp, "wb") as handle:
-        pq.write_table(table, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, final)
+    try:
+        with open(tmp, "wb") as handle:
+            pq.write_table(table, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if fault is not None:
+            fault("before_rename", task, tmp)
+        try:
+            os.replace(tmp, final)
+        except FileNotFoundError as exc:
+            raise Fenced(
+                f"partition {task.partition}: the temp file of epoch {task.epoch} was removed before its rename "
+                "(a newer epoch's clean-up: this writer is fenced)"
+            ) from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)  # a failed write leaves nothing behind (not even for the clean-up)
+        raise
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -234,8 +273,10 @@ def clean_partition(output_dir: Path, resource: str, partition: int, checkpoint:
             match = OUTPUT_FILE.match(name)
             older = match is not None and int(match.group(3)) < epoch and rel not in listed
         if older:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 (directory / name).unlink()
+            except FileNotFoundError:
+                continue  # its writer renamed or discarded it meanwhile (a renamed one is deleted at its fence)
             deleted.append(rel)
     return deleted
 
@@ -295,6 +336,7 @@ class Pipeline:
         pause_before_commit_s: float = 0.0,
         pause_batches: int = 1,
         state: StatefulPartitions | None = None,
+        fault: FaultHook | None = None,
     ) -> None:
         if isinstance(batch_records, bool) or not isinstance(batch_records, int) or batch_records < 1:
             raise InvalidRequest("batch_records", f"must be an int >= 1, got {batch_records!r}")
@@ -309,10 +351,13 @@ class Pipeline:
         self.worker_id = worker_id
         self._pause_s = pause_before_commit_s
         self._pauses_left = pause_batches if pause_before_commit_s > 0 else 0
+        self._fault = fault
         self._state = threading.Lock()
         self._active: set[int] = set()
         self._locks: dict[int, threading.Lock] = {}
         self._cache: dict[int, tuple[int, Checkpoint]] = {}  # partition -> (epoch, committed checkpoint)
+        self._assignments: dict[int, int] = {}  # partition -> how many on_assigned included it
+        self._planned: dict[int, int] = {}  # partition -> its _assignments count when its batch was planned
         self._committer: Committer | None = None
         self.state = state
         self.batches = 0
@@ -323,6 +368,8 @@ class Pipeline:
     def on_assigned(self, parts: list[int]) -> None:
         with self._state:
             self._active.update(parts)
+            for p in parts:
+                self._assignments[p] = self._assignments.get(p, 0) + 1
         self.emit("assigned", worker=self.worker_id, partitions=parts)
 
     def on_revoked(self, parts: list[int]) -> None:
@@ -387,6 +434,7 @@ class Pipeline:
             if p not in self._active:
                 return None  # revoked or lost while we waited for the lock
             cached = self._cache.get(p)
+            self._planned[p] = self._assignments.get(p, 0)
         try:
             epoch = committer.lease(p).epoch
         except Fenced:
@@ -428,11 +476,17 @@ class Pipeline:
 
         started = time.perf_counter()
         written: list[tuple[Task, str, Staged | None]] = []
+        fenced: list[int] = []
         parts = result.column("partition")
         for task in tasks:
             rows = result.filter(pc.equal(parts, task.partition))
             rows = rows.take(pc.sort_indices(rows, sort_keys=[("offset", "ascending")]))
-            rel = write_output(self.output_dir, self.resource, task, rows)
+            try:
+                rel = write_output(self.output_dir, self.resource, task, rows, fault=self._fault)
+            except Fenced:
+                self._on_fenced(task, output_relpath(self.resource, task.partition, task.start, task.end, task.epoch))
+                fenced.append(task.partition)
+                continue
             staged = None if self.state is None else self.state.stage(task.partition, rows, task.checkpoint)
             written.append((task, rel, staged))
             self.emit(
@@ -448,19 +502,17 @@ class Pipeline:
 
         started = time.perf_counter()
         committed: list[int] = []
-        fenced: list[int] = []
         for task, rel, staged in written:
             p = task.partition
+            if self._fault is not None:
+                self._fault("before_commit", task, self.output_dir / rel)
             try:
                 checkpoint = commit_task(
                     committer, task, rel, self.output_dir, None if staged is None else staged.changelog
                 )
             except Fenced:
                 fenced.append(p)
-                with self._state:
-                    self._active.discard(p)
-                    self._cache.pop(p, None)
-                self.emit("fenced", worker=self.worker_id, partition=p, epoch=task.epoch, discarded=rel)
+                self._on_fenced(task, rel)
                 continue
             except StoreUnavailable as exc:
                 with self._state:
@@ -478,13 +530,32 @@ class Pipeline:
         self.batches = batch
         self.records += sum(t.records for t in tasks if t.partition in committed)
         stats = BatchStats(
-            tuple(t.partition for t in tasks), records, tuple(committed), tuple(fenced), spark_s, write_s, commit_s
+            tuple(t.partition for t in tasks),
+            records,
+            tuple(committed),
+            tuple(sorted(fenced)),
+            spark_s,
+            write_s,
+            commit_s,
         )
         self.emit(
             "batch_done", worker=self.worker_id, batch=batch, records=records, committed=committed, fenced=fenced,
             spark_s=round(spark_s, 3), write_s=round(write_s, 3), commit_s=round(commit_s, 4),
         )  # fmt: skip
         return stats
+
+    def _on_fenced(self, task: Task, rel: str) -> None:
+        """``task`` met the fence (at its rename or its commit): forget the cached checkpoint and stop processing the
+        partition — unless ``on_assigned`` gave it back since the batch was planned (then the lease has a newer epoch
+        of ours and the next batch plans under it)."""
+        p = task.partition
+        with self._state:
+            self._cache.pop(p, None)
+            reassigned = self._assignments.get(p, 0) != self._planned.get(p)
+            if not reassigned:
+                self._active.discard(p)
+            keep = reassigned and p in self._active
+        self.emit("fenced", worker=self.worker_id, partition=p, epoch=task.epoch, discarded=rel, still_active=keep)
 
     def run(self, stop: threading.Event, *, idle_s: float = 0.2, exit_after_idle_s: float = 0.0) -> None:
         """Run batches until ``stop`` is set (or, with ``exit_after_idle_s`` > 0, after that long without work)."""
@@ -527,6 +598,7 @@ def joined(group: Group, worker_id: str, pipeline: Pipeline, **join_kwargs: Any)
 __all__ = [
     "BatchStats",
     "Committer",
+    "FaultHook",
     "Pipeline",
     "Task",
     "clean_partition",
