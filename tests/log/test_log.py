@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import multiprocessing
 import os
 from pathlib import Path
@@ -102,6 +103,48 @@ def test_a_crash_before_the_manifest_rename_commits_nothing(tmp_path: Path) -> N
     assert log.end_offset("orders", 0) == 1
     log.append("orders", 0, records_table([("b", "2")]))
     assert _offsets(log, 0) == [0, 1]
+
+
+def test_an_appender_between_its_temp_write_and_rename_holds_the_lock_so_no_clean_up_removes_its_file(
+    tmp_path: Path,
+) -> None:
+    """The pipeline's zombie race, in the log: another appender's leftover clean-up deletes temp files, but only
+    under the partition's lock, which the appender paused before its rename still holds."""
+    _log(tmp_path, 1).append("orders", 0, records_table([("a", "0")]))
+    other = PartitionedLog(tmp_path / "log")
+    seen: list[str] = []
+
+    def another_appender_tries_now(tmp: Path) -> None:
+        assert tmp.is_file()
+        fd = os.open(tmp.parent / ".lock", os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):  # any other appender (thread or process) waits here
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        seen.append(tmp.name)
+
+    paused = PartitionedLog(tmp_path / "log", fault=another_appender_tries_now)
+    appended = paused.append("orders", 0, records_table([("b", "1"), ("c", "2")]))
+    assert appended is not None and (appended.first_offset, appended.last_offset) == (1, 2)
+    assert len(seen) == 2  # the segment's temp file, then the manifest's
+    other.append("orders", 0, records_table([("d", "3")]))
+    assert _offsets(log=other, partition=0) == [0, 1, 2, 3]
+    assert not [n for n in os.listdir(tmp_path / "log" / "orders" / "0") if n.startswith(".tmp-")]
+
+
+def test_a_failed_append_between_temp_write_and_rename_commits_nothing_and_is_cleaned_up(tmp_path: Path) -> None:
+    def crash(tmp: Path) -> None:
+        raise OSError(5, "I/O error")
+
+    _log(tmp_path, 1).append("orders", 0, records_table([("a", "0")]))
+    with pytest.raises(OSError, match="I/O error"):
+        PartitionedLog(tmp_path / "log", fault=crash).append("orders", 0, records_table([("b", "1")]))
+    log = PartitionedLog(tmp_path / "log")
+    assert log.end_offset("orders", 0) == 1
+    log.append("orders", 0, records_table([("c", "2")]))
+    assert log.read("orders", 0).column("value").to_pylist() == ["0", "2"]
+    assert not [n for n in os.listdir(tmp_path / "log" / "orders" / "0") if n.startswith(".tmp-")]
 
 
 def test_invalid_names_partitions_and_offsets_are_rejected(tmp_path: Path) -> None:

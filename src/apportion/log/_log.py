@@ -20,6 +20,13 @@ Append protocol (the manifest is the only source of truth):
 4. write the new manifest to a temp file, fsync, rename over ``_manifest.json``, fsync the directory;
 5. release the lock.
 
+Races: the leftover clean-up of step 2 deletes temp and unlisted files, which would break an appender between its
+write and its rename (step 3 or 4) — but it runs only under the lock that appender holds, so it only ever meets the
+files of appenders that died (a frozen appender keeps the lock, and the others wait for it). Listed segments are
+never deleted or rewritten, so a reader holding an older manifest still reads whole files. ``PartitionedLog(root,
+fault=...)`` is the deterministic fault-injection point that tests use to act between a temp write and its rename:
+``fault(path)`` runs with the temp file written and fsynced.
+
 A crash before step 4 leaves at most a file the manifest does not list: readers never see it and the next append
 removes or overwrites it, so offsets stay contiguous and no record is duplicated. A crash after step 4 has committed
 the records. Readers read the manifest (replaced atomically, so always whole) and only the segments it lists, which
@@ -33,7 +40,7 @@ import fcntl
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,13 +124,15 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_atomically(directory: Path, name: str, write: Any) -> None:
+def _write_atomically(directory: Path, name: str, write: Any, fault: Callable[[Path], None] | None = None) -> None:
     """``write(file)`` into a temp file of ``directory``, fsync it, rename it to ``name``, fsync the directory."""
     tmp = directory / f"{_TMP_PREFIX}{os.getpid()}-{name}"
     with open(tmp, "wb") as handle:
         write(handle)
         handle.flush()
         os.fsync(handle.fileno())
+    if fault is not None:
+        fault(tmp)
     os.replace(tmp, directory / name)
     _fsync_dir(directory)
 
@@ -145,8 +154,9 @@ def records_table(records: Sequence[tuple[str, str | None] | tuple[str, str | No
 class PartitionedLog:
     """The embedded log rooted at a directory (local or shared filesystem with working flock and rename)."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, fault: Callable[[Path], None] | None = None) -> None:
         self.root = Path(root)
+        self._fault = fault  # tests: runs between an append's temp write and its rename (segment and manifest)
 
     # -- resources -------------------------------------------------------------------------------------------
     def create(self, resource: str, partitions: int) -> None:
@@ -249,10 +259,10 @@ class PartitionedLog:
             offsets = pa.array(np.arange(first, last + 1, dtype=np.int64))
             table = pa.Table.from_arrays([offsets, *body.columns], schema=SCHEMA)
             name = segment_name(first, last)
-            _write_atomically(directory, name, lambda f: pq.write_table(table, f, use_dictionary=["key"]))
+            _write_atomically(directory, name, lambda f: pq.write_table(table, f, use_dictionary=["key"]), self._fault)
             updated = _Manifest(last + 1, (*manifest.segments, (name, first, last)))
             payload = updated.to_json().encode()
-            _write_atomically(directory, _MANIFEST, lambda f: f.write(payload))
+            _write_atomically(directory, _MANIFEST, lambda f: f.write(payload), self._fault)
         return Appended(resource, partition, first, last)
 
 
