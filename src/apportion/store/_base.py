@@ -3,6 +3,12 @@
 Every backend subclasses :class:`Store` and passes the one conformance suite (``tests/store/test_contract.py``).
 The store revision is the global order of all changes: seed 0's versionstamp.
 
+Time limits: ``with store.time_limit(seconds):`` bounds every call the current thread makes on this store inside
+the block (measured on ``store.clock``); a call that cannot finish by then raises ``StoreUnavailable`` instead of
+waiting for the backend's own request timeout. A member uses it to keep every store call inside its belief window,
+so the end of a belief (``on_lost``) is never delayed by a network that does not answer. ``time_limit(None)`` lifts
+the limit inside the block. Backends read what is left with ``remaining_s(default)``.
+
 Lease state machine (all backends)::
 
     GRANTED --keepalive--> GRANTED (expiry pushed to now + ttl)
@@ -12,6 +18,8 @@ Lease state machine (all backends)::
 from __future__ import annotations
 
 import abc
+import contextlib
+import threading
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 
@@ -55,11 +63,39 @@ class Watch(abc.ABC):
         self.close()
 
 
+_limits = threading.local()  # per thread: {id(store): deadline on that store's clock}
+
+
 class Store(abc.ABC):
     """A consistent store. Keys are '/'-separated printable strings, values bytes."""
 
     url: str
     clock: Clock = SYSTEM_CLOCK
+
+    @contextlib.contextmanager
+    def time_limit(self, seconds: float | None) -> Iterator[None]:
+        """Bound this thread's calls on this store to ``seconds`` from now (``None``: no limit) inside the block."""
+        table: dict[int, float] = _limits.__dict__.setdefault("deadlines", {})
+        key = id(self)
+        previous = table.get(key)
+        if seconds is None:
+            table.pop(key, None)
+        else:
+            table[key] = self.clock.now() + max(0.0, seconds)
+        try:
+            yield
+        finally:
+            if previous is None:
+                table.pop(key, None)
+            else:
+                table[key] = previous
+
+    def remaining_s(self, default: float) -> float:
+        """Seconds this thread's next call may take: ``default``, or less when a ``time_limit`` is in force."""
+        deadline = _limits.__dict__.get("deadlines", {}).get(id(self))
+        if deadline is None:
+            return default
+        return min(default, deadline - self.clock.now())
 
     @abc.abstractmethod
     def revision(self) -> int:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import math
 import socket
 import ssl
@@ -72,7 +73,16 @@ from apportion.store._types import (
 
 DEFAULT_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 1.0
+# How long one endpoint gets to answer an idempotent request before the next endpoint is tried. A healthy member
+# answers a keepalive or a read in milliseconds even on a loaded machine; a frozen one never does.
+ATTEMPT_TIMEOUT_S = 1.0
 WATCH_IDLE_S = 30.0  # a silent watch stream is re-opened after this long (guards against half-open connections)
+
+log = logging.getLogger(__name__)
+# httpx logs every request at INFO (hundreds of lines a minute for a worker): only its warnings reach the user.
+for _noisy in ("httpx", "httpcore"):
+    if logging.getLogger(_noisy).level == logging.NOTSET:
+        logging.getLogger(_noisy).setLevel(logging.WARNING)
 
 _TARGETS = {"value": "VALUE", "mod_revision": "MOD", "create_revision": "CREATE", "version": "VERSION"}
 _RESULTS = {"==": "EQUAL", "!=": "NOT_EQUAL", "<": "LESS", ">": "GREATER"}
@@ -273,6 +283,7 @@ class EtcdStore(Store):
         )
         self._lock = threading.Lock()
         self._current = 0  # index of the endpoint in use
+        self._down: dict[str, str] = {}  # endpoint -> why it last failed (cleared when it answers)
         self._token: str | None = None
         self._watches: set[_EtcdWatch] = set()
         self._closed = False
@@ -289,11 +300,29 @@ class EtcdStore(Store):
         with self._lock:
             return self._current, self.config.endpoints[self._current]
 
-    def _failed(self, index: int) -> None:
-        """The endpoint at ``index`` failed: move on to the next one (unless someone already did)."""
+    def _failed(self, index: int, reason: str = "") -> None:
+        """The endpoint at ``index`` failed: move on to the next one (unless someone already did). Logged once per
+        change of state: when an endpoint starts failing (or fails for a new reason), not on every retry."""
+        endpoints = self.config.endpoints
         with self._lock:
             if self._current == index:
-                self._current = (index + 1) % len(self.config.endpoints)
+                self._current = (index + 1) % len(endpoints)
+            using = endpoints[self._current]
+            endpoint = endpoints[index]
+            news = reason and self._down.get(endpoint) != reason
+            if news:
+                self._down[endpoint] = reason
+        if news and len(endpoints) > 1:
+            log.warning("etcd endpoint %s unreachable (%s), using %s", _host(endpoint), reason, _host(using))
+        elif news:
+            log.warning("etcd endpoint %s unreachable (%s)", _host(endpoint), reason)
+
+    def _answered(self, endpoint: str) -> None:
+        if endpoint in self._down:
+            with self._lock:
+                was = self._down.pop(endpoint, None)
+            if was is not None:
+                log.warning("etcd endpoint %s answers again", _host(endpoint))
 
     def _headers(self) -> dict[str, str]:
         # "hasleader": a member that has lost its leader rejects the request at once (we then try the next one)
@@ -313,39 +342,55 @@ class EtcdStore(Store):
     def _call(
         self, path: str, body: Mapping[str, Any], *, idempotent: bool, authenticating: bool = False
     ) -> dict[str, Any]:
-        """POST to the gateway with failover across endpoints; map every failure to the contract's errors."""
+        """POST to the gateway with failover across endpoints; map every failure to the contract's errors.
+
+        The whole call is bounded by the request timeout, or less under a ``time_limit``. An idempotent request
+        gives each endpoint at most ``ATTEMPT_TIMEOUT_S`` to answer before it is sent to the next one, so one frozen
+        member does not eat a keepalive's whole budget; a write waits the whole budget on one endpoint (re-sending
+        it elsewhere could apply it twice)."""
         if self._closed:
             raise StoreUnavailable(f"{self._safe_url()} is closed")
-        deadline = time.monotonic() + self.config.timeout_s
+        budget = self.remaining_s(self.config.timeout_s)
+        if budget <= 0:
+            raise StoreUnavailable(f"etcd {path}: the caller's time limit has passed")
+        deadline = time.monotonic() + budget
         reauthenticated = False
         pause = 0.02
         tried = 0
+        failures: dict[str, str] = {}
         last: BaseException | None = None
         while True:
             index, endpoint = self._endpoint()
+            left = max(0.001, deadline - time.monotonic())
+            attempt = min(left, ATTEMPT_TIMEOUT_S) if idempotent else left
             try:
-                return self._post_once(endpoint, path, body, idempotent=idempotent)
+                reply = self._post_once(endpoint, path, body, idempotent=idempotent, timeout_s=attempt)
             except _Unsent as exc:
                 last = exc.__cause__
-                self._failed(index)
+                failures[endpoint] = _reason(last)
+                self._failed(index, failures[endpoint])
             except _TokenExpired:
                 if authenticating or reauthenticated or self.config.user is None:
                     raise self._auth_error("the server refused the token") from None
                 reauthenticated = True
                 self._authenticate()
                 continue
+            else:
+                self._answered(endpoint)
+                return reply
             tried += 1
             if time.monotonic() >= deadline:
-                raise StoreUnavailable(
-                    f"etcd unreachable at {', '.join(self.config.endpoints)} after {self.config.timeout_s:g}s: {last}"
-                ) from last
+                raise StoreUnavailable(_unreachable(failures, budget)) from last
             if tried % len(self.config.endpoints) == 0:  # every endpoint failed once: back off a little
                 time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
                 pause = min(pause * 2, 0.5)
 
-    def _post_once(self, endpoint: str, path: str, body: Mapping[str, Any], *, idempotent: bool) -> dict[str, Any]:
+    def _post_once(
+        self, endpoint: str, path: str, body: Mapping[str, Any], *, idempotent: bool, timeout_s: float
+    ) -> dict[str, Any]:
+        timeout = httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s))
         try:
-            response = self._client.post(endpoint + path, json=body, headers=self._headers())
+            response = self._client.post(endpoint + path, json=body, headers=self._headers(), timeout=timeout)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             if _is_tls_failure(exc):
                 raise StoreUnavailable(f"TLS handshake with {endpoint} failed: {exc}") from exc
@@ -536,6 +581,36 @@ class EtcdStore(Store):
     def _forget(self, watch: _EtcdWatch) -> None:
         with self._lock:
             self._watches.discard(watch)
+
+
+def _host(endpoint: str) -> str:
+    return endpoint.split("://", 1)[-1]
+
+
+def _reason(error: BaseException | None) -> str:
+    """A short, stable description of why an endpoint did not take a request (for logs and errors)."""
+    if error is None:
+        return "no answer"
+    text = str(error)
+    lowered = text.lower()
+    if "no leader" in lowered:
+        return "no leader"
+    if isinstance(error, httpx.TimeoutException):
+        return "no answer in time"
+    if isinstance(error, httpx.ConnectError):
+        return "connection refused" if "refused" in lowered else "cannot connect"
+    if isinstance(error, httpx.TransportError):
+        return "connection lost"
+    return text.removeprefix("etcd at ").split(": ", 1)[-1][:120] or type(error).__name__
+
+
+def _unreachable(failures: Mapping[str, str], budget_s: float) -> str:
+    """The one line a caller sees when no endpoint could serve a request: says "no quorum" when members answer
+    but have no leader (a majority is down or partitioned away)."""
+    detail = "; ".join(f"{_host(e)}: {why}" for e, why in failures.items()) or "no endpoint answered"
+    if "no leader" in failures.values():
+        return f"etcd has no quorum (no leader) after {budget_s:.3g}s: {detail}"
+    return f"etcd unreachable after {budget_s:.3g}s: {detail}"
 
 
 class _TokenExpired(Exception):
