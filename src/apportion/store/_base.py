@@ -92,7 +92,8 @@ class Store(abc.ABC):
 
     def remaining_s(self, default: float) -> float:
         """Seconds this thread's next call may take: ``default``, or less when a ``time_limit`` is in force."""
-        deadline = _limits.__dict__.get("deadlines", {}).get(id(self))
+        table: dict[int, float] = _limits.__dict__.get("deadlines", {})
+        deadline = table.get(id(self))
         if deadline is None:
             return default
         return min(default, deadline - self.clock.now())
