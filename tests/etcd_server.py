@@ -55,6 +55,7 @@ class EtcdServer:
         peer_port: int,
         initial_cluster: str,
         tls: TlsFiles | None = None,
+        raft_args: Sequence[str] = RAFT_ARGS,
     ) -> None:
         self.binary = binary
         self.data_dir = data_dir
@@ -63,6 +64,7 @@ class EtcdServer:
         self.peer_port = peer_port
         self.initial_cluster = initial_cluster
         self.tls = tls
+        self.raft_args = tuple(raft_args)
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{name}.log"
 
@@ -103,7 +105,7 @@ class EtcdServer:
             "--initial-cluster", self.initial_cluster,
             "--initial-cluster-state", "new",
             "--initial-cluster-token", "apportion-test",
-            *RAFT_ARGS,
+            *self.raft_args,
         ]  # fmt: skip
         if self.tls is not None:
             args += ["--cert-file", str(self.tls.cert), "--key-file", str(self.tls.key)]
@@ -118,9 +120,19 @@ class EtcdServer:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(10)
 
+    def freeze(self) -> None:
+        """SIGSTOP: the member keeps its sockets open but answers nothing (a hung host or a long GC pause)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
+        self.thaw()
         self.process.terminate()
         try:
             self.process.wait(5)
@@ -195,11 +207,17 @@ class EtcdServer:
 
     @classmethod
     @contextlib.contextmanager
-    def cluster(cls, binary: str, data_dir: Path, n: int = 3) -> Iterator[EtcdCluster]:
-        """``n`` fresh members forming one cluster; all stopped on exit."""
+    def cluster(
+        cls, binary: str, data_dir: Path, n: int = 3, *, raft_args: Sequence[str] = RAFT_ARGS
+    ) -> Iterator[EtcdCluster]:
+        """``n`` fresh members forming one cluster; all stopped on exit. ``raft_args=()``: etcd's default timings
+        (heartbeat 100 ms, election timeout 1 s), as a production cluster runs."""
         peers = [free_port() for _ in range(n)]
         initial = ",".join(f"node{i}=http://127.0.0.1:{port}" for i, port in enumerate(peers))
-        members = [cls(binary, data_dir / f"node{i}", f"node{i}", free_port(), peers[i], initial) for i in range(n)]
+        members = [
+            cls(binary, data_dir / f"node{i}", f"node{i}", free_port(), peers[i], initial, raft_args=raft_args)
+            for i in range(n)
+        ]
         cluster = EtcdCluster(members)
         try:
             for member in members:

@@ -71,6 +71,9 @@ class Store(abc.ABC):
 
     url: str
     clock: Clock = SYSTEM_CLOCK
+    # The member lease TTL a group on this store gets unless it sets one: the belief window (ttl x 0.8) must outlast
+    # what this backend can stall a renewal for (see each backend).
+    default_ttl_s: float = 3.0
 
     @contextlib.contextmanager
     def time_limit(self, seconds: float | None) -> Iterator[None]:

@@ -273,6 +273,13 @@ class EtcdConfig:
 class EtcdStore(Store):
     """A store on an etcd v3 cluster, through its JSON gateway. Thread-safe."""
 
+    # A leader election stalls renewals: followers hold a keepalive until a new leader exists. With etcd's default
+    # timings (election timeout 1 s, randomised up to 2 s) a new leader was elected 1.2-1.6 s after kill -9 of the
+    # old one here (tests/etcd/test_faults.py). The rule: ttl x 0.8 (the belief window) must exceed the renewal
+    # interval (ttl / 4) + an election (<= 2 x election timeout) + one attempt (ATTEMPT_TIMEOUT_S). At 3 s a worker
+    # lost its partitions on a leader kill; at 5 s: 4.0 > 1.25 + 2 + ~0.5, and 0 partitions were lost.
+    default_ttl_s = 5.0
+
     def __init__(self, url: str, config: EtcdConfig | None = None) -> None:
         self.url = url
         self.config = config or EtcdConfig.parse(url)
