@@ -40,6 +40,7 @@ from apportion.group import (
     validate_group,
 )
 from apportion.group._coordinator import validate_settings
+from apportion.group._history import DEFAULT_RETENTION_S
 from apportion.group._ownership import Callback, FencedMember
 from apportion.group._rounds import ReplicaLags, ReplicasCallback
 from apportion.group._static import validate_ordinal
@@ -68,7 +69,7 @@ class Worker:
         capacity: float,
         rack: str | None,
         revoke_timeout_s: float,
-        history_size: int,
+        history_retention_s: float,
         tracer: Tracer | None = None,
         replica_lags: ReplicaLags | None = None,
         on_replicas: ReplicasCallback | None = None,
@@ -90,7 +91,7 @@ class Worker:
             "on_lost": on_lost,
             "update": group.update,
             "revoke_timeout_s": revoke_timeout_s,
-            "history_size": history_size,
+            "history_retention_s": history_retention_s,
             "tracer": self._log,
         }
         self._member: FencedMember
@@ -331,13 +332,14 @@ class Group:
         capacity: float = 1.0,
         rack: str | None = None,
         revoke_timeout_s: float = 10.0,
-        history_size: int = 1000,
+        history_retention_s: float = DEFAULT_RETENTION_S,
         tracer: Tracer | None = None,
         replica_lags: ReplicaLags | None = None,
         on_replicas: ReplicasCallback | None = None,
     ) -> Worker:
         """Start a worker (its threads run until ``stop()`` or the end of the ``with`` block). ``tracer(kind,
         fields)`` observes every protocol event (e.g. :class:`apportion.metrics.MetricsTracer`).
+        ``history_retention_s``: how long the group's history keeps events (default one hour; 0 records none).
 
         Stateful groups (``high_availability``): ``on_replicas(standby, learners)`` hears the replicas the plan
         gives this worker to keep warm, and ``replica_lags()`` reports how far behind each of them is (partition ->
@@ -351,7 +353,7 @@ class Group:
             capacity=capacity,
             rack=rack,
             revoke_timeout_s=revoke_timeout_s,
-            history_size=history_size,
+            history_retention_s=history_retention_s,
             tracer=tracer,
             replica_lags=replica_lags,
             on_replicas=on_replicas,

@@ -111,6 +111,42 @@ def test_handoff_latency_per_cause_and_p50(known: dict[str, Any]) -> None:
     assert stats["all"] == (3, 3.0, 7.0)
 
 
+def test_handoff_latency_is_never_negative_when_the_two_writers_clocks_disagree(spark: Any) -> None:
+    # b's clock is 0.1 s behind a's: its claim (after a's release in store order) is stamped before the release.
+    skewed = [
+        ev(10, 100.0, "claim", "a", partition=0, epoch=1),
+        ev(20, 105.0, "release", "a", partition=0, epoch=1),
+        ev(22, 104.9, "claim", "b", partition=0, epoch=2),
+        ev(30, 106.0, "release", "b", partition=0, epoch=2),
+        ev(32, 106.25, "claim", "a", partition=0, epoch=3),
+    ]
+    handoffs = handoff_latency(ownership_intervals(events_frame(spark, skewed)))
+    assert sorted((r.from_member, r.to_member, r.latency_s) for r in handoffs.collect()) == [
+        ("a", "b", 0.0),
+        ("b", "a", 0.25),
+    ]
+
+
+def test_the_report_states_its_span_and_the_members_it_saw_only_in_part(spark: Any, tmp_path: Path) -> None:
+    # a registered inside the span; b's earlier events expired: its history starts with a commit.
+    events = [
+        ev(3, 200.0, "registered", "a"),
+        ev(4, 201.0, "commit", "b", partition=1, epoch=1, checkpoint="x"),
+        ev(5, 202.0, "claim", "a", partition=0, epoch=1),
+        ev(6, 230.5, "commit", "a", partition=0, epoch=1, checkpoint="y"),
+    ]
+    summary = write_report(spark, events, tmp_path / "part", expired_before=180.0)
+    assert (summary.span_start, summary.span_end, summary.span_s) == (200.0, 230.5, 30.5)
+    assert summary.expired_before == 180.0
+    assert summary.incomplete_members == ("b",)
+    assert summary.coverage.startswith("overlaps: 0 in 30.500 s of history (t = 200.000 to 230.500)")
+    assert "expired" in summary.coverage and "incomplete history" in summary.coverage and "b" in summary.coverage
+    assert summary.coverage in (tmp_path / "part" / "index.html").read_text()
+    whole = write_report(spark, events[:1] + events[2:], tmp_path / "whole")
+    assert whole.incomplete_members == () and whole.expired_before is None
+    assert whole.coverage.endswith("every member's history complete in this span")
+
+
 def test_moves_are_attributed_to_the_round_closed_before_them(known: dict[str, Any]) -> None:
     rows = [
         (r["round"], r.planned_moves, r.claims, r.moved, r.initial)

@@ -8,7 +8,7 @@ import click
 
 from apportion.cli._app import app
 from apportion.errors import ApportionError, InvalidRequest
-from apportion.group import history
+from apportion.group import history, history_expired_before
 from apportion.store import connect
 
 
@@ -22,18 +22,21 @@ class OverlapFound(ApportionError):
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for the report.")
 @click.option("--master", default="local[1]", help="Spark master.")
 def report(store_url: str, group_name: str, out_dir: str, master: str) -> None:
-    """Ownership timelines, unowned gaps, overlaps (must be none), moves per round, balance, handoff latency."""
+    """Ownership timelines, unowned gaps, overlaps (must be none), moves per round, balance, handoff latency.
+    The summary states the span of history analysed and what it may miss (expired events, members seen in part)."""
     from apportion.spark._pipeline import spark_session
     from apportion.spark._report import write_report
 
     with connect(store_url) as store:
         events = history(store, group_name)
+        expired_before = history_expired_before(store, group_name)
     if not events:  # before paying for a Spark start
         raise InvalidRequest("--group", f"{group_name!r} has no recorded history in {store_url}")
     spark = spark_session(master, app_name="apportion-report")
-    summary = write_report(spark, events, out_dir)
+    summary = write_report(spark, events, out_dir, expired_before=expired_before)
     out = summary.as_dict()
     click.echo(json.dumps(out, indent=2))
     click.echo(summary.index_html)
+    click.echo(summary.coverage, err=True)
     if summary.overlaps:
         raise OverlapFound(f"{summary.overlaps} overlapping ownership interval(s): see {out_dir}/overlaps.csv")

@@ -17,6 +17,7 @@ import click
 from apportion.cli._app import app
 from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
 from apportion.group import ordinal_from_hostname
+from apportion.group._history import DEFAULT_RETENTION_S
 from apportion.store import connect
 from apportion.worker import Group, Tracer, Worker
 
@@ -101,6 +102,14 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) 
 @_option("--rebalance", type=click.Choice(["automatic", "manual"]), default="automatic", help="coordinator.")
 @_option("--max-in-flight", type=int, default=4, help="coordinator: migrations in flight at most.")
 @_option(
+    "--history-retention",
+    "history_retention_s",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_RETENTION_S,
+    show_default=True,
+    help="Keep the group's history events this long (s); 0 records none.",
+)
+@_option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
@@ -126,6 +135,7 @@ def worker(
     min_members: int,
     rebalance: str,
     max_in_flight: int,
+    history_retention_s: float,
     metrics_port: int | None,
 ) -> None:
     """Run a worker until SIGINT/SIGTERM. Each change is one JSON line on stdout
@@ -163,7 +173,7 @@ def worker(
             max_in_flight=max_in_flight,
         )
         tracer = None if metrics_port is None else _metrics(group, worker_id, metrics_port)
-        _run(group, worker_id, capacity, commit_every, tracer)
+        _run(group, worker_id, capacity, commit_every, tracer, history_retention_s=history_retention_s)
     finally:
         store.close()
 
@@ -192,7 +202,15 @@ def _emit(event: str, **fields: object) -> None:
         sys.stdout.flush()
 
 
-def _run(group: Group, worker_id: str, capacity: float, commit_every_s: float, tracer: Tracer | None = None) -> None:
+def _run(
+    group: Group,
+    worker_id: str,
+    capacity: float,
+    commit_every_s: float,
+    tracer: Tracer | None = None,
+    *,
+    history_retention_s: float = DEFAULT_RETENTION_S,
+) -> None:
     stopping = threading.Event()
     holder: list[Worker] = []
 
@@ -240,6 +258,7 @@ def _run(group: Group, worker_id: str, capacity: float, commit_every_s: float, t
             capacity=capacity,
             on_started=holder.append,
             tracer=tracer,
+            history_retention_s=history_retention_s,
         )
     finally:
         stopping.set()

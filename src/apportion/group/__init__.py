@@ -2,14 +2,15 @@
 
 ``RoundsMember`` (seed 0's continuous assignment rounds, ``_rounds``), ``CoordinatorMember`` (seed 1's elected
 coordinator and partition table, ``_coordinator``) and ``StaticMember`` (seed 3's StatefulSet ordinals, ``_static``)
-are stepped state machines; ``GroupConfig`` the resource definition;
-``history`` the bounded event history; ``group_status`` an operator's snapshot; ``Keys`` the key space.
+are stepped state machines; ``GroupConfig`` the resource definition; ``history`` the event history (kept
+``history_retention_s``; ``history_expired_before`` says since when); ``group_status`` an operator's snapshot;
+``Keys`` the key space.
 """
 
 from apportion.group._config import STRATEGIES, GroupConfig
 from apportion.group._coordinator import CoordinatorMember, CoordinatorPhase, Entry, TableState
 from apportion.group._explain import explain
-from apportion.group._history import EVENT_TYPES, history
+from apportion.group._history import EVENT_TYPES, history, history_expired_before
 from apportion.group._keys import Keys, decode, encode, validate_group, validate_member_id
 from apportion.group._ownership import FencedMember, Lease, Ownership, default_planner
 from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember
@@ -40,6 +41,7 @@ __all__ = [
     "explain",
     "group_status",
     "history",
+    "history_expired_before",
     "ordinal_from_hostname",
     "set_replicas",
     "validate_group",

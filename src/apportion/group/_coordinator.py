@@ -290,6 +290,7 @@ class CoordinatorMember(FencedMember):
             self.config, self._config_revision = GroupConfig.from_json(decode(event.kv.value)), event.kv.mod_revision
 
     def _advance(self, now: float) -> float:
+        self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
         deadlines = [self._lapse_at(), now + self.config.ttl_s / 4]
         self._elect(now)
         if self.phase is CoordinatorPhase.COORDINATING:

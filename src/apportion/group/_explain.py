@@ -10,7 +10,8 @@ participants) and the previous owner's last event on the partition before that c
     no event at all (lease expired)           -> "moved": moved from X because X left
     a later round closed with the owner in it -> "kept": kept as previously owned (the acquisition is kept too)
 
-The history is bounded (a ring per member): when it does not reach back far enough the decision is "unknown".
+The history is kept for a while (``history_retention_s``): when it no longer reaches back far enough the decision
+is "unknown".
 """
 
 from __future__ import annotations

@@ -12,12 +12,14 @@
     owner/<p>           {epoch, member} (lease-bound to the owner's lease)
     epoch/<p>           last epoch handed out for p (not lease-bound: epochs only grow)
     commit/<p>          {checkpoint, epoch, member}
-    events/<id>/<slot>  bounded history ring per member id (see ``_history``)
+    history             {expired_before}: history events older than this may have expired (see ``_history``)
     replicas            static mode: {replicas} — the replica count the ordinals are spread over
     coordinator         coordinator mode (lease-bound to the coordinator's member lease): {member, settings}
     table/<p>           coordinator mode: {owner, target, state (ASSIGNED|MIGRATING|ONLINE)} — the partition table
     migrations/<p>      coordinator mode: the move in flight for p: {from, to, state}
     rebalance           coordinator mode, manual policy: an operator's request to rebalance
+
+The history's events live outside the watched prefix, under ``/apportion-history/<group>/`` (see ``_history``).
 
 Group names and member ids: 1-128 characters ``[A-Za-z0-9._-]`` starting with a letter or digit; member ids
 ``plan`` and ``joined`` are reserved (they name keys of a round).
@@ -32,6 +34,7 @@ from typing import Any
 from apportion.errors import InvalidRequest
 
 ROOT = "/apportion/"
+HISTORY_ROOT = "/apportion-history/"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 RESERVED_IDS = ("joined", "plan")
 
@@ -55,7 +58,7 @@ def validate_member_id(member_id: str) -> str:
 class Keys:
     """Key names of one group."""
 
-    __slots__ = ("current", "events", "latest", "members", "prefix", "resource", "rounds")
+    __slots__ = ("current", "events", "history", "latest", "members", "prefix", "resource", "rounds")
 
     def __init__(self, group: str) -> None:
         validate_group(group)
@@ -65,7 +68,8 @@ class Keys:
         self.latest = self.prefix + "latest"
         self.members = self.prefix + "members/"
         self.rounds = self.prefix + "round/"
-        self.events = self.prefix + "events/"
+        self.history = self.prefix + "history"
+        self.events = f"{HISTORY_ROOT}{group}/"
 
     def member(self, member_id: str) -> str:
         return self.members + member_id
@@ -90,9 +94,6 @@ class Keys:
 
     def commit(self, partition: int) -> str:
         return f"{self.prefix}commit/{partition}"
-
-    def event(self, member_id: str, slot: int) -> str:
-        return f"{self.events}{member_id}/{slot}"
 
     @property
     def replicas(self) -> str:

@@ -38,7 +38,7 @@ from typing import Any, Required, TypedDict
 from apportion.clock import Clock
 from apportion.errors import Fenced, InvalidRequest, LeaseNotFound, StoreUnavailable
 from apportion.group._config import GroupConfig
-from apportion.group._history import Recorder
+from apportion.group._history import DEFAULT_RETENTION_S, Recorder
 from apportion.group._keys import Keys, decode, encode, owner_value, validate_member_id
 from apportion.model import AssignRequest, Plan
 from apportion.store import Delete, Event, Get, Op, Put, Store, Watch, absent
@@ -92,7 +92,7 @@ class MemberOptions(TypedDict, total=False):
     safety: float
     claim_retry_s: float
     revoke_timeout_s: float
-    history_size: int
+    history_retention_s: float
     tracer: Tracer | None
     delay: DelayHook | None
 
@@ -119,7 +119,7 @@ class FencedMember:
         safety: float = 0.8,
         claim_retry_s: float = 0.05,
         revoke_timeout_s: float = 10.0,
-        history_size: int = 1000,
+        history_retention_s: float = DEFAULT_RETENTION_S,
         tracer: Tracer | None = None,
         delay: DelayHook | None = None,
     ) -> None:
@@ -148,7 +148,7 @@ class FencedMember:
         self.revoke_timeout_s = revoke_timeout_s
         self._tracer = tracer
         self._delay = delay
-        self._recorder = Recorder(self.keys, member_id, history_size)
+        self._recorder = Recorder(self.keys, member_id, history_retention_s)
         self._lock = threading.Lock()
         # lease state (shared with the keepalive thread)
         self._lease: StoreLease | None = None

@@ -210,6 +210,7 @@ class RoundsMember(FencedMember):
     # -- stepping ------------------------------------------------------------------------------------------
 
     def _advance(self, now: float) -> float:
+        self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
         cur = self.store.get(self.keys.current)
         if cur is None:
             self._open(now, 0)

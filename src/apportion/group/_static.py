@@ -138,6 +138,7 @@ class StaticMember(FencedMember):
             self.config, self._config_revision = GroupConfig.from_json(decode(kv.value)), kv.mod_revision
 
     def _advance(self, now: float) -> float:
+        self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
         target = set(self.target())
         with self._lock:
             owned = set(self._owned)

@@ -339,7 +339,7 @@ class Simulation:
             "watch": inbox,
             "revoke_timeout_s": self.config.revoke_timeout_s,
             "safety": self.config.safety,
-            "history_size": 0,
+            "history_retention_s": 0.0,
             "tracer": tracer,
             "delay": delay,
         }

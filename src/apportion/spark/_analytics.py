@@ -2,7 +2,8 @@
 
 Input: ``events_frame(spark, events)`` — one row per event and partition (``EVENTS_SCHEMA``). Order is the store
 revision (then member, seq): the store's total order, immune to the skew of the members' clocks. Times are the
-members' clocks (seconds) and are used for durations only.
+members' clocks (seconds) and are used for durations only; a duration between two members' events (a handoff) is
+never negative: when their clocks disagree with the store order it is 0 (``handoff_latency``).
 
 Ownership interval = one claim, i.e. one ``(partition, epoch)`` (the claim txn makes every epoch unique). It ends:
 
@@ -212,7 +213,7 @@ def unowned_gaps(intervals: Any, end_time: float | None = None) -> Any:
 
 def handoff_latency(intervals: Any) -> Any:
     """Per partition, each change of owner: the old owner's end (release, lost, fenced, expired) → the new owner's
-    claim. ``latency_s`` = claim time - end time (negative only with an overlap); ``cause`` = the old end_type."""
+    claim. ``latency_s`` = claim time - end time, at least 0; ``cause`` = the old end_type."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -231,7 +232,10 @@ def handoff_latency(intervals: Any) -> Any:
             "cause",
             "ended_at",
             F.col("start_time").alias("claimed_at"),
-            (F.col("start_time") - F.col("ended_at")).alias("latency_s"),
+            # The end and the claim are stamped by two processes' clocks. The store orders them (the claim's
+            # revision follows the end's unless the owners overlapped, which ``overlaps`` reports), so a claim time
+            # before the end time is clock skew, not a negative wait: the handoff took no measurable time, 0.
+            F.greatest(F.col("start_time") - F.col("ended_at"), F.lit(0.0)).alias("latency_s"),
         )
         .orderBy("claimed_at", "partition")
     )

@@ -5,6 +5,11 @@ Layout of ``out_dir``: ``<table>.parquet`` and ``<table>.csv`` (one file, header
 ``moves.png``, ``balance.png``, ``handoff.png``; ``index.html`` embeds the plots and the first rows of each table.
 Tables are computed by Spark (``_analytics``); only their (small) results come to the driver (one Arrow batch each),
 which writes the Parquet and CSV files, the plots and the HTML.
+
+A report covers only the history it was given: ``ReportSummary`` states its span (first to last event), whether
+older events may have expired (the history's retention, ``expired_before``) and which members' histories are
+incomplete (their first event in the span is not their registration: what they did before is not seen), and its
+``coverage`` line says "overlaps: N in <span>" with those limits — never a bare "0 overlaps".
 """
 
 from __future__ import annotations
@@ -39,7 +44,10 @@ class Table:
 class ReportSummary:
     """What ``write_report`` found and wrote. Times in seconds of the members' clocks; ``*_p50_s``/``*_p99_s`` are
     None when there was no such handoff. ``handoff_*`` are planned handoffs (release → claim); ``failover_*`` are
-    handoffs after a lost or expired lease."""
+    handoffs after a lost or expired lease. ``span_start``/``span_end``: the first and last event analysed;
+    ``expired_before``: events before it may have been deleted by retention (None: none were);
+    ``incomplete_members``: members whose history in the span does not start with their registration;
+    ``coverage``: one line saying what the overlap count covers."""
 
     out_dir: str
     index_html: str
@@ -62,6 +70,12 @@ class ReportSummary:
     failover_p50_s: float | None
     failover_p99_s: float | None
     final_spread: int | None
+    span_start: float
+    span_end: float
+    span_s: float
+    expired_before: float | None
+    incomplete_members: tuple[str, ...]
+    coverage: str
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -262,6 +276,30 @@ def _plot_handoffs(path: Path, handoffs: Table) -> None:
     plt.close(fig)
 
 
+def incomplete_members(events: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """Members whose first event (store order) is not ``registered``: their earlier events expired (or were never
+    recorded), so claims they made before it are not seen and ownership they held then is not checked."""
+    first: dict[str, tuple[int, int, str]] = {}
+    for e in events:
+        member, point = str(e["member"]), (int(e["revision"]), int(e.get("seq", 0)), str(e["type"]))
+        if member not in first or point < first[member]:
+            first[member] = point
+    return tuple(sorted(m for m, (_, _, kind) in first.items() if kind != "registered"))
+
+
+def coverage_line(
+    overlap_count: int, start: float, end: float, expired_before: float | None, incomplete: Sequence[str]
+) -> str:
+    """ "overlaps: N in <span>" plus what the span may miss (expired events, members seen only in part)."""
+    line = f"overlaps: {overlap_count} in {end - start:.3f} s of history (t = {start:.3f} to {end:.3f})"
+    limits = []
+    if expired_before is not None:
+        limits.append(f"events before t = {expired_before:.3f} expired (history retention)")
+    if incomplete:
+        limits.append(f"incomplete history (not seen before their first event): {', '.join(incomplete)}")
+    return line + ("; " + "; ".join(limits) if limits else "; every member's history complete in this span")
+
+
 def _stat(stats: Table, causes: Sequence[str], column: str) -> float | None:
     """The statistic of the causes (exactly one row each expected; several causes: the worst)."""
     values = [r[column] for r in _records(stats) if r["cause"] in causes and r[column] is not None]
@@ -269,17 +307,26 @@ def _stat(stats: Table, causes: Sequence[str], column: str) -> float | None:
 
 
 def write_report(
-    spark: Any, events: Sequence[Mapping[str, Any]], out_dir: str | Path, *, end_time: float | None = None
+    spark: Any,
+    events: Sequence[Mapping[str, Any]],
+    out_dir: str | Path,
+    *,
+    end_time: float | None = None,
+    expired_before: float | None = None,
 ) -> ReportSummary:
     """Analyse ``events`` (``apportion.group.history``) and write tables, plots and ``index.html`` into ``out_dir``.
-    Open ownership is closed at ``end_time`` (default: the last event's time)."""
+    Open ownership is closed at ``end_time`` (default: the last event's time). ``expired_before``
+    (``apportion.group.history_expired_before``): events before it may have been deleted by the history's retention;
+    the summary says so."""
     if not events:
-        raise InvalidRequest("events", "the group has no recorded history (wrong group, or history_size=0)")
+        raise InvalidRequest("events", "the group has no recorded history (wrong group, or history_retention_s=0)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     df = A.events_frame(spark, events).cache()
     at = A.report_time(df) if end_time is None else float(end_time)
     t0 = float(min(float(e["time"]) for e in events))
+    t1 = float(max(float(e["time"]) for e in events))
+    incomplete = incomplete_members(events)
     intervals_df = A.ownership_intervals(df, at).cache()
     handoffs_df = A.handoff_latency(intervals_df).cache()
     per_member_df, balance_df = A.balance_over_time(intervals_df)
@@ -327,10 +374,26 @@ def write_report(
         failover_p50_s=_stat(stats, ("lost", "expired", "fenced"), "p50_s"),
         failover_p99_s=_stat(stats, ("lost", "expired", "fenced"), "p99_s"),
         final_spread=int(spreads[-1]) if spreads else None,
+        span_start=t0,
+        span_end=t1,
+        span_s=round(t1 - t0, 6),
+        expired_before=expired_before,
+        incomplete_members=incomplete,
+        coverage=coverage_line(len(found.rows), t0, t1, expired_before, incomplete),
     )
     page = html_page("apportion report", summary.as_dict(), plots, tables)
     Path(summary.index_html).write_text(page)
     return summary
 
 
-__all__ = ["ReportSummary", "Table", "html_page", "html_table", "pyplot", "write_report", "write_table"]
+__all__ = [
+    "ReportSummary",
+    "Table",
+    "coverage_line",
+    "html_page",
+    "incomplete_members",
+    "html_table",
+    "pyplot",
+    "write_report",
+    "write_table",
+]
