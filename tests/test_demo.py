@@ -6,12 +6,20 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+SPARK = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]  # the demo's own processes
 
 
+def _spark(test: Any) -> Any:
+    for mark in SPARK:
+        test = mark(test)
+    return test
+
+
+@_spark
 def test_small_demo_passes_every_check_and_writes_its_report(tmp_path: Path) -> None:
     directory = tmp_path / "demo"
     proc = subprocess.run(
@@ -33,6 +41,7 @@ def test_small_demo_passes_every_check_and_writes_its_report(tmp_path: Path) -> 
     assert Path(summary["report"]).exists()
 
 
+@_spark
 def test_demo_refuses_a_non_empty_directory_without_clean(tmp_path: Path) -> None:
     (tmp_path / "something").write_text("x")
     proc = subprocess.run(
@@ -41,3 +50,69 @@ def test_demo_refuses_a_non_empty_directory_without_clean(tmp_path: Path) -> Non
     assert proc.returncode == 2
     assert "--clean" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# -- the demo's waits, without processes ----------------------------------------------------------------------
+
+
+def _events(path: Path, *events: dict[str, object]) -> None:
+    with open(path, "a") as handle:
+        for e in events:
+            handle.write(json.dumps(e) + "\n")
+
+
+def test_a_wait_with_progress_fails_only_after_its_limit_without_progress() -> None:
+    from apportion.demo import _wait_for
+    from apportion.errors import ApportionError
+
+    ticks = iter(range(1_000_000))
+    polls = {"n": 0}
+
+    def moving() -> int:
+        return next(ticks)
+
+    def done() -> bool:
+        polls["n"] += 1
+        return polls["n"] > 20
+
+    assert _wait_for("a moving thing", done, 0.05, poll_s=0.01, progress=moving) >= 0.0  # 0.2 s > limit: no failure
+    with pytest.raises(ApportionError, match=r"waiting for a stuck thing"):
+        _wait_for("a stuck thing", lambda: False, 0.05, poll_s=0.01, progress=lambda: 1)
+
+
+def test_a_wait_fails_at_once_with_the_log_tail_when_a_worker_it_needs_has_exited(tmp_path: Path) -> None:
+    from apportion.demo import DemoConfig, _Fleet, _wait_for
+    from apportion.errors import ApportionError
+
+    fleet = _Fleet(DemoConfig(directory=tmp_path), "memory://x", tmp_path / "log", tmp_path / "out")
+    (tmp_path / "logs" / "w2.log").write_text("Traceback (most recent call last):\nFileNotFoundError: tmp\n")
+    fleet.procs["w2"] = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    fleet.procs["w2"].wait()
+    with pytest.raises(ApportionError, match=r"(?s)waiting for w2's batch: worker w2 exited with code 3.*FileNotFound"):
+        _wait_for("w2's batch", lambda: False, 3600, alive=lambda: fleet.check(["w2"]))
+
+
+def test_the_worker_log_is_read_incrementally_and_knows_when_a_freeze_landed_in_the_window(tmp_path: Path) -> None:
+    from apportion.demo import _WorkerLog
+
+    path = tmp_path / "w2.log"
+    log = _WorkerLog(path)
+    assert log.count("batch") == 0  # no file yet
+    _events(path, {"event": "batch"}, {"event": "written"}, {"event": "written"}, {"event": "pausing", "seconds": 1.5})
+    assert log.frozen_in_window()
+    _events(path, {"event": "commit"})
+    assert log.frozen_in_window()  # one of two partitions still to commit: it will meet the fence
+    with open(path, "a") as handle:
+        handle.write('{"event": "commit"')  # a line being written: not parsed yet
+    assert log.count("commit") == 1
+    with open(path, "a") as handle:
+        handle.write("}\n")
+    assert log.count("commit") == 2 and not log.frozen_in_window()
+    _events(
+        path,
+        {"event": "batch_done", "spark_s": 2.0, "write_s": 0.5, "commit_s": 0.1},
+        {"event": "lost", "partitions": [3, 1]},
+    )
+    assert not log.frozen_in_window()
+    assert log.slowest_batch_s() == pytest.approx(4.1)
+    assert log.lost() == [3, 1]

@@ -17,8 +17,14 @@ SQLite store, partitioned Parquet log, local Spark; real worker processes and re
               ownership overlaps in the history, moves vs the lower bound, failover time
     report    Spark analytics of the history → HTML with plots
 
-Every wait has a deadline and says what it waited for; the job exits non-zero when any check fails. Child processes
-are always stopped (SIGCONT + SIGKILL) when the demo ends, whatever happens.
+Every wait is on a state (store records, the workers' event lines) and fails with what it waited for; its time
+limit is not tuned to an idle machine but derived from what the demo observes (``_Pace``): the protocol's own times
+(ttl + settle + min interval), the slowest micro-batch seen so far in any worker's log, how long the Spark workers
+took to start, and the machine's load average. Long waits (start-up, draining) fail only after that long *without
+progress*, and a wait fails at once, with the tail of its log, when a worker it needs has exited. The freeze is
+checked too: if SIGSTOP missed the zombie's window between writing and committing, it is resumed and frozen again
+at its next batch. The job exits non-zero when any check fails. Child processes are always stopped (SIGCONT +
+SIGKILL) when the demo ends, whatever happens.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,7 +70,7 @@ class DemoConfig:
     settle_s: float = 0.5
     min_interval_s: float = 1.0
     report: bool = True
-    timeout_s: float = 240.0
+    timeout_s: float = 180.0  # the floor of the start-up limit (x the load factor); others derive from observations
 
     def __post_init__(self) -> None:
         if self.records < 1:
@@ -125,6 +131,22 @@ class _Fleet:
     def alive(self, worker_id: str) -> bool:
         return self.procs[worker_id].poll() is None
 
+    def stopped(self, worker_id: str) -> bool:
+        """True once the process is stopped (state T in /proc; where there is no /proc, once signalled)."""
+        try:
+            stat = Path(f"/proc/{self.procs[worker_id].pid}/stat").read_text()
+        except OSError:
+            return True
+        return stat.rsplit(")", 1)[-1].split()[0] in ("T", "t")
+
+    def check(self, worker_ids: Iterable[str]) -> None:
+        """Raise if one of ``worker_ids`` has exited (a wait on it could only time out): say how, with its log."""
+        for wid in worker_ids:
+            code = self.procs[wid].poll()
+            if code is not None:
+                log = _WorkerLog(self.config.directory / "logs" / f"{wid}.log")
+                raise _Exited(f"worker {wid} exited with code {code}; the end of its log:\n{log.tail()}")
+
     def stop_all(self, timeout_s: float) -> dict[str, int | None]:
         for proc in self.procs.values():
             if proc.poll() is None:
@@ -145,14 +167,155 @@ class _Fleet:
                 proc.wait()
 
 
-def _wait_for(what: str, condition: Callable[[], bool], timeout_s: float, poll_s: float = 0.2) -> float:
-    """Poll ``condition`` until true; return the seconds it took; raise with ``what`` after ``timeout_s``."""
-    start = time.monotonic()
+def _wait_for(
+    what: str,
+    condition: Callable[[], bool],
+    limit_s: float,
+    *,
+    poll_s: float = 0.2,
+    progress: Callable[[], object] | None = None,
+    alive: Callable[[], None] | None = None,
+) -> float:
+    """Poll ``condition`` until true; return the seconds it took.
+
+    Fails after ``limit_s`` — counted from the last change of ``progress()`` when given (a wait that fails only
+    when nothing moves) — and at once when ``alive()`` raises (a worker the wait needs has exited).
+    """
+    start = since = time.monotonic()
+    seen = progress() if progress is not None else None
     while not condition():
-        if time.monotonic() - start > timeout_s:
-            raise ApportionError(f"demo: timed out after {timeout_s:.0f} s waiting for {what}")
+        if alive is not None:
+            try:
+                alive()
+            except _Exited as exc:
+                raise ApportionError(f"demo: while waiting for {what}: {exc}") from None
+        now = time.monotonic()
+        if progress is not None:
+            current = progress()
+            if current != seen:
+                seen, since = current, now
+        if now - since > limit_s:
+            quiet = " without progress" if progress is not None else ""
+            raise ApportionError(
+                f"demo: timed out after {now - start:.0f} s ({limit_s:.0f} s{quiet}) waiting for {what}"
+            )
         time.sleep(poll_s)
     return time.monotonic() - start
+
+
+class _Exited(ApportionError):
+    """A worker process a wait needs has exited."""
+
+
+class _WorkerLog:
+    """A worker's JSON event lines, read incrementally: each refresh parses only what was appended since."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.events: list[dict[str, Any]] = []
+        self._offset = 0
+        self._partial = b""
+
+    def refresh(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return self.events
+        self._offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            if line.startswith(b'{"event"'):
+                with contextlib.suppress(ValueError):
+                    self.events.append(json.loads(line))
+        return self.events
+
+    def count(self, event: str) -> int:
+        return sum(1 for e in self.refresh() if e.get("event") == event)
+
+    def lost(self) -> list[int]:
+        """Every partition the worker reported through on_lost, in order (a partition once per report)."""
+        found: list[int] = []
+        for e in self.refresh():
+            if e.get("event") == "lost":
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    found.extend(int(p) for p in e["partitions"])
+        return found
+
+    def slowest_batch_s(self) -> float:
+        """The longest micro-batch so far: Spark + write + commit, plus a pause before its commit."""
+        slowest = pause = 0.0
+        for e in self.refresh():
+            if e.get("event") == "pausing":
+                pause = float(e.get("seconds", 0.0))
+            elif e.get("event") == "batch_done":
+                took = sum(float(e.get(k, 0.0)) for k in ("spark_s", "write_s", "commit_s"))
+                slowest, pause = max(slowest, took + pause), 0.0
+        return slowest
+
+    def frozen_in_window(self) -> bool:
+        """True when the worker's last batch paused before committing and has not committed every partition."""
+        events = self.refresh()
+        last = max((i for i, e in enumerate(events) if e.get("event") == "pausing"), default=-1)
+        if last < 0:
+            return False
+        batch = max((i for i, e in enumerate(events[:last]) if e.get("event") == "batch"), default=-1)
+        written = sum(1 for e in events[batch + 1 : last] if e.get("event") == "written")
+        after = [e.get("event") for e in events[last + 1 :]]
+        return "batch_done" not in after and after.count("commit") < written
+
+    def tail(self, lines: int = 15) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.path.read_text(errors="replace").splitlines()[-lines:])
+        return "(no log)"
+
+
+@dataclass(slots=True)
+class _Pace:
+    """The demo's time limits, from what it observed (never a fixed timeout tuned to an idle machine).
+
+    ``protocol_s`` = ttl + settle + min interval (a lapse noticed plus a round); ``batch_s`` = the slowest batch
+    any worker has logged; ``startup_s`` = how long the first Spark workers took to own every partition; ``load``
+    = the 1-minute load average per core (>= 1). Each limit is a floor or a multiple of those, whichever is larger.
+    """
+
+    config: DemoConfig
+    logs: dict[str, _WorkerLog]
+    startup_s: float = 0.0
+
+    @property
+    def protocol_s(self) -> float:
+        c = self.config
+        return c.ttl_s + c.settle_s + c.min_interval_s
+
+    @property
+    def load(self) -> float:
+        try:
+            return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+        except OSError:
+            return 1.0
+
+    @property
+    def batch_s(self) -> float:
+        return max((log.slowest_batch_s() for log in self.logs.values()), default=0.0)
+
+    def startup(self) -> float:
+        """Spark sessions starting (JVM, warm-up) and the first round: nothing to scale with yet but the load."""
+        return self.config.timeout_s * self.load
+
+    def spark_start(self) -> float:
+        """One more worker's Spark session starting, or the first commits: like the first start-up."""
+        return max(90.0, 2.0 * self.startup_s) * self.load
+
+    def rebalance(self) -> float:
+        """Ownership changing hands: leases lapse, rounds close, revocations wait for the batches in flight."""
+        return max(60.0, 4.0 * self.protocol_s + 4.0 * self.batch_s) * self.load
+
+    def batch(self) -> float:
+        """A worker finishing the batch it is in (or starting its next one)."""
+        return max(60.0, 4.0 * self.batch_s + 2.0 * self.protocol_s) * self.load
 
 
 def _owners(store: Store) -> dict[int, str | None]:
@@ -212,10 +375,17 @@ class _RecordSource:
     def reserve(self) -> int:
         return min(self.config.records // 2, max(self.config.partitions * 250, self.config.records // 20))
 
-    def finish(self, timeout_s: float) -> None:
-        """Wait for the stream, then append the reserve: fresh work for every partition, right now."""
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+    def finish(self, limit_s: float) -> None:
+        """Wait for the stream (failing after ``limit_s`` without a chunk appended), then append the reserve: fresh
+        work for every partition, right now."""
+        thread = self._thread
+        if thread is not None:
+            _wait_for(
+                "the producer to append the streamed input",
+                lambda: not thread.is_alive(),
+                limit_s,
+                progress=lambda: self.produced,
+            )
         if self.error is not None:
             raise ApportionError(f"demo: the producer failed: {self.error}") from self.error
         self.append(self.config.records - self.produced)
@@ -286,6 +456,8 @@ def _run_scenario(
         ids = [f"w{i}" for i in range(1, config.workers + 2)]
         first, joiner = ids[:-1], ids[-1]
         zombie = first[1]
+        logs = {wid: _WorkerLog(d / "logs" / f"{wid}.log") for wid in ids}
+        pace = _Pace(config, logs)
         for wid in first:
             # The worker that will be frozen is a slow committer (a pause between writing a batch's output and
             # committing it), so that the freeze lands inside that window and its late commit meets the fence.
@@ -295,33 +467,61 @@ def _run_scenario(
             f"started {len(first)} pipeline workers ({', '.join(first)}), sticky strategy, stateful (per-key "
             "aggregates per partition backed by a fenced changelog); Spark sessions starting"
         )
+
+        def running(*wids: str) -> Callable[[], None]:
+            return lambda: fleet.check(wids)
+
+        def events() -> int:
+            return sum(len(log.refresh()) for log in logs.values())
+
         took = _wait_for(
             "the first workers to own every partition",
             lambda: _all_owned(store, config.partitions, first),
-            timeout_s=180,
+            pace.startup(),
+            progress=lambda: (events(), _load(store)),
+            alive=running(*first),
         )
+        pace.startup_s = took
         step(f"all {config.partitions} partitions owned after {took:.1f} s: {_load(store)}")
 
         columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
         with Progress(*columns, console=console, transient=True) as progress:
             bar = progress.add_task("records committed", total=produced)
+            remaining = [produced]
 
             def advance() -> int:
-                remaining = _remaining(store, log_dir)
-                progress.update(bar, completed=produced - remaining)
-                return remaining
+                remaining[0] = _remaining(store, log_dir)
+                progress.update(bar, completed=produced - remaining[0])
+                return remaining[0]
+
+            def committed() -> int:
+                return produced - remaining[0]
 
             # Input keeps arriving; a member joins.
             source.stream(duration_s=config.stream_s)
-            _wait_for("first commits", lambda: advance() < produced, timeout_s=180)
+            _wait_for(
+                "first commits",
+                lambda: advance() < produced,
+                pace.spark_start(),
+                progress=events,
+                alive=running(*first),
+            )
             fleet.start(joiner)
             step(f"worker {joiner} joins (its Spark session starts first)")
             _wait_for(
                 f"{joiner} to own partitions",
                 lambda: advance() >= 0 and joiner in _owners(store).values(),
-                timeout_s=90,
+                pace.spark_start(),
+                progress=committed,
+                alive=running(*first, joiner),
             )
-            _wait_for("the rebalance to settle", lambda: advance() >= 0 and _settled(store, ids), timeout_s=60)
+            _wait_for(
+                "the rebalance to settle",
+                lambda: advance() >= 0 and _settled(store, ids),
+                pace.rebalance(),
+                progress=lambda: _load(store),
+                alive=running(*first, joiner),
+            )
             join_round = _join_round(store, joiner)
             moved, lower = int(join_round.get("moves", -1)), int(join_round.get("min_moves", -1))
             step(f"rebalanced in round {join_round.get('round')}: {moved} partitions moved (lower bound {lower}): "
@@ -330,14 +530,16 @@ def _run_scenario(
 
             # kill -9 one worker: failover time = until all its partitions are owned by others.
             victim = first[0]
+            others = [w for w in ids if w != victim]
             victim_parts = [p for p, o in _owners(store).items() if o == victim]
             fleet.signal(victim, signal.SIGKILL)
             step(f"kill -9 {victim} (owned {len(victim_parts)} partitions)")
             failover = _wait_for(
                 f"{victim}'s partitions to be owned again",
                 lambda: advance() >= 0 and all(_owners(store).get(p) not in (None, victim) for p in victim_parts),
-                timeout_s=60,
+                pace.rebalance(),
                 poll_s=0.05,
+                alive=running(*others),
             )
             result.failover_s = failover
             bound = config.ttl_s + config.settle_s + config.min_interval_s + 2.0
@@ -347,45 +549,46 @@ def _run_scenario(
             )
 
             # freeze one worker until it is replaced, then resume it: its late commit must be fenced.
-            _wait_for(f"{zombie} to own partitions", lambda: zombie in _owners(store).values(), timeout_s=30)
-            zombie_log = config.directory / "logs" / f"{zombie}.log"
-            pauses = _count_events(zombie_log, "pausing")
-            source.finish(timeout_s=config.timeout_s)  # the last records arrive: every worker has a batch to do
-            step(f"all {source.produced:,} records produced")
             _wait_for(
-                f"{zombie} to write a batch (it then pauses before committing)",
-                lambda: _count_events(zombie_log, "pausing") > pauses,
-                timeout_s=60,
-                poll_s=0.02,
+                f"{zombie} to own partitions",
+                lambda: zombie in _owners(store).values(),
+                pace.rebalance(),
+                progress=lambda: _load(store),
+                alive=running(*others),
             )
-            zombie_parts = [p for p, o in _owners(store).items() if o == zombie]
-            fleet.signal(zombie, signal.SIGSTOP)
-            batches_before = _count_events(zombie_log, "batch_done")
-            lost_before = len(_lost_partitions(zombie_log))
+            zombie_log = logs[zombie]
+            source.finish(pace.batch())  # the last records arrive: every worker has a batch to do
+            step(f"all {source.produced:,} records produced")
+            zombie_parts = _freeze_in_window(fleet, store, zombie, zombie_log, pace, committed, advance, step)
+            batches_before = zombie_log.count("batch_done")
+            lost_before = len(zombie_log.lost())
             step(f"SIGSTOP {zombie} (owned {len(zombie_parts)} partitions) between writing a batch and committing it")
             replaced = _wait_for(
                 f"{zombie}'s partitions to be owned by others",
                 lambda: advance() >= 0 and all(_owners(store).get(p) not in (None, zombie) for p in zombie_parts),
-                timeout_s=60,
+                pace.rebalance(),
+                progress=lambda: _load(store),
+                alive=running(*others),
             )
             step(f"{zombie} replaced after {replaced:.2f} s; SIGCONT {zombie}")
             fleet.signal(zombie, signal.SIGCONT)
             _wait_for(
                 f"{zombie} to finish its frozen batch (its late commits meet the fence)",
-                lambda: (
-                    _count_events(zombie_log, "batch_done") > batches_before or _count_events(zombie_log, "fenced") > 0
-                ),
-                timeout_s=60,
+                lambda: zombie_log.count("batch_done") > batches_before or zombie_log.count("fenced") > 0,
+                pace.batch(),
+                progress=lambda: len(zombie_log.refresh()),
+                alive=running(*others),
             )
-            # on_lost follows at once (for the fenced partitions first, then the rest when the lapse is noticed)
+            # on_lost follows (for the fenced partitions first, then the rest when the lapse is noticed)
             _wait_for(
                 f"{zombie} to report its partitions lost (on_lost)",
-                lambda: len(_lost_partitions(zombie_log)) > lost_before,
-                timeout_s=30,
+                lambda: len(zombie_log.lost()) > lost_before,
+                pace.rebalance(),
                 poll_s=0.05,
+                alive=running(*others),
             )
-            lost = _lost_partitions(zombie_log)[lost_before:]
-            fenced = _count_events(zombie_log, "fenced")
+            lost = zombie_log.lost()[lost_before:]
+            fenced = zombie_log.count("fenced")
             step(
                 f"{zombie} resumed: {len(lost)} partitions reported lost, "
                 f"{fenced} late commits fenced (output discarded)"
@@ -398,10 +601,16 @@ def _run_scenario(
                 )
             )
 
-            _wait_for("every record to be committed", lambda: advance() == 0, timeout_s=config.timeout_s)
+            _wait_for(
+                "every record to be committed",
+                lambda: advance() == 0,
+                pace.rebalance(),
+                progress=committed,
+                alive=running(*others),
+            )
             step("every record committed")
 
-        exits = fleet.stop_all(timeout_s=60)
+        exits = fleet.stop_all(pace.batch())
         step(f"stopped all workers gracefully: exit codes {exits}")
         graceful = all(code == 0 for wid, code in exits.items() if wid != victim)
         result.checks.append(Check("graceful stop", graceful, json.dumps(exits)))
@@ -412,23 +621,43 @@ def _run_scenario(
             result.checks.append(overlap_check)
 
 
-def _events(worker_log: Path) -> list[str]:
-    """The JSON event lines a pipeline worker wrote on stderr (one per line), oldest first."""
-    return [line for line in worker_log.read_text(errors="replace").splitlines() if line.startswith('{"event"')]
+def _freeze_in_window(
+    fleet: _Fleet,
+    store: Store,
+    zombie: str,
+    zombie_log: _WorkerLog,
+    pace: _Pace,
+    committed: Callable[[], int],
+    advance: Callable[[], int],
+    step: Callable[[str], None],
+    attempts: int = 5,
+) -> list[int]:
+    """SIGSTOP ``zombie`` inside its window between writing a batch and committing it; returns the partitions it
+    owned. The freeze is checked against its log: one that landed outside the window (a loaded machine delayed the
+    signal past the pause) is undone with SIGCONT and tried again at the next batch."""
 
+    def alive() -> None:
+        advance()  # the progress bar moves on
+        fleet.check([zombie])
 
-def _count_events(worker_log: Path, event: str) -> int:
-    return sum(1 for line in _events(worker_log) if line.startswith(f'{{"event": "{event}"'))
-
-
-def _lost_partitions(worker_log: Path) -> list[int]:
-    """Every partition the worker reported through on_lost, in order (a partition once per report)."""
-    lost: list[int] = []
-    for line in _events(worker_log):
-        if line.startswith('{"event": "lost"'):
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                lost.extend(int(p) for p in json.loads(line)["partitions"])
-    return lost
+    for attempt in range(1, attempts + 1):
+        pauses = zombie_log.count("pausing")
+        _wait_for(
+            f"{zombie} to write a batch (it then pauses before committing)",
+            lambda n=pauses: zombie_log.count("pausing") > n,  # type: ignore[misc]
+            pace.batch(),
+            poll_s=0.02,
+            progress=lambda: (committed(), len(zombie_log.refresh())),
+            alive=alive,
+        )
+        zombie_parts = [p for p, o in _owners(store).items() if o == zombie]
+        fleet.signal(zombie, signal.SIGSTOP)
+        _wait_for(f"{zombie} to stop (SIGSTOP)", lambda: fleet.stopped(zombie), pace.batch(), poll_s=0.005)
+        if zombie_parts and zombie_log.frozen_in_window():
+            return zombie_parts
+        fleet.signal(zombie, signal.SIGCONT)
+        step(f"the SIGSTOP of {zombie} missed its window before a commit (attempt {attempt}); trying the next batch")
+    raise ApportionError(f"demo: could not freeze {zombie} between a write and its commit in {attempts} attempts")
 
 
 def _join_round(store: Store, joiner: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from apportion.assign._registry import OPTIONS, STRATEGIES
 from apportion.errors import InvalidRequest
-from apportion.model import AssignRequest, Member, Partition, Plan, Resource
+from apportion.model import MAX_PARTITIONS, AssignRequest, Member, Partition, Plan, Resource
 
 _TOP = ("strategy", "resources", "members", "options")
 _MEMBER = ("subscriptions", "owned", "generation", "capacity", "rack", "standby", "learners", "lag")
@@ -42,9 +42,11 @@ def loads_request(text: str) -> AssignRequest:
 
     try:
         obj = json.loads(text, object_pairs_hook=no_duplicates)
+        return parse_request(obj)
     except json.JSONDecodeError as exc:
         raise InvalidRequest("input", f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
-    return parse_request(obj)
+    except RecursionError as exc:  # decoding, validating or printing a value nested thousands deep
+        raise InvalidRequest("input", "JSON nested too deeply") from exc
 
 
 def _is_int(value: object) -> bool:
@@ -81,6 +83,8 @@ def parse_request(obj: object) -> AssignRequest:
     by_name = {r.name: r for r in resources}
     members_obj = _object(top.get("members", {}), "members")
     members = tuple(_member(mid, value, by_name) for mid, value in members_obj.items())
+    if not math.isfinite(sum(m.capacity for m in members)):
+        raise InvalidRequest("members", "the capacities add up to more than a float can hold")
     options = _options(top.get("options", {}))
     return AssignRequest(strategy, resources, members, MappingProxyType(options))
 
@@ -88,6 +92,7 @@ def parse_request(obj: object) -> AssignRequest:
 def _resources(value: object) -> tuple[Resource, ...]:
     obj = _object(value, "resources")
     out = []
+    total = 0
     for name, spec in obj.items():
         field = f"resources.{name}"
         if not name:
@@ -109,6 +114,9 @@ def _resources(value: object) -> tuple[Resource, ...]:
             raise InvalidRequest(field_count, f"partition count must be an integer, got {count!r}")
         if count < 0:
             raise InvalidRequest(field_count, f"partition count must be >= 0, got {count}")
+        total += count
+        if total > MAX_PARTITIONS:  # before anything is allocated for them
+            raise InvalidRequest(field_count, f"at most {MAX_PARTITIONS:,} partitions in a request, got {total:,}")
         if raw_weights is not None:
             if not isinstance(raw_weights, list) or len(raw_weights) != count:
                 raise InvalidRequest(f"{field}.weights", f"must be a list of {count} numbers")
@@ -116,6 +124,8 @@ def _resources(value: object) -> tuple[Resource, ...]:
                 if not _is_number(w) or w <= 0:
                     raise InvalidRequest(f"{field}.weights[{i}]", f"must be a positive number, got {w!r}")
             weights = tuple(float(w) for w in raw_weights)
+            if not math.isfinite(sum(weights)):
+                raise InvalidRequest(f"{field}.weights", "add up to more than a float can hold")
         out.append(Resource(name, count, weights, stateful))
     return tuple(out)
 

@@ -1,17 +1,84 @@
 """The click application and the one place where errors become exit codes.
 
-Exit codes: 0 success, 2 a user mistake (InvalidRequest, bad options), 1 a runtime fault. A user mistake prints one
-line on stderr, never a traceback; ``--debug`` anywhere on the command line shows the traceback.
+Exit codes: 0 success, 2 a user mistake (InvalidRequest, a usage error, a missing optional extra), 1 a runtime fault
+(the store, the file system, a full stdout). Every error is one line on stderr, ``apportion: error: ...``, never a
+traceback; ``--debug`` anywhere on the command line shows the traceback. Whatever is printed about a store URL has
+its password masked (``apportion.store._connect.redact``): the URLs the command was given (``--store``, from the
+command line, the environment or a config file) are remembered as they are parsed, and every error line and log
+record is redacted with them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import logging
+import os
 import sys
 import traceback
+from typing import Any
 
 import click
 
 from apportion.errors import ApportionError
+from apportion.store._connect import redact, url_secrets
+
+# optional dependency (top-level module) -> the extra that installs it
+EXTRAS = {
+    "pyspark": "spark",
+    "pyarrow": "spark",
+    "pandas": "spark",
+    "matplotlib": "spark",
+    "httpx": "etcd",
+    "prometheus_client": "metrics",
+}
+
+_SECRETS: list[str] = []
+# commands that start Spark: the extra is checked before they do anything (the demo would spawn workers that each
+# fail alone; report would read the store first)
+SPARK_COMMANDS = (("demo",), ("report",), ("pipeline", "run"))
+
+
+def require_extra(extra: str) -> None:
+    """Import the modules of ``extra``: a missing one raises ModuleNotFoundError, which :func:`main` turns into
+    ``pip install 'apportion[extra]'`` and exit 2."""
+    for module, needed_by in EXTRAS.items():
+        if needed_by == extra:
+            importlib.import_module(module)
+
+
+def _remember(value: object) -> None:
+    if isinstance(value, str):
+        _SECRETS.extend(s for s in url_secrets(value) if s not in _SECRETS)
+
+
+def remember_url(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Click callback of every ``--store`` option: its password is masked in everything printed afterwards."""
+    _remember(value)
+    return value
+
+
+def scrub(text: str) -> str:
+    """``text`` with every store password this command has seen masked."""
+    return redact(text, _SECRETS)
+
+
+def _redacting_log_records() -> None:
+    """Every log record's message is redacted before any handler sees it (installed once per process)."""
+    factory = logging.getLogRecordFactory()
+    if getattr(factory, "apportion_redacts", False):
+        return
+
+    def make(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        message = record.getMessage()
+        clean = scrub(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return record
+
+    make.apportion_redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(make)
 
 
 @click.group(
@@ -26,26 +93,110 @@ def app() -> None:
     """
 
 
+def _needs_spark(args: list[str]) -> bool:
+    """Whether ``args`` run a Spark command (not just its --help)."""
+    words = tuple(a for a in args if not a.startswith("-"))
+    return not {"-h", "--help"} & set(args) and any(words[: len(c)] == c for c in SPARK_COMMANDS)
+
+
+def _error(message: str) -> None:
+    """One line on stderr, whatever the message holds."""
+    line = " ".join(scrub(message).split())
+    with contextlib.suppress(OSError, ValueError):
+        print(f"apportion: error: {line}", file=sys.stderr, flush=True)
+
+
+def _usage_hint(exc: click.ClickException) -> str:
+    ctx = getattr(exc, "ctx", None)
+    return f" (see '{ctx.command_path} --help')" if isinstance(exc, click.UsageError) and ctx is not None else ""
+
+
+def _flush_stdout() -> str | None:
+    """Flush stdout now, while an error can still be reported (a full disk, /dev/full, a closed pipe); on failure
+    point stdout at /dev/null so that the interpreter's own flush at exit does not print a second error."""
+    try:
+        sys.stdout.flush()
+        return None
+    except (OSError, ValueError) as exc:
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return f"cannot write to stdout: {reason}"
+
+
+def _remember_argv(args: list[str]) -> None:
+    """Secrets in the raw arguments too (so even a usage error that echoes one masks it)."""
+    for arg in args:
+        _remember(arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: run the command, map errors to one stderr line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
+    _remember_argv(args)
+    _redacting_log_records()
+    code = _run(args, debug)
+    problem = _flush_stdout()
+    if problem is not None:
+        if code == 0:
+            _error(problem)
+        return code or 1
+    return code
+
+
+def _run(args: list[str], debug: bool) -> int:
+    def show_traceback() -> None:
+        if debug:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(scrub(traceback.format_exc()))
+
     try:
+        if _needs_spark(args):
+            require_extra("spark")
         result = app.main(args=args, prog_name="apportion", standalone_mode=False)
     except ApportionError as exc:
-        if debug:
-            traceback.print_exc()
-        print(f"apportion: error: {exc}", file=sys.stderr)
+        show_traceback()
+        _error(str(exc))
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.exceptions.Abort:
-        print("apportion: aborted", file=sys.stderr)
+        _error("aborted")
         return 130
     except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
+        show_traceback()
+        _error(exc.format_message() + _usage_hint(exc))
+        return 2 if isinstance(exc, click.UsageError) else exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except SystemExit as exc:  # a command that chose its exit code
+        if isinstance(exc.code, str):
+            _error(exc.code)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except ModuleNotFoundError as exc:
+        show_traceback()
+        top = (exc.name or "").split(".")[0]
+        if top not in EXTRAS:
+            _error(f"internal error: {exc} (a bug: please report it; --debug shows the traceback)")
+            return 1
+        extra = EXTRAS[top]
+        _error(f"this command needs the {extra} extra ({top} is not installed): pip install 'apportion[{extra}]'")
+        return 2
+    except OSError as exc:  # an environment fault: a disk, a pipe, a file system
+        show_traceback()
+        where = f": {exc.filename}" if exc.filename else ""
+        _error(f"{exc.strerror or exc}{where}")
+        return 1
+    except MemoryError:
+        show_traceback()
+        _error("out of memory")
+        return 1
+    except Exception as exc:  # never a traceback without --debug; tests assert this line never appears
+        show_traceback()
+        _error(f"internal error: {type(exc).__name__}: {exc} (a bug: please report it; --debug shows the traceback)")
+        return 1
     return int(result) if isinstance(result, int) else 0

@@ -51,6 +51,21 @@ def render_table(result: Plan) -> Table:
     return table
 
 
+def _read_request(input_path: Path | None) -> str:
+    """The request text: UTF-8 from ``--input`` or stdin; anything else (binary, UTF-16, no stdin) is InvalidRequest."""
+    where = "stdin" if input_path is None else str(input_path)
+    try:
+        if input_path is not None:
+            return input_path.read_text(encoding="utf-8")
+        if sys.stdin is None:
+            raise InvalidRequest("input", "stdin is closed: pipe the request in or give --input FILE")
+        return sys.stdin.buffer.read().decode("utf-8") if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest("input", f"{where} is not UTF-8 text (byte {exc.start}): a JSON request is") from exc
+    except OSError as exc:
+        raise InvalidRequest("input", f"cannot read {where}: {exc.strerror or exc}") from exc
+
+
 @app.command()
 @click.option(
     "--input", "input_path", type=click.Path(dir_okay=False, path_type=Path), help="Request file (default: stdin)."
@@ -58,14 +73,7 @@ def render_table(result: Plan) -> Table:
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json", help="Output format.")
 def assign(input_path: Path | None, fmt: str) -> None:
     """Plan an assignment from a JSON request (a dry run of any strategy); print the plan."""
-    if input_path is None:
-        text = sys.stdin.read()
-    else:
-        try:
-            text = input_path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InvalidRequest("--input", f"cannot read {input_path}: {exc.strerror}") from exc
-    result = plan(loads_request(text))
+    result = plan(loads_request(_read_request(input_path)))
     if fmt == "table":
         Console().print(render_table(result))
     else:

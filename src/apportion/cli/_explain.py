@@ -9,18 +9,18 @@ from rich.console import Console
 from rich.table import Table
 
 from apportion.cli._app import app
+from apportion.cli._store import read_group, store_option
 from apportion.group import explain as explain_partition
-from apportion.store import connect
 
 
 @app.command()
-@click.option("--store", "store_url", required=True, help="Store URL: memory://, sqlite:///path, etcd://host:port")
+@store_option()
 @click.option("--group", "group_name", required=True, help="Group name.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.argument("partition", type=int)
 def explain(store_url: str, group_name: str, as_json: bool, partition: int) -> None:
     """Explain why PARTITION is owned by its member (from the group's history)."""
-    with connect(store_url) as store:
+    with read_group(store_url, group_name) as store:
         out = explain_partition(store, group_name, partition)
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))

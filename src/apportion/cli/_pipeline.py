@@ -17,9 +17,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import random
 import signal
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from types import FrameType
@@ -28,8 +30,27 @@ import click
 
 from apportion.cli._app import app
 from apportion.cli._options import parse_options
+from apportion.cli._store import store_option
 from apportion.errors import InvalidRequest
 from apportion.store import connect
+
+
+def writable_dir(path: str, option: str) -> None:
+    """Create ``path`` if needed and prove it takes a file (a read-only mount or /proc fails here, before Spark)."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".apportion-probe-"):
+            pass
+    except OSError as exc:
+        raise InvalidRequest(option, f"cannot write to {path}: {exc.strerror or exc}") from exc
+
+
+def readable_dir(path: str, option: str) -> None:
+    """``path`` must be an existing directory this user can list."""
+    try:
+        os.listdir(path)
+    except OSError as exc:
+        raise InvalidRequest(option, f"cannot read directory {path}: {exc.strerror or exc}") from exc
 
 
 @app.group()
@@ -57,6 +78,7 @@ def produce(
         raise InvalidRequest("records", f"must be >= 0, got {records}")
     if key_count < 1:
         raise InvalidRequest("keys", f"must be >= 1, got {key_count}")
+    writable_dir(input_dir, "input")
     log = PartitionedLog(input_dir)
     log.create(resource, partitions)
     rng = random.Random(seed)
@@ -72,7 +94,7 @@ def produce(
 
 
 @pipeline.command()
-@click.option("--store", "store_url", required=True, help="Store URL: sqlite:///path, etcd://host:port, memory://.")
+@store_option()
 @click.option("--group", "group_name", required=True, help="Group name.")
 @click.option("--id", "worker_id", required=True, help="This worker's id (unique in the group).")
 @click.option("--input", "input_dir", required=True, type=click.Path(file_okay=False), help="Partitioned log root.")
@@ -163,6 +185,10 @@ def run(
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     logging.getLogger("apportion.worker").setLevel(logging.WARNING)  # the pipeline logs assignments itself
     resource = resource or group_name
+    readable_dir(input_dir, "input")
+    writable_dir(output_dir, "output")
+    if state_dir is not None:
+        writable_dir(state_dir, "state-dir")
     log = PartitionedLog(input_dir)
     n = log.partitions(resource)
     if partitions is not None and partitions != n:
@@ -175,7 +201,6 @@ def run(
             log, resource, Path(state_dir) / worker_id, emit=emit_log, worker_id=worker_id,
             restore_batch=restore_batch, restore_rate=restore_rate,
         )  # fmt: skip
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     with connect(store_url) as store:
         group = Group(
@@ -226,7 +251,7 @@ def run(
 
 
 @pipeline.command()
-@click.option("--store", "store_url", required=True, help="Store URL.")
+@store_option()
 @click.option("--group", "group_name", required=True, help="Group name.")
 @click.option("--input", "input_dir", required=True, type=click.Path(file_okay=False), help="Partitioned log root.")
 @click.option("--output", "output_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
@@ -244,6 +269,9 @@ def verify(
     from apportion.spark._stateful import verify_state
     from apportion.state import changelog_resource
 
+    readable_dir(input_dir, "input")
+    if os.path.lexists(output_dir):  # absent: nothing was committed yet, which verify reports as missing records
+        readable_dir(output_dir, "output")
     log = PartitionedLog(input_dir)
     resource = resource or group_name
     with connect(store_url) as store:

@@ -10,12 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from apportion.cli._app import app
+from apportion.cli._store import store_option
 from apportion.group._coordinator import planned_moves, request_rebalance
 from apportion.store import connect
 
 
 @app.command()
-@click.option("--store", "store_url", required=True, help="Store URL: memory://, sqlite:///path, etcd://host:port")
+@store_option()
 @click.option("--group", "group_name", required=True, help="Group name.")
 @click.option("--dry-run", is_flag=True, help="Only show the planned moves.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")

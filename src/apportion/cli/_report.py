@@ -7,9 +7,10 @@ import json
 import click
 
 from apportion.cli._app import app
+from apportion.cli._store import read_group, store_option
 from apportion.errors import ApportionError, InvalidRequest
 from apportion.group import history, history_expired_before
-from apportion.store import connect
+from apportion.store._connect import redact_url
 
 
 class OverlapFound(ApportionError):
@@ -17,7 +18,7 @@ class OverlapFound(ApportionError):
 
 
 @app.command()
-@click.option("--store", "store_url", required=True, help="Store URL: memory://name, sqlite:///path, etcd://host:port")
+@store_option()
 @click.option("--group", "group_name", required=True, help="Group name.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for the report.")
 @click.option("--master", default="local[1]", help="Spark master.")
@@ -27,11 +28,11 @@ def report(store_url: str, group_name: str, out_dir: str, master: str) -> None:
     from apportion.spark._pipeline import spark_session
     from apportion.spark._report import write_report
 
-    with connect(store_url) as store:
+    with read_group(store_url, group_name) as store:
         events = history(store, group_name)
         expired_before = history_expired_before(store, group_name)
     if not events:  # before paying for a Spark start
-        raise InvalidRequest("--group", f"{group_name!r} has no recorded history in {store_url}")
+        raise InvalidRequest("--group", f"{group_name!r} has no recorded history in {redact_url(store_url)}")
     spark = spark_session(master, app_name="apportion-report")
     summary = write_report(spark, events, out_dir, expired_before=expired_before)
     out = summary.as_dict()

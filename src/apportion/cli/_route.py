@@ -7,24 +7,24 @@ import json
 import click
 
 from apportion.cli._app import app
+from apportion.cli._store import read_group, store_option
 from apportion.errors import InvalidRequest
 from apportion.group import GroupConfig, Keys, decode
 from apportion.group._coordinator import read_table
 from apportion.routing import partition_for
-from apportion.store import connect
 
 
 @app.command()
-@click.option("--store", "store_url", required=True, help="Store URL: memory://, sqlite:///path, etcd://host:port")
+@store_option()
 @click.option("--group", "group_name", required=True, help="Group name.")
 @click.argument("key")
 def route(store_url: str, group_name: str, key: str) -> None:
     """Print {"key", "partition", "owner", "epoch", "state"} for KEY (routing: ``partition_for``). ``owner`` is the
     live owner record (null while the partition moves); ``state`` the partition table's (coordinator mode)."""
     keys = Keys(group_name)
-    with connect(store_url) as store:
+    with read_group(store_url, group_name) as store:
         kv = store.get(keys.resource)
-        if kv is None:
+        if kv is None:  # deleted since read_group looked
             raise InvalidRequest("group", f"group {group_name!r} has no resource definition")
         config = GroupConfig.from_json(decode(kv.value))
         p = partition_for(key, config.partitions)

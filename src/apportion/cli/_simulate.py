@@ -10,8 +10,13 @@ import click
 from apportion.cli._app import app
 from apportion.cli._options import parse_options
 from apportion.errors import ApportionError
+from apportion.model import MAX_PARTITIONS
 from apportion.sim import SimConfig
 from apportion.sim import simulate as run_simulation
+
+# Sizes beyond these would run for hours or exhaust memory (1,000 members x 100,000 partitions x 100 events: ~80 s).
+MAX_MEMBERS = 10_000
+MAX_EVENTS = 100_000
 
 
 class SimulationFailed(ApportionError):
@@ -19,9 +24,9 @@ class SimulationFailed(ApportionError):
 
 
 @app.command()
-@click.option("--members", type=int, default=5, help="Members at the start.")
-@click.option("--partitions", type=int, default=20, help="Partitions of the resource.")
-@click.option("--events", type=int, default=20, help="Churn and fault events.")
+@click.option("--members", type=click.IntRange(0, MAX_MEMBERS), default=5, help="Members at the start.")
+@click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), default=20, help="Partitions of the resource.")
+@click.option("--events", type=click.IntRange(0, MAX_EVENTS), default=20, help="Churn and fault events.")
 @click.option("--seed", type=int, default=1, help="Seed of the one random generator (same seed, same trace).")
 @click.option("--strategy", default="sticky", help="Assignment strategy.")
 @click.option("--no-faults", is_flag=True, help="Only joins, leaves and crashes.")

@@ -16,13 +16,13 @@ from rich.live import Live
 from rich.table import Table
 
 from apportion.cli._app import app
+from apportion.cli._store import read_group, store_option
 from apportion.errors import InvalidRequest
 from apportion.group import group_status
-from apportion.store import connect
 
 
 @app.command()
-@click.option("--store", "store_url", required=True, help="Store URL: memory://, sqlite:///path, etcd://host:port")
+@store_option()
 @click.option("--group", "group_name", required=True, help="Group name.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--watch", is_flag=True, help="Refresh the tables live until Ctrl-C (not with --json).")
@@ -37,7 +37,7 @@ def status(
     if watch:
         _watch(store_url, group_name, interval_s, max_refreshes)
         return
-    with connect(store_url) as store:
+    with read_group(store_url, group_name) as store:
         snapshot = group_status(store, group_name)
     if as_json:
         out = {
@@ -53,7 +53,7 @@ def status(
 
 
 def _watch(store_url: str, group_name: str, interval_s: float, max_refreshes: int | None) -> None:
-    with connect(store_url) as store, Live(auto_refresh=False) as live:
+    with read_group(store_url, group_name) as store, Live(auto_refresh=False) as live:
         n = 0
         try:
             while max_refreshes is None or n < max_refreshes:

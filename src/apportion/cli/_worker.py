@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import sys
 import threading
 import time
@@ -14,7 +15,8 @@ from typing import Any, TypeVar
 
 import click
 
-from apportion.cli._app import app
+from apportion.cli._app import app, remember_url
+from apportion.cli._store import STORE_HELP
 from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
 from apportion.group import ordinal_from_hostname
 from apportion.group._history import DEFAULT_RETENTION_S
@@ -44,8 +46,12 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) 
             data = tomllib.load(fh)
     except OSError as exc:
         raise InvalidRequest("config", f"{value}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest("config", f"{value}: not UTF-8 text (a TOML file is)") from exc
     except tomllib.TOMLDecodeError as exc:
         raise InvalidRequest("config", f"{value}: not valid TOML: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidRequest("config", f"{value}: nested too deeply") from exc
     table = data.get("worker", data)
     if not isinstance(table, dict):
         raise InvalidRequest("config", f"{value}: [worker] must be a table")
@@ -62,11 +68,36 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) 
         target = by_name.get(str(key).replace("-", "_"))
         if target is None or target.name is None:
             raise InvalidRequest("config", f"{value}: unknown option {key!r}")
+        expected = _toml_type(target)
+        if not isinstance(raw, expected[0]) or (isinstance(raw, bool) and bool not in expected[0]):
+            raise InvalidRequest("config", f"{value}: {key} must be {expected[1]}, got {_toml_kind(raw)}")
         try:
             defaults[target.name] = target.type_cast_value(ctx, raw)
         except click.BadParameter as exc:
             raise InvalidRequest("config", f"{value}: {key}: {exc.message}") from exc
     ctx.default_map = defaults
+
+
+def _toml_type(param: click.Parameter) -> tuple[tuple[type, ...], str]:
+    """The TOML value types an option accepts: no silent conversion (``partitions = 4.7`` is not 4)."""
+    if isinstance(param, click.Option) and param.is_flag:
+        return (bool,), "true or false"
+    if isinstance(param.type, click.types.IntParamType):  # IntRange too
+        return (int,), "an integer"
+    if isinstance(param.type, click.types.FloatParamType):
+        return (int, float), "a number"
+    return (str,), "a string"
+
+
+def _toml_kind(value: object) -> str:
+    kinds = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "an array"}
+    return kinds.get(type(value), "a table" if isinstance(value, dict) else f"a {type(value).__name__}")
+
+
+def _finite(name: str, value: float, *, positive: bool) -> None:
+    """``--capacity``/``--commit-every``: a finite number (``inf`` or ``nan`` would break the arithmetic later)."""
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise InvalidRequest(name, f"must be a finite number {'> 0' if positive else '>= 0'}, got {value}")
 
 
 @app.command()
@@ -82,7 +113,7 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) 
     show_envvar=True,
     help="A TOML file of worker options (keys as the long option names; a [worker] table also works).",
 )
-@_option("--store", "store_url", required=True, help="Store URL: memory://, sqlite:///path, etcd://host:port")
+@_option("--store", "store_url", required=True, callback=remember_url, help=STORE_HELP)
 @_option("--group", "group_name", required=True, help="Group name.")
 @_option("--id", "worker_id", default=None, help="This worker's id (unique in the group; default: --hostname).")
 @_option("--partitions", type=int, default=None, help="Partition count (default: the stored definition).")
@@ -144,6 +175,8 @@ def worker(
     Every option can also come from the environment (APPORTION_STORE, APPORTION_GROUP, APPORTION_ID, ...) or from
     --config FILE.toml; precedence: command line > environment > file > defaults."""
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
+    _finite("capacity", capacity, positive=True)
+    _finite("commit-every", commit_every, positive=False)
     if hostname is not None:
         if ordinal is not None:
             raise InvalidRequest("hostname", "give either --ordinal or --hostname, not both")

@@ -17,6 +17,7 @@ from typing import Any
 from apportion.assign import OPTIONS
 from apportion.assign import STRATEGY_NAMES as STRATEGIES
 from apportion.errors import InvalidRequest
+from apportion.model import MAX_PARTITIONS
 
 
 def _positive(name: str, value: object) -> float:
@@ -41,6 +42,10 @@ class GroupConfig:
     def __post_init__(self) -> None:
         if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or self.partitions < 1:
             raise InvalidRequest("partitions", f"must be an integer >= 1, got {self.partitions!r}")
+        if self.partitions > MAX_PARTITIONS:
+            raise InvalidRequest(
+                "partitions", f"at most {MAX_PARTITIONS:,} partitions in a group, got {self.partitions:,}"
+            )
         if self.strategy not in STRATEGIES:
             raise InvalidRequest("strategy", f"{self.strategy!r} is not one of {', '.join(STRATEGIES)}")
         for name in ("settle_s", "min_interval_s", "heartbeat_s", "ttl_s"):

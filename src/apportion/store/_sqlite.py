@@ -31,6 +31,14 @@ How the contract is kept:
   crash may lose the transactions acknowledged since the WAL was last synced (at the latest checkpoint, i.e. within
   the last ~1000 pages of WAL); the file stays consistent and no transaction is ever half applied.
   ``?synchronous=full`` syncs every commit (survives power loss; measured ~6k instead of ~35k small txn/s).
+- **Read-only** (``connect(url, read_only=True)``: ``status``, ``explain``, ``route``, ``report``): the file is
+  opened with ``mode=ro`` and nothing is ever created or written — a missing file raises ``NoSuchStore``, and an
+  expired lease is not removed: reads hide the keys attached to it instead (what an expiry would have deleted). In
+  WAL mode a reader needs the ``-wal`` and ``-shm`` files: if a writer is live they exist and a read-only user can
+  read them; if none is and they cannot be created (a directory the user cannot write), nobody is writing at that
+  moment and the file is read with ``immutable=1`` — checked again after each read: should a ``-wal`` have appeared
+  meanwhile (a writer started), the read is repeated through a normal read-only connection. (``immutable=1`` is
+  never used while a writer is live: it would ignore the WAL and could read pages a checkpoint is rewriting.)
 - **Threads.** One connection per ``SqliteStore`` per thread (``sqlite3`` objects are not thread-safe), opened on
   first use; Python's per-connection statement cache keeps the constant SQL below prepared.
 """
@@ -39,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sqlite3
 import threading
 import time
@@ -51,6 +60,7 @@ from urllib.parse import parse_qs
 from apportion.clock import SYSTEM_CLOCK, Clock
 from apportion.errors import ApportionError, Compacted, InvalidRequest, LeaseNotFound, StoreUnavailable
 from apportion.store._base import Store, Watch, lease_id
+from apportion.store._connect import NoSuchStore
 from apportion.store._types import (
     Compare,
     Delete,
@@ -144,6 +154,7 @@ class _State:
     revision: int
     compacted: int
     event_idx: int = 0
+    expired: frozenset[int] = frozenset()  # read-only: leases past their expiry, whose keys reads must hide
 
     def next_revision(self) -> int:
         self.revision += 1
@@ -239,8 +250,10 @@ def _validate_txn(compares: Sequence[Compare], on_success: Sequence[Op], on_fail
 class SqliteStore(Store):
     """The contract on one SQLite file, shared by every process that opens it."""
 
-    def __init__(self, url: str, config: SqliteConfig, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, url: str, config: SqliteConfig, clock: Clock = SYSTEM_CLOCK, *, read_only: bool = False) -> None:
         self.url = url
+        self.read_only = read_only
+        self._immutable = False  # read-only, no live writer, directory not writable: see the module docstring
         self.clock = clock
         self.config = config
         self._local = threading.local()
@@ -249,7 +262,10 @@ class SqliteStore(Store):
         self._closed = False
         self._notifier = _notifier(config.path)
         self._watches: list[_SqliteWatch] = []
-        self._init_schema()
+        if read_only:
+            self._check_schema()
+        else:
+            self._init_schema()
 
     def __enter__(self) -> SqliteStore:
         return self
@@ -262,6 +278,12 @@ class SqliteStore(Store):
             return conn
         if self._closed:
             raise StoreUnavailable(f"{self.url}: the store is closed")
+        if self.read_only:
+            conn = self._connect_read_only()
+            with self._connections_lock:
+                self._connections.append(conn)
+            self._local.conn = conn
+            return conn
         try:
             conn = sqlite3.connect(
                 self.config.path,
@@ -277,6 +299,52 @@ class SqliteStore(Store):
             self._connections.append(conn)
         self._local.conn = conn
         return conn
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        uri = Path(self.config.path).resolve().as_uri()
+        for params in ("?mode=ro", "?mode=ro&immutable=1"):
+            try:
+                conn = sqlite3.connect(
+                    uri + params,
+                    uri=True,
+                    timeout=self.config.timeout_s,
+                    isolation_level=None,
+                    check_same_thread=False,
+                    cached_statements=256,
+                )
+            except sqlite3.Error as exc:
+                raise self._open_error(exc) from exc
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the WAL index
+            except sqlite3.Error as exc:
+                conn.close()
+                if params.endswith("immutable=1") or os.path.exists(self.config.path + "-wal"):
+                    raise self._open_error(exc) from exc
+                continue  # no live writer, and this user cannot create the -wal/-shm files
+            self._immutable = "immutable" in params
+            return conn
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _check_schema(self) -> None:
+        """Read-only open: the file must exist and hold an apportion store; nothing is created."""
+        if not Path(self.config.path).is_file():
+            raise NoSuchStore("url", f"no store file {str(Path(self.config.path).resolve())!r}")
+        try:
+            version = self._read(lambda conn, state: conn.execute("SELECT version FROM schema_version").fetchone())
+        except StoreUnavailable as exc:
+            self.close()
+            if isinstance(exc.__cause__, sqlite3.Error) and "no such table" in str(exc.__cause__):
+                raise InvalidRequest("url", f"{self.url!r} is not an apportion store") from exc
+            raise
+        except BaseException:
+            self.close()
+            raise
+        if version is None or version[0] != SCHEMA_VERSION:
+            self.close()
+            found = "no" if version is None else version[0]
+            raise InvalidRequest(
+                "url", f"{self.url!r} has store schema version {found}; this apportion uses {SCHEMA_VERSION}"
+            )
 
     def _open_error(self, exc: sqlite3.Error) -> ApportionError:
         if "not a database" in str(exc):
@@ -319,6 +387,14 @@ class SqliteStore(Store):
             self.close()
             raise
 
+    def _drop_connection(self, conn: sqlite3.Connection) -> None:
+        self._local.conn = None
+        with self._connections_lock:
+            if conn in self._connections:
+                self._connections.remove(conn)
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
+
     def _rollback(self, conn: sqlite3.Connection) -> None:
         try:
             if conn.in_transaction:
@@ -331,6 +407,8 @@ class SqliteStore(Store):
 
     def _write(self, body: Callable[[sqlite3.Connection, _State], T]) -> T:
         """Run ``body`` in one BEGIN IMMEDIATE transaction after expiring leases; commit; wake local watches."""
+        if self.read_only:
+            raise InvalidRequest("store", f"{self.url} is open read-only")
         conn = self._connection()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -368,23 +446,31 @@ class SqliteStore(Store):
             self._notifier.changed()
 
     def _read(self, body: Callable[[sqlite3.Connection, _State], T]) -> T:
-        """Run ``body`` on one snapshot; if a lease has expired, run it in a write transaction that expires it."""
+        """Run ``body`` on one snapshot; if a lease has expired, run it in a write transaction that expires it
+        (read-only: hide the keys of the expired leases instead)."""
         conn = self._connection()
         try:
             conn.execute("BEGIN")
             revision, compacted, earliest = conn.execute(_META).fetchone()
+            state = _State(revision, compacted)
             if earliest is not None and earliest <= self.clock.now():
-                conn.execute("ROLLBACK")
-                return self._write(body)
-            result = body(conn, _State(revision, compacted))
+                if not self.read_only:
+                    conn.execute("ROLLBACK")
+                    return self._write(body)
+                rows = conn.execute("SELECT id FROM leases WHERE expires_at <= ?", (self.clock.now(),)).fetchall()
+                state.expired = frozenset(row[0] for row in rows)
+            result = body(conn, state)
             conn.execute("COMMIT")
-            return result
         except sqlite3.Error as exc:
             self._rollback(conn)
             raise self._unavailable("read transaction failed", exc) from exc
         except BaseException:
             self._rollback(conn)
             raise
+        if self._immutable and os.path.exists(self.config.path + "-wal"):
+            self._drop_connection(conn)  # a writer started during the read: read again through the WAL
+            return self._read(body)
+        return result
 
     # -- reads ---------------------------------------------------------------------------------------------
 
@@ -396,7 +482,7 @@ class SqliteStore(Store):
 
         def body(conn: sqlite3.Connection, state: _State) -> KeyValue | None:
             row = conn.execute(_GET, (key,)).fetchone()
-            return None if row is None else _kv(row)
+            return None if row is None or row[5] in state.expired else _kv(row)
 
         return self._read(body)
 
@@ -410,7 +496,7 @@ class SqliteStore(Store):
                 rows = conn.execute(_RANGE, (prefix, prefix_end(prefix))).fetchall()
             else:
                 rows = conn.execute(_RANGE_LIMIT, (prefix, prefix_end(prefix), limit)).fetchall()
-            return [_kv(row) for row in rows]
+            return [_kv(row) for row in rows if row[5] not in state.expired]
 
         return self._read(body)
 
@@ -695,10 +781,11 @@ class _SqliteWatch(Watch):
             self._store._forget(self)
 
 
-def open_sqlite(url: str, clock: Clock | None = None) -> SqliteStore:
-    """Open (creating if needed) the SQLite store named by ``url``; ``clock`` drives lease expiry."""
+def open_sqlite(url: str, clock: Clock | None = None, *, read_only: bool = False) -> SqliteStore:
+    """Open (creating if needed, unless ``read_only``) the SQLite store named by ``url``; ``clock`` drives lease
+    expiry."""
     try:
-        return SqliteStore(url, SqliteConfig.parse(url), clock or SYSTEM_CLOCK)
+        return SqliteStore(url, SqliteConfig.parse(url), clock or SYSTEM_CLOCK, read_only=read_only)
     except ApportionError:
         raise
     except sqlite3.Error as exc:  # pragma: no cover - every sqlite3 call above maps its own errors

@@ -1,0 +1,235 @@
+"""Every user mistake and environment fault ends in one line ``apportion: error: ...`` and exit 2 (a mistake) or 1
+(a runtime fault), never a traceback (issue 14, item 3). Each case here printed a traceback or was accepted before."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from apportion.model import MAX_PARTITIONS
+from tests.cli.run import cli
+
+REQUEST = {"strategy": "sticky", "resources": {"t1": 10}, "members": {"C0": {}, "C1": {}}}
+
+
+def request_with(**changes: object) -> str:
+    return json.dumps({**REQUEST, **changes})
+
+
+@pytest.mark.parametrize(
+    ("owned", "reason"),
+    [
+        (["t1-²"], "ASCII digits"),  # str.isdigit() says yes, int() says no
+        (["t1-\u0661"], "ASCII digits"),  # Arabic-Indic one
+        ([f"t1-{'1' * 5000}"], "maximum"),  # beyond int()'s 4300-digit limit
+    ],
+)
+def test_partition_index_must_be_ascii_digits_of_a_sane_length(owned: list[str], reason: str) -> None:
+    result = cli("assign", stdin=request_with(members={"C0": {"owned": owned}}))
+    assert result.code == 2
+    line = result.one_error_line()
+    assert "members.C0.owned[0]" in line and reason in line
+    assert len(line) < 300  # the 5000 digits are not echoed
+
+
+def test_partition_count_above_the_maximum_is_refused_before_anything_is_allocated() -> None:
+    result = cli("assign", stdin=request_with(resources={"t1": 100_000_000_000}))
+    assert result.code == 2
+    assert f"at most {MAX_PARTITIONS:,} partitions" in result.one_error_line()
+    split = request_with(resources={"a": MAX_PARTITIONS, "b": 1})  # the maximum is over the whole request
+    assert cli("assign", stdin=split).code == 2
+
+
+def test_group_partitions_above_the_maximum_are_refused_before_the_store() -> None:
+    result = cli("worker", "--store", "memory://max", "--group", "g", "--id", "w", "--partitions", "100000000000")
+    assert result.code == 2
+    assert "at most 1,000,000 partitions in a group" in result.one_error_line()
+
+
+def test_json_nested_100000_deep_is_one_line() -> None:
+    for text in ("[" * 100_000 + "]" * 100_000, '{"options": {"tolerance": ' + "[" * 50_000 + "]" * 50_000 + "}}"):
+        result = cli("assign", stdin=text)
+        assert result.code == 2
+        assert "nested too deeply" in result.one_error_line() or "options" in result.one_error_line()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\xff\xfe{\x00}\x00", '{"strategy": "sticky"}'.encode("utf-16"), bytes(range(256))],
+    ids=["utf-16-bom", "utf-16", "binary"],
+)
+def test_input_that_is_not_utf8_is_one_line(data: bytes, tmp_path: Path) -> None:
+    path = tmp_path / "request.json"
+    path.write_bytes(data)
+    from_file = cli("assign", "--input", str(path))
+    assert from_file.code == 2 and "not UTF-8" in from_file.one_error_line()
+    from_stdin = cli("assign", stdin=data)
+    assert from_stdin.code == 2 and "not UTF-8" in from_stdin.one_error_line()
+
+
+def test_weights_and_capacities_that_overflow_to_infinity_are_refused() -> None:
+    weights = {"t": {"partitions": 2, "weights": [1e308, 1e308]}}
+    result = cli("assign", stdin=json.dumps({"strategy": "weighted", "resources": weights, "members": {"a": {}}}))
+    assert result.code == 2 and "resources.t.weights" in result.one_error_line()
+    members = {f"m{i}": {"capacity": 1e308} for i in range(3)}
+    result = cli("assign", stdin=json.dumps({"strategy": "weighted", "resources": {"t": 4}, "members": members}))
+    assert result.code == 2 and "capacities" in result.one_error_line()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--capacity", "inf"),
+        ("--capacity", "nan"),
+        ("--capacity", "0"),
+        ("--commit-every", "inf"),
+        ("--commit-every", "-1"),
+    ],
+)
+def test_worker_numbers_must_be_finite(option: str, value: str) -> None:
+    result = cli("worker", "--store", "memory://finite", "--group", "g", "--id", "w", option, value)
+    assert result.code == 2
+    assert option[2:] in result.one_error_line()
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("ttl = [1, 2]", "ttl must be a number, got an array"),
+        ("ttl = {a = 1}", "ttl must be a number, got a table"),
+        ("ttl = 1979-05-27", "ttl must be a number, got a date"),
+        ("ttl = 07:32:00", "ttl must be a number, got a time"),
+        ("partitions = 4.7", "partitions must be an integer, got a float"),
+        ("partitions = true", "partitions must be an integer, got a boolean"),
+        ("capacity = true", "capacity must be a number, got a boolean"),
+        ("update = 1", "update must be true or false, got an integer"),
+        ("mode = 3", "mode must be a string, got an integer"),
+    ],
+)
+def test_toml_values_of_the_wrong_type_are_refused(line: str, expected: str, tmp_path: Path) -> None:
+    config = tmp_path / "worker.toml"
+    config.write_text(f'store = "memory://toml"\ngroup = "g"\nid = "w"\n{line}\n')
+    result = cli("worker", "--config", str(config))
+    assert result.code == 2
+    assert expected in result.one_error_line()
+
+
+def test_a_binary_toml_file_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "worker.toml"
+    config.write_bytes(b"store = \xd0\x00\xff\n")
+    result = cli("worker", "--config", str(config))
+    assert result.code == 2 and "not UTF-8" in result.one_error_line()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--members", "-1"], ["--partitions", "0"], ["--partitions", "100000000000"], ["--events", "-5"],
+     ["--members", "1000000000"], ["--events", "10000000000"]],
+)  # fmt: skip
+def test_simulate_refuses_negative_and_absurd_sizes(args: list[str]) -> None:
+    result = cli("simulate", *args)
+    assert result.code == 2
+    assert args[0] in result.one_error_line()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["report", "--store", "memory://", "--group", "g", "--out", "OUT"],
+        ["pipeline", "run", "--store", "memory://", "--group", "g", "--id", "w", "--input", "IN", "--output", "OUT"],
+        ["demo", "--dir", "OUT"],
+    ],
+    ids=["report", "pipeline-run", "demo"],
+)
+def test_spark_commands_without_the_spark_extra_say_how_to_install_it(args: list[str], tmp_path: Path) -> None:
+    argv = [a.replace("OUT", str(tmp_path / "out")).replace("IN", str(tmp_path / "in")) for a in args]
+    code = "import sys; sys.modules['pyspark'] = None; from apportion.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        "apportion: error: this command needs the spark extra (pyspark is not installed): "
+        "pip install 'apportion[spark]'\n"
+    )
+    assert not (tmp_path / "out").exists()  # refused before doing anything
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "path"),
+    [
+        ("produce", "input", "/proc/apportion-input"),
+        ("produce", "input", "FILE/log"),
+        ("run", "output", "/proc/apportion-output"),
+        ("run", "input", "/proc/no-such-log"),
+        ("verify", "input", "/proc/no-such-input"),
+    ],
+)
+def test_pipeline_file_system_faults_are_one_line(command: str, option: str, path: str, tmp_path: Path) -> None:
+    (tmp_path / "FILE").write_text("a file, not a directory")
+    path = path.replace("FILE", str(tmp_path / "FILE"))
+    dirs = {"input": str(tmp_path / "in"), "output": str(tmp_path / "out"), option: path}
+    (tmp_path / "in").mkdir()
+    args = {
+        "produce": ["--input", dirs["input"], "--resource", "r", "--partitions", "2", "--records", "5"],
+        "run": ["--store", f"sqlite:///{tmp_path}/s.db", "--group", "r", "--id", "w", "--input", dirs["input"],
+                "--output", dirs["output"]],
+        "verify": ["--store", f"sqlite:///{tmp_path}/s.db", "--group", "r", "--input", dirs["input"],
+                   "--output", dirs["output"]],
+    }[command]  # fmt: skip
+    result = cli("pipeline", command, *args)
+    assert result.code == 2
+    line = result.one_error_line()
+    assert line.startswith(f"apportion: error: {option}: cannot ") and path in line
+
+
+def test_closed_stdin_is_one_line() -> None:
+    result = cli("assign", stdin=None)
+    assert result.code == 2 and "stdin is closed" in result.one_error_line()
+    proc = subprocess.run(
+        [sys.executable, "-m", "apportion.cli", "assign"], stdin=subprocess.DEVNULL, capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    closed = subprocess.run(
+        ["bash", "-c", f"{sys.executable} -m apportion.cli assign <&-"], capture_output=True, text=True, timeout=60
+    )
+    assert closed.returncode == 2, closed.stderr
+    assert closed.stderr == "apportion: error: input: stdin is closed: pipe the request in or give --input FILE\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["assign"], ["assign", "--format", "table"], ["simulate", "--members", "2"]])
+def test_a_full_stdout_is_one_line_and_exit_1(args: list[str]) -> None:
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "apportion.cli", *args],
+            input=json.dumps(REQUEST),
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "No space left on device" in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("apportion: error: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["worker"], "Missing option '--store'"),
+        (["nope"], "No such command 'nope'"),
+        (["assign", "--format", "xml"], "Invalid value for '--format'"),
+        (["status", "--store", "memory://", "--group"], "Option '--group' requires an argument"),
+        (["simulate", "--members", "many"], "'many' is not a valid integer"),
+        (["route", "--store", "memory://", "--group", "g"], "Missing argument 'KEY'"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(args: list[str], message: str) -> None:
+    result = cli(*args)
+    assert result.code == 2
+    line = result.one_error_line()
+    assert message in line

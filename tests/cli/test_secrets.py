@@ -1,0 +1,104 @@
+"""A store URL's password is never printed (issue 14, item 4): one redaction function, used for every URL the CLI
+prints, in errors and logs, for well-formed and malformed URLs alike."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from apportion.errors import InvalidRequest
+from apportion.store._connect import connect, redact, redact_url, url_secrets
+from tests.cli.run import cli
+
+PW = "s3cr3t-PW"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (f"etcd://root:{PW}@127.0.0.1:2379", "etcd://root:***@127.0.0.1:2379"),
+        (f"etcds://root:{PW}@h1:2379,h2:2379?timeout=2", "etcds://root:***@h1:2379,h2:2379?timeout=2"),
+        (f"etcd://root:{PW}@", "etcd://root:***@"),  # no host
+        (f"etcd:/root:{PW}@h:p", "etcd:/root:***@h:p"),  # one slash
+        (f"etcd:root:{PW}@h:1", "etcd:root:***@h:1"),  # no slash
+        (f"root:{PW}@h:1", "root:***@h:1"),  # no scheme
+        (f"etcd://root:{PW}@@h:1", "etcd://root:***@h:1"),  # the password runs to the last '@'
+        (f"etcd://root:p@ss/{PW}@h:1", "etcd://root:***@h:1"),  # raw '/' and '@' in the password
+        ("etcd://root:p%40ss@h:1", "etcd://root:***@h:1"),  # percent-encoded
+        ("etcd://root:@h:1", "etcd://root:***@h:1"),  # empty password
+        ("etcd://root@h:1", "etcd://root@h:1"),  # a user without a password
+        ("etcd://127.0.0.1:2379", "etcd://127.0.0.1:2379"),
+        ("sqlite:////tmp/a:b@c.db", "sqlite:////tmp/a:b@c.db"),  # a path, not credentials
+        ("memory://x", "memory://x"),
+    ],
+)
+def test_redact_url_masks_the_password_of_every_shape(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+    assert redact(f"cannot open '{url}': refused", url_secrets(url)) == f"cannot open '{shown}': refused"
+
+
+def test_redact_finds_urls_inside_text_and_known_secrets_anywhere() -> None:
+    text = f"endpoint etcd://root:{PW}@h:1 down; retry etcd:/admin:{PW}x@h2:2 and 'root:{PW}'"
+    assert PW not in redact(text, (PW,))
+    assert redact(text) == f"endpoint etcd://root:***@h:1 down; retry etcd:/admin:***@h2:2 and 'root:{PW}'"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [f"etcd://root:{PW}@", f"etcd:/root:{PW}@h:p", f"etcd://root:{PW}@h:notaport", f"etcd://root:{PW}@h:1?bad=1"],
+)
+def test_connect_errors_never_hold_the_password(url: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        connect(url)
+    assert PW not in str(info.value) and PW not in repr(info.value.args)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"etcd://root:{PW}@",
+        f"etcd:/root:{PW}@h:p",
+        f"etcd://root:{PW}@h:99999",
+        f"etcds://root:{PW}@h:1?cacert=/nonexistent.pem",
+        f"sqlite:///nowhere/root:{PW}@x.db",
+        f"bogus://root:{PW}@h",
+    ],
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status", "--group", "g"],
+        ["status", "--group", "g", "--json"],
+        ["explain", "--group", "g", "1"],
+        ["route", "--group", "g", "k"],
+        ["rebalance", "--group", "g", "--dry-run"],
+        ["worker", "--group", "g", "--id", "w"],
+    ],
+    ids=lambda c: c[0],
+)
+def test_cli_errors_mask_the_password(command: list[str], url: str) -> None:
+    result = cli(*command, "--store", url)
+    assert result.code == 2
+    line = result.one_error_line()
+    assert PW not in line, line
+
+
+def test_worker_url_from_environment_or_config_is_masked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APPORTION_STORE", f"etcd://root:{PW}@")
+    result = cli("worker", "--group", "g", "--id", "w")
+    assert result.code == 2 and PW not in result.stderr and "***" in result.stderr, result.stderr
+    monkeypatch.delenv("APPORTION_STORE")
+    config = tmp_path / "w.toml"
+    config.write_text(f'store = "etcd:/root:{PW}xyz@h:p"\ngroup = "g"\nid = "w"\n')
+    result = cli("worker", "--config", str(config))
+    assert result.code == 2 and f"{PW}xyz" not in result.stderr and "***" in result.stderr
+
+
+def test_log_records_are_masked_once_the_cli_has_seen_the_url(caplog: pytest.LogCaptureFixture) -> None:
+    cli("status", "--store", f"etcd://root:{PW}zz@", "--group", "g")
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("apportion.test").info("waiting for store %s", f"etcd://root:{PW}zz@h:1")
+        logging.getLogger("apportion.test").info("token %s", f"{PW}zz")
+    assert PW not in caplog.text and caplog.text.count("***") == 2
