@@ -6,8 +6,9 @@ seed 0), :class:`apportion.group.CoordinatorMember` (``mode="coordinator"``, see
 
     worker thread:    loop { deadline = member.step(now); member.wait_events(until deadline, at most 0.1 s) }
                       then member.leave() (on_revoked, release, lease revoked) when stopped
-    keepalive thread: every ttl/4: member.keepalive(request time)  — so a slow callback does not lose the lease,
-                      unless a revocation overruns ``revoke_timeout_s`` (then renewal stops and the lease lapses)
+    keepalive thread: every ttl/4 (0.5 s on etcd): member.keepalive(request time)  — so a slow callback does not
+                      lose the lease, unless a revocation overruns ``revoke_timeout_s`` (then renewal stops and the
+                      lease lapses)
 
 Worker states::
 
@@ -20,6 +21,7 @@ Callbacks (``on_assigned``, ``on_revoked``, ``on_lost``) run on the worker threa
 
 from __future__ import annotations
 
+import datetime
 import logging
 import signal
 import threading
@@ -52,6 +54,7 @@ Tracer = Callable[[str, Mapping[str, Any]], None]
 log = logging.getLogger("apportion.worker")
 
 _MAX_WAIT_S = 0.1
+_RETRY_S = 0.1
 MODES = ("rounds", "coordinator", "static")
 
 
@@ -228,12 +231,19 @@ class Worker:
             self._member_wake()
 
     def _keepalive(self) -> None:
-        interval = self.group.config.ttl_s / 4
-        while not self._done.wait(interval):
+        """Renew every ``store.renew_every_s(ttl)`` (ttl/4; 0.5 s on etcd); after a failed renewal (each bounded by
+        what is left of the belief window) try again after ``_RETRY_S``, so one lost request during an election or
+        failover costs ~0.1 s, not a quarter ttl."""
+        interval = self.group.store.renew_every_s(self.group.config.ttl_s)
+        wait = interval
+        while not self._done.wait(wait):
+            renewed = False
             try:
-                self._member.keepalive(self._clock.now())
+                renewed = self._member.keepalive(self._clock.now())
             except Exception as exc:  # never let the keepalive thread die silently
                 log.warning("worker %s keepalive failed: %r", self.id, exc)
+            holding = self._member.store_lease is not None and self._clock.now() < self._member.local_deadline
+            wait = interval if renewed or not holding else min(interval, _RETRY_S)
 
     def _member_wake(self) -> None:
         with self._changed:
@@ -245,10 +255,30 @@ class Worker:
                 self._tracer(kind, fields)
             except Exception as exc:  # an observer never stops the worker
                 log.warning("worker %s tracer failed on %s: %r", self.id, kind, exc)
-        if kind in ("assigned", "revoked", "lost"):
+        if kind in ("assigned", "revoked"):
             log.info("worker %s %s %s", self.id, kind, fields.get("partitions"))
+        elif kind == "lost":
+            log.warning("worker %s lost %s (%s)", self.id, fields.get("partitions"), fields.get("reason", "fenced"))
+        elif kind == "renew_failed":
+            deadline = float(fields["deadline"])
+            log.warning(
+                "worker %s cannot renew its lease (%s); belief ends at %s (in %.1f s) unless a renewal lands",
+                self.id,
+                fields.get("reason"),
+                _clock_time(deadline),
+                deadline - self._clock.now(),
+            )
+        elif kind == "renew_recovered":
+            log.warning("worker %s renewed its lease again; belief until %s", self.id, _clock_time(fields["deadline"]))
         elif kind in ("plan", "round_opened", "round_closed", "fenced"):
             log.debug("worker %s %s %s", self.id, kind, dict(fields))
+
+
+def _clock_time(t: float) -> str:
+    """A clock reading for a log line: wall-clock time of day when it looks like one, else seconds."""
+    if t > 1e9:
+        return datetime.datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3]
+    return f"{t:.3f}"
 
 
 class Group:
@@ -257,9 +287,11 @@ class Group:
     The first worker stores the definition; later ones use the stored one unless ``update=True`` (then they write
     theirs and a new round starts: seed 0 extension 2). ``partitions=None`` means "use the stored definition".
 
-    ``mode`` picks the protocol: ``"rounds"`` (seed 0), ``"coordinator"`` (seed 1: ``min_members``, ``rebalance``
-    "automatic"|"manual", ``max_in_flight`` migrations at once) or ``"static"`` (seed 3: ``ordinal`` and
-    ``replicas``). ``strategy`` defaults to "sticky", or "round_robin" in coordinator mode (as in seed 1).
+    ``ttl_s`` (the member lease) defaults to the store's ``default_ttl_s``: 3 s, or 5 s on etcd (so that a
+    leader election costs no partition). ``mode`` picks the protocol: ``"rounds"`` (seed 0), ``"coordinator"``
+    (seed 1: ``min_members``, ``rebalance`` "automatic"|"manual", ``max_in_flight`` migrations at once) or
+    ``"static"`` (seed 3: ``ordinal`` and ``replicas``). ``strategy`` defaults to "sticky", or "round_robin" in
+    coordinator mode (as in seed 1).
     """
 
     def __init__(
@@ -272,7 +304,7 @@ class Group:
         settle_s: float = 0.5,
         min_interval_s: float = 1.0,
         heartbeat_s: float = 30.0,
-        ttl_s: float = 3.0,
+        ttl_s: float | None = None,
         options: Mapping[str, object] | None = None,
         stateful: bool = False,
         update: bool = False,
@@ -317,7 +349,7 @@ class Group:
                 settle_s=settle_s,
                 min_interval_s=min_interval_s,
                 heartbeat_s=heartbeat_s,
-                ttl_s=ttl_s,
+                ttl_s=store.default_ttl_s if ttl_s is None else ttl_s,
                 options=options or {},
                 stateful=stateful,
             )

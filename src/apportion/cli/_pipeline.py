@@ -109,7 +109,7 @@ def produce(
 @click.option("--settle", "settle_s", type=float, default=0.5, help="RST: round settle time (s).")
 @click.option("--min-interval", "min_interval_s", type=float, default=1.0, help="MRI: min interval between rounds (s).")
 @click.option("--heartbeat", "heartbeat_s", type=float, default=30.0, help="HBI: heartbeat round interval (s).")
-@click.option("--ttl", "ttl_s", type=float, default=3.0, help="Member lease TTL (s).")
+@click.option("--ttl", "ttl_s", type=float, default=None, help="Member lease TTL (s); default 3, or 5 on etcd.")
 @click.option(
     "--revoke-timeout",
     "revoke_timeout_s",
@@ -157,7 +157,7 @@ def run(
     settle_s: float,
     min_interval_s: float,
     heartbeat_s: float,
-    ttl_s: float,
+    ttl_s: float | None,
     revoke_timeout_s: float,
     idle_s: float,
     state_dir: str | None,

@@ -99,7 +99,8 @@ def render(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
     for column in columns + (["standby (lag)", "learners (lag)"] if show_replicas else []):
         parts.add_column(column)
     for p, info in snapshot["partitions"].items():
-        row = [p, info["owner"] or "-", str(info["epoch"] or "-"), info["checkpoint"] or "-"]
+        owner = f"{info['owner']} (lapsing)" if info.get("lapsing") else info["owner"] or "-"
+        row = [p, owner, str(info["epoch"] or "-"), info["checkpoint"] or "-"]
         if show_offsets:
             offset = offsets[p]
             row.append("-" if offset is None else str(offset))

@@ -121,7 +121,7 @@ def _finite(name: str, value: float, *, positive: bool) -> None:
 @_option("--settle", "settle_s", type=float, default=0.5, help="RST: round settle time (s).")
 @_option("--min-interval", "min_interval_s", type=float, default=1.0, help="MRI: min interval between rounds (s).")
 @_option("--heartbeat", "heartbeat_s", type=float, default=30.0, help="HBI: heartbeat round interval (s).")
-@_option("--ttl", "ttl_s", type=float, default=3.0, help="Member lease TTL (s).")
+@_option("--ttl", "ttl_s", type=float, default=None, help="Member lease TTL (s); default 3, or 5 on etcd.")
 @_option("--capacity", type=float, default=1.0, help="Capacity weight of this worker.")
 @_option("--update", is_flag=True, help="Overwrite the stored group definition with these settings.")
 @_option("--commit-every", type=float, default=0.0, help="Commit a checkpoint for owned partitions every N s.")
@@ -155,7 +155,7 @@ def worker(
     settle_s: float,
     min_interval_s: float,
     heartbeat_s: float,
-    ttl_s: float,
+    ttl_s: float | None,
     capacity: float,
     update: bool,
     commit_every: float,

@@ -7,12 +7,17 @@ claims, releases, fences commits and ends beliefs. Per partition, from this memb
     (wanted) CLAIMING --txn [absent(owner/p), epoch/p unchanged] -> [owner/p (my lease), epoch/p = e+1]-->
         OWNED --on_assigned--> (believed)
     OWNED --protocol gives p up--> REVOKING --on_revoked returns--> release txn [owner/p is mine] -> delete
-    OWNED --commit fails (owner/p not mine+epoch): Fenced--> on_lost(p)
+    OWNED --commit fails (owner/p not mine+epoch, or refused here): Fenced--> on_lost(p) --> release txn
     OWNED --local lease deadline passes / lease gone--> on_lost(p)
 
 The belief "I own p" lasts from on_assigned until on_revoked returns or on_lost is called, and never beyond the
 local lease deadline: last successful keepalive *request* time + ttl x ``safety`` (0.8), which is earlier than the
-store can expire the lease. ``commit`` compares the owner record's value (member and epoch), so a frozen zombie can
+store can expire the lease. Belief is a timer, not a side effect of I/O: every store call made while a lease is held
+runs under ``store.time_limit(deadline - now)``, so a store that does not answer cannot hold the stepping thread past
+the deadline; at the deadline ``on_lost`` is called *first*, and only then are the lease revoked and the ``lost``
+event recorded (retried at every later step until they succeed or the lease is gone, before the member registers
+again). After ``on_lost`` the member itself refuses commits for the lost epoch (``Fenced``), whatever the store
+still holds. ``commit`` compares the owner record's value (member and epoch), so a frozen zombie can
 never commit after losing a partition. A revocation that overruns ``revoke_timeout_s`` stops lease renewal: the
 lease lapses and others take over. Every claim, release, commit and loss is recorded in the group's history inside
 the transaction that makes it true.
@@ -162,7 +167,11 @@ class FencedMember:
         self._epochs: dict[int, tuple[int, int]] = {}  # partition -> (last epoch, epoch key mod_revision)
         self._owner_values: dict[int, bytes] = {}  # epoch -> this member's owner value, encoded once
         self._to_release: dict[int, int] = {}
-        self._fenced: list[int] = []  # partitions fenced by commit, awaiting on_lost on the stepping thread
+        # partitions fenced by commit (-> epoch), awaiting on_lost and release on the stepping thread
+        self._fenced: dict[int, int] = {}
+        self._cleanup: list[Callable[[], None]] = []  # store work left by a lapse (revoke, lost event), in order
+        self._dead_leases: list[StoreLease] = []  # lapsed leases not yet revoked
+        self._renew_failing = False
         self._busy_until: float | None = None
         self._continuation: Callable[[], None] | None = None
         self.error: BaseException | None = None
@@ -203,27 +212,41 @@ class FencedMember:
         started = self._revoke_started
         return started is None or now - started <= self.revoke_timeout_s
 
-    def keepalive(self, now: float) -> None:
-        """Renew the member lease; ``now`` is the local time of the request. Called by the keepalive thread / sim."""
+    def keepalive(self, now: float) -> bool:
+        """Renew the member lease; ``now`` is the local time of the request. Called by the keepalive thread / sim.
+        The request may take at most what is left of the belief window (a renewal that lands later revives
+        nothing). True when the lease was renewed."""
         lease = self._lease
         if lease is None or self._stopped or not self.may_renew(now):
-            return
+            return False
+        with self._lock:
+            left = self._deadline - now
+        if left <= 0:
+            return False
         try:
-            self.store.keepalive(lease)
+            with self.store.time_limit(left):
+                self.store.keepalive(lease)
         except LeaseNotFound:
             with self._lock:
                 if self._lease is lease:
                     self._lease_lost = True
-            return
-        except StoreUnavailable:
-            return
+            return False
+        except StoreUnavailable as exc:
+            if not self._renew_failing:
+                self._renew_failing = True
+                self._trace("renew_failed", deadline=now + left, reason=str(exc))
+            return False
         with self._lock:
             if self._lease is lease and now < self._deadline:
                 self._deadline = now + lease.ttl_s * self.safety
                 deadline = self._deadline
             else:
-                return
+                return False
+        if self._renew_failing:
+            self._renew_failing = False
+            self._trace("renew_recovered", deadline=deadline)
         self._trace("renew", deadline=deadline)
+        return True
 
     def commit(self, partition: int, checkpoint: str, *, epoch: int | None = None) -> None:
         """Record ``checkpoint`` for ``partition`` if this member still owns it with ``epoch``; else raise Fenced."""
@@ -232,19 +255,25 @@ class FencedMember:
         now = self._clock.now()
         with self._lock:
             current = self._owned.get(partition)
-            lapsed = now >= self._deadline
+            left = self._deadline - now
         use = current if epoch is None else epoch
         if use is None:
             raise Fenced(f"partition {partition} is not owned by {self.id}")
-        if not lapsed and self.commit_txn(partition, checkpoint, use, now):
-            return
+        if current == use and left > 0:
+            with self.store.time_limit(left):
+                if self.commit_txn(partition, checkpoint, use, now):
+                    return
+                rejected = True
+        else:
+            rejected = False  # refused here: the belief in (partition, epoch) has ended; no store call
         with self._lock:
             if self._owned.get(partition) == use:
                 del self._owned[partition]
-                self._fenced.append(partition)
+                self._fenced[partition] = use
         self._trace("fenced", partition=partition, epoch=use)
-        with contextlib.suppress(StoreUnavailable):
-            self._put_event("fenced", now, partitions=[partition], epochs=[use])
+        if rejected:  # the store answered: record it (bounded, it is only history)
+            with contextlib.suppress(StoreUnavailable), self.store.time_limit(max(0.0, left)):
+                self._put_event("fenced", now, partitions=[partition], epochs=[use])
         raise Fenced(f"partition {partition}: epoch {use} of {self.id} is no longer the owner's")
 
     def commit_txn(self, partition: int, checkpoint: str, epoch: int, now: float) -> bool:
@@ -286,7 +315,8 @@ class FencedMember:
                     return self._busy_until
                 continuation, self._continuation, self._busy_until = self._continuation, None, None
                 if continuation is not None:
-                    continuation()
+                    with self._within_belief():
+                        continuation()
                 now = self._clock.now()
             return self._step(now)
         except LeaseNotFound:
@@ -307,19 +337,38 @@ class FencedMember:
             lapsed = self._lease is not None and (self._lease_lost or now >= self._deadline)
         if lapsed:
             self._lapse(now, "lease lost" if self._lease_lost else "lease deadline passed")
+        self._clean_up()
         if self._lease is None:
             self._start(now)
             now = self._clock.now()
-        if self._fenced:
-            with self._lock:
-                fenced, self._fenced = sorted(self._fenced), []
-            self._trace("lost", partitions=fenced, reason="fenced")
-            self._call(self._on_lost, fenced)
-        if self._to_release:
-            self._release(now, dict(self._to_release))
-        if self._busy_until is not None:
-            return self._busy_until
-        return self._advance(now)
+        with self._within_belief():
+            if self._fenced:
+                with self._lock:
+                    fenced, self._fenced = dict(sorted(self._fenced.items())), {}
+                self._trace("lost", partitions=list(fenced), epochs=list(fenced.values()), reason="fenced")
+                self._call(self._on_lost, list(fenced))
+                # a commit refused here (belief over, lease perhaps renewed since) leaves our owner record behind:
+                # free it (the release compares our value, so a record the store already gave away is untouched)
+                self._release(now, fenced)
+            if self._to_release:
+                self._release(now, dict(self._to_release))
+            if self._busy_until is not None:
+                return self._busy_until
+            return self._advance(now)
+
+    def _within_belief(self) -> contextlib.AbstractContextManager[None]:
+        """A time limit for the store calls of this step: what is left of the belief window (none without a lease)."""
+        with self._lock:
+            left = None if self._lease is None else self._deadline - self._clock.now()
+        return self.store.time_limit(left)
+
+    def _clean_up(self) -> None:
+        """Finish what lapses left undone (revoke the old lease, record the loss), oldest first; a store that still
+        does not answer raises StoreUnavailable and the step is retried (the member registers again only after)."""
+        while self._cleanup:
+            with contextlib.suppress(LeaseNotFound):  # the lease is gone already: nothing left to free
+                self._cleanup[0]()
+            self._cleanup.pop(0)
 
     def _advance(self, now: float) -> float:
         """The protocol's part of a step (the member is started and not busy); returns the next deadline."""
@@ -402,26 +451,32 @@ class FencedMember:
         """This member rewrote the resource definition at ``revision`` (hook)."""
 
     def _lapse(self, now: float, reason: str) -> None:
-        """The belief ended (local deadline or lease gone): on_lost for everything, drop the lease, start over."""
+        """The belief ended (local deadline or lease gone): on_lost for everything at once (no store call before
+        it), then drop the lease and start over; revoking the lease (frees the owner records now instead of at
+        expiry) and recording the loss are left to ``_clean_up``, retried until done."""
         with self._lock:
-            lost = sorted(self._owned)
+            held = dict(sorted(self._owned.items()))
             self._owned.clear()
             lease, self._lease = self._lease, None
             self._deadline = -INF
+        lost = list(held)
+        epochs = list(held.values())
         self._claiming.clear()
         self._to_release.clear()
         self._revoke_started = None
+        self._renew_failing = False
         self._reset()
-        self._trace("lost", partitions=lost, reason=reason)
+        self._trace("lost", partitions=lost, epochs=epochs, reason=reason)
         if lease is not None:
-            # frees owner records now instead of at expiry; an expired lease is already gone (LeaseNotFound)
-            with contextlib.suppress(StoreUnavailable, LeaseNotFound):
-                self.store.revoke(lease)
+            self._dead_leases.append(lease)
+            self._cleanup.append(lambda: self._revoke_dead(lease))
         if lost:
-            with contextlib.suppress(StoreUnavailable):
-                self._put_event("lost", now, partitions=lost, reason=reason)
-        if lost:
-            self._call(self._on_lost, lost)
+            self._cleanup.append(lambda: self._put_event("lost", now, partitions=lost, epochs=epochs, reason=reason))
+        self._call(self._on_lost, lost)
+
+    def _revoke_dead(self, lease: StoreLease) -> None:
+        self.store.revoke(lease)
+        self._dead_leases.remove(lease)
 
     def _reset(self) -> None:
         """Forget the protocol state after a lapse; the member starts over (hook)."""
@@ -445,6 +500,8 @@ class FencedMember:
                     self._finish_revoke(owned)
             elif owned:
                 self._lapse(now, "lease deadline passed")
+            with contextlib.suppress(StoreUnavailable):
+                self._clean_up()
             lease = self._lease
             if lease is not None:
                 with contextlib.suppress(StoreUnavailable):
@@ -454,10 +511,10 @@ class FencedMember:
             self._stop()
 
     def abandon(self) -> None:
-        """Stop without callbacks (after a callback error): beliefs end, the lease is revoked (best effort)."""
-        lease = self._lease
+        """Stop without callbacks (after a callback error): beliefs end, the leases are revoked (best effort)."""
+        leases = [*self._dead_leases, *([self._lease] if self._lease is not None else [])]
         self._stop()
-        if lease is not None:
+        for lease in leases:
             with contextlib.suppress(Exception):
                 self.store.revoke(lease)
 

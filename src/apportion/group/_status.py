@@ -13,6 +13,10 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     "round": R, "plan_round": R', "resource": {...}, "table": {p: {owner, target, state}}}`` plus ``coordinator``
     and ``replicas`` when those modes run; partition numbers are strings (JSON object keys).
 
+    An owner record is ``"lapsing": true`` when it outlives its owner's belief: the member it names is gone or has
+    registered again under a new lease (it gave up that ownership and the record waits for its old lease to be
+    revoked or to expire). Nobody processes such a partition; it is not counted in the member's ``partitions``.
+
     Stateful groups (seed 2) also list, per partition, its ``standby`` and ``learners`` holders of the latest plan
     with the lag each reported in that round (``{member: lag or None}``)."""
     keys = Keys(group)
@@ -20,6 +24,8 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     resource: dict[str, Any] | None = None
     members: dict[str, dict[str, Any]] = {}
     owners: dict[int, dict[str, Any]] = {}
+    owner_leases: dict[int, int] = {}
+    member_leases: dict[str, int] = {}
     epochs: dict[int, int] = {}
     commits: dict[int, dict[str, Any]] = {}
     current_round = 0
@@ -41,8 +47,10 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
         elif kind == "members":
             info = decode(kv.value)
             members[name] = {"alive": True, "partitions": [], "capacity": info.get("capacity")}
+            member_leases[name] = kv.lease
         elif kind == "owner" and name.isdigit():
             owners[int(name)] = decode(kv.value)
+            owner_leases[int(name)] = kv.lease
         elif kind == "epoch" and name.isdigit():
             epochs[int(name)] = int(kv.value)
         elif kind == "commit" and name.isdigit():
@@ -68,8 +76,10 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
             "checkpoint": None if commit is None else commit["checkpoint"],
         }
         if owner is not None:
+            lapsing = member_leases.get(owner["member"]) != owner_leases[p]
+            partitions[str(p)]["lapsing"] = lapsing
             entry = members.setdefault(owner["member"], {"alive": False, "partitions": []})
-            entry["partitions"].append(str(p))
+            entry.setdefault("lapsing" if lapsing else "partitions", []).append(str(p))
     plan = plans.get(latest_round)
     if plan is not None:
         for mid in plan["participants"]:

@@ -21,13 +21,18 @@ owned partitions), and churn/faults drawn from the seed::
                   it held with its old epochs (store-level fence check), then resumes
     slow D        the member's next on_revoked takes D seconds (bounded by revoke_timeout_s)
     unavailable D every store call of that member raises StoreUnavailable for D seconds
+    hang D        every store call of that member gets no answer for D seconds: a call blocks the calling thread
+                  (stepping, keepalive or work) until the hang ends or the caller's ``time_limit`` passes, then
+                  raises StoreUnavailable (the request lost); only that thread waits, the rest of the group goes on,
+                  and the thread's later records carry the time its call returned
     drift         the member's clock rate changes to 1 +- 5% (continuous: no jumps)
 
 Checks on every trace (``SimResult.violations``):
 1. exclusivity at the callback level: per partition, the belief intervals of all members never overlap. A belief
    runs from on_assigned to on_revoked's return, on_lost, a fenced commit, a crash, or the member's local lease
    deadline (renewals move it; a renewal after it passed does not revive the belief), whichever comes first;
-2. fencing: every commit the store accepted carries the latest epoch claimed for that partition, by its claimer;
+2. fencing: every commit the store accepted carries the latest epoch claimed for that partition, by its claimer,
+   and no member has a commit accepted for a (partition, epoch) after it reported that belief lost (on_lost);
 3. liveness: once churn and faults stop at ``T``, by ``T + RST + MRI + ttl + 1 s`` every partition is believed
    owned by exactly one live member and (count-balanced strategies) owned counts differ by at most one; in static
    mode every partition is owned by a member whose ordinal's range block (under the stored replica count) holds it.
@@ -55,8 +60,10 @@ from apportion.group._ownership import DelayHook, Tracer
 from apportion.store import Compare, Event, EventType, Lease, MemoryStore, Op, Store, TxnResult, Watch
 
 BALANCED_STRATEGIES = ("round_robin", "range", "sticky", "high_availability")
-FAULTS = ("crash", "freeze", "slow", "unavailable", "drift")
+FAULTS = ("crash", "freeze", "slow", "unavailable", "drift", "hang")
+DEFAULT_CALL_TIMEOUT_S = 5.0  # a hanging call without a time limit waits this long (etcd's default)
 MODES = ("rounds", "coordinator", "static")
+_THREADS = {"step": "step", "resume": "step", "keepalive": "keepalive", "work": "work"}
 _BROADCAST = frozenset(("current", "latest", "resource", "coordinator", "replicas", "rebalance"))
 
 
@@ -87,7 +94,8 @@ class SimConfig:
     options: Mapping[str, object] = field(default_factory=dict)
     state_records: int = 10_000
     restore_rate: float = 5_000.0
-    script: tuple[tuple[float, str], ...] = ()  # fixed churn (seconds after start, kind) instead of random events
+    # fixed churn instead of random events: (seconds after start, kind) or (seconds after start, kind, duration)
+    script: tuple[tuple[float, str] | tuple[float, str, float], ...] = ()
 
     def group_config(self) -> GroupConfig:
         return GroupConfig(
@@ -168,16 +176,28 @@ class SimResult:
 
 
 class _DriftClock:
-    """A member's clock: local = anchor_local + (T - anchor_T) * rate, continuous when the rate changes."""
+    """A member's clock: local = anchor_local + (T - anchor_T) * rate, continuous when the rate changes.
+
+    It also knows which of the member's threads is running (``thread``: step, keepalive or work) and until when
+    each is blocked in a hanging store call (``blocked``): a blocked thread's time is the end of its call."""
 
     def __init__(self, base: VirtualClock) -> None:
         self.base = base
         self.rate = 1.0
         self._anchor_t = base.now()
         self._anchor_local = base.now()
+        self.thread = "step"
+        self.blocked: dict[str, float] = {}
+
+    def global_now(self) -> float:
+        """The global virtual time of the running thread (later than the simulation's while it is blocked)."""
+        return max(self.base.now(), self.blocked.get(self.thread, -math.inf))
+
+    def blocked_until(self, thread: str) -> float:
+        return self.blocked.get(thread, -math.inf)
 
     def now(self) -> float:
-        return self.local(self.base.now())
+        return self.local(self.global_now())
 
     def local(self, t: float) -> float:
         return self._anchor_local + (t - self._anchor_t) * self.rate
@@ -198,13 +218,16 @@ class _DriftClock:
 
 
 class _FlakyStore(Store):
-    """A member's view of the shared store that can be made unavailable for a while."""
+    """A member's view of the shared store that can be made unavailable (fails at once) or hang (no answer) for a
+    while. ``clock`` is the member's own clock, so ``time_limit`` works in the member's time."""
 
-    def __init__(self, inner: MemoryStore, clock: VirtualClock) -> None:
+    def __init__(self, inner: MemoryStore, clock: _DriftClock) -> None:
         self.inner = inner
         self.url = inner.url
         self.clock = clock
+        self.member_clock = clock
         self.down_until = -math.inf
+        self.hang_until = -math.inf
 
     @property
     def shared_store(self) -> MemoryStore:
@@ -212,7 +235,19 @@ class _FlakyStore(Store):
         return self.inner
 
     def _check(self) -> None:
-        if self.clock.now() < self.down_until:
+        clock = self.member_clock
+        start = clock.global_now()
+        if start > clock.base.now():
+            # this thread already waited for an earlier call of the same step and is "ahead" of the simulation:
+            # its next request cannot be applied at an earlier global time, so it is lost (a legal, pessimistic fate)
+            raise StoreUnavailable("simulated: no answer from the store (request lost)")
+        if start < self.hang_until:
+            # no answer: the call returns (StoreUnavailable) when the hang ends or the caller's time limit passes,
+            # whichever comes first; the request is lost either way (a model of a dropped connection)
+            limit_s = self.remaining_s(DEFAULT_CALL_TIMEOUT_S) / clock.rate
+            clock.blocked[clock.thread] = min(self.hang_until, start + max(0.0, limit_s))
+            raise StoreUnavailable("simulated: no answer from the store")
+        if start < self.down_until:
             raise StoreUnavailable("simulated: store unreachable from this member")
 
     def revision(self) -> int:
@@ -360,7 +395,7 @@ class Simulation:
     def _add_member(self, ordinal: int | None = None) -> _Sim:
         mid = f"m{next(self._ids)}"
         clock = _DriftClock(self.clock)
-        store = _FlakyStore(self.store, self.clock)
+        store = _FlakyStore(self.store, clock)
         inbox = _Inbox()
         sim_holder: list[_Sim] = []
 
@@ -384,7 +419,7 @@ class Simulation:
         return sim
 
     def _record(self, mid: str, kind: str, fields: Mapping[str, Any], clock: _DriftClock) -> None:
-        t = self.clock.now()
+        t = clock.global_now()
         if kind == "renew":
             fields = {"deadline": clock.to_global(float(fields["deadline"]))}
         self.records.append((t, mid, kind, dict(fields)))
@@ -404,9 +439,10 @@ class Simulation:
         start = self.clock.now()
         t = start + 2.0 * (cfg.settle_s + cfg.min_interval_s)
         last_effect = t
-        for at, kind in cfg.script:
-            self._push(t + at, "churn:" + kind, "", 0.0)
-            last_effect = max(last_effect, t + at)
+        for entry in cfg.script:
+            at, kind, length = entry[0], entry[1], float(entry[2]) if len(entry) > 2 else 0.0
+            self._push(t + at, "churn:" + kind, "", length)
+            last_effect = max(last_effect, t + at + length)
         for _ in range(0 if cfg.script else cfg.events):
             t += self.rng.expovariate(1.0 / cfg.event_gap_s)
             kinds = ["join", "leave"] + (list(FAULTS) if cfg.faults else ["crash"])
@@ -416,7 +452,7 @@ class Simulation:
                 duration = self.rng.uniform(0.2, 2.0 * cfg.ttl_s)
             elif kind == "slow":
                 duration = self.rng.uniform(0.1, 2.0 * cfg.revoke_timeout_s)
-            elif kind == "unavailable":
+            elif kind in ("unavailable", "hang"):
                 duration = self.rng.uniform(0.1, cfg.ttl_s)
             self._push(t, "churn:" + kind, "", duration)
             last_effect = max(last_effect, t + duration)
@@ -450,6 +486,18 @@ class Simulation:
                     else:
                         self._push(sim.frozen_until, kind, mid)
                     continue
+                thread = _THREADS.get(kind, "step")
+                busy_until = sim.clock.blocked_until(thread)
+                if self.clock.now() < busy_until:  # that thread still waits for a hanging store call
+                    if kind == "step":
+                        if t != sim.next_step:
+                            continue
+                        sim.next_step = math.inf
+                        self._schedule_step(sim, busy_until)
+                    else:
+                        self._push(busy_until, kind, mid, arg)
+                    continue
+                sim.clock.thread = thread
                 if kind == "step":
                     if t != sim.next_step:
                         continue
@@ -469,7 +517,7 @@ class Simulation:
         self.steps += 1
         local_deadline = sim.member.step(sim.clock.now())
         deadline = sim.clock.to_global(local_deadline) + 1e-9  # never a hair early after the rate conversion
-        now = self.clock.now()
+        now = max(self.clock.now(), sim.clock.blocked_until("step"))
         if deadline <= now:
             deadline = now  # immediate re-step, after other events of this instant
         if deadline != math.inf:
@@ -494,6 +542,8 @@ class Simulation:
 
     def _churn(self, kind: str, duration: float) -> None:
         self.faults[kind] = self.faults.get(kind, 0) + 1
+        for member in self.members.values():
+            member.clock.thread = "churn"  # the fault itself happens now, whatever a member's threads wait for
         if self.config.mode == "static" and kind in ("join", "leave", "crash"):
             self._static_churn(kind)
             return
@@ -508,9 +558,10 @@ class Simulation:
             return
         sim = self.rng.choice(live)
         if kind == "leave":
-            if now < sim.frozen_until or sim.member._busy_until is not None:
+            if now < sim.frozen_until or sim.member._busy_until is not None or now < sim.clock.blocked_until("step"):
                 return
             self._record(sim.id, "leave", {}, sim.clock)
+            sim.clock.thread = "step"
             with contextlib.suppress(StoreUnavailable):
                 sim.member.leave()
             sim.left = True
@@ -528,13 +579,23 @@ class Simulation:
             sim.slow_next = duration
         elif kind == "unavailable":
             sim.store.down_until = now + duration
+        elif kind == "hang":
+            sim.store.hang_until = now + duration
+            self._record(sim.id, "hang", {"until": sim.store.hang_until}, sim.clock)
         elif kind == "drift":
             sim.clock.set_rate(1.0 + self.rng.uniform(-0.05, 0.05))
 
     def _static_churn(self, kind: str) -> None:
         """StatefulSet churn: scale up/down by one (the operator publishes the count), restart or crash a pod (a
         replacement with the same ordinal starts at once)."""
-        live = [s for s in self._live() if self.clock.now() >= s.frozen_until and s.member._busy_until is None]
+        now = self.clock.now()
+        live = [
+            s
+            for s in self._live()
+            if now >= s.frozen_until and s.member._busy_until is None and now >= s.clock.blocked_until("step")
+        ]
+        for sim in live:
+            sim.clock.thread = "step"  # a leave runs on the stepping thread
         limit = self.config.max_members
         if kind == "join":
             if limit is None or len(self._live()) < limit:
@@ -651,6 +712,7 @@ def _beliefs(
     intervals: dict[int, list[tuple[float, float, str]]] = {}
     holding: dict[str, dict[int, float]] = {}
     deadline: dict[str, float] = {}
+    records = _in_time_order(records)
 
     def close(mid: str, parts: Sequence[int] | None, t: float) -> None:
         held = holding.get(mid, {})
@@ -680,6 +742,16 @@ def _beliefs(
     return intervals
 
 
+def _in_time_order(
+    records: Sequence[tuple[float, str, str, Mapping[str, Any]]],
+) -> Sequence[tuple[float, str, str, Mapping[str, Any]]]:
+    """Records sorted by time (stable): a thread that waited for a hanging call records its next events at the
+    time the call returned, which may be later than events the rest of the group recorded meanwhile."""
+    if all(a[0] <= b[0] for a, b in itertools.pairwise(records)):
+        return records
+    return sorted(records, key=lambda record: record[0])
+
+
 def check_trace(
     records: Sequence[tuple[float, str, str, Mapping[str, Any]]],
     end: float,
@@ -687,6 +759,7 @@ def check_trace(
 ) -> list[str]:
     """Exclusivity of beliefs and fencing of accepted commits, from the trace alone."""
     problems: list[str] = []
+    records = _in_time_order(records)
     for p, spans in sorted((beliefs if beliefs is not None else _beliefs(records, end)).items()):
         spans.sort()
         for (s1, e1, m1), (s2, _e2, m2) in itertools.pairwise(spans):
@@ -695,14 +768,23 @@ def check_trace(
                     f"exclusivity: partition {p} believed by {m1} [{s1:.3f},{e1:.3f}) and {m2} from {s2:.3f}"
                 )
     latest: dict[int, tuple[int, str]] = {}
+    given_up: dict[tuple[str, int, int], float] = {}  # (member, partition, epoch) -> when on_lost/fenced said so
     for t, mid, kind, fields in records:
         if kind == "claim":
             for p, e in zip(fields["partitions"], fields["epochs"], strict=True):
                 latest[int(p)] = (int(e), mid)
+        elif kind == "lost" and "epochs" in fields:
+            for p, e in zip(fields["partitions"], fields["epochs"], strict=True):
+                given_up.setdefault((mid, int(p), int(e)), t)
+        elif kind == "fenced":
+            given_up.setdefault((mid, int(fields["partition"]), int(fields["epoch"])), t)
         elif kind == "commit":
             p, e = int(fields["partition"]), int(fields["epoch"])
             if latest.get(p) != (e, mid):
                 problems.append(f"fencing: t={t:.3f} {mid} committed {p} with epoch {e}; latest claim {latest.get(p)}")
+            lost_at = given_up.get((mid, p, e))
+            if lost_at is not None and t >= lost_at:
+                problems.append(f"fencing: t={t:.3f} {mid} committed {p} with epoch {e} after on_lost at {lost_at:.3f}")
     return problems[:20]
 
 

@@ -75,6 +75,10 @@ class Store(abc.ABC):
     # what this backend can stall a renewal for (see each backend).
     default_ttl_s: float = 3.0
 
+    def renew_every_s(self, ttl_s: float) -> float:
+        """How often a member holding a lease of ``ttl_s`` renews it on this backend (a quarter ttl by default)."""
+        return ttl_s / 4
+
     @contextlib.contextmanager
     def time_limit(self, seconds: float | None) -> Iterator[None]:
         """Bound this thread's calls on this store to ``seconds`` from now (``None``: no limit) inside the block."""

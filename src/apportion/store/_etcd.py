@@ -274,11 +274,17 @@ class EtcdStore(Store):
     """A store on an etcd v3 cluster, through its JSON gateway. Thread-safe."""
 
     # A leader election stalls renewals: followers hold a keepalive until a new leader exists. With etcd's default
-    # timings (election timeout 1 s, randomised up to 2 s) a new leader was elected 1.2-1.6 s after kill -9 of the
-    # old one here (tests/etcd/test_faults.py). The rule: ttl x 0.8 (the belief window) must exceed the renewal
-    # interval (ttl / 4) + an election (<= 2 x election timeout) + one attempt (ATTEMPT_TIMEOUT_S). At 3 s a worker
-    # lost its partitions on a leader kill; at 5 s: 4.0 > 1.25 + 2 + ~0.5, and 0 partitions were lost.
+    # timings (election timeout 1 s, randomised up to 2 s) a new leader was elected 1.1-2.8 s after kill -9 of the
+    # old one here (tests/etcd/test_faults.py; the slow ones with the machine at load 20). The rule: ttl x 0.8 (the
+    # belief window) must exceed the renewal interval + an election (<= 2 x election timeout, more under load) + one
+    # attempt (ATTEMPT_TIMEOUT_S). At ttl 3 s a worker lost its partitions on a leader kill; at ttl 5 s with a
+    # renewal every 1.25 s, 12 of 24 were lost once at load 20; renewing every 0.5 s (cheap for etcd: one small
+    # request per member) leaves 4.0 > 0.5 + 2.8 + a fraction of an attempt.
     default_ttl_s = 5.0
+    RENEW_EVERY_S = 0.5
+
+    def renew_every_s(self, ttl_s: float) -> float:
+        return min(ttl_s / 4, self.RENEW_EVERY_S)
 
     def __init__(self, url: str, config: EtcdConfig | None = None) -> None:
         self.url = url

@@ -1,0 +1,112 @@
+"""Belief is a timer: on_lost at the local deadline however the store behaves, and no commit after on_lost.
+
+Virtual time throughout: the memory store behind a member-private proxy that can be unreachable (fails at once) or
+hang (no answer until the caller's time limit), as in the simulator.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from apportion.errors import Fenced
+from apportion.group import GroupConfig, Keys, RoundsMember, group_status
+from apportion.group._keys import encode, owner_value
+from apportion.sim import SimConfig
+from apportion.sim._sim import Simulation, _DriftClock, _FlakyStore, check_trace
+from apportion.store import Store
+from apportion.store._types import KeyValue
+from tests.group.harness import Harness
+
+TTL = 3.0
+CONFIG = GroupConfig(partitions=4, strategy="sticky", settle_s=0.5, min_interval_s=1.0, heartbeat_s=30.0, ttl_s=TTL)
+
+
+def _flaky(harness: Harness) -> _FlakyStore:
+    return _FlakyStore(harness.store, _DriftClock(harness.clock))
+
+
+def test_a_commit_with_the_lost_epoch_is_refused_after_on_lost_even_if_the_store_still_holds_the_owner_record() -> None:
+    h = Harness(CONFIG)
+    store = _flaky(h)
+    lost: list[tuple[list[int], float]] = []
+    member = RoundsMember(
+        store, h.group, "a", CONFIG, clock=h.clock, on_lost=lambda parts: lost.append((parts, h.clock.now()))
+    )
+    h.members["a"] = member
+    h._next_keepalive["a"] = h.clock.now() + TTL / 4
+    h.run(2.0)
+    assert member.owned() == [0, 1, 2, 3]
+    epoch = member.lease(0).epoch
+
+    # unreachable for 2.6 s from just after a renewal: longer than the belief window (2.4 s), shorter than the
+    # store's ttl (3 s)
+    member.keepalive(h.clock.now())
+    h._next_keepalive["a"] = h.clock.now() + TTL / 4
+    store.down_until = h.clock.now() + 2.6
+    h.run(2.59)
+    assert lost and lost[0][0] == [0, 1, 2, 3], "on_lost must have fired at the local deadline"
+    old_record = h.store.get(Keys(h.group).owner(0))
+    assert old_record is not None, "the scenario needs the store to still hold the old owner record"
+
+    store.down_until = -1.0
+    member.step(h.clock.now())  # back: the old lease is revoked first, then the member registers again
+    with pytest.raises(Fenced):
+        member.commit(0, "late", epoch=epoch)
+    assert h.store.get(Keys(h.group).commit(0)) is None, "the store accepted a commit after on_lost"
+    record: KeyValue | None = h.store.get(Keys(h.group).owner(0))
+    assert record is None or record.lease != old_record.lease, "the lapsed lease was never revoked"
+
+
+def test_a_hanging_store_cannot_delay_on_lost_past_the_local_deadline() -> None:
+    """One member's store stops answering for 8 s (longer than any timeout): its on_lost comes at its local
+    deadline, while the store still hangs, and the others take its partitions without any overlap of beliefs."""
+    for seed in range(20):
+        sim = Simulation(
+            SimConfig(members=3, partitions=12, seed=seed, ttl_s=TTL, faults=False, script=((1.0, "hang", 8.0),))
+        )
+        result = sim.run()
+        assert result.ok, (seed, result.violations)
+        hang = next((t, mid, f) for t, mid, kind, f in sim.records if kind == "hang")
+        started, member, fields = hang
+        renewals = [f for t, mid, kind, f in sim.records if mid == member and kind == "renew" and t <= started]
+        deadline = max(float(f["deadline"]) for f in renewals)
+        lost = [(t, f) for t, mid, kind, f in sim.records if mid == member and kind == "lost" and t >= started]
+        assert lost, f"seed {seed}: {member} never reported on_lost"
+        at, _ = lost[0]
+        assert at <= deadline + 1e-6, f"seed {seed}: on_lost at {at:.3f}, deadline was {deadline:.3f}"
+        assert at < float(fields["until"]), f"seed {seed}: on_lost waited for the store to answer again"
+        until = float(fields["until"])
+        took_over = [t for t, m, kind, _ in sim.records if kind == "assigned" and m != member and started < t < until]
+        assert took_over, f"seed {seed}: nobody took over while {member} hung"
+        assert not check_trace(sim.records, sim.clock.now())
+
+
+def test_the_time_limit_bounds_every_call_of_the_thread_and_lifts_on_exit() -> None:
+    h = Harness(CONFIG)
+    store: Store = h.store
+    assert store.remaining_s(5.0) == 5.0
+    with store.time_limit(1.5):
+        assert store.remaining_s(5.0) == pytest.approx(1.5)
+        h.clock.advance(1.0)
+        assert store.remaining_s(5.0) == pytest.approx(0.5)
+        with store.time_limit(None):
+            assert store.remaining_s(5.0) == 5.0
+        assert store.remaining_s(5.0) == pytest.approx(0.5)
+    assert store.remaining_s(5.0) == 5.0
+
+
+def test_status_marks_an_owner_record_whose_member_registered_again_as_lapsing() -> None:
+    """After a lapse the member registers under a new lease while its old owner records wait for the old lease to
+    go: status must not show those partitions as owned by it."""
+    h = Harness(CONFIG)
+    keys = Keys(h.group)
+    old, new = h.store.grant(TTL), h.store.grant(TTL)
+    h.store.put(keys.resource, encode(CONFIG.to_json()))
+    h.store.put(keys.member("a"), encode({"pid": 1}), new)
+    h.store.put(keys.owner(0), owner_value("a", 1), old)
+    h.store.put(keys.owner(1), owner_value("a", 2), new)
+    status = group_status(h.store, h.group)
+    assert status["partitions"]["0"]["lapsing"] is True
+    assert status["partitions"]["1"]["lapsing"] is False
+    assert status["members"]["a"]["partitions"] == ["1"]
+    assert status["members"]["a"]["lapsing"] == ["0"]
