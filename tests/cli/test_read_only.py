@@ -77,14 +77,6 @@ def test_status_writes_nothing_and_hides_an_expired_member(tmp_path: Path) -> No
     assert {k: v for k, v in files(tmp_path).items() if not k.endswith(("-wal", "-shm"))} == before
 
 
-def test_a_read_only_store_file_works_with_status(tmp_path: Path) -> None:
-    url = make_store(tmp_path / "s.db")
-    (tmp_path / "s.db").chmod(0o444)
-    result = cli("status", "--store", url, "--group", "orders", "--json")
-    assert result.code == 0, result.stderr
-    assert set(json.loads(result.stdout)["partitions"]) == {"0", "1", "2", "3"}
-
-
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
     """A directory under /tmp that an unprivileged user can traverse (pytest's tmp_path is private to root)."""
