@@ -6,6 +6,7 @@ distributed server can show. Real time is unavoidable here: every wait polls a c
 
 from __future__ import annotations
 
+import base64
 import time
 from pathlib import Path
 
@@ -13,9 +14,11 @@ import httpx
 import pytest
 
 from apportion.errors import Compacted, InvalidRequest, LeaseNotFound, StoreUnavailable
+from apportion.group import group_status, history
 from apportion.store import Event, EventType, Put, Store, Watch, absent, connect
 from apportion.store._etcd import EtcdConfig
 from apportion.store._keepalive import KeepAlive
+from apportion.worker import Group
 from tests.etcd_server import EtcdCluster, EtcdServer, TlsFiles
 
 pytestmark = pytest.mark.etcd
@@ -164,6 +167,41 @@ def test_etcd_auth_accepts_the_right_password_and_rejects_a_wrong_one_in_one_lin
     assert "\n" not in message and "wrong@" not in message
     with pytest.raises(InvalidRequest, match="requires a user:password@"), connect(etcd_url) as anonymous:
         anonymous.put("/a/k", b"v")
+
+
+def test_a_user_whose_role_allows_only_the_apportion_prefix_can_run_a_worker_status_and_history(etcd_url: str) -> None:
+    """Everything the backend and the group do stays inside ``/apportion/``: revision probes, history, leases."""
+    enable_auth(etcd_url, "rootpw")
+    host = etcd_url.removeprefix("etcd://")
+    root = httpx.Client(base_url=f"http://{host}", timeout=5.0)
+    token = root.post("/v3/auth/authenticate", json={"name": "root", "password": "rootpw"}).json()["token"]
+    prefix = base64.b64encode(b"/apportion/").decode()
+    prefix_end = base64.b64encode(b"/apportion0").decode()
+    for path, body in (
+        ("/v3/auth/role/add", {"name": "apportion"}),
+        (
+            "/v3/auth/role/grant",
+            {"name": "apportion", "perm": {"permType": "READWRITE", "key": prefix, "range_end": prefix_end}},
+        ),
+        ("/v3/auth/user/add", {"name": "app", "password": "apppw"}),
+        ("/v3/auth/user/grant", {"user": "app", "role": "apportion"}),
+    ):
+        reply = root.post(path, json=body, headers={"Authorization": token})
+        assert reply.status_code == 200, f"{path}: {reply.text}"
+    root.close()
+    with connect(f"etcd://app:apppw@{host}") as store:
+        with pytest.raises(InvalidRequest, match="permission denied"):
+            store.put("/elsewhere", b"v")  # the role is real: outside the prefix is refused
+        assert store.revision() > 0
+        with Group(store, "limited", 4).join("w1") as worker:
+            deadline = time.monotonic() + 20
+            while len(worker.owned()) < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert worker.owned() == [0, 1, 2, 3]
+            worker.commit(0, "c1")
+            status = group_status(store, "limited")
+            assert status["partitions"]["0"]["checkpoint"] == "c1"
+            assert any(event["type"] == "commit" for event in history(store, "limited"))
 
 
 # -- TLS ----------------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ Retention is by time, not by count: an event is kept at least ``retention_s`` (d
 hour; 0 disables recording) and at most ``retention_s + 2 x BUCKET_S`` after its time (buckets are whole minutes,
 checked once a minute). Layout::
 
-    /apportion-history/<group>/<bucket>/<member>/<time_us>-<seq>    one event (bucket: its minute, 12 digits)
+    /apportion/.history/<group>/<bucket>/<member>/<time_us>-<seq>    one event (bucket: its minute, 12 digits)
     /apportion/<group>/history                                      {expired_before}: older events may be gone
 
 Why this design (it is the simplest that is correct on every backend):

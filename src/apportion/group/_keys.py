@@ -19,7 +19,9 @@
     migrations/<p>      coordinator mode: the move in flight for p: {from, to, state}
     rebalance           coordinator mode, manual policy: an operator's request to rebalance
 
-The history's events live outside the watched prefix, under ``/apportion-history/<group>/`` (see ``_history``).
+The history's events live outside the watched prefix, under ``/apportion/.history/<group>/`` (see ``_history``):
+inside ``/apportion/``, so an etcd role limited to that prefix suffices, and in no group's prefix (group names start
+with a letter or digit). Everything apportion stores is under ``/apportion/``.
 
 Group names and member ids: 1-128 characters ``[A-Za-z0-9._-]`` starting with a letter or digit; member ids
 ``plan`` and ``joined`` are reserved (they name keys of a round).
@@ -34,7 +36,7 @@ from typing import Any
 from apportion.errors import InvalidRequest
 
 ROOT = "/apportion/"
-HISTORY_ROOT = "/apportion-history/"
+HISTORY_ROOT = ROOT + ".history/"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 RESERVED_IDS = ("joined", "plan")
 

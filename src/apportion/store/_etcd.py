@@ -31,6 +31,9 @@ Behaviour worth knowing:
   so no event is missed or repeated. The contract's "compacted" means ``start_revision <= compact point`` while etcd
   still serves the compact revision itself, so ``watch()`` first probes with a range read at ``start_revision - 1``
   (one round trip). etcd's first revision is 1 and holds no events.
+- **Permissions.** Everything apportion stores is under ``/apportion/`` and revision probes read the key
+  ``/apportion/`` itself: a user whose role grants readwrite on the prefix ``/apportion/`` (and nothing else) can run
+  workers, status and reports. Compaction needs more (it is an admin operation).
 - **Transactions.** etcd refuses two writes to the same key in one branch of a transaction, a put inside a range
   the same branch deletes included (``InvalidRequest`` here, unlike the memory backend), and more than
   ``--max-txn-ops`` (default 128) operations.
@@ -76,6 +79,9 @@ CONNECT_TIMEOUT_S = 1.0
 # How long one endpoint gets to answer an idempotent request before the next endpoint is tried. A healthy member
 # answers a keepalive or a read in milliseconds even on a loaded machine; a frozen one never does.
 ATTEMPT_TIMEOUT_S = 1.0
+# Reads that only want a revision (the current one, or whether one is compacted) read this one key, count only: it is
+# inside apportion's key space, so an etcd user whose role allows only the ``/apportion/`` prefix can run everything.
+PROBE_KEY = b"/apportion/"
 WATCH_IDLE_S = 30.0  # a silent watch stream is re-opened after this long (guards against half-open connections)
 
 log = logging.getLogger(__name__)
@@ -466,7 +472,7 @@ class EtcdStore(Store):
     # -- reads ---------------------------------------------------------------------------------------------
 
     def revision(self) -> int:
-        reply = self._call("/v3/kv/range", {"key": _b64(b"\x00"), "count_only": True}, idempotent=True)
+        reply = self._call("/v3/kv/range", {"key": _b64(PROBE_KEY), "count_only": True}, idempotent=True)
         return _revision(reply)
 
     def get(self, key: str) -> KeyValue | None:
@@ -565,7 +571,7 @@ class EtcdStore(Store):
 
     def _range_compacted(self, revision: int) -> bool | None:
         """True if a read at ``revision`` is compacted away; None when readable (or in the future)."""
-        body = {"key": _b64(b"\x00"), "count_only": True, "revision": str(revision)}
+        body = {"key": _b64(PROBE_KEY), "count_only": True, "revision": str(revision)}
         try:
             self._call("/v3/kv/range", body, idempotent=True)
         except _CompactedRevision:
