@@ -76,6 +76,7 @@ class Worker:
         tracer: Tracer | None = None,
         replica_lags: ReplicaLags | None = None,
         on_replicas: ReplicasCallback | None = None,
+        replace: bool = False,
     ) -> None:
         if group.mode != "rounds" and (replica_lags is not None or on_replicas is not None):
             raise InvalidRequest("on_replicas", "standby and learner replicas exist only in the rounds mode")
@@ -96,6 +97,7 @@ class Worker:
             "revoke_timeout_s": revoke_timeout_s,
             "history_retention_s": history_retention_s,
             "tracer": self._log,
+            "replace": replace,
         }
         self._member: FencedMember
         if group.mode == "static":
@@ -368,6 +370,7 @@ class Group:
         tracer: Tracer | None = None,
         replica_lags: ReplicaLags | None = None,
         on_replicas: ReplicasCallback | None = None,
+        replace: bool = False,
     ) -> Worker:
         """Start a worker (its threads run until ``stop()`` or the end of the ``with`` block). ``tracer(kind,
         fields)`` observes every protocol event (e.g. :class:`apportion.metrics.MetricsTracer`).
@@ -375,7 +378,11 @@ class Group:
 
         Stateful groups (``high_availability``): ``on_replicas(standby, learners)`` hears the replicas the plan
         gives this worker to keep warm, and ``replica_lags()`` reports how far behind each of them is (partition ->
-        offsets behind the changelog end) when the worker joins a round; rounds mode only."""
+        offsets behind the changelog end) when the worker joins a round; rounds mode only.
+
+        A second live worker with the same ``worker_id`` in the group is refused (its ``InvalidRequest`` after 1.5
+        ttl: a crashed holder's registration expires within one ttl, so a restart waits for it instead); with
+        ``replace=True`` this worker fences the other one (revokes its lease) and takes its place."""
         worker = Worker(
             self,
             worker_id,
@@ -389,6 +396,7 @@ class Group:
             tracer=tracer,
             replica_lags=replica_lags,
             on_replicas=on_replicas,
+            replace=replace,
         )
         return worker.start()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from apportion.errors import Fenced
+from apportion.errors import Fenced, InvalidRequest
 from apportion.group import GroupConfig, Keys, RoundsMember, group_status
 from apportion.group._keys import encode, owner_value
 from apportion.sim import SimConfig
@@ -110,3 +110,56 @@ def test_status_marks_an_owner_record_whose_member_registered_again_as_lapsing()
     assert status["partitions"]["1"]["lapsing"] is False
     assert status["members"]["a"]["partitions"] == ["1"]
     assert status["members"]["a"]["lapsing"] == ["0"]
+
+
+def _second(h: Harness, member_id: str, **options: object) -> RoundsMember:
+    return RoundsMember(h.store, h.group, member_id, CONFIG, clock=h.clock, **options)  # type: ignore[arg-type]
+
+
+def test_a_second_live_member_with_the_same_id_is_refused_and_never_registers() -> None:
+    h = Harness(CONFIG)
+    h.add("a")
+    h.run(2.0)
+    lease = h.store.get(Keys(h.group).member("a"))
+    twin = _second(h, "a")
+    with pytest.raises(InvalidRequest, match="already live in group"):
+        for _ in range(1000):  # 1.5 ttl of steps while the original keeps renewing
+            twin.step(h.clock.now())
+            h.run(0.01)
+    current = h.store.get(Keys(h.group).member("a"))
+    assert lease is not None and current is not None and current.lease == lease.lease
+    assert h.members["a"].owned() == [0, 1, 2, 3], "the original keeps everything"
+
+
+def test_a_restart_with_the_same_id_after_a_crash_waits_for_the_old_registration_to_expire() -> None:
+    h = Harness(CONFIG)
+    h.add("a")
+    h.run(2.0)
+    h.frozen.add("a")  # crashed: no steps, no renewals
+    crashed_at = h.clock.now()
+    restarted = _second(h, "a")
+    h.members["a2"] = restarted
+    h._next_keepalive["a2"] = h.clock.now() + TTL / 4
+    h.run(TTL + 2.0)
+    assert restarted.owned() == [0, 1, 2, 3]
+    registered = h.store.get(Keys(h.group).member("a"))
+    assert registered is not None and restarted.store_lease is not None
+    assert registered.lease == restarted.store_lease.id
+    assert h.clock.now() - crashed_at >= TTL
+
+
+def test_replace_fences_the_live_holder_of_the_id() -> None:
+    h = Harness(CONFIG)
+    lost: list[list[int]] = []
+    original = RoundsMember(h.store, h.group, "a", CONFIG, clock=h.clock, on_lost=lost.append)
+    h.members["a"] = original
+    h._next_keepalive["a"] = h.clock.now() + TTL / 4
+    h.run(2.0)
+    replacement = _second(h, "a", replace=True)
+    replacement.step(h.clock.now())
+    assert replacement.store_lease is not None
+    original.step(h.clock.now())  # its next renewal or step finds its lease gone
+    original.keepalive(h.clock.now())
+    original.step(h.clock.now())
+    assert lost and lost[0] == [0, 1, 2, 3]
+    assert original.owned() == []

@@ -212,3 +212,23 @@ def test_manual_rebalance_shows_the_moves_then_applies_them(url: str, procs: lis
 def members(url: str) -> list[str]:
     with connect(url) as store:
         return [kv.key.rsplit("/", 1)[1] for kv in store.range("/apportion/g/members/")]
+
+
+def test_a_second_worker_with_a_live_members_id_exits_2_in_one_line_and_replace_takes_over(
+    tmp_path: Path, procs: list[ModeWorker]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'apportion.db'}"
+    first = ModeWorker(url, "w1")
+    procs.append(first)
+    wait_for(lambda: set(owners(url).values()) == {"w1"}, 20, "w1 to own every partition")
+    twin = run_cli("worker", "--store", url, "--group", "g", "--id", "w1", "--ttl", str(TTL_S))
+    lines = twin.stderr.strip().splitlines()
+    assert twin.returncode == 2, twin.stderr
+    expected = "member 'w1' is already live in group 'g' (stop it, or --replace to fence it)"
+    assert lines[-1].startswith("apportion: error: ") and lines[-1].endswith(expected), lines
+    assert "Traceback" not in twin.stderr
+    assert first.proc.poll() is None and set(owners(url).values()) == {"w1"}
+    replacement = ModeWorker(url, "w1", "--replace")
+    procs.append(replacement)
+    wait_for(lambda: "assigned" in replacement.kinds(), 20, "the replacement to own partitions")
+    wait_for(lambda: "lost" in first.kinds(), 20, "the fenced original to report on_lost")

@@ -222,3 +222,25 @@ def test_sqlite_gives_the_same_answers_and_events_as_memory(
 def test_sqlite_store_is_the_sqlite_class(url: str) -> None:
     with connect(url) as store:
         assert isinstance(store, SqliteStore)
+
+
+def test_a_write_waits_for_the_lock_no_longer_than_the_callers_time_limit(tmp_path: Path) -> None:
+    """A writer stopped mid-transaction holds SQLite's write lock: a member's call gives up at its belief deadline
+    (the time limit), not after the 5 s busy timeout."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with open_sqlite(url) as store:
+        store.put("/k", b"v")
+        holder = sqlite3.connect(str(tmp_path / "s.db"), isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="write lock"), store.time_limit(0.3):
+                store.put("/k", b"w")
+            waited = time.monotonic() - started
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert 0.25 <= waited < 2.0, waited
+        store.put("/k", b"w")  # the limit is gone: the default busy timeout again, and the lock is free
+        kv = store.get("/k")
+        assert kv is not None and kv.value == b"w"

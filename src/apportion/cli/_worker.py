@@ -124,6 +124,7 @@ def _finite(name: str, value: float, *, positive: bool) -> None:
 @_option("--ttl", "ttl_s", type=float, default=None, help="Member lease TTL (s); default 3, or 5 on etcd.")
 @_option("--capacity", type=float, default=1.0, help="Capacity weight of this worker.")
 @_option("--update", is_flag=True, help="Overwrite the stored group definition with these settings.")
+@_option("--replace", is_flag=True, help="Fence a live member with the same --id and take its place.")
 @_option("--commit-every", type=float, default=0.0, help="Commit a checkpoint for owned partitions every N s.")
 @_option("--mode", type=click.Choice(["rounds", "coordinator", "static"]), default="rounds", help="Protocol.")
 @_option("--ordinal", type=int, default=None, help="static: this member's ordinal (0..replicas-1).")
@@ -158,6 +159,7 @@ def worker(
     ttl_s: float | None,
     capacity: float,
     update: bool,
+    replace: bool,
     commit_every: float,
     mode: str,
     ordinal: int | None,
@@ -206,7 +208,15 @@ def worker(
             max_in_flight=max_in_flight,
         )
         tracer = None if metrics_port is None else _metrics(group, worker_id, metrics_port)
-        _run(group, worker_id, capacity, commit_every, tracer, history_retention_s=history_retention_s)
+        _run(
+            group,
+            worker_id,
+            capacity,
+            commit_every,
+            tracer,
+            history_retention_s=history_retention_s,
+            replace=replace,
+        )
     finally:
         store.close()
 
@@ -243,6 +253,7 @@ def _run(
     tracer: Tracer | None = None,
     *,
     history_retention_s: float = DEFAULT_RETENTION_S,
+    replace: bool = False,
 ) -> None:
     stopping = threading.Event()
     holder: list[Worker] = []
@@ -292,6 +303,7 @@ def _run(
             on_started=holder.append,
             tracer=tracer,
             history_retention_s=history_retention_s,
+            replace=replace,
         )
     finally:
         stopping.set()

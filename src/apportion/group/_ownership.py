@@ -23,7 +23,9 @@ lease lapses and others take over. Every claim, release, commit and loss is reco
 the transaction that makes it true.
 
 Member lifecycle shared by all protocols: ``step`` starts the member when it has no lease (watch the group, read or
-create the resource definition, grant the lease, register ``members/<id>`` lease-bound), then hands over to the
+create the resource definition, grant the lease, register ``members/<id>`` lease-bound if no other registration
+holds the id: a holder that is dead lets go within its ttl, a live one makes this member fail after 1.5 ttl unless
+``replace`` fences it), then hands over to the
 protocol's ``_advance``; ``leave`` revokes everything (on_revoked), releases and revokes the lease; a lapse (local
 deadline or lease gone) calls on_lost for everything and starts over.
 """
@@ -52,6 +54,7 @@ from apportion.store._types import mod_revision_is, value_is
 
 INF = math.inf
 CHUNK = 30  # partitions per claim/release txn (etcd allows 128 ops per txn by default)
+_ID_RETRY_S = 0.25  # how often a member whose id is held by another registration looks again
 
 Callback = Callable[[list[int]], None]
 Planner = Callable[[AssignRequest], Plan]
@@ -100,6 +103,7 @@ class MemberOptions(TypedDict, total=False):
     history_retention_s: float
     tracer: Tracer | None
     delay: DelayHook | None
+    replace: bool
 
 
 class FencedMember:
@@ -127,6 +131,7 @@ class FencedMember:
         history_retention_s: float = DEFAULT_RETENTION_S,
         tracer: Tracer | None = None,
         delay: DelayHook | None = None,
+        replace: bool = False,
     ) -> None:
         validate_member_id(member_id)
         if not 0 < safety < 2:
@@ -172,6 +177,8 @@ class FencedMember:
         self._cleanup: list[Callable[[], None]] = []  # store work left by a lapse (revoke, lost event), in order
         self._dead_leases: list[StoreLease] = []  # lapsed leases not yet revoked
         self._renew_failing = False
+        self._replace = replace
+        self._taken_since: tuple[int, float] | None = None  # (lease, since when) of another holder of this id
         self._busy_until: float | None = None
         self._continuation: Callable[[], None] | None = None
         self.error: BaseException | None = None
@@ -339,7 +346,8 @@ class FencedMember:
             self._lapse(now, "lease lost" if self._lease_lost else "lease deadline passed")
         self._clean_up()
         if self._lease is None:
-            self._start(now)
+            if not self._start(now):
+                return now + _ID_RETRY_S
             now = self._clock.now()
         with self._within_belief():
             if self._fenced:
@@ -387,21 +395,52 @@ class FencedMember:
 
     # -- membership ----------------------------------------------------------------------------------------
 
-    def _start(self, now: float) -> None:
+    def _start(self, now: float) -> bool:
+        """Register: grant the lease and write ``members/<id>`` if no other live process holds that id. False when
+        the id is taken (try again later); raises InvalidRequest once it has been taken for longer than a lease
+        could outlive a dead holder (1.5 ttl): a second live member with the same id is an operator's mistake."""
         if self._watch is None:
             self._watch = self.store.watch(self.keys.prefix)
         self._load_config(now)
+        if not self._id_free(now):
+            return False
         lease = self.store.grant(self.config.ttl_s)
+        member_key = self.keys.member(self.id)
+        ops: list[Op] = [Put(member_key, encode(self._member_info(revoking=False)), lease.id)]
+        ops += self._recorder.put("registered", now)
+        result = self.store.txn([absent(member_key)], ops)
+        if not result.succeeded:  # another process took the id between our read and our write
+            with contextlib.suppress(StoreUnavailable):
+                self.store.revoke(lease)
+            return False
         with self._lock:
             self._lease = lease
             self._lease_lost = False
             self._deadline = now + lease.ttl_s * self.safety
+        self._replace = False  # fence a duplicate once, at the first start; never ping-pong with it afterwards
+        self._taken_since = None
         self._trace("renew", deadline=self._deadline)
-        ops: list[Op] = [Put(self.keys.member(self.id), encode(self._member_info(revoking=False)), lease.id)]
-        ops += self._recorder.put("registered", now)
-        result = self.store.txn([], ops)
         self._started(now, result.revision)
         self._trace("registered", lease=lease.id)
+        return True
+
+    def _id_free(self, now: float) -> bool:
+        kv = self.store.get(self.keys.member(self.id))
+        if kv is None:
+            return True
+        if self._replace:  # revoking its lease fences the other holder: its owner records go, its renewals fail
+            self.store.revoke(kv.lease)
+            self._trace("replaced", lease=kv.lease)
+            return True
+        if self._taken_since is None or self._taken_since[0] != kv.lease:
+            self._taken_since = (kv.lease, now)
+            self._trace("id_taken", lease=kv.lease)
+        elif now - self._taken_since[1] > self.config.ttl_s * 1.5:
+            raise InvalidRequest(
+                "worker_id",
+                f"member {self.id!r} is already live in group {self.group!r} (stop it, or --replace to fence it)",
+            )
+        return False
 
     def _registration(self) -> dict[str, Any]:
         """Extra fields of this member's ``members/<id>`` record (hook)."""

@@ -32,7 +32,8 @@ Checks on every trace (``SimResult.violations``):
    runs from on_assigned to on_revoked's return, on_lost, a fenced commit, a crash, or the member's local lease
    deadline (renewals move it; a renewal after it passed does not revive the belief), whichever comes first;
 2. fencing: every commit the store accepted carries the latest epoch claimed for that partition, by its claimer,
-   and no member has a commit accepted for a (partition, epoch) after it reported that belief lost (on_lost);
+   and no member has a commit it sent after reporting that belief lost (on_lost) accepted for that (partition,
+   epoch) (a zombie's commits sent before its freeze may land later: the store's fence is what bounds those);
 3. liveness: once churn and faults stop at ``T``, by ``T + RST + MRI + ttl + 1 s`` every partition is believed
    owned by exactly one live member and (count-balanced strategies) owned counts differ by at most one; in static
    mode every partition is owned by a member whose ordinal's range block (under the stored replica count) holds it.
@@ -320,6 +321,7 @@ class _Sim:
     frozen_until: float = -math.inf
     slow_next: float = 0.0
     frozen_owned: dict[int, int] = field(default_factory=dict)
+    in_flight: bool = False  # the member's commits now are ones it sent before a freeze (a zombie's)
 
     @property
     def live(self) -> bool:
@@ -400,6 +402,8 @@ class Simulation:
         sim_holder: list[_Sim] = []
 
         def tracer(kind: str, fields: Mapping[str, Any]) -> None:
+            if kind == "commit" and sim_holder and sim_holder[0].in_flight:
+                fields = {**fields, "in_flight": True}
             self._record(mid, kind, fields, clock)
 
         def delay(kind: str, parts: list[int]) -> float:
@@ -534,9 +538,11 @@ class Simulation:
     def _resume(self, sim: _Sim) -> None:
         """A zombie wakes up mid-batch: it commits what it held with its old epochs before noticing anything."""
         now = self.clock.now()
+        sim.in_flight = True  # these commits were sent before the freeze: the checker knows them as in flight
         for p, epoch in sorted(sim.frozen_owned.items()):
             with contextlib.suppress(StoreUnavailable):
                 sim.member.commit_txn(p, f"zombie-{sim.id}", epoch, sim.clock.now())
+        sim.in_flight = False
         sim.frozen_owned = {}
         self._schedule_step(sim, now)
 
@@ -783,7 +789,7 @@ def check_trace(
             if latest.get(p) != (e, mid):
                 problems.append(f"fencing: t={t:.3f} {mid} committed {p} with epoch {e}; latest claim {latest.get(p)}")
             lost_at = given_up.get((mid, p, e))
-            if lost_at is not None and t >= lost_at:
+            if lost_at is not None and t >= lost_at and not fields.get("in_flight"):  # sent after on_lost
                 problems.append(f"fencing: t={t:.3f} {mid} committed {p} with epoch {e} after on_lost at {lost_at:.3f}")
     return problems[:20]
 

@@ -60,6 +60,7 @@ import httpx
 
 from apportion.errors import ApportionError, Compacted, InvalidRequest, LeaseNotFound, StoreUnavailable
 from apportion.store._base import Store, Watch, lease_id
+from apportion.store._connect import redact_url
 from apportion.store._types import (
     Compare,
     Delete,
@@ -293,8 +294,8 @@ class EtcdStore(Store):
         return min(ttl_s / 4, self.RENEW_EVERY_S)
 
     def __init__(self, url: str, config: EtcdConfig | None = None) -> None:
-        self.url = url
         self.config = config or EtcdConfig.parse(url)
+        self.url = redact_url(url)  # what logs, errors and status may show: never the password
         self._client = httpx.Client(
             verify=self.config.ssl_context(),
             timeout=httpx.Timeout(self.config.timeout_s, connect=min(CONNECT_TIMEOUT_S, self.config.timeout_s)),

@@ -389,6 +389,7 @@ class SqliteStore(Store):
 
     def _drop_connection(self, conn: sqlite3.Connection) -> None:
         self._local.conn = None
+        self._local.busy_ms = None
         with self._connections_lock:
             if conn in self._connections:
                 self._connections.remove(conn)
@@ -402,6 +403,7 @@ class SqliteStore(Store):
         except sqlite3.Error:
             # The connection is in an unknown state: drop it; this thread opens a fresh one next time.
             self._local.conn = None
+            self._local.busy_ms = None
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
 
@@ -410,10 +412,11 @@ class SqliteStore(Store):
         if self.read_only:
             raise InvalidRequest("store", f"{self.url} is open read-only")
         conn = self._connection()
+        wait_s = self._bound_lock_wait(conn)
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            raise self._unavailable(f"could not take the write lock within {self.config.timeout_s} s", exc) from exc
+            raise self._unavailable(f"could not take the write lock within {wait_s:.3g} s", exc) from exc
         try:
             revision, compacted, earliest = conn.execute(_META).fetchone()
             state = _State(revision, compacted)
@@ -433,6 +436,18 @@ class SqliteStore(Store):
         except BaseException:
             self._rollback(conn)
             raise
+
+    def _bound_lock_wait(self, conn: sqlite3.Connection) -> float:
+        """Wait for the write lock at most the busy timeout, or what is left of the caller's ``time_limit`` (a
+        member holding a lease never waits past its belief window for a writer that is, say, stopped mid-write)."""
+        wait_s = self.remaining_s(self.config.timeout_s)
+        if wait_s <= 0:
+            raise StoreUnavailable(f"{self.url}: the caller's time limit has passed")
+        wait_ms = max(1, int(wait_s * 1000))
+        if getattr(self._local, "busy_ms", None) != wait_ms:
+            conn.execute(f"PRAGMA busy_timeout={wait_ms}")
+            self._local.busy_ms = wait_ms
+        return wait_s
 
     def _finish(self, conn: sqlite3.Connection, state: _State, revision: int, compacted: int) -> None:
         keep = self.config.history
