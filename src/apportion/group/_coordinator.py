@@ -35,6 +35,11 @@ Member phases (``CoordinatorPhase``)::
 Rebalancing policy: ``automatic`` re-plans (full strategy run with the current holders as ``owned``) whenever the
 set of live members changes; ``manual`` only re-plans the partitions of dead members (to live members that already
 hold partitions) until an operator writes ``rebalance`` (``apportion rebalance``), then runs one full re-plan.
+
+Reads: a step runs on every watched event and at least every ttl/4, so it reads nothing the watch tells: the
+``coordinator`` and ``rebalance`` keys and the ``members/`` and ``table/`` prefixes are tracked copies
+(``_tracked``), read at start and after a lapse, after this member's own writes to them, or after a transaction
+comparing them failed, and otherwise kept current by their events.
 """
 
 from __future__ import annotations
@@ -54,8 +59,9 @@ from apportion.group._ownership import (
     chunks,
     default_planner,
 )
+from apportion.group._tracked import TrackedKey, TrackedPrefix
 from apportion.model import AssignRequest, Member, Partition, Resource
-from apportion.store import Compare, Delete, Event, Op, Put, Store, absent
+from apportion.store import Compare, Delete, Event, KeyValue, Op, Put, Store, absent
 from apportion.store._types import mod_revision_is
 
 POLICIES = ("automatic", "manual")
@@ -124,8 +130,12 @@ def validate_settings(min_members: object, rebalance: object, max_in_flight: obj
 def read_table(store: Store, group: str) -> dict[int, tuple[Entry, int]]:
     """The stored partition table: partition -> (entry, mod_revision)."""
     keys = Keys(group)
+    return _table(keys, store.range(keys.tables))
+
+
+def _table(keys: Keys, kvs: Sequence[KeyValue]) -> dict[int, tuple[Entry, int]]:
     out: dict[int, tuple[Entry, int]] = {}
-    for kv in store.range(keys.tables):
+    for kv in kvs:
         name = kv.key[len(keys.tables) :]
         if name.isdigit():
             out[int(name)] = (Entry.from_json(decode(kv.value)), kv.mod_revision)
@@ -134,7 +144,11 @@ def read_table(store: Store, group: str) -> dict[int, tuple[Entry, int]]:
 
 def live_members(store: Store, group: str) -> list[str]:
     keys = Keys(group)
-    return sorted(kv.key[len(keys.members) :] for kv in store.range(keys.members))
+    return _members(keys, store.range(keys.members))
+
+
+def _members(keys: Keys, kvs: Sequence[KeyValue]) -> list[str]:
+    return sorted(kv.key[len(keys.members) :] for kv in kvs)
 
 
 def plan_table(
@@ -259,6 +273,10 @@ class CoordinatorMember(FencedMember):
         self._coord_rev = 0  # mod_revision of my coordinator record while COORDINATING
         self._planned_for: tuple[str, ...] | None = None
         self._table: dict[int, tuple[Entry, int]] = {}
+        self._coordinator = TrackedKey(self.keys.coordinator)
+        self._rebalance = TrackedKey(self.keys.rebalance)
+        self._members = TrackedPrefix(self.keys.members)
+        self._tables = TrackedPrefix(self.keys.tables)
 
     @property
     def is_coordinator(self) -> bool:
@@ -283,11 +301,19 @@ class CoordinatorMember(FencedMember):
             )
 
     def _started(self, now: float, revision: int) -> None:
+        self._forget()
         self.phase = CoordinatorPhase.FOLLOWING
 
-    def _on_event(self, event: Event) -> None:  # every step re-reads the table; events only wake the stepper
+    def _forget(self) -> None:
+        for tracked in (self._coordinator, self._rebalance, self._members, self._tables):
+            tracked.forget()
+
+    def _on_event(self, event: Event) -> None:
         if event.kv.key == self.keys.resource and event.kv.mod_revision > self._config_revision:
             self.config, self._config_revision = GroupConfig.from_json(decode(event.kv.value)), event.kv.mod_revision
+        for tracked in (self._coordinator, self._rebalance, self._members, self._tables):
+            if tracked.on_event(event):
+                return
 
     def _advance(self, now: float) -> float:
         self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
@@ -295,7 +321,7 @@ class CoordinatorMember(FencedMember):
         self._elect(now)
         if self.phase is CoordinatorPhase.COORDINATING:
             self._coordinate(now)
-        self._table = read_table(self.store, self.group)
+        self._table = _table(self.keys, self._tables.items(self.store))
         self._follow(now)
         if self._busy_until is not None:
             return self._busy_until
@@ -314,7 +340,7 @@ class CoordinatorMember(FencedMember):
         }
 
     def _elect(self, now: float) -> None:
-        kv = self.store.get(self.keys.coordinator)
+        kv = self._coordinator.get(self.store)
         if kv is not None:
             if self.phase is CoordinatorPhase.COORDINATING and kv.mod_revision != self._coord_rev:
                 self.phase = CoordinatorPhase.FOLLOWING
@@ -326,6 +352,7 @@ class CoordinatorMember(FencedMember):
             self.phase = CoordinatorPhase.FOLLOWING
         ops: list[Op] = [Put(self.keys.coordinator, encode(self._settings()), lease.id)]
         result = self.store.txn([absent(self.keys.coordinator)], ops)
+        self._coordinator.forget()  # mine now, or another's: read it once
         if result.succeeded:
             self._coord_rev = result.revision
             self._planned_for = None
@@ -333,10 +360,10 @@ class CoordinatorMember(FencedMember):
             self._trace("coordinator", member=self.id)
 
     def _coordinate(self, now: float) -> None:
-        live = live_members(self.store, self.group)
-        stored = read_table(self.store, self.group)
+        live = _members(self.keys, self._members.items(self.store))
+        stored = _table(self.keys, self._tables.items(self.store))
         table = {p: e for p, (e, _) in stored.items()}
-        request = self.store.get(self.keys.rebalance)
+        request = self._rebalance.get(self.store)
         if not table and len(live) < self.min_members:
             self._trace("waiting_for_members", live=len(live), min_members=self.min_members)
             return
@@ -372,6 +399,8 @@ class CoordinatorMember(FencedMember):
             if i == len(batches) - 1:
                 compares += extra_compares
                 ops += extra
+            self._tables.forget()  # my own writes (or a stale compare): read the table once, not wait for events
+            self._rebalance.forget()
             if not self.store.txn(compares, ops).succeeded:
                 ok = False
                 break
@@ -402,12 +431,14 @@ class CoordinatorMember(FencedMember):
                 online = Entry(self.id, None, TableState.ONLINE)
                 ops: list[Op] = [Put(self.keys.table(p), encode(online.to_json())), Delete(self.keys.migration(p))]
                 ops += self._recorder.put("migrated", now, partitions=[p], source=entry.owner)
+                self._tables.forget()
                 if self.store.txn([mod_revision_is(self.keys.table(p), rev)], ops).succeeded:
                     self._trace("ack", partition=p, source=entry.owner)
 
     def _reset(self) -> None:
         self.phase = CoordinatorPhase.STARTING
         self._table = {}
+        self._forget()
 
     def _stop(self) -> None:
         super()._stop()

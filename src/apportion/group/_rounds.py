@@ -31,6 +31,14 @@ records are lease-bound, so members that died before the close are not in the cu
 same participants as the previous plan and the resource definition is unchanged, the previous assignment is kept
 (unless learners are warming up: then the round is a probing round and is planned again).
 
+Reads
+-----
+A step happens on every watched event (any member's commit wakes every member), so a step reads nothing it can
+learn from the watch: ``current`` is a ``TrackedKey`` (read at start and after a lapse or a failed open/close, then
+kept by its events), and the plan of the open round comes from its ``round/R/plan`` event, or is read once when it
+may exist unseen (at start, after a lapse, a failed join or close, a ``latest`` event). Closing a round still reads
+the round's records, as it must.
+
 Replicas (seed 2, ``high_availability``)
 ----------------------------------------
 A plan may also give a member standby and learner (warm-up) replicas of partitions it does not own; the member hears
@@ -67,6 +75,7 @@ from apportion.group._ownership import (
     Planner,
     default_planner,
 )
+from apportion.group._tracked import TrackedKey
 from apportion.model import AssignRequest, Member, Partition, Resource
 from apportion.store import Delete, Event, EventType, KeyValue, Op, Put, Store, absent
 from apportion.store._types import mod_revision_is
@@ -173,6 +182,10 @@ class RoundsMember(FencedMember):
         self._need_since: int | None = None
         self._alive: dict[str, bool] = {}
         self._dead: set[str] = set()  # the ids whose _alive is False
+        # what the watch tells (module doc, "Reads"): current, and the newest plan seen in an event
+        self._current = TrackedKey(self.keys.current)
+        self._plan_event: tuple[int, KeyValue] | None = None
+        self._plan_unread = True  # the current round's plan may exist unseen: read it once
 
     # -- public, thread-safe -------------------------------------------------------------------------------
 
@@ -211,7 +224,7 @@ class RoundsMember(FencedMember):
 
     def _advance(self, now: float) -> float:
         self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
-        cur = self.store.get(self.keys.current)
+        cur = self._current.get(self.store)
         if cur is None:
             self._open(now, 0)
             return now
@@ -225,7 +238,7 @@ class RoundsMember(FencedMember):
         rnd = self._round
         deadlines: list[float] = [self._lapse_at()]
         if self._plan_round != rnd:
-            plan_kv = self.store.get(self.keys.plan(rnd))
+            plan_kv = self._plan_kv(rnd)
             if plan_kv is not None:
                 self._apply_plan(now, rnd, read_plan(plan_kv, self.store))
                 return self._clock.now() if self._busy_until is None else self._busy_until
@@ -256,9 +269,28 @@ class RoundsMember(FencedMember):
             deadlines.append(now + self.claim_retry_s)
         return min(deadlines)
 
+    def _plan_kv(self, rnd: int) -> KeyValue | None:
+        """The plan of round ``rnd``: from its watch event, else read once when it may exist unseen (at start, after
+        a lapse, a failed join or close, or a ``latest`` event — the simulator routes ``latest``, not plans)."""
+        seen = self._plan_event
+        if seen is not None and seen[0] == rnd:
+            return seen[1]
+        if not self._plan_unread:
+            return None
+        self._plan_unread = False
+        return self.store.get(self.keys.plan(rnd))
+
     def _on_event(self, event: Event) -> None:
         key = event.kv.key
-        if key == self.keys.resource:
+        if key == self.keys.current:
+            self._current.on_event(event)
+        elif key == self.keys.latest:
+            self._plan_unread = True
+        elif key.startswith(self.keys.rounds) and key.endswith("/plan") and event.type is EventType.PUT:
+            head = key[len(self.keys.rounds) : -len("/plan")]
+            if head.isdigit():
+                self._plan_event = (int(head), event.kv)
+        elif key == self.keys.resource:
             if event.type is EventType.PUT and event.kv.mod_revision > self._config_revision:
                 self._config_revision = event.kv.mod_revision
                 self.config = GroupConfig.from_json(decode(event.kv.value))
@@ -304,6 +336,8 @@ class RoundsMember(FencedMember):
         return {"capacity": self.capacity, "rack": self.rack}
 
     def _started(self, now: float, revision: int) -> None:
+        self._current.forget()
+        self._plan_unread = True
         self._start_revision = revision
         self._alive[self.id] = True
         self._dead.discard(self.id)
@@ -313,6 +347,8 @@ class RoundsMember(FencedMember):
         self._need(revision)
 
     def _reset(self) -> None:
+        self._current.forget()
+        self._plan_unread = True
         self._assignment = frozenset()
         self._in_plan = False
         self._joined_round = 0
@@ -329,6 +365,7 @@ class RoundsMember(FencedMember):
         ops: list[Op] = [Put(self.keys.current, encode({"opened_at": now, "opener": self.id, "prev": known}))]
         ops += self._recorder.put("round_opened", now, prev=known)
         result = self.store.txn([compare], ops)
+        self._current.forget()  # mine now, or it moved on: read it once instead of waiting for the event
         if result.succeeded:
             self._trace("round_opened", round=result.revision)
 
@@ -358,6 +395,8 @@ class RoundsMember(FencedMember):
             self._joined_round = rnd
             self.phase = Phase.JOINED
             self._trace("round_joined", round=rnd)
+        else:
+            self._plan_unread = True  # the plan exists
 
     def _close(self, now: float, rnd: int) -> bool:
         """Try to write the cut and plan of ``rnd``; True when the round has a plan now (mine or another's)."""
@@ -374,6 +413,7 @@ class RoundsMember(FencedMember):
                 if name == "joined":
                     joined_rev = kv.mod_revision
                 elif name == "plan":
+                    self._plan_unread = True
                     return True
                 else:
                     records[name] = kv.value
@@ -440,8 +480,11 @@ class RoundsMember(FencedMember):
             mod_revision_is(self.keys.current, rnd),
         ]
         result = self.store.txn(compares, ops)
+        self._plan_unread = True
         if result.succeeded:
             self._trace("round_closed", round=rnd, participants=len(ids), moves=moves, min_moves=min_moves, kept=kept)
+        else:
+            self._current.forget()  # the race may have been a new round
         return True  # closed by me, or the txn lost a race: re-read at once
 
     def _awaited(self, previous: Mapping[str, Any] | None, joined: Mapping[str, Any], now: float) -> list[str]:
