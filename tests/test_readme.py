@@ -64,8 +64,14 @@ def test_the_by_hand_group_works_from_another_directory(tmp_path: Path) -> None:
     elsewhere.mkdir()
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     argv = [shlex.split(c.replace("/tmp/orders.db", f"{store}/orders.db")) for c in commands]
-    workers = [subprocess.Popen(a, cwd=elsewhere, env=env, stdout=subprocess.DEVNULL) for a in argv[:2]]
+    # as a user in two terminals: w2 (no --partitions) joins once w1 has stored the group's definition
+    workers = [subprocess.Popen(argv[0], cwd=elsewhere, env=env, stdout=subprocess.DEVNULL)]
     try:
+        deadline = time.monotonic() + 60
+        while subprocess.run(argv[2], cwd=elsewhere, env=env, capture_output=True).returncode != 0:
+            assert time.monotonic() < deadline and workers[0].poll() is None, "w1 never created the group"
+            time.sleep(0.2)
+        workers.append(subprocess.Popen(argv[1], cwd=elsewhere, env=env, stdout=subprocess.DEVNULL))
         deadline = time.monotonic() + 120
         owners: dict[str, int] = {}
         while time.monotonic() < deadline:
