@@ -260,7 +260,10 @@ class Worker:
         if kind in ("assigned", "revoked"):
             log.info("worker %s %s %s", self.id, kind, fields.get("partitions"))
         elif kind == "lost":
-            log.warning("worker %s lost %s (%s)", self.id, fields.get("partitions"), fields.get("reason", "fenced"))
+            if fields.get("partitions"):
+                log.warning("worker %s lost %s (%s)", self.id, fields["partitions"], fields.get("reason", "fenced"))
+            else:
+                log.warning("worker %s lease ended (%s); registering again", self.id, fields.get("reason"))
         elif kind == "renew_failed":
             deadline = float(fields["deadline"])
             log.warning(

@@ -83,6 +83,19 @@ class Fleet:
     def owned(self) -> dict[str, list[int]]:
         return {member: worker.owned() for member, worker in self.workers.items()}
 
+    def wait_balanced(self, deadline_s: float) -> None:
+        """Every partition owned and every worker holding its share (the group has settled)."""
+        share = PARTITIONS // len(self.workers)
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            held = self.owned()
+            if sorted(p for parts in held.values() for p in parts) == list(range(PARTITIONS)) and all(
+                len(parts) == share for parts in held.values()
+            ):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"the group did not settle within {deadline_s}s: {self.owned()}")
+
     def wait_all_owned(self, deadline_s: float) -> None:
         deadline = time.monotonic() + deadline_s
         while time.monotonic() < deadline:
@@ -159,7 +172,7 @@ def test_killing_the_etcd_leader_loses_no_partition(default_cluster: EtcdCluster
     for i in range(4):  # each worker starts on a different endpoint: some talk to the leader, some to followers
         rotated = endpoints[i % 3 :] + endpoints[: i % 3]
         fleet.join(f"w{i}", "etcd://" + ",".join(rotated))
-    fleet.wait_all_owned(30)
+    fleet.wait_balanced(30)
     time.sleep(1.0)  # let the first round's commits flow
     leader = default_cluster.leader()
     killed_at = time.time()
@@ -192,7 +205,7 @@ def test_a_worker_whose_only_endpoint_freezes_ends_its_belief_on_time(
     fleet.join("w0", follower.url)
     for i in range(1, 4):
         fleet.join(f"w{i}", "etcd://" + ",".join(m.endpoint for m in (leader, other)))
-    fleet.wait_all_owned(30)
+    fleet.wait_balanced(30)
     time.sleep(1.0)
     held = fleet.workers["w0"].owned()
     assert held, "w0 should own partitions before the fault"
@@ -232,7 +245,7 @@ def test_quorum_loss_and_return_no_commit_after_on_lost_and_clear_reasons(
     for i in range(4):
         rotated = endpoints[i % 3 :] + endpoints[: i % 3]
         fleet.join(f"w{i}", "etcd://" + ",".join(rotated))
-    fleet.wait_all_owned(30)
+    fleet.wait_balanced(30)
     time.sleep(1.0)
     survivor, *killed = default_cluster.members
     down_at = time.time()
