@@ -23,9 +23,6 @@ import argparse
 import contextlib
 import json
 import math
-import os
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,6 +35,7 @@ from apportion.cli import main as cli
 from apportion.group import Keys, decode
 from apportion.group._history import history
 from apportion.log import PartitionedLog, Producer
+from apportion.spark._fleet import Fleet, pipeline_args
 from apportion.spark._output import lag
 from apportion.spark._stateful import handoffs
 from apportion.store import Store, connect
@@ -75,42 +73,6 @@ def _settled(store: Store, members: set[str], partitions: int) -> bool:
     return max(counts) - min(counts) <= 1 and owners == planned
 
 
-class _Workers:
-    def __init__(self, root: Path, url: str, extra: list[str]) -> None:
-        self.root, self.url, self.extra = root, url, extra
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, wid: str) -> None:
-        args = [
-            sys.executable, "-m", "apportion.cli", "pipeline", "run", "--store", self.url, "--group", "g",
-            "--id", wid, "--input", str(self.root / "log"), "--output", str(self.root / "out"), "--resource", "r",
-            "--state-dir", str(self.root / "state"), "--driver-memory", "768m", "--idle", "0.1",
-            "--settle", "0.3", "--min-interval", "0.6", "--ttl", "3", *self.extra,
-        ]  # fmt: skip
-        with open(self.root / f"{wid}.log", "wb") as out:
-            self.procs[wid] = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=out, start_new_session=True)
-
-    def events(self) -> list[dict[str, Any]]:
-        found = []
-        for wid in self.procs:
-            for line in (self.root / f"{wid}.log").read_text(errors="replace").splitlines():
-                if line.startswith("{"):
-                    with contextlib.suppress(ValueError):
-                        found.append(json.loads(line))
-        return found
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
 @contextlib.contextmanager
 def _steady_input(log: PartitionedLog, keys: int, per_s: int) -> Iterator[None]:
     stop = threading.Event()
@@ -146,8 +108,10 @@ def scenario(strategy: str, args: argparse.Namespace) -> dict[str, Any]:
             extra += ["--option", f"max_warmup_replicas={args.max_warmup}",
                       "--option", f"acceptable_recovery_lag={args.acceptable_lag}",
                       "--option", f"probing_rebalance_interval_s={args.probing}"]  # fmt: skip
-        workers = _Workers(root, url, extra)
-        try:
+        command = pipeline_args(url, "g", root / "log", root / "out", "r", "--state-dir", str(root / "state"),
+                                "--driver-memory", "768m", "--idle", "0.1", "--settle", "0.3", "--min-interval",
+                                "0.6", "--ttl", "3", *extra)  # fmt: skip
+        with Fleet(root / "logs", command) as workers:
             with connect(url) as store:
                 members = {"w1", "w2", "w3"}
                 for wid in sorted(members):
@@ -165,8 +129,7 @@ def scenario(strategy: str, args: argparse.Namespace) -> dict[str, Any]:
                 rounds = sum(
                     1 for e in history(store, "g") if e["type"] == "round_closed" and e["revision"] > joined_at
                 )
-        finally:
-            workers.stop()
+            workers.stop_all(60)
         moved = [h for h in handoffs(workers.events()) if h["target"] == "w4"]
         gaps = [h["gap_s"] for h in moved]
         replayed = [h["records"] for h in moved]

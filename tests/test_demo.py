@@ -82,22 +82,22 @@ def test_a_wait_with_progress_fails_only_after_its_limit_without_progress() -> N
 
 
 def test_a_wait_fails_at_once_with_the_log_tail_when_a_worker_it_needs_has_exited(tmp_path: Path) -> None:
-    from apportion.demo import DemoConfig, _Fleet, _wait_for
+    from apportion.demo import _wait_for
     from apportion.errors import ApportionError
+    from apportion.spark._fleet import Fleet
 
-    fleet = _Fleet(DemoConfig(directory=tmp_path), "memory://x", tmp_path / "log", tmp_path / "out")
+    fleet = Fleet(tmp_path / "logs", [sys.executable, "-c", "raise SystemExit(3)"])
     (tmp_path / "logs" / "w2.log").write_text("Traceback (most recent call last):\nFileNotFoundError: tmp\n")
-    fleet.procs["w2"] = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
-    fleet.procs["w2"].wait()
+    fleet.start("w2").proc.wait()
     with pytest.raises(ApportionError, match=r"(?s)waiting for w2's batch: worker w2 exited with code 3.*FileNotFound"):
         _wait_for("w2's batch", lambda: False, 3600, alive=lambda: fleet.check(["w2"]))
 
 
 def test_the_worker_log_is_read_incrementally_and_knows_when_a_freeze_landed_in_the_window(tmp_path: Path) -> None:
-    from apportion.demo import _WorkerLog
+    from apportion.spark._fleet import WorkerLog
 
     path = tmp_path / "w2.log"
-    log = _WorkerLog(path)
+    log = WorkerLog(path)
     assert log.count("batch") == 0  # no file yet
     _events(path, {"event": "batch"}, {"event": "written"}, {"event": "written"}, {"event": "pausing", "seconds": 1.5})
     assert log.frozen_in_window()

@@ -32,13 +32,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import signal
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +47,7 @@ from rich.table import Table
 
 from apportion.errors import ApportionError, InvalidRequest
 from apportion.group import group_status, history
+from apportion.spark._fleet import Fleet, WorkerExited, WorkerLog, pipeline_args
 from apportion.store import Store, connect
 
 GROUP = "orders"
@@ -99,74 +98,6 @@ class DemoResult:
         return all(c.ok for c in self.checks)
 
 
-class _Fleet:
-    """The worker processes of the demo: start, signal, and always clean up."""
-
-    def __init__(self, config: DemoConfig, store_url: str, log_dir: Path, output_dir: Path) -> None:
-        self.config = config
-        self.store_url = store_url
-        self.log_dir = log_dir
-        self.output_dir = output_dir
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        (config.directory / "logs").mkdir(parents=True, exist_ok=True)
-
-    def start(self, worker_id: str, extra: tuple[str, ...] = ()) -> None:
-        c = self.config
-        args = [
-            sys.executable, "-m", "apportion.cli", "pipeline", "run",
-            "--store", self.store_url, "--group", GROUP, "--id", worker_id,
-            "--input", str(self.log_dir), "--output", str(self.output_dir),
-            "--resource", GROUP, "--batch-records", str(c.batch_records),
-            "--ttl", str(c.ttl_s), "--settle", str(c.settle_s), "--min-interval", str(c.min_interval_s),
-            "--master", "local[1]", "--driver-memory", "768m",
-            "--state-dir", str(c.directory / "state"), *extra,
-        ]  # fmt: skip
-        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-        with open(c.directory / "logs" / f"{worker_id}.log", "ab") as out:
-            self.procs[worker_id] = subprocess.Popen(args, stdout=out, stderr=out, env=env, start_new_session=True)
-
-    def signal(self, worker_id: str, sig: signal.Signals) -> None:
-        self.procs[worker_id].send_signal(sig)
-
-    def alive(self, worker_id: str) -> bool:
-        return self.procs[worker_id].poll() is None
-
-    def stopped(self, worker_id: str) -> bool:
-        """True once the process is stopped (state T in /proc; where there is no /proc, once signalled)."""
-        try:
-            stat = Path(f"/proc/{self.procs[worker_id].pid}/stat").read_text()
-        except OSError:
-            return True
-        return stat.rsplit(")", 1)[-1].split()[0] in ("T", "t")
-
-    def check(self, worker_ids: Iterable[str]) -> None:
-        """Raise if one of ``worker_ids`` has exited (a wait on it could only time out): say how, with its log."""
-        for wid in worker_ids:
-            code = self.procs[wid].poll()
-            if code is not None:
-                log = _WorkerLog(self.config.directory / "logs" / f"{wid}.log")
-                raise _Exited(f"worker {wid} exited with code {code}; the end of its log:\n{log.tail()}")
-
-    def stop_all(self, timeout_s: float) -> dict[str, int | None]:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for proc in self.procs.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        return {wid: proc.poll() for wid, proc in self.procs.items()}
-
-    def kill_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGCONT)
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
 def _wait_for(
     what: str,
     condition: Callable[[], bool],
@@ -187,7 +118,7 @@ def _wait_for(
         if alive is not None:
             try:
                 alive()
-            except _Exited as exc:
+            except WorkerExited as exc:
                 raise ApportionError(f"demo: while waiting for {what}: {exc}") from None
         now = time.monotonic()
         if progress is not None:
@@ -203,75 +134,6 @@ def _wait_for(
     return time.monotonic() - start
 
 
-class _Exited(ApportionError):
-    """A worker process a wait needs has exited."""
-
-
-class _WorkerLog:
-    """A worker's JSON event lines, read incrementally: each refresh parses only what was appended since."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.events: list[dict[str, Any]] = []
-        self._offset = 0
-        self._partial = b""
-
-    def refresh(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self._offset)
-                data = handle.read()
-        except FileNotFoundError:
-            return self.events
-        self._offset += len(data)
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        for line in lines:
-            if line.startswith(b'{"event"'):
-                with contextlib.suppress(ValueError):
-                    self.events.append(json.loads(line))
-        return self.events
-
-    def count(self, event: str) -> int:
-        return sum(1 for e in self.refresh() if e.get("event") == event)
-
-    def lost(self) -> list[int]:
-        """Every partition the worker reported through on_lost, in order (a partition once per report)."""
-        found: list[int] = []
-        for e in self.refresh():
-            if e.get("event") == "lost":
-                with contextlib.suppress(ValueError, KeyError, TypeError):
-                    found.extend(int(p) for p in e["partitions"])
-        return found
-
-    def slowest_batch_s(self) -> float:
-        """The longest micro-batch so far: Spark + write + commit, plus a pause before its commit."""
-        slowest = pause = 0.0
-        for e in self.refresh():
-            if e.get("event") == "pausing":
-                pause = float(e.get("seconds", 0.0))
-            elif e.get("event") == "batch_done":
-                took = sum(float(e.get(k, 0.0)) for k in ("spark_s", "write_s", "commit_s"))
-                slowest, pause = max(slowest, took + pause), 0.0
-        return slowest
-
-    def frozen_in_window(self) -> bool:
-        """True when the worker's last batch paused before committing and has not committed every partition."""
-        events = self.refresh()
-        last = max((i for i, e in enumerate(events) if e.get("event") == "pausing"), default=-1)
-        if last < 0:
-            return False
-        batch = max((i for i, e in enumerate(events[:last]) if e.get("event") == "batch"), default=-1)
-        written = sum(1 for e in events[batch + 1 : last] if e.get("event") == "written")
-        after = [e.get("event") for e in events[last + 1 :]]
-        return "batch_done" not in after and after.count("commit") < written
-
-    def tail(self, lines: int = 15) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(self.path.read_text(errors="replace").splitlines()[-lines:])
-        return "(no log)"
-
-
 @dataclass(slots=True)
 class _Pace:
     """The demo's time limits, from what it observed (never a fixed timeout tuned to an idle machine).
@@ -282,7 +144,7 @@ class _Pace:
     """
 
     config: DemoConfig
-    logs: dict[str, _WorkerLog]
+    logs: dict[str, WorkerLog]
     startup_s: float = 0.0
 
     @property
@@ -330,41 +192,29 @@ class _RecordSource:
     """
 
     def __init__(self, config: DemoConfig, log_dir: Path) -> None:
-        from apportion.log import PartitionedLog
+        from apportion.log import PartitionedLog, SeededRecords
 
         self.config = config
         self.log = PartitionedLog(log_dir)
         self.log.create(GROUP, config.partitions)
-        self.rng = random.Random(config.seed)
-        self.produced = 0
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
+        self.records = SeededRecords(
+            self.log, GROUP, config.records, keys=config.keys, seed=config.seed, batch_records=config.batch_records
+        )
         self._thread: threading.Thread | None = None
 
-    def append(self, count: int) -> None:
-        from apportion.log import Producer, synthetic_records
+    @property
+    def produced(self) -> int:
+        return self.records.produced
 
-        count = min(count, self.config.records - self.produced)
-        if count <= 0:
-            return
-        with Producer(self.log, GROUP, batch_records=self.config.batch_records) as producer:
-            producer.send_many(synthetic_records(self.rng, self.config.keys, self.produced, count))
-        self.produced += count
+    def append(self, count: int) -> None:
+        self.records.append(count)
 
     def stream(self, duration_s: float, chunk: int = 25_000) -> None:
         """Append the rest in the background, evenly over about ``duration_s`` seconds."""
         remaining = self.streamed_total - self.produced
         pause = duration_s / max(1, -(-remaining // chunk))
 
-        def run() -> None:
-            try:
-                while self.produced < self.streamed_total and not self._stop.wait(pause):
-                    self.append(min(chunk, self.streamed_total - self.produced))
-            except BaseException as exc:  # reported by finish(): nothing is lost silently
-                self.error = exc
-
-        self._thread = threading.Thread(target=run, name="demo-producer", daemon=True)
-        self._thread.start()
+        self._thread = self.records.stream(self.streamed_total, chunk, pause, name="demo-producer")
 
     @property
     def streamed_total(self) -> int:
@@ -386,23 +236,26 @@ class _RecordSource:
                 limit_s,
                 progress=lambda: self.produced,
             )
-        if self.error is not None:
-            raise ApportionError(f"demo: the producer failed: {self.error}") from self.error
+        if self.records.error is not None:
+            raise ApportionError(f"demo: the producer failed: {self.records.error}") from self.records.error
         self.append(self.config.records - self.produced)
         if self.produced < self.config.records:
             raise ApportionError(f"demo: produced only {self.produced} of {self.config.records} records")
 
     def stop(self) -> None:
-        self._stop.set()
+        self.records.stop()
 
 
-@contextlib.contextmanager
-def _fleet(config: DemoConfig, store_url: str, log_dir: Path, output_dir: Path) -> Iterator[_Fleet]:
-    fleet = _Fleet(config, store_url, log_dir, output_dir)
-    try:
-        yield fleet
-    finally:
-        fleet.kill_all()
+def _fleet(config: DemoConfig, store_url: str, log_dir: Path, output_dir: Path) -> Fleet:
+    """The demo's workers (stopped with SIGCONT + SIGKILL when the ``with`` block ends, whatever happens)."""
+    c = config
+    args = pipeline_args(
+        store_url, GROUP, log_dir, output_dir, GROUP,
+        "--batch-records", str(c.batch_records), "--ttl", str(c.ttl_s), "--settle", str(c.settle_s),
+        "--min-interval", str(c.min_interval_s), "--master", "local[1]", "--driver-memory", "768m",
+        "--state-dir", str(c.directory / "state"),
+    )  # fmt: skip
+    return Fleet(c.directory / "logs", args)
 
 
 def _remaining(store: Store, log_dir: Path) -> int:
@@ -456,13 +309,13 @@ def _run_scenario(
         ids = [f"w{i}" for i in range(1, config.workers + 2)]
         first, joiner = ids[:-1], ids[-1]
         zombie = first[1]
-        logs = {wid: _WorkerLog(d / "logs" / f"{wid}.log") for wid in ids}
+        logs = {wid: fleet.log(wid) for wid in ids}
         pace = _Pace(config, logs)
         for wid in first:
             # The worker that will be frozen is a slow committer (a pause between writing a batch's output and
             # committing it), so that the freeze lands inside that window and its late commit meets the fence.
             slow = ("--pause-before-commit", "1.5", "--pause-batches", "1000000") if wid == zombie else ()
-            fleet.start(wid, slow)
+            fleet.start(wid, *slow)
         step(
             f"started {len(first)} pipeline workers ({', '.join(first)}), sticky strategy, stateful (per-key "
             "aggregates per partition backed by a fenced changelog); Spark sessions starting"
@@ -532,7 +385,7 @@ def _run_scenario(
             victim = first[0]
             others = [w for w in ids if w != victim]
             victim_parts = [p for p, o in _owners(store).items() if o == victim]
-            fleet.signal(victim, signal.SIGKILL)
+            fleet[victim].signal(signal.SIGKILL, group=False)
             step(f"kill -9 {victim} (owned {len(victim_parts)} partitions)")
             failover = _wait_for(
                 f"{victim}'s partitions to be owned again",
@@ -571,7 +424,7 @@ def _run_scenario(
                 alive=running(*others),
             )
             step(f"{zombie} replaced after {replaced:.2f} s; SIGCONT {zombie}")
-            fleet.signal(zombie, signal.SIGCONT)
+            fleet[zombie].signal(signal.SIGCONT, group=False)
             _wait_for(
                 f"{zombie} to finish its frozen batch (its late commits meet the fence)",
                 lambda: zombie_log.count("batch_done") > batches_before or zombie_log.count("fenced") > 0,
@@ -610,7 +463,7 @@ def _run_scenario(
             )
             step("every record committed")
 
-        exits = fleet.stop_all(pace.batch())
+        exits = fleet.stop_all(pace.batch(), group=False)
         step(f"stopped all workers gracefully: exit codes {exits}")
         graceful = all(code == 0 for wid, code in exits.items() if wid != victim)
         result.checks.append(Check("graceful stop", graceful, json.dumps(exits)))
@@ -622,10 +475,10 @@ def _run_scenario(
 
 
 def _freeze_in_window(
-    fleet: _Fleet,
+    fleet: Fleet,
     store: Store,
     zombie: str,
-    zombie_log: _WorkerLog,
+    zombie_log: WorkerLog,
     pace: _Pace,
     committed: Callable[[], int],
     advance: Callable[[], int],
@@ -651,11 +504,11 @@ def _freeze_in_window(
             alive=alive,
         )
         zombie_parts = [p for p, o in _owners(store).items() if o == zombie]
-        fleet.signal(zombie, signal.SIGSTOP)
-        _wait_for(f"{zombie} to stop (SIGSTOP)", lambda: fleet.stopped(zombie), pace.batch(), poll_s=0.005)
+        fleet[zombie].signal(signal.SIGSTOP, group=False)
+        _wait_for(f"{zombie} to stop (SIGSTOP)", fleet[zombie].stopped, pace.batch(), poll_s=0.005)
         if zombie_parts and zombie_log.frozen_in_window():
             return zombie_parts
-        fleet.signal(zombie, signal.SIGCONT)
+        fleet[zombie].signal(signal.SIGCONT, group=False)
         step(f"the SIGSTOP of {zombie} missed its window before a commit (attempt {attempt}); trying the next batch")
     raise ApportionError(f"demo: could not freeze {zombie} between a write and its commit in {attempts} attempts")
 

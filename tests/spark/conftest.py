@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -53,11 +52,9 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture
 def processes() -> Iterator[list[Any]]:
-    """Worker processes a test starts (``PipelineProcess``); each is resumed and killed at the end if still alive."""
+    """Worker processes a test starts (``apportion.spark._fleet.WorkerProcess``); each is resumed and killed at the end
+    if still alive."""
     started: list[Any] = []
     yield started
     for w in started:
-        if w.proc.poll() is None:
-            w.signal(signal.SIGCONT)
-            w.signal(signal.SIGKILL)
-        w.proc.wait(30)
+        w.kill()

@@ -8,8 +8,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -24,6 +22,7 @@ from apportion.cli import main
 from apportion.group import Keys, decode
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline, read_committed, read_committed_arrow, verify
+from apportion.spark._fleet import Fleet, WorkerProcess, pipeline_args
 from apportion.spark._output import committed_checkpoints, lag
 from apportion.spark._pipeline import joined
 from apportion.store import Store, connect
@@ -117,57 +116,17 @@ TIMINGS = ["--settle", "0.3", "--min-interval", "0.6", "--ttl", "2"]
 PAUSE_S = 5.0  # every worker's first batch pauses between writing its output and committing it
 
 
-class PipelineProcess:
-    """`apportion pipeline run` in its own session (so signals reach its JVM too); JSON events from stderr."""
-
-    def __init__(
-        self,
-        url: str,
-        log_dir: Path,
-        out_dir: Path,
-        worker_id: str,
-        *,
-        pause_s: float = 0.0,
-        extra: tuple[str, ...] = (),
-    ) -> None:
-        self.id = worker_id
-        self.events: list[dict[str, Any]] = []
-        self.lines: list[str] = []
-        cmd = [
-            sys.executable, "-m", "apportion.cli", "pipeline", "run", "--store", url, "--group", "g",
-            "--id", worker_id, "--input", str(log_dir), "--output", str(out_dir), "--resource", "r",
-            "--batch-records", str(BATCH), "--driver-memory", "512m", "--idle", "0.1", *TIMINGS,
-        ]  # fmt: skip
-        if pause_s:
-            cmd += ["--pause-before-commit", str(pause_s)]
-        cmd += extra
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip())
-            if line.startswith("{"):
-                try:
-                    self.events.append(json.loads(line))
-                except ValueError:
-                    continue
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [e for e in list(self.events) if e.get("event") == kind]
-
-    def tail(self, n: int = 15) -> str:
-        return "\n".join(self.lines[-n:])
-
-    def signal(self, sig: int) -> None:
-        os.killpg(self.proc.pid, sig)
+def pipeline_process(
+    url: str, log_dir: Path, out_dir: Path, worker_id: str, *, pause_s: float = 0.0, extra: tuple[str, ...] = ()
+) -> WorkerProcess:
+    """`apportion pipeline run` in its own session (signals reach its JVM too); its log in ``<log_dir>/../logs``."""
+    args = pipeline_args(url, "g", log_dir, out_dir, "r", "--batch-records", str(BATCH), "--driver-memory", "512m",
+                         "--idle", "0.1", *TIMINGS)  # fmt: skip
+    pause = ("--pause-before-commit", str(pause_s)) if pause_s else ()
+    return Fleet(log_dir.parent / "logs", args).start(worker_id, *pause, *extra)
 
 
-def timeline(processes: list[PipelineProcess]) -> str:
+def timeline(processes: list[WorkerProcess]) -> str:
     """Every worker's main events in time order (for failure messages and APPORTION_TIMELINE=1)."""
     kinds = ("started", "assigned", "revoked", "lost", "pausing", "fenced", "restored", "replicas", "stopped")
     events = sorted(
@@ -192,7 +151,7 @@ def owners(store: Store, n: int) -> dict[int, str | None]:
 
 @pytest.mark.slow  # ~45 s of worker time; ~115 s in all on a loaded 2-core machine (3 worker JVMs + the test's)
 def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_once_output(
-    tmp_path: Path, processes: list[PipelineProcess], request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, processes: list[WorkerProcess], request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
     log_dir, out_dir, url = tmp_path / "log", tmp_path / "out", f"sqlite:///{tmp_path / 'store.db'}"
     produce = ["pipeline", "produce", "--input", str(log_dir), "--resource", "r"]
@@ -202,7 +161,7 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
 
     # Two workers start; both pause in their first batch between write and commit. The first to pause is killed
     # with SIGKILL mid-batch, the second is frozen with SIGSTOP in the same window (a zombie with written output).
-    processes += [PipelineProcess(url, log_dir, out_dir, w, pause_s=PAUSE_S) for w in ("w1", "w2")]
+    processes += [pipeline_process(url, log_dir, out_dir, w, pause_s=PAUSE_S) for w in ("w1", "w2")]
     wait_for(
         lambda: any(w.of("pausing") for w in processes),
         90,
@@ -211,7 +170,7 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
     )
     killed = next(w for w in processes if w.of("pausing"))
     killed.signal(signal.SIGKILL)
-    late = PipelineProcess(url, log_dir, out_dir, "w3")  # a third worker joins late (its Spark starts meanwhile)
+    late = pipeline_process(url, log_dir, out_dir, "w3")  # a third worker joins late (its Spark starts meanwhile)
     frozen = next(w for w in processes if w is not killed)
     processes.append(late)
     wait_for(

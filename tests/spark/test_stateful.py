@@ -204,7 +204,7 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
     import signal
 
     from apportion.cli import main
-    from tests.spark.test_pipeline import PipelineProcess, timeline
+    from tests.spark.test_pipeline import pipeline_process, timeline
 
     partitions = 8
     log_dir, out_dir, url = tmp_path / "log", tmp_path / "out", f"sqlite:///{tmp_path / 'store.db'}"
@@ -214,7 +214,7 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
     state = ("--state-dir", str(tmp_path / "state"), *PROCESS_OPTIONS)
 
     def start(wid: str) -> Any:
-        worker = PipelineProcess(url, log_dir, out_dir, wid, extra=state)
+        worker = pipeline_process(url, log_dir, out_dir, wid, extra=state)
         processes.append(worker)
         return worker
 

@@ -53,6 +53,15 @@ def readable_dir(path: str, option: str) -> None:
         raise InvalidRequest(option, f"cannot read directory {path}: {exc.strerror or exc}") from exc
 
 
+def configure_logging() -> None:
+    """A worker's stderr: its JSON event lines and warnings. py4j logs every connection it closes at INFO (hundreds
+    of lines per worker) and, when a SIGTERM to the process group stops the JVM under a batch, the broken
+    connection with a traceback: both stay below WARNING (the pipeline reports the aborted batch itself)."""
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
+    logging.getLogger("apportion.worker").setLevel(logging.WARNING)  # the pipeline logs assignments itself
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
 @app.group()
 def pipeline() -> None:
     """The Spark data pipeline over the partitioned log: produce, run workers, verify."""
@@ -182,8 +191,7 @@ def run(
     from apportion.spark._stateful import StatefulPartitions
     from apportion.worker import Group
 
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
-    logging.getLogger("apportion.worker").setLevel(logging.WARNING)  # the pipeline logs assignments itself
+    configure_logging()
     resource = resource or group_name
     readable_dir(input_dir, "input")
     writable_dir(output_dir, "output")

@@ -4,6 +4,16 @@ Needs pyarrow (the ``[spark]`` extra). See ``apportion.log._log`` for the layout
 """
 
 from apportion.log._log import SCHEMA, Appended, PartitionedLog, Segment, segment_name
-from apportion.log._producer import Producer, Record, synthetic_records
+from apportion.log._producer import Producer, Record, SeededRecords, synthetic_records
 
-__all__ = ["SCHEMA", "Appended", "PartitionedLog", "Producer", "Record", "Segment", "segment_name", "synthetic_records"]
+__all__ = [
+    "SCHEMA",
+    "Appended",
+    "PartitionedLog",
+    "Producer",
+    "Record",
+    "SeededRecords",
+    "Segment",
+    "segment_name",
+    "synthetic_records",
+]

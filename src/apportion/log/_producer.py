@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Iterable
 from types import TracebackType
 
@@ -86,6 +87,53 @@ def synthetic_records(rng: random.Random, key_count: int, first: int, count: int
     return [
         (f"key-{rng.randrange(key_count)}", f"v-{i}-{rng.getrandbits(32):08x}") for i in range(first, first + count)
     ]
+
+
+class SeededRecords:
+    """``total`` seeded sample records (``synthetic_records``) appended to ``resource`` in chunks, in order: the same
+    seed gives the same records whatever the chunk sizes (the demo's and the nemesis's input)."""
+
+    def __init__(
+        self, log: PartitionedLog, resource: str, total: int, *, keys: int, seed: int, batch_records: int = 10_000
+    ) -> None:
+        self.log = log
+        self.resource = resource
+        self.total = total
+        self.keys = keys
+        self.batch_records = batch_records
+        self.rng = random.Random(seed)
+        self.produced = 0
+        self.error: BaseException | None = None  # what ended ``stream``'s thread, if anything did
+        self._stop = threading.Event()
+
+    def stream(self, up_to: int, chunk: int, every_s: float, name: str = "producer") -> threading.Thread:
+        """Append ``chunk`` records every ``every_s`` seconds in a (daemon) thread until ``up_to`` are produced or
+        ``stop()``; a failure ends the thread and is kept in ``error``. Nothing else may append meanwhile."""
+
+        def run() -> None:
+            try:
+                while self.produced < min(up_to, self.total) and not self._stop.wait(every_s):
+                    self.append(min(chunk, up_to - self.produced))
+            except BaseException as exc:  # kept for the caller: nothing is lost silently
+                self.error = exc
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        """End ``stream``'s thread after its current chunk."""
+        self._stop.set()
+
+    def append(self, count: int) -> int:
+        """Append the next ``count`` records (fewer at the end); returns how many."""
+        count = min(count, self.total - self.produced)
+        if count <= 0:
+            return 0
+        with Producer(self.log, self.resource, batch_records=self.batch_records) as producer:
+            producer.send_many(synthetic_records(self.rng, self.keys, self.produced, count))
+        self.produced += count
+        return count
 
 
 def _check_record(key: object, value: object) -> None:

@@ -1,0 +1,255 @@
+"""A fleet of `apportion pipeline run` processes: start, signal, read their JSON event lines, always clean up.
+
+The one helper behind the demo, the pipeline's process tests, the stateful bench and the nemesis. Each worker runs in
+its own session (``start_new_session``), so a signal to its process group reaches its Spark JVM too; its stdout and
+stderr go to ``<logs>/<id>.log``, whose JSON event lines (``{"event": ..., "time": ..., "worker": ...}``, written by
+``apportion.spark._pipeline.emit_log``) are read incrementally by ``WorkerLog``. ``Fleet`` is a context manager: on
+exit every process still running is resumed (SIGCONT) and killed (SIGKILL), whatever happened.
+
+    with Fleet(logs, pipeline_args(url, "g", log_dir, out_dir, "r", "--ttl", "2")) as fleet:
+        w1 = fleet.start("w1")
+        ...  w1.of("commit"), w1.signal(signal.SIGSTOP), fleet.check(["w1"]), fleet.stop_all(60)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from apportion.errors import ApportionError
+
+
+class WorkerExited(ApportionError):
+    """A worker process that a wait needs has exited (the message holds how, and the end of its log)."""
+
+
+def pipeline_args(
+    store_url: str, group: str, input_dir: str | Path, output_dir: str | Path, resource: str, *options: str
+) -> list[str]:
+    """The command line of `apportion pipeline run` for a group, without ``--id`` (``Fleet.start`` adds it)."""
+    return [
+        sys.executable, "-m", "apportion.cli", "pipeline", "run", "--store", store_url, "--group", group,
+        "--input", str(input_dir), "--output", str(output_dir), "--resource", resource, *options,
+    ]  # fmt: skip
+
+
+class WorkerLog:
+    """A worker's JSON event lines, read incrementally: each refresh parses only what was appended since."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.events: list[dict[str, Any]] = []
+        self._offset = 0
+        self._partial = b""
+
+    def refresh(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return self.events
+        self._offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            if line.startswith(b'{"event"'):
+                with contextlib.suppress(ValueError):
+                    self.events.append(json.loads(line))
+        return self.events
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        """Every event of type ``kind`` so far."""
+        return [e for e in self.refresh() if e.get("event") == kind]
+
+    def count(self, kind: str) -> int:
+        return len(self.of(kind))
+
+    def lost(self) -> list[int]:
+        """Every partition the worker reported through on_lost, in order (a partition once per report)."""
+        found: list[int] = []
+        for e in self.of("lost"):
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                found.extend(int(p) for p in e["partitions"])
+        return found
+
+    def slowest_batch_s(self) -> float:
+        """The longest micro-batch so far: Spark + write + commit, plus a pause before its commit."""
+        slowest = pause = 0.0
+        for e in self.refresh():
+            if e.get("event") == "pausing":
+                pause = float(e.get("seconds", 0.0))
+            elif e.get("event") == "batch_done":
+                took = sum(float(e.get(k, 0.0)) for k in ("spark_s", "write_s", "commit_s"))
+                slowest, pause = max(slowest, took + pause), 0.0
+        return slowest
+
+    def frozen_in_window(self) -> bool:
+        """True when the worker's last batch paused before committing and has not committed every partition."""
+        events = self.refresh()
+        last = max((i for i, e in enumerate(events) if e.get("event") == "pausing"), default=-1)
+        if last < 0:
+            return False
+        batch = max((i for i, e in enumerate(events[:last]) if e.get("event") == "batch"), default=-1)
+        written = sum(1 for e in events[batch + 1 : last] if e.get("event") == "written")
+        after = [e.get("event") for e in events[last + 1 :]]
+        return "batch_done" not in after and after.count("commit") < written
+
+    def text(self) -> str:
+        with contextlib.suppress(OSError):
+            return self.path.read_text(errors="replace")
+        return ""
+
+    def tail(self, lines: int = 15) -> str:
+        text = self.text()
+        return "\n".join(text.splitlines()[-lines:]) if text else "(no log)"
+
+
+class WorkerProcess:
+    """One `apportion pipeline run` process (a fleet may start several under one id, one after the other)."""
+
+    def __init__(self, worker_id: str, proc: subprocess.Popen[bytes], log: WorkerLog, first_event: int = 0) -> None:
+        self.id = worker_id
+        self.proc = proc
+        self.log = log
+        self.first_event = first_event  # this process's events in ``log`` start at this index...
+        self.end_event: int | None = None  # ...and end here (set when the fleet starts the id again)
+
+    def own_events(self) -> list[dict[str, Any]]:
+        """The events this process wrote (not those of earlier or later processes of the same id)."""
+        return self.log.refresh()[self.first_event : self.end_event]
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """This worker's JSON events so far (of every process of its id that wrote to the same log)."""
+        return self.log.refresh()
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return self.log.of(kind)
+
+    def tail(self, lines: int = 15) -> str:
+        return self.log.tail(lines)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig: int, *, group: bool = True) -> None:
+        """Send ``sig`` to the worker's process group (its JVM too), or with ``group=False`` to the process alone."""
+        if self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(self.proc.pid, sig)
+            else:
+                self.proc.send_signal(sig)
+
+    def stopped(self) -> bool:
+        """True once the process is stopped (state T in /proc; where there is no /proc, once signalled)."""
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        except OSError:
+            return True
+        return stat.rsplit(")", 1)[-1].split()[0] in ("T", "t")
+
+    def kill(self) -> None:
+        """SIGCONT + SIGKILL to the whole process group, and reap the process."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGCONT)
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+class Fleet:
+    """Pipeline worker processes started from one command line (``pipeline_args``) plus per-worker options.
+
+    ``workers`` maps each id to its latest process; ``started`` keeps every process ever started (a restart under
+    the same id appends to the same log). Leaving the ``with`` block kills whatever still runs.
+    """
+
+    def __init__(self, log_dir: Path, args: Sequence[str], env: dict[str, str] | None = None) -> None:
+        self.log_dir = Path(log_dir)
+        self.args = list(args)
+        self.env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", **(env or {}))
+        self.workers: dict[str, WorkerProcess] = {}
+        self.started: list[WorkerProcess] = []
+        self.logs: dict[str, WorkerLog] = {}
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+
+    def log(self, worker_id: str) -> WorkerLog:
+        """The event log of ``worker_id`` (one reader per id, shared by its restarts)."""
+        if worker_id not in self.logs:
+            self.logs[worker_id] = WorkerLog(self.log_dir / f"{worker_id}.log")
+        return self.logs[worker_id]
+
+    def start(self, worker_id: str, *extra: str) -> WorkerProcess:
+        """Start (or restart) ``worker_id`` with the fleet's command line and ``extra`` options. A restart must
+        follow the previous process's exit (its events end where the new one's begin)."""
+        log = self.log(worker_id)
+        first = len(log.refresh())
+        previous = self.workers.get(worker_id)
+        if previous is not None:
+            previous.end_event = first
+        with open(self.log_dir / f"{worker_id}.log", "ab") as out:
+            proc = subprocess.Popen(
+                [*self.args, "--id", worker_id, *extra],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env=self.env,
+                start_new_session=True,
+            )
+        worker = WorkerProcess(worker_id, proc, log, first)
+        self.workers[worker_id] = worker
+        self.started.append(worker)
+        return worker
+
+    def __getitem__(self, worker_id: str) -> WorkerProcess:
+        return self.workers[worker_id]
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every worker's events so far, each with its ``worker`` field."""
+        return [{**e, "worker": wid} for wid, log in self.logs.items() for e in log.refresh()]
+
+    def check(self, worker_ids: Iterable[str]) -> None:
+        """Raise ``WorkerExited`` if one of ``worker_ids`` has exited (a wait on it could only time out)."""
+        for wid in worker_ids:
+            code = self.workers[wid].proc.poll()
+            if code is not None:
+                raise WorkerExited(f"worker {wid} exited with code {code}; the end of its log:\n{self.log(wid).tail()}")
+
+    def stop_all(self, timeout_s: float, *, group: bool = True) -> dict[str, int | None]:
+        """SIGCONT + SIGTERM (graceful leave) to every running worker; wait up to ``timeout_s``; exit codes by id
+        (None: still running)."""
+        for worker in self.workers.values():
+            worker.signal(signal.SIGCONT, group=group)
+            worker.signal(signal.SIGTERM, group=group)
+        deadline = time.monotonic() + timeout_s
+        for worker in self.workers.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        return {wid: worker.proc.poll() for wid, worker in self.workers.items()}
+
+    def kill_all(self) -> None:
+        for worker in self.started:
+            worker.kill()
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.kill_all()
+
+
+__all__ = ["Fleet", "WorkerExited", "WorkerLog", "WorkerProcess", "pipeline_args"]

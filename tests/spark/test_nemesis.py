@@ -1,0 +1,127 @@
+"""The pipeline nemesis (issue 14 item 10b): random kill -9, SIGSTOP/SIGCONT and SIGTERM of random pipeline workers
+beside `stress-ng --cpu 1`, then exactly once (output and state) and zero ownership overlaps.
+
+The short run is part of `make test` (3 workers, 5 faults); `make soak` (APPORTION_SOAK=1) runs 36 faults. The seed
+is printed; APPORTION_NEMESIS_SEED=<seed> replays the same faults (kinds, victims, gaps, hold times) in the same
+order. APPORTION_NEMESIS_FAULTS overrides the number of faults.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apportion.spark._nemesis import Incarnation, NemesisConfig, belief_overlaps, run_nemesis, schedule
+
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+
+SOAK = os.environ.get("APPORTION_SOAK") == "1"
+
+
+def _seed() -> int:
+    value = os.environ.get("APPORTION_NEMESIS_SEED")
+    return int(value) if value else random.SystemRandom().randrange(1 << 32)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600 if SOAK else 900)  # a backstop: the run's own waits fail first, each without progress
+def test_pipeline_workers_survive_random_kills_freezes_and_stops_beside_a_cpu_hog_exactly_once(
+    tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if shutil.which("stress-ng") is None:
+        pytest.skip("stress-ng is not installed (apt-get install -y stress-ng)")
+    seed = _seed()
+    faults = int(os.environ.get("APPORTION_NEMESIS_FAULTS", "36" if SOAK else "5"))
+    sizes: dict[str, Any] = {"records": 120_000, "keys": 5_000} if SOAK else {}
+    config = NemesisConfig(tmp_path / "nemesis", seed=seed, faults=faults, **sizes)
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        lines.append(line)
+        with capsys.disabled():
+            print(line, flush=True)
+
+    say(f"\nnemesis seed {seed} (replay: APPORTION_NEMESIS_SEED={seed}); workers' logs in {config.directory}/logs")
+    result = run_nemesis(config, spark=lambda: request.getfixturevalue("spark"), say=say)
+    summary = result.summary()
+    context = f"seed {seed}\n" + "\n".join(lines)
+    assert not result.failures, context
+    assert result.output["ok"] and result.output["duplicates"] == result.output["missing"] == 0, context
+    assert result.output["input_records"] == config.records, context
+    assert result.state["ok"] and result.state["mismatched_keys"] == 0, context
+    assert result.belief_overlaps == [], f"{json.dumps(result.belief_overlaps)}\n{context}"
+    assert result.history_overlaps == 0, context
+    assert summary["faults"] == faults, context
+    assert result.ok, context
+
+
+def test_a_pipeline_worker_keeps_py4j_below_warning_in_its_log() -> None:
+    """Found by the nemesis: a SIGTERM to a worker's process group stops its JVM under the batch in flight, and py4j
+    logged the broken connection with a traceback at INFO (plus a 'Closing down clientserver connection' line per
+    Spark call), which the worker's INFO logging printed."""
+    import logging
+
+    from apportion.cli._pipeline import configure_logging
+
+    py4j, worker = logging.getLogger("py4j"), logging.getLogger("apportion.worker")
+    levels = (py4j.level, worker.level)
+    try:
+        configure_logging()
+        assert not logging.getLogger("py4j.clientserver").isEnabledFor(logging.INFO)
+        assert py4j.getEffectiveLevel() == logging.WARNING
+    finally:
+        py4j.setLevel(levels[0])
+        worker.setLevel(levels[1])
+
+
+def test_the_same_seed_plans_the_same_faults_and_every_kind_comes_up() -> None:
+    config = NemesisConfig(Path("unused"), seed=11, faults=30)
+    plan = schedule(config)
+    assert plan == schedule(NemesisConfig(Path("other"), seed=11, faults=30))
+    assert plan != schedule(NemesisConfig(Path("unused"), seed=12, faults=30))
+    assert {f.kind for f in plan} == {"kill", "stop", "term"}
+    assert all(config.gap_s[0] <= f.gap_s <= config.gap_s[1] for f in plan)
+    assert all(0.3 * config.ttl_s - 1e-3 <= f.hold_s <= 2.5 * config.ttl_s + 1e-3 for f in plan)
+
+
+def _assigned(t: float, *parts: int) -> dict[str, Any]:
+    return {"event": "assigned", "time": t, "partitions": list(parts)}
+
+
+def test_belief_overlaps_accept_a_handoff_and_a_zombie_that_reports_its_loss_late() -> None:
+    old = Incarnation("a#0", [_assigned(1.0, 0, 1), {"event": "revoked", "time": 5.0, "partitions": [1]}])
+    new = Incarnation("b#1", [_assigned(5.1, 1)])
+    # c is frozen at 10 for 6 s (ttl 2: deadline 1.6 s) and says lost at 16.2; d took the partition at 13
+    zombie = Incarnation(
+        "c#2",
+        [_assigned(8.0, 2), {"event": "fenced", "time": 16.1, "partition": 2, "still_active": False}],
+        stops=((10.0, 16.0),),
+    )
+    taker = Incarnation("d#3", [_assigned(13.0, 2), {"event": "commit", "time": 14.0, "partition": 2}])
+    killed = Incarnation("e#4", [_assigned(20.0, 3)], killed_at=21.0)
+    after = Incarnation("e#5", [_assigned(24.0, 3)])
+    assert belief_overlaps([old, new, zombie, taker, killed, after], deadline_s=1.6) == []
+
+
+def test_belief_overlaps_find_two_workers_on_one_partition() -> None:
+    first = Incarnation("a#0", [_assigned(1.0, 0), {"event": "batch", "time": 4.0}])  # believes until its end
+    second = Incarnation("b#1", [_assigned(2.0, 0), {"event": "commit", "time": 3.0, "partition": 0}])
+    both = belief_overlaps([first, second], 1.6)
+    assert [(o["partition"], o["second"]) for o in both] == [(0, "b#1")]
+    # a short freeze (below the deadline) does not end a belief: resuming and revoking late is an overlap
+    short = Incarnation(
+        "c#2", [_assigned(1.0, 5), {"event": "revoked", "time": 4.0, "partitions": [5]}], stops=((2.0, 3.0),)
+    )
+    taker = Incarnation("d#3", [_assigned(3.5, 5)])
+    assert [o["partition"] for o in belief_overlaps([short, taker], 1.6)] == [5]
+    # a long freeze ended by a graceful revocation (no on_lost first) is an overlap too
+    revoking = Incarnation(
+        "e#4", [_assigned(1.0, 6), {"event": "revoked", "time": 9.0, "partitions": [6]}], stops=((2.0, 8.0),)
+    )
+    assert [o["partition"] for o in belief_overlaps([revoking, Incarnation("f#5", [_assigned(6.0, 6)])], 1.6)] == [6]
