@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from apportion.store import (
     Store,
     connect,
 )
+from apportion.store._connect import NoSuchStore
 from apportion.store._sqlite import SCHEMA_VERSION, SqliteStore, open_sqlite
 
 
@@ -144,6 +146,37 @@ def test_a_held_write_lock_raises_store_unavailable_after_the_timeout(tmp_path: 
             holder.execute("ROLLBACK")
             holder.close()
         store.put("/a", b"1")
+
+
+def test_opening_waits_while_another_process_is_switching_a_fresh_file_to_wal(tmp_path: Path) -> None:
+    """SQLite answers ``PRAGMA journal_mode=WAL`` with SQLITE_BUSY at once, without the busy handler, while another
+    connection holds the write lock of a rollback-journal file (what a second opener of a fresh file meets while the
+    first one switches it): the open retries until the lock is gone instead of failing."""
+    path = tmp_path / "fresh.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("CREATE TABLE other (x)")
+    release = threading.Timer(0.3, holder.execute, ("COMMIT",))
+    release.start()
+    try:
+        started = time.monotonic()
+        with open_sqlite(f"sqlite:///{path}?timeout=5") as store:
+            assert time.monotonic() - started >= 0.2  # it waited for the holder...
+            store.put("/a", b"1")  # ...and then opened a working store
+            assert store.get("/a") is not None
+    finally:
+        release.join()
+        holder.close()
+
+
+def test_a_read_only_open_of_a_file_being_created_is_no_such_store(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    sqlite3.connect(path).close()  # what a writer has made when it opened the file but not yet created the schema
+    with pytest.raises(NoSuchStore, match="empty"):
+        connect(f"sqlite:///{path}", read_only=True)
+    sqlite3.connect(path).execute("CREATE TABLE other (x)").connection.close()
+    with pytest.raises(Exception, match="not an apportion store"):
+        connect(f"sqlite:///{path}", read_only=True)
 
 
 def test_history_is_trimmed_and_a_watch_left_behind_raises_compacted(tmp_path: Path) -> None:

@@ -11,6 +11,15 @@ How the contract is kept:
   ``compact``) runs in one ``BEGIN IMMEDIATE`` transaction, so writers are serialised by SQLite's write lock and the
   compares see the latest committed state; readers run in a deferred transaction (one consistent snapshot) and never
   block writers. A busy timeout bounds the wait for the lock; past it the call raises ``StoreUnavailable``.
+- **Opening never fails because another process is opening.** SQLite answers ``SQLITE_BUSY`` *without* calling the
+  busy handler where waiting could deadlock (https://www.sqlite.org/c3ref/busy_handler.html): ``PRAGMA
+  journal_mode=WAL`` on a fresh file (each opener holds a read lock and wants the exclusive one), and a first read
+  that meets another connection's WAL recovery or last-close clean-up (https://www.sqlite.org/wal.html, "Sometimes
+  Queries Return SQLITE_BUSY In WAL Mode"). So the schema creation (WAL switch and ``CREATE ... IF NOT EXISTS`` in
+  one ``BEGIN IMMEDIATE``), the first statement of every transaction and a read-only open are retried with backoff
+  while SQLite says busy or locked, within the same budget as the lock wait (``timeout``, or less under a
+  ``time_limit``). A read-only open of a file that holds no table yet (a writer is creating it) is ``NoSuchStore``,
+  as before the file existed.
 - **Revisions.** The revision is the global order; a transaction that writes takes the next one, and appends each
   change to ``events`` (the watch history, keyed by revision) in the same transaction. The current revision is the
   newest event's (or the compaction point if compaction emptied the history), so no counter row is rewritten.
@@ -46,6 +55,7 @@ How the contract is kept:
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import sqlite3
@@ -140,6 +150,29 @@ _WATCH_KEY = (
 )
 
 T = TypeVar("T")
+
+_BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+# A read-only connection that cannot create the -wal/-shm files (a directory it cannot write) fails with these.
+_CANNOT_CREATE_CODES = (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN)
+
+
+def _primary_code(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else int(code) & 0xFF
+
+
+def _open_wal_index(conn: sqlite3.Connection) -> int:
+    """A reader's first statement (it opens the WAL index): how many tables, indexes... the file holds."""
+    return int(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0])
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """SQLite says another connection holds a lock this one needs (SQLITE_BUSY, SQLITE_LOCKED and their extended
+    codes such as SQLITE_BUSY_RECOVERY): worth waiting for."""
+    code = _primary_code(exc)
+    if code is not None:
+        return code in _BUSY_CODES
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def prefix_end(prefix: str) -> str:
@@ -315,10 +348,15 @@ class SqliteStore(Store):
             except sqlite3.Error as exc:
                 raise self._open_error(exc) from exc
             try:
-                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the WAL index
+                self._patiently(conn, functools.partial(_open_wal_index, conn))
             except sqlite3.Error as exc:
                 conn.close()
-                if params.endswith("immutable=1") or os.path.exists(self.config.path + "-wal"):
+                self._local.busy_ms = None
+                if (
+                    params.endswith("immutable=1")
+                    or _primary_code(exc) not in _CANNOT_CREATE_CODES
+                    or os.path.exists(self.config.path + "-wal")
+                ):
                     raise self._open_error(exc) from exc
                 continue  # no live writer, and this user cannot create the -wal/-shm files
             self._immutable = "immutable" in params
@@ -330,7 +368,16 @@ class SqliteStore(Store):
         if not Path(self.config.path).is_file():
             raise NoSuchStore("url", f"no store file {str(Path(self.config.path).resolve())!r}")
         try:
+            conn = self._connection()
+            if not self._patiently(conn, functools.partial(_open_wal_index, conn)):
+                # the file exists but holds no table yet: a writer is creating the store right now
+                raise NoSuchStore(
+                    "url", f"no store in {str(Path(self.config.path).resolve())!r} yet (the file is empty)"
+                )
             version = self._read(lambda conn, state: conn.execute("SELECT version FROM schema_version").fetchone())
+        except sqlite3.Error as exc:
+            self.close()
+            raise self._open_error(exc) from exc
         except StoreUnavailable as exc:
             self.close()
             if isinstance(exc.__cause__, sqlite3.Error) and "no such table" in str(exc.__cause__):
@@ -359,7 +406,8 @@ class SqliteStore(Store):
         if not parent.is_dir():
             raise InvalidRequest("url", f"directory {str(parent)!r} of {self.url!r} does not exist")
         conn = self._connection()
-        try:
+
+        def create() -> None:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreUnavailable(f"{self.url}: cannot switch to WAL mode (journal_mode={mode})")
@@ -378,14 +426,47 @@ class SqliteStore(Store):
                     )
                 conn.execute("COMMIT")
             except BaseException:
-                self._rollback(conn)
+                self._end_transaction(conn)
                 raise
+
+        try:
+            self._patiently(conn, create)
         except sqlite3.Error as exc:
             self.close()
             raise self._open_error(exc) from exc
         except BaseException:
             self.close()
             raise
+
+    def _patiently(self, conn: sqlite3.Connection, attempt: Callable[[], T]) -> T:
+        """``attempt()``, again after a pause (1 ms, doubling up to 50 ms) each time SQLite says busy or locked, until
+        the lock-wait budget (the busy timeout, or what is left of the caller's ``time_limit``) is spent; then the
+        last error is raised. ``attempt`` must leave no transaction open when it fails (see the module docstring for
+        the places where SQLite does not wait by itself)."""
+        deadline = time.monotonic() + self.remaining_s(self.config.timeout_s)
+        pause = 0.001
+        while True:
+            try:
+                return attempt()
+            except sqlite3.Error as exc:
+                left = deadline - time.monotonic()
+                if not _busy(exc) or left <= pause:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+            self._set_busy_timeout(conn, deadline - time.monotonic())  # the next attempt waits no longer than that
+
+    def _set_busy_timeout(self, conn: sqlite3.Connection, wait_s: float) -> None:
+        wait_ms = max(1, int(wait_s * 1000))
+        if getattr(self._local, "busy_ms", None) != wait_ms:
+            conn.execute(f"PRAGMA busy_timeout={wait_ms}")
+            self._local.busy_ms = wait_ms
+
+    def _end_transaction(self, conn: sqlite3.Connection) -> None:
+        """Roll back what a failed attempt left open, keeping the connection for the next attempt."""
+        with contextlib.suppress(sqlite3.Error):
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
 
     def _drop_connection(self, conn: sqlite3.Connection) -> None:
         self._local.conn = None
@@ -414,7 +495,7 @@ class SqliteStore(Store):
         conn = self._connection()
         wait_s = self._bound_lock_wait(conn)
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            self._patiently(conn, lambda: conn.execute("BEGIN IMMEDIATE"))
         except sqlite3.Error as exc:
             raise self._unavailable(f"could not take the write lock within {wait_s:.3g} s", exc) from exc
         try:
@@ -443,10 +524,7 @@ class SqliteStore(Store):
         wait_s = self.remaining_s(self.config.timeout_s)
         if wait_s <= 0:
             raise StoreUnavailable(f"{self.url}: the caller's time limit has passed")
-        wait_ms = max(1, int(wait_s * 1000))
-        if getattr(self._local, "busy_ms", None) != wait_ms:
-            conn.execute(f"PRAGMA busy_timeout={wait_ms}")
-            self._local.busy_ms = wait_ms
+        self._set_busy_timeout(conn, wait_s)
         return wait_s
 
     def _finish(self, conn: sqlite3.Connection, state: _State, revision: int, compacted: int) -> None:
@@ -464,9 +542,18 @@ class SqliteStore(Store):
         """Run ``body`` on one snapshot; if a lease has expired, run it in a write transaction that expires it
         (read-only: hide the keys of the expired leases instead)."""
         conn = self._connection()
-        try:
+
+        def begin() -> tuple[int, int, float | None]:
             conn.execute("BEGIN")
-            revision, compacted, earliest = conn.execute(_META).fetchone()
+            try:  # the first statement takes the snapshot: the one that may meet a busy lock
+                row: tuple[int, int, float | None] = conn.execute(_META).fetchone()
+            except BaseException:
+                self._end_transaction(conn)
+                raise
+            return row
+
+        try:
+            revision, compacted, earliest = self._patiently(conn, begin)
             state = _State(revision, compacted)
             if earliest is not None and earliest <= self.clock.now():
                 if not self.read_only:
@@ -676,7 +763,7 @@ class SqliteStore(Store):
     def _fetch(self, watch: _SqliteWatch) -> list[Event]:
         conn = self._connection()
         try:  # fast path, one statement outside a transaction: nothing new and nothing to expire
-            revision, _, earliest = conn.execute(_META).fetchone()
+            revision, _, earliest = self._patiently(conn, lambda: conn.execute(_META).fetchone())
         except sqlite3.Error as exc:
             raise self._unavailable("watch poll failed", exc) from exc
         if revision <= watch.position and (earliest is None or earliest > self.clock.now()):
