@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
@@ -107,3 +112,54 @@ def test_a_failing_tracer_does_not_stop_the_worker() -> None:
     with group.join("a", tracer=broken) as w:
         wait_for(lambda: len(w.owned()) == 2, 10, "a to own both partitions despite the tracer")
     assert calls.is_set() and w.error is None
+
+
+def listening_address(port: int) -> str:
+    """The local address of the TCP socket listening on ``port`` (from /proc/net/tcp and tcp6), e.g. '127.0.0.1'."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as fh:
+            for line in fh.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.rsplit(":", 1)
+                if int(hex_port, 16) == port and state == "0A":  # LISTEN
+                    if len(address) == 8:
+                        return socket.inet_ntop(socket.AF_INET, bytes.fromhex(address)[::-1])
+                    words = [bytes.fromhex(address[i : i + 8])[::-1] for i in range(0, 32, 8)]
+                    return socket.inet_ntop(socket.AF_INET6, b"".join(words))
+    raise AssertionError(f"nothing listens on port {port}")
+
+
+def test_serve_binds_the_loopback_by_default_and_port_0_returns_the_port_bound() -> None:
+    m = MetricsTracer("orders", "a")
+    port = m.serve(0)
+    assert port > 0
+    assert listening_address(port) == "127.0.0.1"
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert "apportion_owned_partitions" in body
+
+
+def test_worker_metrics_port_0_logs_the_port_it_bound_on_the_loopback_and_serves_it(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    log = tmp_path / "worker.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "apportion.cli", "worker", "--store", url, "--group", "g", "--id", "w",
+             "--partitions", "2", "--metrics-port", "0"],
+            stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+    try:
+        found: list[str] = []
+
+        def logged_port() -> bool:
+            found[:] = re.findall(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", log.read_text())
+            return bool(found)
+
+        wait_for(logged_port, 60, f"the worker to log its metrics address; its log:\n{log.read_text()}")
+        port = int(found[0])
+        assert port != 0
+        assert listening_address(port) == "127.0.0.1"
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert 'apportion_owned_partitions{group="g",member="w"}' in body
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()

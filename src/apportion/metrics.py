@@ -2,7 +2,8 @@
 
 Needs the optional ``prometheus-client`` (``pip install apportion[metrics]``); importing this module without it
 raises :class:`apportion.errors.InvalidRequest` naming the extra. Wire it with ``Group.join(..., tracer=m)`` or
-``apportion worker --metrics-port N``. Metrics (all labelled ``group`` and ``member``)::
+``apportion worker --metrics-port N [--metrics-host ADDR]`` (default 127.0.0.1; port 0 picks a free one and the
+worker logs it). Metrics (all labelled ``group`` and ``member``)::
 
     apportion_owned_partitions        gauge     partitions this member holds now (assigned minus revoked/lost/fenced)
     apportion_rebalances_total        counter   applied plans that changed this member's partitions (revoke or new)
@@ -89,9 +90,11 @@ class MetricsTracer:
             handler(fields, self._clock.now())
             self._owned_gauge.labels(**self._labels).set(len(self._owned))
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Expose ``/metrics`` on ``port`` (a daemon thread of prometheus-client)."""
-        start_http_server(port, addr=addr, registry=self.registry)
+    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
+        """Expose ``/metrics`` on ``addr``:``port`` (a daemon thread of prometheus-client); return the port bound
+        (``port=0`` picks a free one). The default address is the loopback: pass ``"0.0.0.0"`` to expose it."""
+        server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        return int(server.server_address[1])
 
     # -- handlers (under the lock) -------------------------------------------------------------------------
 

@@ -1,4 +1,20 @@
-"""`apportion worker` — run one worker of a group; log each assignment change; SIGINT/SIGTERM leave gracefully."""
+"""`apportion worker` — run one worker of a group; log each assignment change; SIGINT/SIGTERM leave gracefully.
+
+Start-up and a store that cannot be reached (``_StartUp``)::
+
+    OPENING      connect(url), first request, read the group's definition; each attempt bounded by
+                 min(1 s, what is left of --connect-timeout)
+      --StoreUnavailable--> log "waiting for store <url>: <reason>", pause (0.1 s doubling to 2 s), OPENING again
+    REGISTERING  the member's steps until FencedMember._start has registered it (trace "registered"); a step that
+                 meets StoreUnavailable is retried by the member itself, logged here like an attempt
+    STARTED      from then on the member's lease logic applies: renewal failures, on_lost, registering again; each
+                 change is one log line (worker.py logs them; "registered again" is logged here)
+    OPENING/REGISTERING --(--connect-timeout passes)--> FAILED: the worker stops, exit 1 with one line
+                 "cannot reach the store <url> within N s (--connect-timeout): <reason>"
+
+A live member holding the same id is not a store fault: the member decides about it (refused after 1.5 ttl, exit 2),
+whatever --connect-timeout says.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +26,7 @@ import sys
 import threading
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import click
@@ -20,10 +36,19 @@ from apportion.cli._store import STORE_HELP
 from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
 from apportion.group import ordinal_from_hostname
 from apportion.group._history import DEFAULT_RETENTION_S
-from apportion.store import connect
+from apportion.store import Store, connect
+from apportion.store._connect import redact_url
 from apportion.worker import Group, Tracer, Worker
 
 FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
+T = TypeVar("T")
+
+log = logging.getLogger("apportion.worker")
+
+DEFAULT_CONNECT_TIMEOUT_S = 30.0
+_FIRST_PAUSE_S = 0.1
+_MAX_PAUSE_S = 2.0
+_ATTEMPT_S = 1.0
 
 
 ENV_PREFIX = "APPORTION"
@@ -142,10 +167,24 @@ def _finite(name: str, value: float, *, positive: bool) -> None:
     help="Keep the group's history events this long (s); 0 records none.",
 )
 @_option(
+    "--connect-timeout",
+    "connect_timeout_s",
+    type=float,
+    default=DEFAULT_CONNECT_TIMEOUT_S,
+    show_default=True,
+    help="At start-up, wait this long (s) for the store, logging each attempt, then fail (exit 1).",
+)
+@_option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
-    help="Serve Prometheus metrics on this port (needs the metrics extra).",
+    help="Serve Prometheus metrics on this port (0: any free port, logged; needs the metrics extra).",
+)
+@_option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics server binds (0.0.0.0: every interface).",
 )
 def worker(
     store_url: str,
@@ -169,7 +208,9 @@ def worker(
     rebalance: str,
     max_in_flight: int,
     history_retention_s: float,
+    connect_timeout_s: float,
     metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Run a worker until SIGINT/SIGTERM. Each change is one JSON line on stdout
     ({"event": "assigned"|"revoked"|"lost"|"fenced"|"commit_failed", "partitions": [...], "time": t}) and a log line.
@@ -179,6 +220,7 @@ def worker(
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
     _finite("capacity", capacity, positive=True)
     _finite("commit-every", commit_every, positive=False)
+    _finite("connect-timeout", connect_timeout_s, positive=True)
     if hostname is not None:
         if ordinal is not None:
             raise InvalidRequest("hostname", "give either --ordinal or --hostname, not both")
@@ -188,26 +230,32 @@ def worker(
         raise InvalidRequest("id", "give --id (or --hostname in static mode)")
     if mode == "static" and (ordinal is None or replicas is None):
         raise InvalidRequest("mode", "static mode needs --replicas and --ordinal or --hostname name-<ordinal>")
-    store = connect(store_url)
+    startup = _StartUp(store_url, worker_id, connect_timeout_s)
+    store = startup.attempt(lambda: connect(store_url))
     try:
-        group = Group(
-            store,
-            group_name,
-            partitions,
-            strategy,
-            settle_s=settle_s,
-            min_interval_s=min_interval_s,
-            heartbeat_s=heartbeat_s,
-            ttl_s=ttl_s,
-            update=update,
-            mode=mode,
-            ordinal=ordinal,
-            replicas=replicas,
-            min_members=min_members,
-            rebalance=rebalance,
-            max_in_flight=max_in_flight,
-        )
-        tracer = None if metrics_port is None else _metrics(group, worker_id, metrics_port)
+
+        def open_group() -> Group:
+            store.revision()  # the first request (an etcd store sends none when it is opened)
+            return Group(
+                store,
+                group_name,
+                partitions,
+                strategy,
+                settle_s=settle_s,
+                min_interval_s=min_interval_s,
+                heartbeat_s=heartbeat_s,
+                ttl_s=ttl_s,
+                update=update,
+                mode=mode,
+                ordinal=ordinal,
+                replicas=replicas,
+                min_members=min_members,
+                rebalance=rebalance,
+                max_in_flight=max_in_flight,
+            )
+
+        group = startup.attempt(open_group, store)
+        tracer = None if metrics_port is None else _metrics(group, worker_id, metrics_port, metrics_host)
         _run(
             group,
             worker_id,
@@ -216,20 +264,126 @@ def worker(
             tracer,
             history_retention_s=history_retention_s,
             replace=replace,
+            startup=startup,
         )
     finally:
         store.close()
 
 
-def _metrics(group: Group, worker_id: str, port: int) -> Tracer:
+class _StartUp:
+    """The worker's start-up (states in the module docstring): waits for a store that does not answer, logging
+    ``waiting for store <url>: <reason>`` per attempt (and per change of reason), and fails after ``timeout_s``.
+    Thread-safe: the member's steps report through :meth:`tracer` on the worker thread."""
+
+    def __init__(self, url: str, worker_id: str, timeout_s: float) -> None:
+        self.url = redact_url(url)
+        self.worker_id = worker_id
+        self.timeout_s = timeout_s
+        self.error: StoreUnavailable | None = None
+        self._deadline = time.monotonic() + timeout_s
+        self._lock = threading.Lock()
+        self._registered = threading.Event()
+        self._pause = _FIRST_PAUSE_S
+        self._next_log = 0.0
+        self._reason: str | None = None
+        self._last = ""  # the member's last start-up trace: "store_unavailable" or "id_taken"
+
+    def _left(self) -> float:
+        return self._deadline - time.monotonic()
+
+    def attempt(self, call: Callable[[], T], store: Store | None = None) -> T:
+        """``call()`` until it does not raise StoreUnavailable; each try bounded on ``store`` by min(1 s, what is
+        left); after the deadline, StoreUnavailable (exit 1) with the last reason."""
+        while True:
+            try:
+                if store is None:
+                    return call()
+                with store.time_limit(min(_ATTEMPT_S, max(self._left(), 0.001))):
+                    return call()
+            except StoreUnavailable as exc:
+                pause = self._failed(str(exc))
+                if self._left() <= 0:
+                    raise self._give_up() from exc
+            time.sleep(min(pause, max(self._left(), 0.0)))
+
+    def _failed(self, reason: str) -> float:
+        """Log one ``waiting for store`` line when the reason changed or the pause since the last line is over; the
+        pause doubles with each line (0.1 s to 2 s). Returns the pause before the next attempt."""
+        now = time.monotonic()
+        with self._lock:
+            pause = self._pause
+            if reason != self._reason or now >= self._next_log:
+                self._reason = reason
+                self._next_log = now + pause
+                self._pause = min(pause * 2, _MAX_PAUSE_S)
+                log.warning("waiting for store %s: %s", self.url, reason)
+        return pause
+
+    def _give_up(self) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"cannot reach the store {self.url} within {self.timeout_s:g} s (--connect-timeout): "
+            f"{self._reason or 'no answer yet'}"
+        )
+
+    def tracer(self, inner: Tracer | None) -> Tracer:
+        """The member's tracer: notes its registration and, before it, every step that met StoreUnavailable."""
+
+        def trace(kind: str, fields: Mapping[str, Any]) -> None:
+            if kind == "registered":
+                self._on_registered(fields)
+            elif kind in ("store_unavailable", "id_taken") and not self._registered.is_set():
+                self._last = kind
+                if kind == "store_unavailable":
+                    # the member traces this inside its ``except StoreUnavailable``: that exception is the reason
+                    self._failed(str(fields.get("reason") or sys.exception() or "the store did not answer"))
+            if inner is not None:
+                inner(kind, fields)
+
+        return trace
+
+    def _on_registered(self, fields: Mapping[str, Any]) -> None:
+        with self._lock:
+            if self.error is not None:
+                return  # gave up already: the worker is stopping
+            again = self._registered.is_set()
+            self._registered.set()
+        if again:
+            log.warning("worker %s registered again (lease %s)", self.worker_id, fields.get("lease"))
+        else:
+            log.info("worker %s registered with %s (lease %s)", self.worker_id, self.url, fields.get("lease"))
+
+    def watch(self, worker: Worker) -> None:
+        """Stop ``worker`` (and fail the command) if it has not registered by the deadline because the store does not
+        answer; runs on a daemon thread."""
+
+        def monitor() -> None:
+            if self._registered.wait(max(self._left(), 0.0)):
+                return
+            while not worker.stopped:
+                with self._lock:
+                    if self._registered.is_set():
+                        return
+                    if self._last != "id_taken":
+                        self.error = self._give_up()
+                if self.error is not None:
+                    with contextlib.suppress(BaseException):
+                        worker.stop(0)  # sets the stop flag; the run loop ends, the worker leaves
+                    return
+                self._registered.wait(0.2)  # the member decides about a live twin itself
+
+        threading.Thread(target=monitor, name=f"apportion-startup-{self.worker_id}", daemon=True).start()
+
+
+def _metrics(group: Group, worker_id: str, port: int, host: str = "127.0.0.1") -> Tracer:
     from apportion.metrics import MetricsTracer  # optional extra: raises InvalidRequest when missing
 
     tracer = MetricsTracer(group.name, worker_id, clock=group.clock)
+    where = f"[{host}]" if ":" in host else host
     try:
-        tracer.serve(port)
+        bound = tracer.serve(port, host)
     except OSError as exc:
-        raise InvalidRequest("metrics-port", f"cannot serve metrics on port {port}: {exc.strerror or exc}") from exc
-    logging.getLogger("apportion.worker").info("metrics on http://0.0.0.0:%d/metrics", port)
+        raise InvalidRequest("metrics-port", f"cannot serve metrics on {where}:{port}: {exc.strerror or exc}") from exc
+    log.info("metrics on http://%s:%d/metrics", where, bound)
     return tracer
 
 
@@ -254,6 +408,7 @@ def _run(
     *,
     history_retention_s: float = DEFAULT_RETENTION_S,
     replace: bool = False,
+    startup: _StartUp | None = None,
 ) -> None:
     stopping = threading.Event()
     holder: list[Worker] = []
@@ -290,6 +445,11 @@ def _run(
                 with contextlib.suppress(Fenced):
                     leases.setdefault(p, w.lease(p).epoch)
 
+    def started(worker: Worker) -> None:
+        holder.append(worker)
+        if startup is not None:
+            startup.watch(worker)
+
     thread = threading.Thread(target=committer, daemon=True)
     if commit_every_s > 0:
         thread.start()
@@ -300,11 +460,13 @@ def _run(
             callback("revoked"),
             callback("lost"),
             capacity=capacity,
-            on_started=holder.append,
-            tracer=tracer,
+            on_started=started,
+            tracer=tracer if startup is None else startup.tracer(tracer),
             history_retention_s=history_retention_s,
             replace=replace,
         )
+        if startup is not None and startup.error is not None:
+            raise startup.error
     finally:
         stopping.set()
         if thread.is_alive():

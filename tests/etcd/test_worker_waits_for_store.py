@@ -1,0 +1,148 @@
+"""`apportion worker` processes and a store they cannot reach at start-up (issue 14 item 7): an etcd port that is
+closed (exit 1 after --connect-timeout, one error line, the waiting logged), an etcd that starts 2 s after the worker
+(waited for, then used) and an SQLite file whose write lock another process holds while the worker opens it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.etcd_server import EtcdServer, free_port
+
+pytestmark = pytest.mark.slow
+
+
+class Worker:
+    """``apportion worker`` in its own process: JSON events from stdout, the log (stderr) in a file."""
+
+    def __init__(self, url: str, log: Path, *args: str) -> None:
+        self.log = log
+        self.events: list[dict[str, Any]] = []
+        self.started = time.monotonic()
+        with log.open("w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "apportion.cli", "worker", "--store", url, "--group", "g", "--id", "w1",
+                 "--partitions", "4", *args],
+                stdout=subprocess.PIPE, stderr=err, text=True,
+            )  # fmt: skip
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.events.append(json.loads(line))
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def owns_everything(self) -> bool:
+        owned: set[int] = set()
+        for event in list(self.events):
+            if event["event"] == "assigned":
+                owned |= set(event["partitions"])
+            elif event["event"] in ("revoked", "lost"):
+                owned -= set(event["partitions"])
+        return owned == {0, 1, 2, 3}
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(30)
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    started: list[Worker] = []
+    yield started
+    for w in started:
+        if w.proc.poll() is None:
+            w.proc.kill()
+        w.proc.wait(10)
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"expected {what} within {timeout_s} s")
+        time.sleep(0.05)
+
+
+def waiting_lines(text: str, url: str) -> list[str]:
+    return [line for line in text.splitlines() if f"waiting for store {url}: " in line]
+
+
+def test_a_closed_etcd_port_is_waited_for_then_exit_1_with_one_error_line(
+    tmp_path: Path, workers: list[Worker]
+) -> None:
+    url = f"etcd://127.0.0.1:{free_port()}"  # nothing listens there
+    w = Worker(url, tmp_path / "w1.log", "--connect-timeout", "2")
+    workers.append(w)
+    code = w.proc.wait(30)
+    elapsed = time.monotonic() - w.started
+    text = w.text()
+    assert code == 1, text
+    assert elapsed < 10, f"exited after {elapsed:.1f} s with --connect-timeout 2"
+    assert "Traceback" not in text
+    assert len(waiting_lines(text, url)) >= 2, text
+    errors = [line for line in text.splitlines() if line.startswith("apportion: error: ")]
+    assert errors == [f"apportion: error: cannot reach the store {url} within 2 s (--connect-timeout): "
+                      + errors[0].split("(--connect-timeout): ", 1)[1]], text  # fmt: skip
+    assert "connection refused" in errors[0]
+    assert text.splitlines()[-1] == errors[0]  # the last line: nothing after it
+    assert not [e for e in w.events if e["event"] == "assigned"]
+
+
+@pytest.mark.etcd
+def test_an_etcd_that_starts_2_s_after_the_worker_is_waited_for_and_used(
+    etcd_bin: str, tmp_path: Path, workers: list[Worker]
+) -> None:
+    client_port, peer_port = free_port(), free_port()
+    url = f"etcd://127.0.0.1:{client_port}"
+    w = Worker(url, tmp_path / "w1.log", "--connect-timeout", "30")
+    workers.append(w)
+    wait_for(lambda: bool(waiting_lines(w.text(), url)), 30, f"the worker to log that it waits for {url}")
+    time.sleep(max(0.0, 2.0 - (time.monotonic() - w.started)))
+    server = EtcdServer(etcd_bin, tmp_path / "etcd", "node0", client_port, peer_port,
+                        f"node0=http://127.0.0.1:{peer_port}")  # fmt: skip
+    server.start()
+    try:
+        server.wait_ready()
+        wait_for(w.owns_everything, 30, f"the worker to own every partition once etcd is up; its log:\n{w.text()}")
+        assert w.proc.poll() is None
+        assert w.stop() == 0, w.text()
+    finally:
+        server.stop()
+    text = w.text()
+    assert "worker w1 registered with " + url in text
+    assert "apportion: error" not in text and "Traceback" not in text
+
+
+def test_an_sqlite_file_locked_by_another_process_is_waited_for(tmp_path: Path, workers: list[Worker]) -> None:
+    """connect() itself fails here (the schema transaction cannot take the write lock within the URL's timeout)."""
+    path = tmp_path / "s.db"
+    url = f"sqlite:///{path}?timeout=0.3"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=WAL")
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        w = Worker(url, tmp_path / "w1.log", "--connect-timeout", "30")
+        workers.append(w)
+        wait_for(lambda: bool(waiting_lines(w.text(), url)), 30, "the worker to log that it waits for the lock")
+        assert "database is locked" in waiting_lines(w.text(), url)[0]
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    wait_for(w.owns_everything, 30, f"the worker to own every partition once the lock is free; its log:\n{w.text()}")
+    assert w.stop() == 0, w.text()
