@@ -334,8 +334,7 @@ class _StartUp:
             elif kind in ("store_unavailable", "id_taken") and not self._registered.is_set():
                 self._last = kind
                 if kind == "store_unavailable":
-                    # the member traces this inside its ``except StoreUnavailable``: that exception is the reason
-                    self._failed(str(fields.get("reason") or sys.exception() or "the store did not answer"))
+                    self._failed(str(fields.get("reason") or "the store did not answer"))
             if inner is not None:
                 inner(kind, fields)
 

@@ -330,8 +330,8 @@ class FencedMember:
             with self._lock:
                 self._lease_lost = True
             return now
-        except StoreUnavailable:
-            self._trace("store_unavailable")
+        except StoreUnavailable as exc:
+            self._trace("store_unavailable", reason=str(exc))
             return min(now + max(self.claim_retry_s, 0.05) * 2, self._lapse_at())
 
     def _lapse_at(self) -> float:
