@@ -69,15 +69,19 @@ def test_a_pipeline_worker_keeps_py4j_below_warning_in_its_log() -> None:
 
     from apportion.cli._pipeline import configure_logging
 
-    py4j, worker = logging.getLogger("py4j"), logging.getLogger("apportion.worker")
-    levels = (py4j.level, worker.level)
+    root, names = logging.getLogger(), ("py4j", "apportion", "apportion.worker")
+    levels = [root.level, *(logging.getLogger(n).level for n in names)]
     try:
         configure_logging()
+        root.setLevel(logging.WARNING)  # what basicConfig sets in a worker (pytest's handlers make it a no-op here)
         assert not logging.getLogger("py4j.clientserver").isEnabledFor(logging.INFO)
-        assert py4j.getEffectiveLevel() == logging.WARNING
+        assert not root.isEnabledFor(logging.INFO)  # py4j's "Exception while sending command." goes through root
+        assert logging.getLogger("apportion.spark._pipeline").isEnabledFor(logging.INFO)  # the event lines stay
+        assert not logging.getLogger("apportion.worker").isEnabledFor(logging.INFO)
     finally:
-        py4j.setLevel(levels[0])
-        worker.setLevel(levels[1])
+        root.setLevel(levels[0])
+        for name, level in zip(names, levels[1:], strict=True):
+            logging.getLogger(name).setLevel(level)
 
 
 def test_the_same_seed_plans_the_same_faults_and_every_kind_comes_up() -> None:

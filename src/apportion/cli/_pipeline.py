@@ -54,10 +54,12 @@ def readable_dir(path: str, option: str) -> None:
 
 
 def configure_logging() -> None:
-    """A worker's stderr: its JSON event lines and warnings. py4j logs every connection it closes at INFO (hundreds
-    of lines per worker) and, when a SIGTERM to the process group stops the JVM under a batch, the broken
-    connection with a traceback: both stay below WARNING (the pipeline reports the aborted batch itself)."""
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
+    """A worker's stderr: its JSON event lines (``apportion.*`` at INFO) and warnings. Everything else stays below
+    WARNING: py4j logs every connection it closes at INFO (hundreds of lines per worker) and, when a SIGTERM to the
+    process group stops the JVM under a batch or ``spark.stop()``, the broken connection with a traceback — some of
+    it through the root logger (``logging.info``); the pipeline reports the aborted batch itself."""
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(message)s")
+    logging.getLogger("apportion").setLevel(logging.INFO)
     logging.getLogger("apportion.worker").setLevel(logging.WARNING)  # the pipeline logs assignments itself
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
