@@ -93,7 +93,8 @@ def test_a_closed_etcd_port_is_waited_for_then_exit_1_with_one_error_line(
     elapsed = time.monotonic() - w.started
     text = w.text()
     assert code == 1, text
-    assert elapsed < 10, f"exited after {elapsed:.1f} s with --connect-timeout 2"
+    # slack for Python's start-up on a loaded machine; still well under the 30 s default
+    assert elapsed < 20, f"exited after {elapsed:.1f} s with --connect-timeout 2"
     assert "Traceback" not in text
     assert len(waiting_lines(text, url)) >= 2, text
     errors = [line for line in text.splitlines() if line.startswith("apportion: error: ")]
