@@ -126,7 +126,9 @@ def test_assign_survives_any_request(request: dict[str, Any], fmt: str) -> None:
     check_exit(result)
     if result.code == 0 and fmt == "json":
         out = json.loads(result.stdout)
-        assert out["stats"]["partitions"] == sum(len(v) for v in out["assignment"].values())
+        assigned = sum(len(v) for v in out["assignment"].values())
+        # every partition is assigned, unless there is nobody to assign to (found by a 10-minute fuzz run)
+        assert assigned == (out["stats"]["partitions"] if out["stats"]["members"] else 0)
 
 
 @FUZZ
