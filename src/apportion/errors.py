@@ -6,6 +6,7 @@ pyspark) are mapped at the boundary with ``raise ... from exc``.
 - ``ApportionError``   — root; ``exit_code`` is what the CLI exits with (1: a runtime fault).
 - ``InvalidRequest``   — bad input from the user (field + reason); the CLI exits 2.
 - ``StoreUnavailable`` — the store cannot be reached or locked in time.
+- ``CorruptRecord``    — a record in the store is not what apportion writes there (names the key); the CLI exits 2.
 - ``Conflict``         — a compare-and-set lost a race that the caller cannot retry on its own.
 - ``LeaseNotFound``    — the lease expired or was revoked (or never existed).
 - ``Compacted``        — a watch asked for history older than the store's compaction point.
@@ -36,6 +37,24 @@ class InvalidRequest(ApportionError):
 
 class StoreUnavailable(ApportionError):
     """The store cannot be reached, or a lock could not be taken in time."""
+
+
+class CorruptRecord(ApportionError):
+    """A record in the store is not what apportion writes there: tampered with, or written by something else.
+
+    Exit 2 (like a user mistake), not 1 (a runtime fault): the store's content is the operator's data, as much their
+    input as a command-line option, and retrying cannot heal it — every worker of the group would fail the same way
+    until someone rewrites or deletes the record — so the message names the key to fix and a supervisor that
+    restarts on runtime faults should not loop on it. ``key`` is None when the caller did not know it."""
+
+    exit_code = 2
+
+    def __init__(self, key: str | None, reason: str) -> None:
+        where = f"store record {key}" if key else "a store record"
+        reason = reason if len(reason) <= 300 else reason[:297] + "..."
+        super().__init__(f"{where} is corrupt: {reason}")
+        self.key = key
+        self.reason = reason
 
 
 class Conflict(ApportionError):
@@ -71,6 +90,7 @@ __all__ = [
     "ApportionError",
     "Compacted",
     "Conflict",
+    "CorruptRecord",
     "Fenced",
     "InvalidRequest",
     "LeaseNotFound",

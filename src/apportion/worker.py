@@ -38,7 +38,6 @@ from apportion.group import (
     Lease,
     RoundsMember,
     StaticMember,
-    decode,
     validate_group,
 )
 from apportion.group._coordinator import validate_settings
@@ -345,7 +344,7 @@ class Group:
             kv = store.get(Keys(name).resource)
             if kv is None:
                 raise InvalidRequest("partitions", f"group {name!r} has no resource definition yet: give partitions")
-            self.config = GroupConfig.from_json(decode(kv.value))
+            self.config = GroupConfig.from_record(kv)
             self.update = False
         else:
             self.config = GroupConfig(

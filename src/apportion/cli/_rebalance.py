@@ -11,8 +11,21 @@ from rich.table import Table
 
 from apportion.cli._app import app
 from apportion.cli._store import store_option
+from apportion.group import GroupConfig, Keys
 from apportion.group._coordinator import planned_moves, request_rebalance
-from apportion.store import connect
+from apportion.group._status import table_entry
+from apportion.store import Store, connect
+
+
+def _check_records(store: Store, group: str) -> None:
+    """The definition and the partition table a re-plan reads: CorruptRecord naming a corrupt key (exit 2) before
+    anything is planned or requested."""
+    keys = Keys(group)
+    kv = store.get(keys.resource)
+    if kv is not None:  # none: planned_moves says the group is unknown
+        GroupConfig.from_record(kv)
+    for entry in store.range(keys.tables):
+        table_entry(entry)
 
 
 @app.command()
@@ -24,6 +37,7 @@ def rebalance(store_url: str, group_name: str, dry_run: bool, as_json: bool) -> 
     """Plan a full re-assignment over the live members, print the moves, and (unless --dry-run) request it: the
     coordinator applies it as throttled migrations (ASSIGNED -> MIGRATING -> ONLINE)."""
     with connect(store_url) as store:
+        _check_records(store, group_name)
         moves = planned_moves(store, group_name)
         if not dry_run and moves:
             request_rebalance(store, group_name, time.time())

@@ -9,8 +9,9 @@ import click
 from apportion.cli._app import app
 from apportion.cli._store import read_group, store_option
 from apportion.errors import InvalidRequest
-from apportion.group import GroupConfig, Keys, decode
-from apportion.group._coordinator import read_table
+from apportion.group import GroupConfig, Keys
+from apportion.group._keys import decode_owner
+from apportion.group._status import table_entry
 from apportion.routing import partition_for
 
 
@@ -26,17 +27,19 @@ def route(store_url: str, group_name: str, key: str) -> None:
         kv = store.get(keys.resource)
         if kv is None:  # deleted since read_group looked
             raise InvalidRequest("group", f"group {group_name!r} has no resource definition")
-        config = GroupConfig.from_json(decode(kv.value))
+        # a corrupt record is CorruptRecord naming its key (exit 2): see apportion.errors
+        config = GroupConfig.from_record(kv)
         p = partition_for(key, config.partitions)
         owner_kv = store.get(keys.owner(p))
-        entry = read_table(store, group_name).get(p)
-    owner = None if owner_kv is None else decode(owner_kv.value)
+        owner = None if owner_kv is None else decode_owner(owner_kv)
+        entry_kv = store.get(keys.table(p))
+        entry = None if entry_kv is None else table_entry(entry_kv)
     out = {
         "key": key,
         "partition": p,
-        "owner": None if owner is None else owner["member"],
-        "epoch": None if owner is None else owner["epoch"],
-        "state": None if entry is None else entry[0].state.value,
-        "table_owner": None if entry is None else entry[0].holder,
+        "owner": None if owner is None else owner[0],
+        "epoch": None if owner is None else owner[1],
+        "state": None if entry is None else entry["state"],
+        "table_owner": None if entry is None else entry.get("target") or entry.get("owner"),
     }
     click.echo(json.dumps(out, sort_keys=True))

@@ -1,9 +1,16 @@
 """The resource definition of a group (seed 0, extension 2): partitions, strategy and timings, stored at ``resource``.
 
-Timings are durations in seconds. Defaults make a 3-worker group settle in about 2 s:
+Timings are durations in seconds, each at most ``MAX_SECONDS`` (one day: a longer one would overflow the waits
+that use it). Defaults make a 3-worker group settle in about 2 s:
 ``settle_s`` (RST) 0.5, ``min_interval_s`` (MRI) 1.0, ``heartbeat_s`` (HBI) 30, ``ttl_s`` (member lease) 3.
 ``stateful`` is seed 2's isStateful tag for every partition of the group: the ``high_availability`` strategy then
 moves an active only to a member whose replica of its state is within the acceptable recovery lag.
+
+Every field is checked on construction (types, ranges, the strategy's name, its options, the timings' order), so a
+definition that exists is a valid one: every path that writes ``resource`` (a worker creating the group or
+``--update``, ``Group(...)``) builds a ``GroupConfig`` first and writes nothing when that fails. Reading it back
+(:meth:`GroupConfig.from_record`) runs the same checks and names the key (``CorruptRecord``) when the stored value
+is not a valid definition.
 """
 
 from __future__ import annotations
@@ -16,13 +23,19 @@ from typing import Any
 
 from apportion.assign import OPTIONS
 from apportion.assign import STRATEGY_NAMES as STRATEGIES
-from apportion.errors import InvalidRequest
+from apportion.errors import CorruptRecord, InvalidRequest
+from apportion.group._keys import decode
 from apportion.model import MAX_PARTITIONS
+from apportion.store import KeyValue
+
+MAX_SECONDS = 86_400.0
 
 
 def _positive(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise InvalidRequest(name, f"must be a positive number of seconds, got {value!r}")
+    if value > MAX_SECONDS:
+        raise InvalidRequest(name, f"must be at most {MAX_SECONDS:,.0f} s (a day), got {value!r}")
     return float(value)
 
 
@@ -82,7 +95,13 @@ class GroupConfig:
         }
 
     @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> GroupConfig:
+    def from_json(cls, value: object, key: str | None = None) -> GroupConfig:
+        """A stored definition (``to_json``'s output); :class:`CorruptRecord` naming ``key`` when it is not a valid
+        one (missing or mistyped fields, values out of range). Unknown fields are ignored (a newer version's)."""
+        if not isinstance(value, Mapping):
+            raise CorruptRecord(key, f"a resource definition is a JSON object, got {type(value).__name__}")
+        if "partitions" not in value:
+            raise CorruptRecord(key, "the resource definition has no 'partitions'")
         try:
             return cls(
                 partitions=value["partitions"],
@@ -94,8 +113,13 @@ class GroupConfig:
                 options=value.get("options") or {},
                 stateful=value.get("stateful", False),
             )
-        except (KeyError, TypeError) as exc:
-            raise InvalidRequest("resource", f"stored resource definition is malformed: {exc}") from exc
+        except (InvalidRequest, TypeError) as exc:  # TypeError: an unhashable strategy name, say
+            raise CorruptRecord(key, str(exc)) from None
+
+    @classmethod
+    def from_record(cls, kv: KeyValue) -> GroupConfig:
+        """The definition stored in ``kv`` (the group's ``resource`` key), validated; CorruptRecord naming it."""
+        return cls.from_json(decode(kv.value, kv.key), kv.key)
 
 
-__all__ = ["STRATEGIES", "GroupConfig"]
+__all__ = ["MAX_SECONDS", "STRATEGIES", "GroupConfig"]

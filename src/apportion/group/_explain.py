@@ -19,8 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 from apportion.errors import InvalidRequest
+from apportion.group._config import GroupConfig
 from apportion.group._history import history
-from apportion.group._keys import Keys, decode
+from apportion.group._keys import Keys, decode_owner
 from apportion.store import Store
 
 EPOCH_EVENTS = ("claim", "release", "lost", "fenced", "migrated")
@@ -33,15 +34,14 @@ def explain(store: Store, group: str, partition: int) -> dict[str, Any]:
     resource = store.get(keys.resource)
     if resource is None:
         raise InvalidRequest("group", f"group {group!r} has no resource definition")
-    count = int(decode(resource.value)["partitions"])
+    count = GroupConfig.from_record(resource).partitions  # CorruptRecord naming the key (exit 2)
     if not 0 <= partition < count:
         raise InvalidRequest("partition", f"{partition} is not a partition of {group!r} (0..{count - 1})")
     owner_kv = store.get(keys.owner(partition))
     owner: str | None = None
     epoch: int | None = None
     if owner_kv is not None:
-        record = decode(owner_kv.value)
-        owner, epoch = str(record["member"]), int(record["epoch"])
+        owner, epoch = decode_owner(owner_kv)
     events = history(store, group)
     rounds = [e for e in events if e.get("type") == "round_closed"]
     timeline = _epoch_history(events, partition)

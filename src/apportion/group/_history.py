@@ -39,13 +39,16 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import math
 from typing import Any
 
-from apportion.errors import InvalidRequest, StoreUnavailable
+from apportion.errors import CorruptRecord, InvalidRequest, StoreUnavailable
 from apportion.group._keys import Keys, decode, encode
-from apportion.store import Delete, Put, Store, absent
+from apportion.store import Delete, KeyValue, Put, Store, absent
 from apportion.store._types import Compare, mod_revision_is
+
+log = logging.getLogger("apportion.history")
 
 EVENT_TYPES = (
     "registered",
@@ -124,7 +127,7 @@ def prune(store: Store, keys: Keys, cutoff: float) -> int:
         end = float(bucket + BUCKET_S)
         guard: Compare = absent(keys.history) if mark is None else mod_revision_is(keys.history, mark.mod_revision)
         ops: list[Delete | Put] = [Delete(f"{keys.events}{bucket:0{_BUCKET_DIGITS}d}/", prefix=True)]
-        if mark is None or float(decode(mark.value).get("expired_before", 0.0)) < end:
+        if mark is None or _expired_before(mark) < end:
             ops.append(Put(keys.history, encode({"expired_before": end})))
         result = store.txn([guard], ops)
         if result.succeeded:
@@ -136,7 +139,45 @@ def prune(store: Store, keys: Keys, cutoff: float) -> int:
 def history_expired_before(store: Store, group: str) -> float | None:
     """The time before which events may have been deleted by retention (None: nothing was ever pruned)."""
     kv = store.get(Keys(group).history)
-    return None if kv is None else float(decode(kv.value).get("expired_before", 0.0))
+    return None if kv is None else _expired_before(kv)
+
+
+def _expired_before(kv: KeyValue) -> float:
+    """The ``history`` mark; a corrupt one is only bookkeeping: warned about and read as 0 (the next prune
+    rewrites it)."""
+    try:
+        value = decode(kv.value, kv.key).get("expired_before", 0.0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise CorruptRecord(kv.key, f"'expired_before' must be a number of seconds, got {value!r:.80}")
+        return float(value)
+    except CorruptRecord as exc:
+        log.warning("%s (read as 0)", exc)
+        return 0.0
+
+
+def _event(kv: KeyValue) -> dict[str, Any] | None:
+    """One stored event, or None (with a warning) when it is not one: a history event never stops anyone."""
+    try:
+        record = decode(kv.value, kv.key)
+        parts, epochs, seq = record.get("partitions"), record.get("epochs"), record.get("seq", 0)
+        if parts is not None and not (isinstance(parts, list) and all(_is_int(p) for p in parts)):
+            raise CorruptRecord(kv.key, f"'partitions' must be a list of integers, got {parts!r:.80}")
+        if epochs is not None and not (
+            isinstance(epochs, list) and len(epochs) == len(parts or []) and all(_is_int(e) for e in epochs)
+        ):
+            raise CorruptRecord(kv.key, f"'epochs' must be a list, one per partition, got {epochs!r:.80}")
+        if not _is_int(seq) or not isinstance(record.get("type", ""), str):
+            raise CorruptRecord(kv.key, "'seq' must be an integer and 'type' a string")
+        if not _is_int(record.get("round", 0)) or not isinstance(record.get("participants", []), list):
+            raise CorruptRecord(kv.key, "'round' must be an integer and 'participants' a list")
+    except CorruptRecord as exc:
+        log.warning("%s (event skipped)", exc)
+        return None
+    return record
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def history(store: Store, group: str) -> list[dict[str, Any]]:
@@ -145,9 +186,8 @@ def history(store: Store, group: str) -> list[dict[str, Any]]:
     keys = Keys(group)
     rows: list[tuple[int, str, int, dict[str, Any]]] = []
     for kv in store.range(keys.events):
-        try:
-            record = decode(kv.value)
-        except ValueError:
+        record = _event(kv)
+        if record is None:
             continue
         record["revision"] = kv.mod_revision
         rows.append((kv.mod_revision, str(record.get("member", "")), int(record.get("seq", 0)), record))

@@ -23,6 +23,13 @@ The history's events live outside the watched prefix, under ``/apportion/.histor
 inside ``/apportion/``, so an etcd role limited to that prefix suffices, and in no group's prefix (group names start
 with a letter or digit). Everything apportion stores is under ``/apportion/``.
 
+Decoding: every value read back goes through :func:`decode` (a JSON object), :func:`decode_epoch` or
+:func:`decode_owner`, which raise :class:`~apportion.errors.CorruptRecord` naming the key when a record is not what
+apportion writes there (tampered with, or written by something else) — never a bare ValueError, KeyError or
+TypeError deep in the protocol. Whether that is fatal is the reader's choice: a record that decides ownership, a
+checkpoint or the definition is (the operator must fix or delete it); a history event or a round participation
+record is skipped with a warning.
+
 Group names and member ids: 1-128 characters ``[A-Za-z0-9._-]`` starting with a letter or digit; member ids
 ``plan`` and ``joined`` are reserved (they name keys of a round).
 """
@@ -33,7 +40,8 @@ import json
 import re
 from typing import Any
 
-from apportion.errors import InvalidRequest
+from apportion.errors import CorruptRecord, InvalidRequest
+from apportion.store import KeyValue
 
 ROOT = "/apportion/"
 HISTORY_ROOT = ROOT + ".history/"
@@ -129,15 +137,70 @@ def encode(value: dict[str, Any]) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
-def decode(raw: bytes) -> dict[str, Any]:
-    value = json.loads(raw)
+def decode(raw: bytes, key: str | None = None) -> dict[str, Any]:
+    """A stored JSON object; :class:`CorruptRecord` naming ``key`` when ``raw`` is not one."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError; RecursionError: deep nesting
+        raise CorruptRecord(key, f"not JSON ({str(exc)[:80]})") from None
     if not isinstance(value, dict):
-        raise ValueError("expected a JSON object")
+        raise CorruptRecord(key, f"expected a JSON object, got {_short(raw)}")
     return value
+
+
+def field(record: dict[str, Any], key: str | None, name: str, kind: type[Any], *, minimum: int | None = None) -> Any:
+    """``record[name]`` checked to be a ``kind`` (an int that is not a bool, at least ``minimum``): CorruptRecord
+    naming ``key`` otherwise."""
+    value = record.get(name)
+    ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+    if ok and minimum is not None:
+        ok = value is not None and value >= minimum
+    if not ok:
+        wanted = {int: "an integer", str: "a string", list: "a list", dict: "an object"}.get(kind, kind.__name__)
+        at_least = "" if minimum is None else f" >= {minimum}"
+        raise CorruptRecord(key, f"{name!r} must be {wanted}{at_least}, got {_short(value)}")
+    return value
+
+
+def decode_epoch(raw: bytes, key: str | None = None) -> int:
+    """``epoch/<p>``: the last epoch handed out, ASCII digits."""
+    text = raw.decode("ascii", "replace")
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise CorruptRecord(key, f"an epoch is a whole number, got {_short(raw)}")
+    return int(text)
+
+
+def decode_owner(kv: KeyValue) -> tuple[str, int]:
+    """``owner/<p>``: (member, epoch). Every owner record is written by a claim, bound to its owner's lease (a record
+    bound to none would never expire: the partition could never be claimed again) and naming a valid member id."""
+    record = decode(kv.value, kv.key)
+    member = field(record, kv.key, "member", str)
+    epoch = field(record, kv.key, "epoch", int, minimum=1)
+    if not _NAME.match(member) or member in RESERVED_IDS:
+        raise CorruptRecord(kv.key, f"{_short(member)} is not a member id")
+    if kv.lease == 0:
+        raise CorruptRecord(kv.key, "not bound to a lease (a claim always binds it to its owner's): it never expires")
+    return member, epoch
+
+
+def _short(value: object) -> str:
+    """A value for an error line: repr, at most 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def owner_value(member_id: str, epoch: int) -> bytes:
     return encode({"epoch": epoch, "member": member_id})
 
 
-__all__ = ["Keys", "decode", "encode", "owner_value", "validate_group", "validate_member_id"]
+__all__ = [
+    "Keys",
+    "decode",
+    "decode_epoch",
+    "decode_owner",
+    "encode",
+    "field",
+    "owner_value",
+    "validate_group",
+    "validate_member_id",
+]

@@ -46,7 +46,16 @@ from apportion.clock import Clock
 from apportion.errors import Fenced, InvalidRequest, LeaseNotFound, StoreUnavailable
 from apportion.group._config import GroupConfig
 from apportion.group._history import DEFAULT_RETENTION_S, Recorder
-from apportion.group._keys import Keys, decode, encode, owner_value, validate_member_id
+from apportion.group._keys import (
+    Keys,
+    decode,
+    decode_epoch,
+    decode_owner,
+    encode,
+    field,
+    owner_value,
+    validate_member_id,
+)
 from apportion.model import AssignRequest, Plan
 from apportion.store import Delete, Event, Get, Op, Put, Store, Watch, absent
 from apportion.store import Lease as StoreLease
@@ -301,7 +310,7 @@ class FencedMember:
 
     def checkpoint(self, partition: int) -> str | None:
         kv = self.store.get(self.keys.commit(partition))
-        return None if kv is None else str(decode(kv.value)["checkpoint"])
+        return None if kv is None else str(field(decode(kv.value, kv.key), kv.key, "checkpoint", str))
 
     # -- stepping ------------------------------------------------------------------------------------------
 
@@ -483,7 +492,7 @@ class FencedMember:
                 return
             kv = self.store.get(self.keys.resource) or kv
         self._update = False
-        self.config = GroupConfig.from_json(decode(kv.value))
+        self.config = GroupConfig.from_record(kv)  # CorruptRecord: this worker stops (exit 2) naming the key
         self._config_revision = kv.mod_revision
 
     def _config_changed(self, revision: int) -> None:
@@ -662,12 +671,14 @@ class FencedMember:
         for i, p in enumerate(chunk):
             owner_kvs, epoch_kvs = result.responses[2 * i], result.responses[2 * i + 1]
             assert isinstance(owner_kvs, list) and isinstance(epoch_kvs, list)
-            if epoch_kvs:
-                self._epochs[p] = (int(epoch_kvs[0].value), epoch_kvs[0].mod_revision)
+            if epoch_kvs:  # the fence's counter: a corrupt one cannot be guessed past (CorruptRecord: exit 2)
+                self._epochs[p] = (decode_epoch(epoch_kvs[0].value, epoch_kvs[0].key), epoch_kvs[0].mod_revision)
             else:
                 self._epochs[p] = (0, 0)
             if not owner_kvs:
                 free.append(p)
+            else:  # a record no claim wrote (bound to no lease) would hold p forever: say so instead of waiting
+                decode_owner(owner_kvs[0])
         if free and retry:
             return self._claim_chunk(now, lease, free, retry=False)
         return {}

@@ -30,9 +30,9 @@ from typing import Any, Unpack
 from apportion.assign import range_block
 from apportion.errors import InvalidRequest
 from apportion.group._config import GroupConfig
-from apportion.group._keys import Keys, decode, encode
+from apportion.group._keys import Keys, decode, encode, field
 from apportion.group._ownership import FencedMember, MemberOptions
-from apportion.store import Event, EventType, Put, Store
+from apportion.store import Event, EventType, KeyValue, Put, Store
 
 _HOSTNAME = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9.-]*)-(?P<ordinal>[0-9]+)$")
 
@@ -69,7 +69,12 @@ def set_replicas(store: Store, group: str, replicas: int) -> None:
 
 def stored_replicas(store: Store, group: str) -> int | None:
     kv = store.get(Keys(group).replicas)
-    return None if kv is None else int(decode(kv.value)["replicas"])
+    return None if kv is None else _replicas_of(kv)
+
+
+def _replicas_of(kv: KeyValue) -> int:
+    """The stored replica count (``{"replicas": n}``, n >= 1); CorruptRecord naming the key otherwise."""
+    return int(field(decode(kv.value, kv.key), kv.key, "replicas", int, minimum=1))
 
 
 class StaticMember(FencedMember):
@@ -118,12 +123,12 @@ class StaticMember(FencedMember):
     def _started(self, now: float, revision: int) -> None:
         if not self._published:  # once per process: a restart after a lapse must not undo a later scale
             kv = self.store.get(self.keys.replicas)
-            if kv is None or int(decode(kv.value)["replicas"]) != self.replicas:
+            if kv is None or _replicas_of(kv) != self.replicas:
                 self.store.txn([], [Put(self.keys.replicas, encode({"replicas": self.replicas}))])
             self._published = True
         kv = self.store.get(self.keys.replicas)
         if kv is not None:
-            self._replicas, self._replicas_revision = int(decode(kv.value)["replicas"]), kv.mod_revision
+            self._replicas, self._replicas_revision = _replicas_of(kv), kv.mod_revision
         self.phase = StaticPhase.RUNNING
         self._trace("static", ordinal=self.ordinal, replicas=self._replicas)
 
@@ -132,10 +137,10 @@ class StaticMember(FencedMember):
         if event.type is not EventType.PUT:
             return
         if kv.key == self.keys.replicas and kv.mod_revision > self._replicas_revision:
-            self._replicas, self._replicas_revision = int(decode(kv.value)["replicas"]), kv.mod_revision
+            self._replicas, self._replicas_revision = _replicas_of(kv), kv.mod_revision
             self._trace("static", ordinal=self.ordinal, replicas=self._replicas)
         elif kv.key == self.keys.resource and kv.mod_revision > self._config_revision:
-            self.config, self._config_revision = GroupConfig.from_json(decode(kv.value)), kv.mod_revision
+            self.config, self._config_revision = GroupConfig.from_record(kv), kv.mod_revision
 
     def _advance(self, now: float) -> float:
         self._recorder.prune(self.store, now)  # at most once a minute: the history's retention

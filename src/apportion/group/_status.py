@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from apportion.group._keys import Keys, decode
-from apportion.store import Store
+from apportion.errors import CorruptRecord
+from apportion.group._config import GroupConfig
+from apportion.group._coordinator import TableState
+from apportion.group._keys import Keys, decode, decode_epoch, decode_owner, field
+from apportion.store import KeyValue, Store
+
+log = logging.getLogger("apportion.status")
 
 
 def group_status(store: Store, group: str) -> dict[str, Any]:
@@ -17,6 +23,10 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     registered again under a new lease (it gave up that ownership and the record waits for its old lease to be
     revoked or to expire). Nobody processes such a partition; it is not counted in the member's ``partitions``.
 
+    A record that decides ownership (``resource``, ``latest``, the latest plan, ``owner/<p>``, ``epoch/<p>``,
+    ``commit/<p>``, ``table/<p>``, ``coordinator``, ``replicas``) and is not what apportion writes raises
+    ``CorruptRecord`` naming its key; a corrupt registration or participation record is skipped with a warning.
+
     Stateful groups (seed 2) also list, per partition, its ``standby`` and ``learners`` holders of the latest plan
     with the lag each reported in that round (``{member: lag or None}``)."""
     keys = Keys(group)
@@ -24,14 +34,14 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     resource: dict[str, Any] | None = None
     members: dict[str, dict[str, Any]] = {}
     owners: dict[int, dict[str, Any]] = {}
-    owner_leases: dict[int, int] = {}
+    owner_kvs: dict[int, KeyValue] = {}
     member_leases: dict[str, int] = {}
     epochs: dict[int, int] = {}
     commits: dict[int, dict[str, Any]] = {}
     current_round = 0
     latest_round = 0
-    plans: dict[int, dict[str, Any]] = {}
-    records: dict[int, dict[str, dict[str, Any]]] = {}  # round -> member -> participation record
+    plan_kvs: dict[int, KeyValue] = {}
+    record_kvs: dict[int, dict[str, KeyValue]] = {}  # round -> member -> participation record
     table: dict[str, dict[str, Any]] = {}
     extra: dict[str, Any] = {}
     prefix = keys.prefix
@@ -39,32 +49,44 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
         rest = kv.key[len(prefix) :]
         kind, _, name = rest.partition("/")
         if rest == "resource":
-            resource = decode(kv.value)
+            resource = GroupConfig.from_record(kv).to_json()
         elif rest == "current":
             current_round = kv.mod_revision
         elif rest == "latest":
-            latest_round = int(decode(kv.value)["round"])
+            latest_round = field(decode(kv.value, kv.key), kv.key, "round", int, minimum=0)
         elif kind == "members":
-            info = decode(kv.value)
-            members[name] = {"alive": True, "partitions": [], "capacity": info.get("capacity")}
+            members[name] = {"alive": True, "partitions": [], "capacity": _capacity(kv)}
             member_leases[name] = kv.lease
         elif kind == "owner" and name.isdigit():
-            owners[int(name)] = decode(kv.value)
-            owner_leases[int(name)] = kv.lease
+            member, epoch = decode_owner(kv)
+            owners[int(name)] = {"member": member, "epoch": epoch}
+            owner_kvs[int(name)] = kv
         elif kind == "epoch" and name.isdigit():
-            epochs[int(name)] = int(kv.value)
+            epochs[int(name)] = decode_epoch(kv.value, kv.key)
         elif kind == "commit" and name.isdigit():
-            commits[int(name)] = decode(kv.value)
+            commits[int(name)] = decode(kv.value, kv.key)
+            field(commits[int(name)], kv.key, "checkpoint", str)
         elif kind == "table" and name.isdigit():
-            table[name] = decode(kv.value)
-        elif rest in ("coordinator", "replicas"):
-            extra[rest] = decode(kv.value)
-        elif kind == "round" and name.endswith("/plan"):
-            plans[int(name.split("/", 1)[0])] = decode(kv.value)
+            table[name] = table_entry(kv)
+        elif rest == "coordinator":
+            extra[rest] = decode(kv.value, kv.key)
+            field(extra[rest], kv.key, "member", str)
+        elif rest == "replicas":
+            extra[rest] = decode(kv.value, kv.key)
+            field(extra[rest], kv.key, "replicas", int, minimum=1)
+        elif kind == "round" and name.endswith("/plan") and name.split("/", 1)[0].isdigit():
+            plan_kvs[int(name.split("/", 1)[0])] = kv
         elif kind == "round" and name.count("/") == 1 and not name.endswith("/joined"):
             head, _, mid = name.partition("/")
             if head.isdigit():
-                records.setdefault(int(head), {})[mid] = decode(kv.value)
+                record_kvs.setdefault(int(head), {})[mid] = kv
+    for p, kv in owner_kvs.items():  # a claim writes owner/p and epoch/p together, with the same epoch
+        if p not in epochs or owners[p]["epoch"] > epochs[p]:
+            last = "none" if p not in epochs else str(epochs[p])
+            raise CorruptRecord(kv.key, f"epoch {owners[p]['epoch']} is above the last one handed out ({last})")
+    owner_leases = {p: kv.lease for p, kv in owner_kvs.items()}
+    plan = None if latest_round not in plan_kvs else _plan(plan_kvs[latest_round])
+    records = {latest_round: _records(record_kvs.get(latest_round, {}))}
     n = int(resource["partitions"]) if resource else max([*owners, *epochs, *commits, -1]) + 1
     partitions: dict[str, dict[str, Any]] = {}
     for p in range(n):
@@ -80,7 +102,6 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
             partitions[str(p)]["lapsing"] = lapsing
             entry = members.setdefault(owner["member"], {"alive": False, "partitions": []})
             entry.setdefault("lapsing" if lapsing else "partitions", []).append(str(p))
-    plan = plans.get(latest_round)
     if plan is not None:
         for mid in plan["participants"]:
             members.setdefault(mid, {"alive": False, "partitions": []})
@@ -102,4 +123,56 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     }
 
 
-__all__ = ["group_status"]
+def _capacity(kv: KeyValue) -> object:
+    """A registration's capacity; a corrupt registration only loses it (the key's lease is what makes a member)."""
+    try:
+        return decode(kv.value, kv.key).get("capacity")
+    except CorruptRecord as exc:
+        log.warning("%s (skipped)", exc)
+        return None
+
+
+def table_entry(kv: KeyValue) -> dict[str, Any]:
+    """A partition table entry ``{owner, target, state}`` (coordinator mode), checked; CorruptRecord naming it."""
+    entry = decode(kv.value, kv.key)
+    states = [s.value for s in TableState]
+    if entry.get("state") not in states:
+        raise CorruptRecord(kv.key, f"'state' must be one of {', '.join(states)}, got {entry.get('state')!r:.80}")
+    for name in ("owner", "target"):
+        if entry.get(name) is not None:
+            field(entry, kv.key, name, str)
+    return entry
+
+
+def _plan(kv: KeyValue) -> dict[str, Any]:
+    """The latest round's plan: ``participants`` and the replicas (``standby``, ``learners``: member -> [p])."""
+    plan = decode(kv.value, kv.key)
+    participants = field(plan, kv.key, "participants", list)
+    if not all(isinstance(m, str) for m in participants):
+        raise CorruptRecord(kv.key, "'participants' must be a list of member ids")
+    for kind in ("standby", "learners"):
+        replicas = plan.get(kind, {})
+        ok = isinstance(replicas, dict) and all(
+            isinstance(parts, list) and all(isinstance(p, int) for p in parts) for parts in replicas.values()
+        )
+        if not ok:
+            raise CorruptRecord(kv.key, f"{kind!r} must map member ids to lists of partitions")
+    return plan
+
+
+def _records(kvs: dict[str, KeyValue]) -> dict[str, dict[str, Any]]:
+    """Participation records of one round; a corrupt one is skipped with a warning (it only reports lags)."""
+    out: dict[str, dict[str, Any]] = {}
+    for mid, kv in kvs.items():
+        try:
+            record = decode(kv.value, kv.key)
+            if not isinstance(record.get("lag") or {}, dict):
+                raise CorruptRecord(kv.key, f"'lag' must be an object, got {record.get('lag')!r:.80}")
+        except CorruptRecord as exc:
+            log.warning("%s (skipped)", exc)
+            continue
+        out[mid] = record
+    return out
+
+
+__all__ = ["group_status", "table_entry"]
