@@ -138,7 +138,7 @@ def _table(keys: Keys, kvs: Sequence[KeyValue]) -> dict[int, tuple[Entry, int]]:
     for kv in kvs:
         name = kv.key[len(keys.tables) :]
         if name.isdigit():
-            out[int(name)] = (Entry.from_json(decode(kv.value)), kv.mod_revision)
+            out[int(name)] = (Entry.from_json(decode(kv.value, kv.key)), kv.mod_revision)
     return out
 
 
@@ -230,7 +230,7 @@ def planned_moves(store: Store, group: str, planner: Planner = default_planner) 
     kv = store.get(keys.resource)
     if kv is None:
         raise InvalidRequest("group", f"group {group!r} has no resource definition")
-    config = GroupConfig.from_json(decode(kv.value))
+    config = GroupConfig.from_record(kv)
     table = {p: e for p, (e, _) in read_table(store, group).items()}
     if not table:
         return []
@@ -310,7 +310,7 @@ class CoordinatorMember(FencedMember):
 
     def _on_event(self, event: Event) -> None:
         if event.kv.key == self.keys.resource and event.kv.mod_revision > self._config_revision:
-            self.config, self._config_revision = GroupConfig.from_json(decode(event.kv.value)), event.kv.mod_revision
+            self.config, self._config_revision = GroupConfig.from_record(event.kv), event.kv.mod_revision
         for tracked in (self._coordinator, self._rebalance, self._members, self._tables):
             if tracked.on_event(event):
                 return

@@ -130,7 +130,7 @@ def read_plan(kv: KeyValue, store: Store) -> dict[str, Any]:
         per_store = _PLAN_CACHE.setdefault(owner, {})
         cached = per_store.get((kv.key, kv.mod_revision))
     if cached is None:
-        cached = decode(kv.value)
+        cached = decode(kv.value, kv.key)
         with _PLAN_CACHE_LOCK:
             if len(per_store) > 8:
                 per_store.clear()
@@ -229,7 +229,7 @@ class RoundsMember(FencedMember):
             self._open(now, 0)
             return now
         if cur.mod_revision != self._round:
-            value = decode(cur.value)
+            value = decode(cur.value, cur.key)
             self._round = cur.mod_revision
             self._opened_at = float(value.get("opened_at", now))
             self._first_seen = now
@@ -293,7 +293,7 @@ class RoundsMember(FencedMember):
         elif key == self.keys.resource:
             if event.type is EventType.PUT and event.kv.mod_revision > self._config_revision:
                 self._config_revision = event.kv.mod_revision
-                self.config = GroupConfig.from_json(decode(event.kv.value))
+                self.config = GroupConfig.from_record(event.kv)
                 self._need(event.revision)
         elif key.startswith(self.keys.members):
             mid = key[len(self.keys.members) :]
@@ -424,7 +424,7 @@ class RoundsMember(FencedMember):
         ids = sorted(records)
         config_kv = self.store.get(self.keys.resource)
         if config_kv is not None and config_kv.mod_revision != self._config_revision:
-            self.config = GroupConfig.from_json(decode(config_kv.value))
+            self.config = GroupConfig.from_record(config_kv)
             self._config_revision = config_kv.mod_revision
         config = self.config
         previous = self._previous_plan()
@@ -499,7 +499,7 @@ class RoundsMember(FencedMember):
             if m in joined or m == self.id:
                 continue
             kv = self.store.get(self.keys.member(m))
-            if kv is not None and decode(kv.value).get("revoking"):
+            if kv is not None and decode(kv.value, kv.key).get("revoking"):
                 awaited.append(m)
         return awaited
 
@@ -507,7 +507,7 @@ class RoundsMember(FencedMember):
         latest = self.store.get(self.keys.latest)
         if latest is None:
             return None
-        kv = self.store.get(self.keys.plan(int(decode(latest.value)["round"])))
+        kv = self.store.get(self.keys.plan(int(decode(latest.value, latest.key)["round"])))
         return None if kv is None else read_plan(kv, self.store)
 
     def _apply_plan(self, now: float, rnd: int, plan: Mapping[str, Any]) -> None:
