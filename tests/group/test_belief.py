@@ -163,3 +163,15 @@ def test_replace_fences_the_live_holder_of_the_id() -> None:
     original.step(h.clock.now())
     assert lost and lost[0] == [0, 1, 2, 3]
     assert original.owned() == []
+
+
+def test_a_corrupt_participation_record_leaves_that_member_out_of_the_cut() -> None:
+    """Participation records only inform the cut: a garbage one is skipped with a warning (not a stopped worker)."""
+    h = Harness(CONFIG)
+    a = h.add("a")
+    h.run(0.1)  # a opened a round and joined it; the round closes after the settle time
+    rnd = a.round
+    assert rnd > 0 and a.plan_round != rnd
+    h.store.put(Keys(h.group).participation(rnd, "zz"), b"not json")
+    h.run(2.0)
+    assert a.owned() == [0, 1, 2, 3]

@@ -58,12 +58,13 @@ Partitions kept across rounds are not revoked (cooperative, KIP-429).
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Unpack
 
-from apportion.errors import InvalidRequest
+from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.group._config import GroupConfig
 from apportion.group._keys import decode, encode
 from apportion.group._ownership import (
@@ -84,6 +85,8 @@ ReplicaLags = Callable[[], Mapping[int, int]]
 """partition -> lag of the replica (standby or learner) this member holds of it; called when joining a round."""
 ReplicasCallback = Callable[[list[int], list[int]], None]
 """``on_replicas(standby, learners)``: the replicas the current plan gives this member (called when they change)."""
+
+log = logging.getLogger(__name__)
 
 
 class Phase(enum.Enum):
@@ -430,7 +433,15 @@ class RoundsMember(FencedMember):
         previous = self._previous_plan()
         if self._awaited(previous, records, now):
             return False
-        participants = {name: decode(value) for name, value in records.items()}
+        participants: dict[str, dict[str, Any]] = {}
+        for name, raw in records.items():
+            try:
+                participants[name] = decode(raw, self.keys.participation(rnd, name))
+            except CorruptRecord as exc:  # it only informs the cut: that member takes no part in this round
+                log.warning("round %d: %s; member %s left out of the cut", rnd, exc, name)
+        if not participants:
+            return False
+        ids = sorted(participants)
         kept = (
             previous is not None
             and previous.get("participants") == ids
