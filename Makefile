@@ -20,7 +20,7 @@ demo: $(STAMP) check-java
 
 test: $(STAMP) check-java
 	bash scripts/ensure-etcd.sh
-	$(PY) -m pytest -n 2 --dist loadgroup -q
+	$(PY) -m pytest -n 2 --dist loadgroup -q --durations=15
 
 soak: $(STAMP)
 	APPORTION_SOAK=1 $(PY) -m pytest -q tests -m slow -n 2

@@ -1,7 +1,7 @@
 """The pipeline nemesis (issue 14 item 10b): random kill -9, SIGSTOP/SIGCONT and SIGTERM of random pipeline workers
 beside `stress-ng --cpu 1`, then exactly once (output and state) and zero ownership overlaps.
 
-The short run is part of `make test` (3 workers, 5 faults); `make soak` (APPORTION_SOAK=1) runs 36 faults. The seed
+The short run is part of `make test` (3 workers, 3 faults); `make soak` (APPORTION_SOAK=1) runs 36 faults. The seed
 is printed; APPORTION_NEMESIS_SEED=<seed> replays the same faults (kinds, victims, gaps, hold times) in the same
 order. APPORTION_NEMESIS_FAULTS overrides the number of faults.
 """
@@ -19,7 +19,9 @@ import pytest
 
 from apportion.spark._nemesis import Incarnation, NemesisConfig, belief_overlaps, run_nemesis, schedule
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+# its own xdist group: it runs beside the other Spark tests (on the other xdist worker, with its own Spark session),
+# so that make test's longest group is not the sum of the demo and the nemesis
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("nemesis")]
 
 SOAK = os.environ.get("APPORTION_SOAK") == "1"
 
@@ -37,7 +39,7 @@ def test_pipeline_workers_survive_random_kills_freezes_and_stops_beside_a_cpu_ho
     if shutil.which("stress-ng") is None:
         pytest.skip("stress-ng is not installed (apt-get install -y stress-ng)")
     seed = _seed()
-    faults = int(os.environ.get("APPORTION_NEMESIS_FAULTS", "36" if SOAK else "5"))
+    faults = int(os.environ.get("APPORTION_NEMESIS_FAULTS", "36" if SOAK else "3"))
     sizes: dict[str, Any] = {"records": 120_000, "keys": 5_000} if SOAK else {}
     config = NemesisConfig(tmp_path / "nemesis", seed=seed, faults=faults, **sizes)
     lines: list[str] = []

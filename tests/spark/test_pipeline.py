@@ -164,7 +164,7 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
     processes += [pipeline_process(url, log_dir, out_dir, w, pause_s=PAUSE_S) for w in ("w1", "w2")]
     wait_for(
         lambda: any(w.of("pausing") for w in processes),
-        90,
+        300,  # Spark's start-up and warm-up: ~40 s idle, 90 s+ on a loaded CI machine (polled: no cost when fast)
         "a first batch to pause before its commit",
         lambda: timeline(processes),
     )
@@ -175,7 +175,7 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
     processes.append(late)
     wait_for(
         lambda: bool(frozen.of("pausing")),
-        60,
+        180,
         f"{frozen.id} to take over and pause before its commit",
         lambda: timeline(processes),
     )
