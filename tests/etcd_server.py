@@ -37,10 +37,19 @@ class TlsFiles:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports: all sockets are held open until every port is known (one socket at a
+    time, the kernel hands the same port out again: a cluster once got one peer port twice)."""
+    with contextlib.ExitStack() as stack:
+        ports: list[int] = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
 
 
 class EtcdServer:
@@ -196,8 +205,8 @@ class EtcdServer:
     @contextlib.contextmanager
     def single(cls, binary: str, data_dir: Path, *, tls: TlsFiles | None = None) -> Iterator[EtcdServer]:
         """One fresh member; stopped (and waited for) on exit."""
-        peer_port = free_port()
-        server = cls(binary, data_dir, "node0", free_port(), peer_port, f"node0=http://127.0.0.1:{peer_port}", tls)
+        peer_port, client_port = free_ports(2)
+        server = cls(binary, data_dir, "node0", client_port, peer_port, f"node0=http://127.0.0.1:{peer_port}", tls)
         try:
             server.start()
             server.wait_ready()
@@ -212,10 +221,11 @@ class EtcdServer:
     ) -> Iterator[EtcdCluster]:
         """``n`` fresh members forming one cluster; all stopped on exit. ``raft_args=()``: etcd's default timings
         (heartbeat 100 ms, election timeout 1 s), as a production cluster runs."""
-        peers = [free_port() for _ in range(n)]
+        ports = free_ports(2 * n)
+        peers, clients = ports[:n], ports[n:]
         initial = ",".join(f"node{i}=http://127.0.0.1:{port}" for i, port in enumerate(peers))
         members = [
-            cls(binary, data_dir / f"node{i}", f"node{i}", free_port(), peers[i], initial, raft_args=raft_args)
+            cls(binary, data_dir / f"node{i}", f"node{i}", clients[i], peers[i], initial, raft_args=raft_args)
             for i in range(n)
         ]
         cluster = EtcdCluster(members)

@@ -161,7 +161,7 @@ def test_a_zombies_changelog_appends_are_never_restored(spark: Any, tmp_path: Pa
 
 PROCESS_OPTIONS = [
     "--strategy", "high_availability", "--option", "max_warmup_replicas=2", "--option", "num_standby_replicas=1",
-    "--option", "acceptable_recovery_lag=8000", "--option", "probing_rebalance_interval_s=2.0",
+    "--option", "acceptable_recovery_lag=12000", "--option", "probing_rebalance_interval_s=2.0",
     "--restore-batch", "20000",
 ]  # fmt: skip
 
@@ -229,16 +229,18 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
         def produce_more() -> None:  # input keeps flowing during the rebalances
             with Producer(log, "r", batch_records=200) as producer:
                 i = 0
+                # 2,000 records/s: under a loaded CI machine the standbys' lags stayed near 7,500 at 4,000/s, around
+                # the readiness threshold, and high_availability kept re-planning as readiness flipped (no hysteresis)
                 while not stop_producing.wait(0.1):
-                    producer.send_many((f"k{(i + j) * 7919 % 60000}", f"more{i + j}") for j in range(400))
-                    i += 400
+                    producer.send_many((f"k{(i + j) * 7919 % 60000}", f"more{i + j}") for j in range(200))
+                    i += 200
 
         producer_thread = threading.Thread(target=produce_more, daemon=True)
         producer_thread.start()
         try:
             start("w4")
             members.add("w4")
-            wait_for(lambda: settled(store, members, partitions), 180, "4 workers to settle, no learner left",
+            wait_for(lambda: settled(store, members, partitions), 300, "4 workers to settle, no learner left",
                      lambda: timeline(processes))  # fmt: skip
             w4 = processes[-1]
             wait_for(lambda: len(w4.of("restored")) >= 2, 60, "w4 to restore the state of its two actives",
