@@ -222,7 +222,7 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
         start(wid)
     with connect(url) as store:
         members = {"w1", "w2", "w3"}
-        wait_for(lambda: sum(lag(store, "g", log, "r").values()) == 0 and settled(store, members, partitions), 120,
+        wait_for(lambda: sum(lag(store, "g", log, "r").values()) == 0 and settled(store, members, partitions), 300,
                  "3 workers to process the input and settle")  # fmt: skip
         stop_producing = threading.Event()
 
@@ -243,7 +243,7 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
             wait_for(lambda: settled(store, members, partitions), 300, "4 workers to settle, no learner left",
                      lambda: timeline(processes))  # fmt: skip
             w4 = processes[-1]
-            wait_for(lambda: len(w4.of("restored")) >= 2, 60, "w4 to restore the state of its two actives",
+            wait_for(lambda: len(w4.of("restored")) >= 2, 180, "w4 to restore the state of its two actives",
                      lambda: timeline(processes))  # fmt: skip
             w4_learned = [e for e in w4.of("replicas") if e["learners"]]
             up = moves(processes)
@@ -252,12 +252,12 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
             processes[0].signal(signal.SIGTERM)
             assert processes[0].proc.wait(60) == 0, processes[0].tail()
             members.discard("w1")
-            wait_for(lambda: settled(store, members, partitions), 60, "3 workers to settle again",
+            wait_for(lambda: settled(store, members, partitions), 180, "3 workers to settle again",
                      lambda: timeline(processes))  # fmt: skip
         finally:
             stop_producing.set()
             producer_thread.join(30)
-        wait_for(lambda: sum(lag(store, "g", log, "r").values()) == 0, 120, "all input processed")
+        wait_for(lambda: sum(lag(store, "g", log, "r").values()) == 0, 300, "all input processed")
     # (moves from w1 while the first three started are not scale-down: a learner that was vacuously ready when nothing
     # was committed yet may have a whole first batch to replay)
     down = [h for h in moves(processes) if h["source"] == "w1" and h["time"] >= leaving_at]
