@@ -96,6 +96,14 @@ class Fleet:
             time.sleep(0.1)
         raise AssertionError(f"the group did not settle within {deadline_s}s: {self.owned()}")
 
+    def wait_commits(self, count: int, deadline_s: float) -> None:
+        """At least ``count`` accepted commits since now (the group is working before the fault)."""
+        since = time.time()
+        deadline = time.monotonic() + deadline_s
+        while len(self.since(since, "commit")) < count:
+            assert time.monotonic() < deadline, f"fewer than {count} commits within {deadline_s}s"
+            time.sleep(0.05)
+
     def wait_all_owned(self, deadline_s: float) -> None:
         deadline = time.monotonic() + deadline_s
         while time.monotonic() < deadline:
@@ -173,7 +181,7 @@ def test_killing_the_etcd_leader_loses_no_partition(default_cluster: EtcdCluster
         rotated = endpoints[i % 3 :] + endpoints[: i % 3]
         fleet.join(f"w{i}", "etcd://" + ",".join(rotated))
     fleet.wait_balanced(30)
-    time.sleep(1.0)  # let the first round's commits flow
+    fleet.wait_commits(PARTITIONS, 30)
     leader = default_cluster.leader()
     killed_at = time.time()
     default_cluster.kill(leader)
@@ -206,7 +214,7 @@ def test_a_worker_whose_only_endpoint_freezes_ends_its_belief_on_time(
     for i in range(1, 4):
         fleet.join(f"w{i}", "etcd://" + ",".join(m.endpoint for m in (leader, other)))
     fleet.wait_balanced(30)
-    time.sleep(1.0)
+    fleet.wait_commits(PARTITIONS, 30)
     held = fleet.workers["w0"].owned()
     assert held, "w0 should own partitions before the fault"
     follower.freeze()
@@ -246,7 +254,7 @@ def test_quorum_loss_and_return_no_commit_after_on_lost_and_clear_reasons(
         rotated = endpoints[i % 3 :] + endpoints[: i % 3]
         fleet.join(f"w{i}", "etcd://" + ",".join(rotated))
     fleet.wait_balanced(30)
-    time.sleep(1.0)
+    fleet.wait_commits(PARTITIONS, 30)
     survivor, *killed = default_cluster.members
     down_at = time.time()
     for member in killed:

@@ -11,13 +11,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.etcd_server import EtcdServer, free_port
+from tests.group.test_processes import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -69,14 +70,6 @@ def workers() -> Iterator[list[Worker]]:
         if w.proc.poll() is None:
             w.proc.kill()
         w.proc.wait(10)
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"expected {what} within {timeout_s} s")
-        time.sleep(0.05)
 
 
 def waiting_lines(text: str, url: str) -> list[str]:

@@ -183,8 +183,9 @@ class FencedMember:
         self._to_release: dict[int, int] = {}
         # partitions fenced by commit (-> epoch), awaiting on_lost and release on the stepping thread
         self._fenced: dict[int, int] = {}
-        self._cleanup: list[Callable[[], None]] = []  # store work left by a lapse (revoke, lost event), in order
+        # store work a lapse left for later, done by _clean_up before the member registers again
         self._dead_leases: list[StoreLease] = []  # lapsed leases not yet revoked
+        self._unrecorded: list[dict[str, Any]] = []  # "lost" history events not yet written: fields (time first)
         self._renew_failing = False
         self._replace = replace
         self._taken_since: tuple[int, float] | None = None  # (lease, since when) of another holder of this id
@@ -380,12 +381,16 @@ class FencedMember:
         return self.store.time_limit(left)
 
     def _clean_up(self) -> None:
-        """Finish what lapses left undone (revoke the old lease, record the loss), oldest first; a store that still
-        does not answer raises StoreUnavailable and the step is retried (the member registers again only after)."""
-        while self._cleanup:
-            with contextlib.suppress(LeaseNotFound):  # the lease is gone already: nothing left to free
-                self._cleanup[0]()
-            self._cleanup.pop(0)
+        """Finish what lapses left undone: revoke the old leases, then record the losses, oldest first; a store that
+        still does not answer raises StoreUnavailable and the step is retried (the member registers again only
+        after). Revoking a lease that is gone already is not an error (the contract)."""
+        while self._dead_leases:
+            self.store.revoke(self._dead_leases[0])
+            self._dead_leases.pop(0)
+        while self._unrecorded:
+            fields = dict(self._unrecorded[0])
+            self._put_event("lost", fields.pop("time"), **fields)
+            self._unrecorded.pop(0)
 
     def _advance(self, now: float) -> float:
         """The protocol's part of a step (the member is started and not busy); returns the next deadline."""
@@ -517,14 +522,9 @@ class FencedMember:
         self._trace("lost", partitions=lost, epochs=epochs, reason=reason)
         if lease is not None:
             self._dead_leases.append(lease)
-            self._cleanup.append(lambda: self._revoke_dead(lease))
         if lost:
-            self._cleanup.append(lambda: self._put_event("lost", now, partitions=lost, epochs=epochs, reason=reason))
+            self._unrecorded.append({"time": now, "partitions": lost, "epochs": epochs, "reason": reason})
         self._call(self._on_lost, lost)
-
-    def _revoke_dead(self, lease: StoreLease) -> None:
-        self.store.revoke(lease)
-        self._dead_leases.remove(lease)
 
     def _reset(self) -> None:
         """Forget the protocol state after a lapse; the member starts over (hook)."""
