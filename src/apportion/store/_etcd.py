@@ -217,14 +217,17 @@ class EtcdConfig:
 
     @classmethod
     def parse(cls, url: str) -> EtcdConfig:
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
+        scheme, _, rest = url.partition("://")
+        scheme = scheme.lower()
         if scheme not in ("etcd", "etcds"):
-            raise InvalidRequest("url", f"{url!r} is not an etcd:// or etcds:// URL")
+            raise InvalidRequest("url", f"{redact_url(url)!r} is not an etcd:// or etcds:// URL")
+        # The credentials run to the last '@' (as redact_url reads them), so a password with an unencoded '/', '?' or
+        # '#' is still a password: never cut into a host name that an error message would show.
+        credentials, at, rest = rest.rpartition("@")
+        parts = urlsplit(f"{scheme}://{rest}")
         netloc = parts.netloc
         user = password = None
-        if "@" in netloc:
-            credentials, netloc = netloc.rsplit("@", 1)
+        if at:
             user_part, sep, password_part = credentials.partition(":")
             if not user_part or not sep:
                 raise InvalidRequest("url", "credentials must be given as user:password@")
