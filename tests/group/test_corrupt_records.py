@@ -36,7 +36,7 @@ CORRUPT = {
     "epoch/3": [b"abc", b"-1"],
     "commit/3": [b"{", b'{"epoch": 1}'],
     "latest": [b"garbage", b'{"round": "x"}'],
-    "table/3": [b"garbage", b'{"state": "FLYING"}'],
+    "table/3": [b"garbage", b'{"state": "FLYING"}', b'{"owner": 5, "state": "online"}', b'{"owner": "w1"}'],
 }
 
 
@@ -185,8 +185,10 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
         ("resource", b"[1,2]", ["--partitions", "4"]),
         ("epoch/3", b"abc", []),
         ("owner/3", b'{"epoch":1,"member":"ghost"}', []),
+        ("table/3", b'{"state": "FLYING"}', ["--mode", "coordinator"]),
+        ("table/3", b'{"owner": 5, "state": "online"}', ["--mode", "coordinator"]),
     ],
-    ids=["definition", "huge-definition", "definition-with-partitions", "epoch", "foreign-owner"],
+    ids=["definition", "huge-definition", "definition-with-partitions", "epoch", "foreign-owner", "table", "table-owner"],
 )
 def test_a_worker_on_a_corrupt_record_exits_2_naming_the_key(
     key: str, value: bytes, args: list[str], tmp_path: Path
@@ -255,3 +257,13 @@ def test_the_python_api_names_a_corrupt_stored_definition() -> None:
         store.put(KEYS.resource, b'{"partitions": 4, "heartbeat_s": 0}')
         with pytest.raises(CorruptRecord, match=f"store record {KEYS.resource} is corrupt: heartbeat_s: "):
             Group(store, "g")
+
+
+@pytest.mark.parametrize("args", BAD_DEFINITIONS, ids=" ".join)
+def test_a_bad_definition_never_creates_a_store_file(args: list[str], tmp_path: Path) -> None:
+    """A mistyped option on a store that does not exist yet: one line, and no empty database left behind."""
+    path = tmp_path / "new.db"
+    result = cli("worker", "--store", f"sqlite:///{path}", "--group", "g", "--id", "w1", *args)
+    assert result.code == 2
+    result.one_error_line()
+    assert not path.exists()

@@ -230,29 +230,38 @@ def worker(
         raise InvalidRequest("id", "give --id (or --hostname in static mode)")
     if mode == "static" and (ordinal is None or replicas is None):
         raise InvalidRequest("mode", "static mode needs --replicas and --ordinal or --hostname name-<ordinal>")
+
+    def define(store: Store) -> Group:
+        return Group(
+            store,
+            group_name,
+            partitions,
+            strategy,
+            settle_s=settle_s,
+            min_interval_s=min_interval_s,
+            heartbeat_s=heartbeat_s,
+            ttl_s=ttl_s,
+            update=update,
+            mode=mode,
+            ordinal=ordinal,
+            replicas=replicas,
+            min_members=min_members,
+            rebalance=rebalance,
+            max_in_flight=max_in_flight,
+        )
+
+    if partitions is not None:
+        # The whole definition is checked before the store is opened, so a mistyped option never creates a store
+        # file: the same constructor against an empty in-memory store (constructing a Group writes nothing).
+        with connect("memory://") as scratch:
+            define(scratch)
     startup = _StartUp(store_url, worker_id, connect_timeout_s)
     store = startup.attempt(lambda: connect(store_url))
     try:
 
         def open_group() -> Group:
             store.revision()  # the first request (an etcd store sends none when it is opened)
-            return Group(
-                store,
-                group_name,
-                partitions,
-                strategy,
-                settle_s=settle_s,
-                min_interval_s=min_interval_s,
-                heartbeat_s=heartbeat_s,
-                ttl_s=ttl_s,
-                update=update,
-                mode=mode,
-                ordinal=ordinal,
-                replicas=replicas,
-                min_members=min_members,
-                rebalance=rebalance,
-                max_in_flight=max_in_flight,
-            )
+            return define(store)
 
         group = startup.attempt(open_group, store)
         tracer = None if metrics_port is None else _metrics(group, worker_id, metrics_port, metrics_host)

@@ -49,7 +49,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
 
-from apportion.errors import InvalidRequest
+from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.group._config import GroupConfig
 from apportion.group._keys import Keys, decode, encode
 from apportion.group._ownership import (
@@ -105,8 +105,16 @@ class Entry:
         return {"owner": self.owner, "target": self.target, "state": self.state.value}
 
     @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> Entry:
-        return cls(value.get("owner"), value.get("target"), TableState(value["state"]))
+    def from_json(cls, value: Mapping[str, Any], key: str | None = None) -> Entry:
+        """A stored entry; :class:`CorruptRecord` naming ``key`` when it is not one the coordinator writes."""
+        owner, target, state = value.get("owner"), value.get("target"), value.get("state")
+        for name, member in (("owner", owner), ("target", target)):
+            if member is not None and not isinstance(member, str):
+                raise CorruptRecord(key, f"{name!r} must be a member id or null, got {member!r:.80}")
+        states = {s.value: s for s in TableState}
+        if not isinstance(state, str) or state not in states:
+            raise CorruptRecord(key, f"'state' must be one of {', '.join(states)}, got {state!r:.80}")
+        return cls(owner, target, states[state])
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +145,8 @@ def _table(keys: Keys, kvs: Sequence[KeyValue]) -> dict[int, tuple[Entry, int]]:
     out: dict[int, tuple[Entry, int]] = {}
     for kv in kvs:
         name = kv.key[len(keys.tables) :]
-        if name.isdigit():
-            out[int(name)] = (Entry.from_json(decode(kv.value, kv.key)), kv.mod_revision)
+        if name.isascii() and name.isdigit():
+            out[int(name)] = (Entry.from_json(decode(kv.value, kv.key), kv.key), kv.mod_revision)
     return out
 
 
