@@ -188,7 +188,7 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
         ("table/3", b'{"state": "FLYING"}', ["--mode", "coordinator"]),
         ("table/3", b'{"owner": 5, "state": "online"}', ["--mode", "coordinator"]),
     ],
-    ids=["definition", "huge-definition", "definition-with-partitions", "epoch", "foreign-owner", "table", "table-owner"],
+    ids=["definition", "huge-definition", "with-partitions", "epoch", "foreign-owner", "table", "table-owner"],
 )
 def test_a_worker_on_a_corrupt_record_exits_2_naming_the_key(
     key: str, value: bytes, args: list[str], tmp_path: Path
