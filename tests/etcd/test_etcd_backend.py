@@ -160,8 +160,8 @@ def test_etcd_auth_accepts_the_right_password_and_rejects_a_wrong_one_in_one_lin
         assert store.get("/a/k") is not None
         assert [e.kv.key for e in wait_for_events(watch, 1, 5.0)] == ["/a/k"]
         watch.close()
-    with pytest.raises(InvalidRequest) as wrong:
-        connect(f"etcd://root:bad-pw@{host}")
+    with pytest.raises(InvalidRequest) as wrong, connect(f"etcd://root:bad-pw@{host}") as refused:
+        refused.revision()  # the first request authenticates
     message = str(wrong.value)
     assert "authentication failed" in message and "wrong user name or password" in message
     assert "\n" not in message and "bad-pw" not in message

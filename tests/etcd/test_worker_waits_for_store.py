@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from apportion.errors import StoreUnavailable
+from apportion.store import connect
 from tests.etcd_server import EtcdServer, free_port
 from tests.group.test_processes import wait_for
 
@@ -140,3 +143,21 @@ def test_an_sqlite_file_locked_by_another_process_is_waited_for(tmp_path: Path, 
         holder.close()
     wait_for(w.owns_everything, 30, f"the worker to own every partition once the lock is free; its log:\n{w.text()}")
     assert w.stop() == 0, w.text()
+
+
+def test_credentials_are_sent_by_the_first_request_under_its_time_limit() -> None:
+    """An endpoint that accepts connections and never answers, a URL with credentials and a 10 s request timeout:
+    opening the store sends nothing, and the first request (which authenticates) ends at the caller's 1 s limit, so
+    a worker's --connect-timeout is never overrun by an authentication."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"etcd://root:pw@127.0.0.1:{silent.getsockname()[1]}?timeout=10"
+        started = time.monotonic()
+        with connect(url) as store:
+            opened = time.monotonic() - started
+            with pytest.raises(StoreUnavailable), store.time_limit(1.0):
+                store.revision()
+        elapsed = time.monotonic() - started
+    assert opened < 0.5 * 10, f"opening the store took {opened:.1f} s"
+    assert elapsed < 6, f"the first request took {elapsed:.1f} s under a 1 s limit (request timeout 10 s)"

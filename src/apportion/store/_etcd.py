@@ -21,9 +21,10 @@ Behaviour worth knowing:
 - **Errors.** Transport errors and etcd's ``Unavailable``-class codes → ``StoreUnavailable``; bad input (too many
   ops, duplicate keys in one txn, future revision) → ``InvalidRequest``; unknown lease → ``LeaseNotFound``; watch
   below the compaction point → ``Compacted``; always ``raise ... from`` the cause.
-- **Authentication** (``user:password@``): the token is fetched when the store is opened and fetched again when it
-  expires. A wrong user name or password is a user mistake: ``InvalidRequest("url", "etcd authentication failed
-  ...")`` (CLI exit 2), raised by ``connect()``; so is a server that needs credentials when the URL has none.
+- **Authentication** (``user:password@``): the token is fetched by the first request (under its time limit) and
+  fetched again when it expires. A wrong user name or password is a user mistake: ``InvalidRequest("url", "etcd
+  authentication failed ...")`` (CLI exit 2), raised by the first request; so is a server that needs credentials
+  when the URL has none.
 - **Leases.** etcd TTLs are whole seconds: ``grant(ttl_s)`` asks for ``ceil(ttl_s)`` (at least 1 s); the server may
   raise it to its minimum (1.5 x election timeout). ``Lease.ttl_s`` is the TTL etcd granted.
 - **Watches.** A daemon thread per watch reads the NDJSON stream into a queue. When the stream breaks (member
@@ -310,12 +311,8 @@ class EtcdStore(Store):
         self._token: str | None = None
         self._watches: set[_EtcdWatch] = set()
         self._closed = False
-        if self.config.user is not None:
-            try:
-                self._authenticate()
-            except BaseException:
-                self._client.close()
-                raise
+        # With credentials the token is fetched by the first request, under that request's time limit (a worker's
+        # --connect-timeout bounds it like any other call; opening the store sends nothing).
 
     # -- plumbing ------------------------------------------------------------------------------------------
 
@@ -376,6 +373,8 @@ class EtcdStore(Store):
         budget = self.remaining_s(self.config.timeout_s)
         if budget <= 0:
             raise StoreUnavailable(f"etcd {path}: the caller's time limit has passed")
+        if self.config.user is not None and self._token is None and not authenticating:
+            self._authenticate()
         deadline = time.monotonic() + budget
         reauthenticated = False
         pause = 0.02
