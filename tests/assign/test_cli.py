@@ -17,7 +17,7 @@ EXAMPLE = {
         "C0": {"subscriptions": ["t1"], "owned": ["t1-0"], "generation": 3, "capacity": 1, "rack": "a"},
         "C1": {},
     },
-    "options": {"tolerance": 0.1},
+    "options": {},
 }
 
 
@@ -73,7 +73,8 @@ def test_table_format_prints_a_table() -> None:
         (json.dumps({**EXAMPLE, "members": {"C0": {"owned": ["t1-0", "t1-99"]}}}), "members.C0.owned[1]"),
         (json.dumps({**EXAMPLE, "members": {"C0": {"owned": ["nohyphen"]}}}), "members.C0.owned[0]"),
         ('{"strategy": "sticky", "resources": {"t": 1}, "members": {"a": {}, "a": {}}}', "duplicate"),
-        (json.dumps({**EXAMPLE, "options": {"tolerance": 3}}), "options.tolerance"),
+        (json.dumps({**EXAMPLE, "strategy": "weighted", "options": {"tolerance": 3}}), "options.tolerance"),
+        (json.dumps({**EXAMPLE, "options": {"tolerance": 0.1}}), "options.tolerance"),
         (json.dumps({**EXAMPLE, "options": {"bogus": 1}}), "options.bogus"),
         (json.dumps({**EXAMPLE, "members": {"C0": {"capacity": "big"}}}), "members.C0.capacity"),
         (json.dumps([1, 2]), "request"),

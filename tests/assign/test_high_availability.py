@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from apportion.assign import check
-from apportion.assign._high_availability import high_availability, parse_options, tags
+from apportion.assign._high_availability import HighAvailabilityOptions, high_availability, tags
 from apportion.errors import InvalidRequest
 from apportion.model import AssignRequest, Member, Partition, Plan, Resource
 
@@ -380,7 +380,7 @@ def test_conflicting_claims_resolve_to_the_highest_generation_then_smallest_id()
 )
 def test_bad_options_are_rejected_naming_the_field(options: Mapping[str, object], field: str) -> None:
     with pytest.raises(InvalidRequest) as err:
-        parse_options(options)
+        HighAvailabilityOptions.parse(options)
     assert err.value.field == field
 
 
@@ -400,6 +400,6 @@ def test_bad_members_are_rejected_naming_the_field(members: tuple[Member, ...], 
 
 
 def test_defaults_match_the_documented_options() -> None:
-    opts = parse_options({})
+    opts = HighAvailabilityOptions.parse({})
     assert (opts.num_standby_replicas, opts.max_warmup_replicas, opts.acceptable_recovery_lag) == (0, 2, 10_000)
     assert (opts.imbalance, opts.probing_rebalance_interval_s) == (0.0, 600.0)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from apportion.errors import ApportionError
-from apportion.sim._sim import check_trace
+from apportion.sim import check_trace
 from apportion.store import Store, connect
 from apportion.worker import Group, Worker
 from tests.etcd_server import EtcdCluster, EtcdServer
@@ -147,10 +147,10 @@ def lost_partitions(records: Sequence[Record]) -> int:
 
 def longest_unowned_gap(records: Sequence[Record], after: float, end: float) -> float:
     """Per partition, the longest time after ``after`` during which no member believed it owned (from the trace)."""
-    from apportion.sim._sim import _beliefs
+    from apportion.sim._checks import belief_intervals
 
     worst = 0.0
-    for spans in _beliefs(list(records), end).values():
+    for spans in belief_intervals(list(records), end).values():
         covered = after
         for start, stop, _ in sorted(spans):
             if stop <= after:

@@ -11,8 +11,8 @@ import pytest
 from apportion.errors import Fenced, InvalidRequest
 from apportion.group import GroupConfig, Keys, RoundsMember, group_status
 from apportion.group._keys import encode, owner_value
-from apportion.sim import SimConfig
-from apportion.sim._sim import Simulation, _DriftClock, _FlakyStore, check_trace
+from apportion.sim import SimConfig, Simulation, check_trace
+from apportion.sim._faults import DriftClock, FlakyStore
 from apportion.store import Store
 from apportion.store._types import KeyValue
 from tests.group.harness import Harness
@@ -21,8 +21,8 @@ TTL = 3.0
 CONFIG = GroupConfig(partitions=4, strategy="sticky", settle_s=0.5, min_interval_s=1.0, heartbeat_s=30.0, ttl_s=TTL)
 
 
-def _flaky(harness: Harness) -> _FlakyStore:
-    return _FlakyStore(harness.store, _DriftClock(harness.clock))
+def _flaky(harness: Harness) -> FlakyStore:
+    return FlakyStore(harness.store, DriftClock(harness.clock))
 
 
 def test_a_commit_with_the_lost_epoch_is_refused_after_on_lost_even_if_the_store_still_holds_the_owner_record() -> None:

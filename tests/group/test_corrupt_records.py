@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,9 @@ ROUTED_TO_3 = "k2"  # partition_for("k2", 4) == 3
 RESOURCE = [b"not json", b"[1,2]", b'{"partitions": "x"}', b'{"partitions": 100000000000}', b"\xff\xfe\x00"]
 RESOURCE += [b'{"partitions": 4, "strategy": "nope"}', b'{"partitions": 4, "ttl_s": -1}', b"[" * 100_000]
 RESOURCE += [b'{"partitions": 4, "options": {"vnodes": 0}}', b'{"strategy": "sticky"}']
+# another strategy's option, as older versions stored it (every option was accepted for every strategy)
+FOREIGN_OPTION = b'{"partitions": 4, "strategy": "high_availability", "options": {"tolerance": 0.1}}'
+RESOURCE += [FOREIGN_OPTION, b'{"partitions": 4, "strategy": "sticky", "options": {"vnodes": 64}}']
 
 # key (under the group's prefix) -> value: corrupt records every looking command must name
 CORRUPT = {
@@ -183,12 +187,22 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
         ("resource", b"not json", []),
         ("resource", b'{"partitions": 100000000000}', []),
         ("resource", b"[1,2]", ["--partitions", "4"]),
+        ("resource", FOREIGN_OPTION, []),
         ("epoch/3", b"abc", []),
         ("owner/3", b'{"epoch":1,"member":"ghost"}', []),
         ("table/3", b'{"state": "FLYING"}', ["--mode", "coordinator"]),
         ("table/3", b'{"owner": 5, "state": "online"}', ["--mode", "coordinator"]),
     ],
-    ids=["definition", "huge-definition", "with-partitions", "epoch", "foreign-owner", "table", "table-owner"],
+    ids=[
+        "definition",
+        "huge-definition",
+        "with-partitions",
+        "foreign-option",
+        "epoch",
+        "foreign-owner",
+        "table",
+        "table-owner",
+    ],
 )
 def test_a_worker_on_a_corrupt_record_exits_2_naming_the_key(
     key: str, value: bytes, args: list[str], tmp_path: Path
@@ -256,6 +270,17 @@ def test_the_python_api_names_a_corrupt_stored_definition() -> None:
     with connect("memory://") as store:
         store.put(KEYS.resource, b'{"partitions": 4, "heartbeat_s": 0}')
         with pytest.raises(CorruptRecord, match=f"store record {KEYS.resource} is corrupt: heartbeat_s: "):
+            Group(store, "g")
+
+
+def test_a_stored_option_of_another_strategy_is_a_corrupt_record_naming_the_key_and_the_option() -> None:
+    """Not a plan that fails later inside a worker's round: reading the definition back refuses it."""
+    reason = "options.tolerance: unknown strategy option 'tolerance' for high_availability (known: "
+    with connect("memory://") as store:
+        store.put(KEYS.resource, FOREIGN_OPTION)
+        with pytest.raises(CorruptRecord, match=f"store record {KEYS.resource} is corrupt: {re.escape(reason)}"):
+            GroupConfig.from_record(store.get(KEYS.resource))  # type: ignore[arg-type]
+        with pytest.raises(CorruptRecord, match=re.escape(reason)):
             Group(store, "g")
 
 

@@ -1,6 +1,8 @@
 """Assignment strategies: pure, deterministic functions of an :class:`~apportion.model.AssignRequest`.
 
-``plan(request)`` dispatches on ``request.strategy`` (see ``STRATEGY_NAMES``); ``check(request, plan)`` lists the
+``plan(request)`` dispatches on ``request.strategy`` (see ``STRATEGY_NAMES``); each strategy has its own options
+type (``WeightedOptions``, ``BoundedLoadOptions``, ``HighAvailabilityOptions``; the others take none) and
+``validate_options(strategy, options)`` is the one check of a strategy's options; ``check(request, plan)`` lists the
 violations of the strategy's invariants; ``parse_request``/``plan_to_json`` are the JSON shapes of
 ``apportion assign``. How previous ownership is read (stale generations, conflicts) is documented in ``_core``.
 """
@@ -8,12 +10,13 @@ violations of the strategy's invariants; ``parse_request``/``plan_to_json`` are 
 from __future__ import annotations
 
 from apportion.assign._check import check, check_or_raise, min_moves
-from apportion.assign._hashing import stable_hash
-from apportion.assign._high_availability import tags
+from apportion.assign._hashing import BoundedLoadOptions, stable_hash
+from apportion.assign._high_availability import HighAvailabilityOptions, tags
 from apportion.assign._json import loads_request, parse_request, plan_to_json
-from apportion.assign._registry import OPTIONS, STRATEGIES
+from apportion.assign._options import StrategyOptions
+from apportion.assign._registry import STRATEGIES, Strategy, strategy_named, validate_options
 from apportion.assign._simple import range_block
-from apportion.errors import InvalidRequest
+from apportion.assign._weighted import WeightedOptions
 from apportion.model import AssignRequest, Plan
 
 STRATEGY_NAMES: tuple[str, ...] = tuple(sorted(STRATEGIES))
@@ -21,17 +24,20 @@ STRATEGY_NAMES: tuple[str, ...] = tuple(sorted(STRATEGIES))
 
 def plan(request: AssignRequest) -> Plan:
     """The plan of ``request.strategy`` for ``request``; raises InvalidRequest for an unknown strategy/option."""
-    strategy = STRATEGIES.get(request.strategy)
-    if strategy is None:
-        raise InvalidRequest("strategy", f"unknown strategy {request.strategy!r} (one of {', '.join(STRATEGY_NAMES)})")
-    return strategy(request)
+    strategy = strategy_named(request.strategy)
+    strategy.options.parse(request.options)
+    return strategy.plan(request)
 
 
 __all__ = [
     "tags",
-    "OPTIONS",
+    "BoundedLoadOptions",
+    "HighAvailabilityOptions",
     "STRATEGIES",
     "STRATEGY_NAMES",
+    "Strategy",
+    "StrategyOptions",
+    "WeightedOptions",
     "check",
     "check_or_raise",
     "loads_request",
@@ -41,4 +47,5 @@ __all__ = [
     "plan_to_json",
     "range_block",
     "stable_hash",
+    "validate_options",
 ]

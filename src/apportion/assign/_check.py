@@ -19,9 +19,9 @@ from __future__ import annotations
 from fractions import Fraction
 
 from apportion.assign._core import Problem, exact
-from apportion.assign._hashing import DEFAULT_LOAD_FACTOR, bounded_capacity
+from apportion.assign._hashing import BoundedLoadOptions, bounded_capacity
 from apportion.assign._sticky import constrained_min_moves, forced_moves
-from apportion.assign._weighted import EPS, shares, tolerance_of, unit_bands
+from apportion.assign._weighted import EPS, WeightedOptions, shares, unit_bands
 from apportion.errors import InvalidRequest, PlanViolation
 from apportion.model import AssignRequest, Plan
 
@@ -42,7 +42,7 @@ def min_moves(request: AssignRequest) -> int:
 
 
 def _weighted_min_moves(problem: Problem, request: AssignRequest) -> int:
-    tolerance = exact(tolerance_of(request))
+    tolerance = exact(WeightedOptions.parse(request.options).tolerance)
     total = forced_moves(problem)
     for resources, subscribers in problem.groups():
         ints = set(problem.ints_of(resources))
@@ -152,9 +152,9 @@ def _check_balance(problem: Problem, request: AssignRequest, plan: Plan, counts:
     elif strategy == "weighted":
         out += _weighted_balance(problem, request, plan)
     elif strategy == "bounded_load" and problem.equal_subscriptions() and counts:
-        load_factor = request.options.get("load_factor", DEFAULT_LOAD_FACTOR)
+        load_factor = BoundedLoadOptions.parse(request.options).load_factor
         universe = sum(len(problem.ints_of(g[0])) for g in problem.groups())
-        cap = bounded_capacity(universe, len(counts), float(load_factor))  # type: ignore[arg-type]
+        cap = bounded_capacity(universe, len(counts), load_factor)
         if max(counts) > cap:
             out.append(f"a member holds {max(counts)} > the bound {cap}")
     return out
@@ -174,7 +174,7 @@ def _kafka_balance(problem: Problem, plan: Plan, counts: list[int]) -> list[str]
 
 
 def _weighted_balance(problem: Problem, request: AssignRequest, plan: Plan) -> list[str]:
-    tolerance = exact(tolerance_of(request))
+    tolerance = exact(WeightedOptions.parse(request.options).tolerance)
     unit = problem.unit_weights()
     out: list[str] = []
     for resources, subscribers in problem.groups():

@@ -50,18 +50,6 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def option_float(request: AssignRequest, name: str, default: float, *, low: float, high: float | None = None) -> float:
-    """Read a numeric option, raising InvalidRequest("options.<name>", ...) when it is not a number in range."""
-    value = request.options.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidRequest(f"options.{name}", f"must be a number, got {value!r}")
-    number = float(value)
-    if number != number or number < low or (high is not None and number > high):
-        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
-        raise InvalidRequest(f"options.{name}", f"must be {bound}, got {value!r}")
-    return number
-
-
 def exact(value: float) -> Fraction:
     """A float as the decimal the user most likely meant (0.2 -> 1/5), so bands do not round the wrong way."""
     return Fraction(repr(float(value)))

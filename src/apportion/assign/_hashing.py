@@ -19,13 +19,37 @@ from __future__ import annotations
 import hashlib
 import math
 from bisect import bisect_left
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar, Self
 
-from apportion.assign._core import Problem, exact, option_float, to_plan
-from apportion.errors import InvalidRequest
+from apportion.assign._core import Problem, exact, to_plan
+from apportion.assign._options import StrategyOptions, integer_option, number_option
 from apportion.model import AssignRequest, Plan
 
-DEFAULT_LOAD_FACTOR = 1.25
-DEFAULT_VNODES = 64
+
+@dataclass(frozen=True, slots=True)
+class RendezvousOptions(StrategyOptions):
+    """``rendezvous`` takes no options."""
+
+    STRATEGY: ClassVar[str] = "rendezvous"
+
+
+@dataclass(frozen=True, slots=True)
+class BoundedLoadOptions(StrategyOptions):
+    """The options of ``bounded_load``: ``load_factor`` (the bound over the mean load) and ``vnodes`` (ring points
+    per member)."""
+
+    STRATEGY: ClassVar[str] = "bounded_load"
+    load_factor: float = 1.25
+    vnodes: int = 64
+
+    @classmethod
+    def _read(cls, options: Mapping[str, object]) -> Self:
+        return cls(
+            number_option(options, "load_factor", "must be a number >= 1", lambda x: 1 <= x < math.inf),
+            integer_option(options, "vnodes", "must be an integer in [1, 4096]", lambda n: 1 <= n <= 4096),
+        )
 
 
 def stable_hash(text: str) -> int:
@@ -62,10 +86,8 @@ def bounded_capacity(partitions: int, members: int, load_factor: float) -> int:
 
 def bounded_load(request: AssignRequest) -> Plan:
     problem = Problem.of(request)
-    load_factor = option_float(request, "load_factor", DEFAULT_LOAD_FACTOR, low=1.0)
-    vnodes = request.options.get("vnodes", DEFAULT_VNODES)
-    if isinstance(vnodes, bool) or not isinstance(vnodes, int) or not 1 <= vnodes <= 4096:
-        raise InvalidRequest("options.vnodes", f"must be an integer in [1, 4096], got {vnodes!r}")
+    options = BoundedLoadOptions.parse(request.options)
+    load_factor, vnodes = options.load_factor, options.vnodes
     n = len(problem.members)
     assignment: list[list[int]] = [[] for _ in range(n)]
     if n == 0:

@@ -56,7 +56,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from types import MappingProxyType
+from typing import ClassVar, Self
 
+from apportion.assign._options import StrategyOptions, integer_option, number_option
 from apportion.errors import InvalidRequest
 from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats
 
@@ -67,51 +69,27 @@ _READY_LEARNER, _READY, _LEARNER, _OTHER = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
-class HighAvailabilityOptions:
+class HighAvailabilityOptions(StrategyOptions):
     """The options of `high_availability` (``AssignRequest.options``), with their defaults."""
 
+    STRATEGY: ClassVar[str] = NAME
     num_standby_replicas: int = 0
     max_warmup_replicas: int = 2
     acceptable_recovery_lag: int = 10_000
     probing_rebalance_interval_s: float = 600.0
     imbalance: float = 0.0
 
-
-def parse_options(options: Mapping[str, object]) -> HighAvailabilityOptions:
-    """Validate ``options``; raise ``InvalidRequest("options.<name>", reason)`` for an unknown or bad value."""
-    defaults = HighAvailabilityOptions()
-    known = ("num_standby_replicas", "max_warmup_replicas", "acceptable_recovery_lag")
-    for name in sorted(options):
-        if name not in (*known, "probing_rebalance_interval_s", "imbalance"):
-            raise InvalidRequest(f"options.{name}", f"unknown option of {NAME}")
-    ints: dict[str, int] = {}
-    for name, low in zip(known, (0, 1, 0), strict=True):
-        value = options.get(name, getattr(defaults, name))
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidRequest(f"options.{name}", f"must be an integer, got {value!r}")
-        if value < low:
-            raise InvalidRequest(f"options.{name}", f"must be >= {low}, got {value}")
-        ints[name] = value
-    interval = _number(options, "probing_rebalance_interval_s", defaults.probing_rebalance_interval_s)
-    if not interval > 0:
-        raise InvalidRequest("options.probing_rebalance_interval_s", f"must be > 0, got {interval}")
-    imbalance = _number(options, "imbalance", defaults.imbalance)
-    if not 0 <= imbalance <= 1:
-        raise InvalidRequest("options.imbalance", f"must be a fraction in [0, 1] (0.2 is +-20%), got {imbalance}")
-    return HighAvailabilityOptions(
-        num_standby_replicas=ints["num_standby_replicas"],
-        max_warmup_replicas=ints["max_warmup_replicas"],
-        acceptable_recovery_lag=ints["acceptable_recovery_lag"],
-        probing_rebalance_interval_s=interval,
-        imbalance=imbalance,
-    )
-
-
-def _number(options: Mapping[str, object], name: str, default: float) -> float:
-    value = options.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidRequest(f"options.{name}", f"must be a finite number, got {value!r}")
-    return float(value)
+    @classmethod
+    def _read(cls, options: Mapping[str, object]) -> Self:
+        return cls(
+            integer_option(options, "num_standby_replicas", "must be an integer >= 0", lambda n: n >= 0),
+            integer_option(options, "max_warmup_replicas", "must be an integer >= 1", lambda n: n >= 1),
+            integer_option(options, "acceptable_recovery_lag", "must be an integer >= 0", lambda n: n >= 0),
+            number_option(
+                options, "probing_rebalance_interval_s", "must be a finite number > 0", lambda x: 0 < x < math.inf
+            ),
+            number_option(options, "imbalance", "must be a fraction in [0, 1] (0.2 is +-20%)", lambda x: 0 <= x <= 1),
+        )
 
 
 def _exact(value: float) -> Fraction:
@@ -317,7 +295,7 @@ def _target(inp: _Input, parts: list[Partition], x: Fraction) -> _Target:
 
 def high_availability(request: AssignRequest) -> Plan:
     """Plan actives, learners and standbys for ``request``; see the module docstring for the rules."""
-    opts = parse_options(request.options)
+    opts = HighAvailabilityOptions.parse(request.options)
     inp = _Input(request, opts)
     everything = inp.partitions()
     x = _exact(opts.imbalance)
@@ -462,4 +440,4 @@ def tags(plan: Plan) -> dict[Partition, dict[str, dict[str, bool]]]:
     return out
 
 
-__all__ = ["HighAvailabilityOptions", "high_availability", "parse_options", "tags"]
+__all__ = ["HighAvailabilityOptions", "high_availability", "tags"]

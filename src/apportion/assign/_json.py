@@ -6,11 +6,12 @@ Request::
      "resources": {"t1": 10, "t2": {"partitions": 4, "weights": [1, 1, 2, 2]}},
      "members": {"C0": {"subscriptions": ["t1"], "owned": ["t1-0"], "generation": 3, "capacity": 1, "rack": "a"},
                  "C1": {}},
-     "options": {"tolerance": 0.1}}
+     "options": {}}
 
-Every member field is optional (subscriptions default to every resource). Partitions are ``<resource>-<index>``,
-split at the last hyphen. Every problem raises :class:`InvalidRequest` naming the field, e.g.
-``members.C0.owned[2]: 't1-12' is out of range (t1 has 10 partitions)``.
+``options`` are the strategy's own (``{"tolerance": 0.1}`` for ``weighted``; see ``validate_options``): another
+strategy's option is an error. Every member field is optional (subscriptions default to every resource).
+Partitions are ``<resource>-<index>``, split at the last hyphen. Every problem raises :class:`InvalidRequest` naming
+the field, e.g. ``members.C0.owned[2]: 't1-12' is out of range (t1 has 10 partitions)``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from apportion.assign._registry import OPTIONS, STRATEGIES
+from apportion.assign._registry import strategy_named, validate_options
 from apportion.errors import InvalidRequest
 from apportion.model import MAX_PARTITIONS, AssignRequest, Member, Partition, Plan, Resource
 
@@ -63,7 +64,7 @@ def _object(value: object, field: str) -> Mapping[str, Any]:
     return value
 
 
-def _unknown(obj: Mapping[str, Any], known: tuple[str, ...] | frozenset[str], field: str) -> None:
+def _unknown(obj: Mapping[str, Any], known: tuple[str, ...], field: str) -> None:
     for key in obj:
         if key not in known:
             prefix = f"{field}." if field else ""
@@ -77,15 +78,15 @@ def parse_request(obj: object) -> AssignRequest:
     strategy = top.get("strategy")
     if not isinstance(strategy, str):
         raise InvalidRequest("strategy", "required, a string")
-    if strategy not in STRATEGIES:
-        raise InvalidRequest("strategy", f"unknown strategy {strategy!r} (one of {', '.join(sorted(STRATEGIES))})")
+    strategy_named(strategy)
     resources = _resources(top.get("resources", {}))
     by_name = {r.name: r for r in resources}
     members_obj = _object(top.get("members", {}), "members")
     members = tuple(_member(mid, value, by_name) for mid, value in members_obj.items())
     if not math.isfinite(sum(m.capacity for m in members)):
         raise InvalidRequest("members", "the capacities add up to more than a float can hold")
-    options = _options(top.get("options", {}))
+    options = dict(_object(top.get("options", {}), "options"))
+    validate_options(strategy, options)
     return AssignRequest(strategy, resources, members, MappingProxyType(options))
 
 
@@ -203,18 +204,6 @@ def _lag(raw: object, field: str, resources: Mapping[str, Resource]) -> dict[Par
         if not _is_int(value) or value < 0:
             raise InvalidRequest(where, f"must be an integer >= 0, got {value!r}")
         out[_partition(text, where, resources)] = int(value)
-    return out
-
-
-def _options(value: object) -> dict[str, object]:
-    obj = _object(value, "options")
-    _unknown(obj, frozenset(OPTIONS), "options")
-    out: dict[str, object] = {}
-    for key, raw in obj.items():
-        ok, reason = OPTIONS[key](raw)
-        if not ok:
-            raise InvalidRequest(f"options.{key}", f"{reason}, got {raw!r}")
-        out[key] = raw
     return out
 
 

@@ -1,71 +1,62 @@
-"""Strategy name -> function ``AssignRequest -> Plan``. A new strategy registers with one line here."""
+"""Strategy name -> (plan function, options type), and the one way to check a strategy's options.
+
+A new strategy registers with one line here: its function ``AssignRequest -> Plan`` and its options type (a
+:class:`~apportion.assign._options.StrategyOptions` whose ``STRATEGY`` is the name). :func:`validate_options` is
+what the group definition, the JSON request and the simulator ask.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import NamedTuple
 
-from apportion.assign._hashing import bounded_load, rendezvous
-from apportion.assign._high_availability import high_availability, parse_options
-from apportion.assign._simple import range_, round_robin
-from apportion.assign._sticky import sticky
-from apportion.assign._weighted import weighted
+from apportion.assign._hashing import BoundedLoadOptions, RendezvousOptions, bounded_load, rendezvous
+from apportion.assign._high_availability import HighAvailabilityOptions, high_availability
+from apportion.assign._options import StrategyOptions
+from apportion.assign._simple import RangeOptions, RoundRobinOptions, range_, round_robin
+from apportion.assign._sticky import StickyOptions, sticky
+from apportion.assign._weighted import WeightedOptions, weighted
 from apportion.errors import InvalidRequest
 from apportion.model import AssignRequest, Plan
 
-Strategy = Callable[[AssignRequest], Plan]
 
-STRATEGIES: dict[str, Strategy] = {
-    "round_robin": round_robin,
-    "range": range_,
-    "sticky": sticky,
-    "weighted": weighted,
-    "rendezvous": rendezvous,
-    "bounded_load": bounded_load,
-    "high_availability": high_availability,
-}
+class Strategy(NamedTuple):
+    """A registered strategy: its plan function and its options type."""
+
+    plan: Callable[[AssignRequest], Plan]
+    options: type[StrategyOptions]
 
 
-def _fraction(value: object) -> tuple[bool, str]:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1
-    return ok, "must be a number in [0, 1]"
+def _by_name(*strategies: Strategy) -> Mapping[str, Strategy]:
+    return MappingProxyType({s.options.STRATEGY: s for s in strategies})
 
 
-def _load_factor(value: object) -> tuple[bool, str]:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and 1 <= value < float("inf")
-    return ok, "must be a number >= 1"
+STRATEGIES: Mapping[str, Strategy] = _by_name(
+    Strategy(round_robin, RoundRobinOptions),
+    Strategy(range_, RangeOptions),
+    Strategy(sticky, StickyOptions),
+    Strategy(weighted, WeightedOptions),
+    Strategy(rendezvous, RendezvousOptions),
+    Strategy(bounded_load, BoundedLoadOptions),
+    Strategy(high_availability, HighAvailabilityOptions),
+)
 
 
-def _vnodes(value: object) -> tuple[bool, str]:
-    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 4096
-    return ok, "must be an integer in [1, 4096]"
+def strategy_named(name: object) -> Strategy:
+    """The registered strategy ``name``; ``InvalidRequest("strategy", ...)`` listing the known ones."""
+    found = STRATEGIES.get(name) if isinstance(name, str) else None
+    if found is None:
+        raise InvalidRequest("strategy", f"unknown strategy {name!r} (one of {', '.join(sorted(STRATEGIES))})")
+    return found
 
 
-def _high_availability_option(name: str) -> Callable[[object], tuple[bool, str]]:
-    """Validate one high-availability option with that strategy's own parser (one source of truth)."""
+def validate_options(strategy: str, options: Mapping[str, object]) -> StrategyOptions:
+    """``options`` checked against ``strategy``'s own options type: its options, defaults filled in.
 
-    def check(value: object) -> tuple[bool, str]:
-        try:
-            parse_options({name: value})
-        except InvalidRequest as exc:
-            return False, exc.reason.rsplit(", got", 1)[0]
-        return True, ""
-
-    return check
+    ``InvalidRequest`` for an unknown strategy, an option that strategy does not have (naming the ones it has) or a
+    bad value (``options.<name>``)."""
+    return strategy_named(strategy).options.parse(options)
 
 
-OPTIONS: dict[str, Callable[[object], tuple[bool, str]]] = {
-    "tolerance": _fraction,
-    "load_factor": _load_factor,
-    "vnodes": _vnodes,
-    **{
-        name: _high_availability_option(name)
-        for name in (
-            "num_standby_replicas",
-            "max_warmup_replicas",
-            "acceptable_recovery_lag",
-            "probing_rebalance_interval_s",
-            "imbalance",
-        )
-    },
-}
-"""Option name -> validator (ok, reason); ``apportion assign`` rejects options not listed here."""
+__all__ = ["STRATEGIES", "Strategy", "strategy_named", "validate_options"]

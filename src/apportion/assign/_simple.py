@@ -14,8 +14,26 @@ Both give max - min <= 1 within each group.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from apportion.assign._core import Problem, to_plan
+from apportion.assign._options import StrategyOptions
 from apportion.model import AssignRequest, Plan
+
+
+@dataclass(frozen=True, slots=True)
+class RoundRobinOptions(StrategyOptions):
+    """``round_robin`` takes no options."""
+
+    STRATEGY: ClassVar[str] = "round_robin"
+
+
+@dataclass(frozen=True, slots=True)
+class RangeOptions(StrategyOptions):
+    """``range`` takes no options."""
+
+    STRATEGY: ClassVar[str] = "range"
 
 
 def range_block(ordinal: int, members: int, partitions: int) -> range:

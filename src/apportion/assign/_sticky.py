@@ -30,12 +30,22 @@ the giver. Each step lowers the sum of squared loads, so the loop ends, balanced
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
 from itertools import compress, repeat
+from typing import ClassVar
 
 from apportion.assign._core import MoveColumns, Problem, to_plan
+from apportion.assign._options import StrategyOptions
 from apportion.model import AssignRequest, Plan
 
 _INVERT = bytes([1, 0]) + bytes(254)
+
+
+@dataclass(frozen=True, slots=True)
+class StickyOptions(StrategyOptions):
+    """``sticky`` takes no options."""
+
+    STRATEGY: ClassVar[str] = "sticky"
 
 
 def sticky(request: AssignRequest) -> Plan:

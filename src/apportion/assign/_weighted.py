@@ -23,9 +23,13 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from fractions import Fraction
+from typing import ClassVar, Self
 
-from apportion.assign._core import Problem, exact, option_float, to_plan
+from apportion.assign._core import Problem, exact, to_plan
+from apportion.assign._options import StrategyOptions, number_option
 from apportion.assign._sticky import forced_moves
 from apportion.errors import InvalidRequest
 from apportion.model import AssignRequest, Plan
@@ -33,8 +37,16 @@ from apportion.model import AssignRequest, Plan
 EPS = 1e-9
 
 
-def tolerance_of(request: AssignRequest) -> float:
-    return option_float(request, "tolerance", 0.0, low=0.0, high=1.0)
+@dataclass(frozen=True, slots=True)
+class WeightedOptions(StrategyOptions):
+    """The options of ``weighted``: ``tolerance``, how far (a fraction of its share) a member's load may stray."""
+
+    STRATEGY: ClassVar[str] = "weighted"
+    tolerance: float = 0.0
+
+    @classmethod
+    def _read(cls, options: Mapping[str, object]) -> Self:
+        return cls(number_option(options, "tolerance", "must be a number in [0, 1]", lambda x: 0 <= x <= 1))
 
 
 def shares(problem: Problem, subscribers: list[int], total: Fraction) -> list[Fraction]:
@@ -51,7 +63,7 @@ def unit_bands(share_list: list[Fraction], tolerance: Fraction) -> list[tuple[in
 
 def weighted(request: AssignRequest) -> Plan:
     problem = Problem.of(request)
-    tolerance = exact(tolerance_of(request))
+    tolerance = exact(WeightedOptions.parse(request.options).tolerance)
     n = len(problem.members)
     holdings: list[list[int]] = [[] for _ in range(n)]
     unit = problem.unit_weights()

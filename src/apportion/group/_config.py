@@ -6,9 +6,10 @@ that use it). Defaults make a 3-worker group settle in about 2 s:
 ``stateful`` is seed 2's isStateful tag for every partition of the group: the ``high_availability`` strategy then
 moves an active only to a member whose replica of its state is within the acceptable recovery lag.
 
-Every field is checked on construction (types, ranges, the strategy's name, its options, the timings' order), so a
-definition that exists is a valid one: every path that writes ``resource`` (a worker creating the group or
-``--update``, ``Group(...)``) builds a ``GroupConfig`` first and writes nothing when that fails. Reading it back
+Every field is checked on construction (types, ranges, the strategy's name and its own options by
+``apportion.assign.validate_options``, the timings' order), so a definition that exists is a valid one: every path
+that writes ``resource`` (a worker creating the group or ``--update``, ``Group(...)``) builds a ``GroupConfig``
+first and writes nothing when that fails; a group's plans therefore never fail on its options. Reading it back
 (:meth:`GroupConfig.from_record`) runs the same checks and names the key (``CorruptRecord``) when the stored value
 is not a valid definition.
 """
@@ -21,8 +22,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from apportion.assign import OPTIONS
 from apportion.assign import STRATEGY_NAMES as STRATEGIES
+from apportion.assign import validate_options
 from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.group._keys import decode
 from apportion.model import MAX_PARTITIONS
@@ -59,8 +60,7 @@ class GroupConfig:
             raise InvalidRequest(
                 "partitions", f"at most {MAX_PARTITIONS:,} partitions in a group, got {self.partitions:,}"
             )
-        if self.strategy not in STRATEGIES:
-            raise InvalidRequest("strategy", f"{self.strategy!r} is not one of {', '.join(STRATEGIES)}")
+        validate_options(self.strategy, self.options)  # the strategy's name, then its own options
         for name in ("settle_s", "min_interval_s", "heartbeat_s", "ttl_s"):
             object.__setattr__(self, name, _positive(name, getattr(self, name)))
         if self.min_interval_s < self.settle_s:
@@ -69,17 +69,6 @@ class GroupConfig:
             raise InvalidRequest("heartbeat_s", f"must be >= min_interval_s ({self.min_interval_s})")
         if not isinstance(self.stateful, bool):
             raise InvalidRequest("stateful", f"must be true or false, got {self.stateful!r}")
-        if not isinstance(self.options, Mapping):
-            raise InvalidRequest("options", "must be a mapping")
-        for name, value in self.options.items():
-            check = OPTIONS.get(name)
-            if check is None:
-                raise InvalidRequest(
-                    "options", f"unknown strategy option {name!r} (known: {', '.join(sorted(OPTIONS))})"
-                )
-            ok, reason = check(value)
-            if not ok:
-                raise InvalidRequest(f"options.{name}", f"{reason}, got {value!r}")
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
 
     def to_json(self) -> dict[str, Any]:

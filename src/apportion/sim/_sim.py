@@ -1,4 +1,4 @@
-"""Deterministic simulation of a group: many members on one memory store in virtual time, with faults.
+"""The simulator's scenario and event loop: many members of a group on one memory store in virtual time, faults.
 
 ``SimConfig.mode`` picks the protocol: ``rounds`` (``RoundsMember``), ``coordinator`` (``CoordinatorMember``,
 ``max_in_flight`` migrations at once) or ``static`` (``StaticMember``: ordinals 0..members-1; a ``join`` scales the
@@ -27,16 +27,8 @@ owned partitions), and churn/faults drawn from the seed::
                   and the thread's later records carry the time its call returned
     drift         the member's clock rate changes to 1 +- 5% (continuous: no jumps)
 
-Checks on every trace (``SimResult.violations``):
-1. exclusivity at the callback level: per partition, the belief intervals of all members never overlap. A belief
-   runs from on_assigned to on_revoked's return, on_lost, a fenced commit, a crash, or the member's local lease
-   deadline (renewals move it; a renewal after it passed does not revive the belief), whichever comes first;
-2. fencing: every commit the store accepted carries the latest epoch claimed for that partition, by its claimer,
-   and no member has a commit it sent after reporting that belief lost (on_lost) accepted for that (partition,
-   epoch) (a zombie's commits sent before its freeze may land later: the store's fence is what bounds those);
-3. liveness: once churn and faults stop at ``T``, by ``T + RST + MRI + ttl + 1 s`` every partition is believed
-   owned by exactly one live member and (count-balanced strategies) owned counts differ by at most one; in static
-   mode every partition is owned by a member whose ordinal's range block (under the stored replica count) holds it.
+The clock and store doubles that carry out drift, unavailable and hang are in ``_faults``; what is checked on every
+run (``SimResult.violations``) is in ``_checks``.
 """
 
 from __future__ import annotations
@@ -47,22 +39,20 @@ import itertools
 import math
 import random
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from apportion.assign import range_block
-from apportion.assign._high_availability import HighAvailabilityOptions
-from apportion.assign._high_availability import parse_options as high_availability_options
+from apportion.assign import HighAvailabilityOptions, range_block, validate_options
 from apportion.clock import VirtualClock
 from apportion.errors import Fenced, StoreUnavailable
 from apportion.group import CoordinatorMember, FencedMember, GroupConfig, RoundsMember, StaticMember, set_replicas
 from apportion.group._ownership import DelayHook, Tracer
-from apportion.store import Compare, Event, EventType, Lease, MemoryStore, Op, Store, TxnResult, Watch
+from apportion.sim._checks import belief_intervals, check_liveness, check_trace, unowned_seconds
+from apportion.sim._faults import DriftClock, FlakyStore
+from apportion.store import Event, EventType, MemoryStore, Store, Watch
 
-BALANCED_STRATEGIES = ("round_robin", "range", "sticky", "high_availability")
 FAULTS = ("crash", "freeze", "slow", "unavailable", "drift", "hang")
-DEFAULT_CALL_TIMEOUT_S = 5.0  # a hanging call without a time limit waits this long (etcd's default)
 MODES = ("rounds", "coordinator", "static")
 _THREADS = {"step": "step", "resume": "step", "keepalive": "keepalive", "work": "work"}
 _BROADCAST = frozenset(("current", "latest", "resource", "coordinator", "replicas", "rebalance"))
@@ -114,8 +104,9 @@ class SimConfig:
         """Extra virtual time a stateful group may need after the last event: its probing rounds (seed 2)."""
         if not self.stateful:
             return 0.0
-        known = HighAvailabilityOptions.__dataclass_fields__
-        ha = high_availability_options({k: v for k, v in self.options.items() if k in known})
+        options = validate_options(self.strategy, self.options)
+        # another strategy has no probing rounds; the bound then is high_availability's default one, as it was
+        ha = options if isinstance(options, HighAvailabilityOptions) else HighAvailabilityOptions()
         probing = ha.probing_rebalance_interval_s + self.settle_s
         return (math.ceil(self.partitions / ha.max_warmup_replicas) + 1) * probing + self.state_records / max(
             self.restore_rate, 1e-9
@@ -176,121 +167,6 @@ class SimResult:
         }
 
 
-class _DriftClock:
-    """A member's clock: local = anchor_local + (T - anchor_T) * rate, continuous when the rate changes.
-
-    It also knows which of the member's threads is running (``thread``: step, keepalive or work) and until when
-    each is blocked in a hanging store call (``blocked``): a blocked thread's time is the end of its call."""
-
-    def __init__(self, base: VirtualClock) -> None:
-        self.base = base
-        self.rate = 1.0
-        self._anchor_t = base.now()
-        self._anchor_local = base.now()
-        self.thread = "step"
-        self.blocked: dict[str, float] = {}
-
-    def global_now(self) -> float:
-        """The global virtual time of the running thread (later than the simulation's while it is blocked)."""
-        return max(self.base.now(), self.blocked.get(self.thread, -math.inf))
-
-    def blocked_until(self, thread: str) -> float:
-        return self.blocked.get(thread, -math.inf)
-
-    def now(self) -> float:
-        return self.local(self.global_now())
-
-    def local(self, t: float) -> float:
-        return self._anchor_local + (t - self._anchor_t) * self.rate
-
-    def to_global(self, local: float) -> float:
-        if local == math.inf or local == -math.inf:
-            return local
-        return self._anchor_t + (local - self._anchor_local) / self.rate
-
-    def set_rate(self, rate: float) -> None:
-        t = self.base.now()
-        self._anchor_local = self.local(t)
-        self._anchor_t = t
-        self.rate = rate
-
-    def sleep(self, seconds: float) -> None:  # pragma: no cover - the simulator never sleeps
-        raise RuntimeError("simulated members never sleep")
-
-
-class _FlakyStore(Store):
-    """A member's view of the shared store that can be made unavailable (fails at once) or hang (no answer) for a
-    while. ``clock`` is the member's own clock, so ``time_limit`` works in the member's time."""
-
-    def __init__(self, inner: MemoryStore, clock: _DriftClock) -> None:
-        self.inner = inner
-        self.url = inner.url
-        self.clock = clock
-        self.member_clock = clock
-        self.down_until = -math.inf
-        self.hang_until = -math.inf
-
-    @property
-    def shared_store(self) -> MemoryStore:
-        """Lets members share decoded plans across proxies of one store (see ``read_plan``)."""
-        return self.inner
-
-    def _check(self) -> None:
-        clock = self.member_clock
-        start = clock.global_now()
-        if start > clock.base.now():
-            # this thread already waited for an earlier call of the same step and is "ahead" of the simulation:
-            # its next request cannot be applied at an earlier global time, so it is lost (a legal, pessimistic fate)
-            raise StoreUnavailable("simulated: no answer from the store (request lost)")
-        if start < self.hang_until:
-            # no answer: the call returns (StoreUnavailable) when the hang ends or the caller's time limit passes,
-            # whichever comes first; the request is lost either way (a model of a dropped connection)
-            limit_s = self.remaining_s(DEFAULT_CALL_TIMEOUT_S) / clock.rate
-            clock.blocked[clock.thread] = min(self.hang_until, start + max(0.0, limit_s))
-            raise StoreUnavailable("simulated: no answer from the store")
-        if start < self.down_until:
-            raise StoreUnavailable("simulated: store unreachable from this member")
-
-    def revision(self) -> int:
-        self._check()
-        return self.inner.revision()
-
-    def txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op] = ()) -> TxnResult:
-        self._check()
-        return self.inner.txn(compares, on_success, on_failure)
-
-    def grant(self, ttl_s: float) -> Lease:
-        self._check()
-        return self.inner.grant(ttl_s)
-
-    def keepalive(self, lease: Lease | int) -> float:
-        self._check()
-        return self.inner.keepalive(lease)
-
-    def revoke(self, lease: Lease | int) -> None:
-        self._check()
-        self.inner.revoke(lease)
-
-    def time_to_live(self, lease: Lease | int) -> float:
-        self._check()
-        return self.inner.time_to_live(lease)
-
-    def watch(self, key: str, start_revision: int | None = None, *, prefix: bool = True) -> Watch:
-        self._check()
-        return self.inner.watch(key, start_revision, prefix=prefix)
-
-    def compact(self, revision: int) -> None:
-        self.inner.compact(revision)
-
-    def get(self, key: str):  # type: ignore[no-untyped-def]
-        self._check()
-        return self.inner.get(key)
-
-    def range(self, prefix: str, limit: int | None = None):  # type: ignore[no-untyped-def]
-        self._check()
-        return self.inner.range(prefix, limit)
-
-
 class _Inbox(Watch):
     """The events the dispatcher routed to one member."""
 
@@ -312,8 +188,8 @@ class _Inbox(Watch):
 class _Sim:
     id: str
     member: FencedMember
-    clock: _DriftClock
-    store: _FlakyStore
+    clock: DriftClock
+    store: FlakyStore
     inbox: _Inbox
     next_step: float = math.inf
     crashed: bool = False
@@ -365,7 +241,7 @@ class Simulation:
         self,
         mid: str,
         store: Store,
-        clock: _DriftClock,
+        clock: DriftClock,
         inbox: _Inbox,
         tracer: Tracer,
         delay: DelayHook,
@@ -396,8 +272,8 @@ class Simulation:
 
     def _add_member(self, ordinal: int | None = None) -> _Sim:
         mid = f"m{next(self._ids)}"
-        clock = _DriftClock(self.clock)
-        store = _FlakyStore(self.store, clock)
+        clock = DriftClock(self.clock)
+        store = FlakyStore(self.store, clock)
         inbox = _Inbox()
         sim_holder: list[_Sim] = []
 
@@ -422,7 +298,7 @@ class Simulation:
         self._record(mid, "spawn", {}, clock)
         return sim
 
-    def _record(self, mid: str, kind: str, fields: Mapping[str, Any], clock: _DriftClock) -> None:
+    def _record(self, mid: str, kind: str, fields: Mapping[str, Any], clock: DriftClock) -> None:
         t = clock.global_now()
         if kind == "renew":
             fields = {"deadline": clock.to_global(float(fields["deadline"]))}
@@ -464,7 +340,7 @@ class Simulation:
         self._push(settle_by, "check", "")
         self._loop(settle_by)
         violations = self._check_liveness()
-        beliefs = _beliefs(self.records, self.clock.now())
+        beliefs = belief_intervals(self.records, self.clock.now())
         violations += check_trace(self.records, self.clock.now(), beliefs)
         return self._result(violations, settle_by - start, beliefs)
 
@@ -662,30 +538,11 @@ class Simulation:
     def _check_liveness(self) -> list[str]:
         now = self.clock.now()
         live = [s for s in self._live() if now >= s.frozen_until]
-        believed: dict[int, list[str]] = {}
-        for sim in live:
-            for p in sim.member.owned():
-                believed.setdefault(p, []).append(sim.id)
-        problems: list[str] = []
-        unowned = [p for p in range(self.config.partitions) if p not in believed]
-        if unowned:
-            problems.append(f"liveness: at t={now:.3f} partitions {unowned[:10]} are not owned ({len(unowned)} total)")
-        doubled = {p: ids for p, ids in believed.items() if len(ids) > 1}
-        if doubled:
-            problems.append(f"exclusivity: at t={now:.3f} {dict(list(doubled.items())[:5])}")
+        owned = {s.id: s.member.owned() for s in live}
+        blocks = None
         if self.config.mode == "static":
-            for p, ids in sorted(believed.items()):
-                wrong = [
-                    m for m in ids if p not in range_block(self._ordinals[m], self.replicas, self.config.partitions)
-                ]
-                if wrong:
-                    problems.append(f"static: partition {p} owned by {wrong}, outside their range blocks")
-                    break
-        elif live and self.config.strategy in BALANCED_STRATEGIES and not unowned:
-            counts = [len(s.member.owned()) for s in live]
-            if max(counts) - min(counts) > 1:
-                problems.append(f"balance: owned counts {sorted(counts)} differ by more than one")
-        return problems
+            blocks = {s.id: range_block(self._ordinals[s.id], self.replicas, self.config.partitions) for s in live}
+        return check_liveness(owned, self.config.partitions, now, self.config.strategy, blocks)
 
     def _result(
         self, violations: list[str], settle_by: float, beliefs: Mapping[int, list[tuple[float, float, str]]]
@@ -709,105 +566,6 @@ class Simulation:
             steps=self.steps,
             faults=self.faults,
         )
-
-
-def _beliefs(
-    records: Sequence[tuple[float, str, str, Mapping[str, Any]]], end: float
-) -> dict[int, list[tuple[float, float, str]]]:
-    """Per partition, the belief intervals [start, end) of every member, reconstructed from the trace alone."""
-    intervals: dict[int, list[tuple[float, float, str]]] = {}
-    holding: dict[str, dict[int, float]] = {}
-    deadline: dict[str, float] = {}
-    records = _in_time_order(records)
-
-    def close(mid: str, parts: Sequence[int] | None, t: float) -> None:
-        held = holding.get(mid, {})
-        for p in list(held) if parts is None else parts:
-            start = held.pop(p, None)
-            if start is not None:
-                intervals.setdefault(p, []).append((start, t, mid))
-
-    for t, mid, kind, fields in records:
-        d = deadline.get(mid, math.inf)
-        if t >= d and holding.get(mid):
-            close(mid, None, d)
-        if kind == "renew":
-            if t < d or not holding.get(mid):
-                deadline[mid] = float(fields["deadline"])
-        elif kind == "assigned":
-            for p in fields["partitions"]:
-                holding.setdefault(mid, {})[int(p)] = t
-        elif kind in ("revoked", "lost"):
-            close(mid, [int(p) for p in fields["partitions"]], t)
-        elif kind == "fenced":
-            close(mid, [int(fields["partition"])], t)
-        elif kind in ("crash", "stopped"):
-            close(mid, None, t)
-    for mid in list(holding):
-        close(mid, None, min(end, deadline.get(mid, math.inf)))
-    return intervals
-
-
-def _in_time_order(
-    records: Sequence[tuple[float, str, str, Mapping[str, Any]]],
-) -> Sequence[tuple[float, str, str, Mapping[str, Any]]]:
-    """Records sorted by time (stable): a thread that waited for a hanging call records its next events at the
-    time the call returned, which may be later than events the rest of the group recorded meanwhile."""
-    if all(a[0] <= b[0] for a, b in itertools.pairwise(records)):
-        return records
-    return sorted(records, key=lambda record: record[0])
-
-
-def check_trace(
-    records: Sequence[tuple[float, str, str, Mapping[str, Any]]],
-    end: float,
-    beliefs: Mapping[int, list[tuple[float, float, str]]] | None = None,
-) -> list[str]:
-    """Exclusivity of beliefs and fencing of accepted commits, from the trace alone."""
-    problems: list[str] = []
-    records = _in_time_order(records)
-    for p, spans in sorted((beliefs if beliefs is not None else _beliefs(records, end)).items()):
-        spans.sort()
-        for (s1, e1, m1), (s2, _e2, m2) in itertools.pairwise(spans):
-            if s2 < e1:
-                problems.append(
-                    f"exclusivity: partition {p} believed by {m1} [{s1:.3f},{e1:.3f}) and {m2} from {s2:.3f}"
-                )
-    latest: dict[int, tuple[int, str]] = {}
-    given_up: dict[tuple[str, int, int], float] = {}  # (member, partition, epoch) -> when on_lost/fenced said so
-    for t, mid, kind, fields in records:
-        if kind == "claim":
-            for p, e in zip(fields["partitions"], fields["epochs"], strict=True):
-                latest[int(p)] = (int(e), mid)
-        elif kind == "lost" and "epochs" in fields:
-            for p, e in zip(fields["partitions"], fields["epochs"], strict=True):
-                given_up.setdefault((mid, int(p), int(e)), t)
-        elif kind == "fenced":
-            given_up.setdefault((mid, int(fields["partition"]), int(fields["epoch"])), t)
-        elif kind == "commit":
-            p, e = int(fields["partition"]), int(fields["epoch"])
-            if latest.get(p) != (e, mid):
-                problems.append(f"fencing: t={t:.3f} {mid} committed {p} with epoch {e}; latest claim {latest.get(p)}")
-            lost_at = given_up.get((mid, p, e))
-            if lost_at is not None and t >= lost_at and not fields.get("in_flight"):  # sent after on_lost
-                problems.append(f"fencing: t={t:.3f} {mid} committed {p} with epoch {e} after on_lost at {lost_at:.3f}")
-    return problems[:20]
-
-
-def unowned_seconds(beliefs: Mapping[int, Sequence[tuple[float, float, str]]], partitions: int, end: float) -> float:
-    """Partition-seconds during which nobody believed owning a partition (from its first assignment on)."""
-    total = 0.0
-    for p in range(partitions):
-        spans = sorted(beliefs.get(p, []))
-        if not spans:
-            continue
-        covered_to = spans[0][0]
-        for s, e, _ in spans:
-            if s > covered_to:
-                total += s - covered_to
-            covered_to = max(covered_to, e)
-        total += max(0.0, end - covered_to)
-    return total
 
 
 def simulate(config: SimConfig) -> SimResult:

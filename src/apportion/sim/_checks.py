@@ -1,0 +1,160 @@
+"""The simulator's checks: invariants over a recorded trace, and the end state's liveness and balance.
+
+A trace record is ``(global time, member id, kind, fields)``, as the members' tracers report them.
+
+Checks (``SimResult.violations``), the first two from the trace alone (:func:`check_trace`), the third on the
+members' state at the end (:func:`check_liveness`):
+1. exclusivity at the callback level: per partition, the belief intervals of all members never overlap. A belief
+   runs from on_assigned to on_revoked's return, on_lost, a fenced commit, a crash, or the member's local lease
+   deadline (renewals move it; a renewal after it passed does not revive the belief), whichever comes first;
+2. fencing: every commit the store accepted carries the latest epoch claimed for that partition, by its claimer,
+   and no member has a commit it sent after reporting that belief lost (on_lost) accepted for that (partition,
+   epoch) (a zombie's commits sent before its freeze may land later: the store's fence is what bounds those);
+3. liveness: once churn and faults stop at ``T``, by ``T + RST + MRI + ttl + 1 s`` every partition is believed
+   owned by exactly one live member and (count-balanced strategies) owned counts differ by at most one; in static
+   mode every partition is owned by a member whose ordinal's range block (under the stored replica count) holds it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+BALANCED_STRATEGIES = ("round_robin", "range", "sticky", "high_availability")
+
+
+def check_liveness(
+    owned: Mapping[str, Sequence[int]],
+    partitions: int,
+    now: float,
+    strategy: str,
+    blocks: Mapping[str, range] | None = None,
+) -> list[str]:
+    """Check 3 at ``now``: ``owned`` holds what every live, unfrozen member believes it owns; ``blocks``, in static
+    mode, each one's range block."""
+    believed: dict[int, list[str]] = {}
+    for mid, parts in owned.items():
+        for p in parts:
+            believed.setdefault(p, []).append(mid)
+    problems: list[str] = []
+    unowned = [p for p in range(partitions) if p not in believed]
+    if unowned:
+        problems.append(f"liveness: at t={now:.3f} partitions {unowned[:10]} are not owned ({len(unowned)} total)")
+    doubled = {p: ids for p, ids in believed.items() if len(ids) > 1}
+    if doubled:
+        problems.append(f"exclusivity: at t={now:.3f} {dict(list(doubled.items())[:5])}")
+    if blocks is not None:
+        for p, ids in sorted(believed.items()):
+            wrong = [m for m in ids if p not in blocks[m]]
+            if wrong:
+                problems.append(f"static: partition {p} owned by {wrong}, outside their range blocks")
+                break
+    elif owned and strategy in BALANCED_STRATEGIES and not unowned:
+        counts = [len(parts) for parts in owned.values()]
+        if max(counts) - min(counts) > 1:
+            problems.append(f"balance: owned counts {sorted(counts)} differ by more than one")
+    return problems
+
+
+def belief_intervals(
+    records: Sequence[tuple[float, str, str, Mapping[str, Any]]], end: float
+) -> dict[int, list[tuple[float, float, str]]]:
+    """Per partition, the belief intervals [start, end) of every member, reconstructed from the trace alone."""
+    intervals: dict[int, list[tuple[float, float, str]]] = {}
+    holding: dict[str, dict[int, float]] = {}
+    deadline: dict[str, float] = {}
+    records = _in_time_order(records)
+
+    def close(mid: str, parts: Sequence[int] | None, t: float) -> None:
+        held = holding.get(mid, {})
+        for p in list(held) if parts is None else parts:
+            start = held.pop(p, None)
+            if start is not None:
+                intervals.setdefault(p, []).append((start, t, mid))
+
+    for t, mid, kind, fields in records:
+        d = deadline.get(mid, math.inf)
+        if t >= d and holding.get(mid):
+            close(mid, None, d)
+        if kind == "renew":
+            if t < d or not holding.get(mid):
+                deadline[mid] = float(fields["deadline"])
+        elif kind == "assigned":
+            for p in fields["partitions"]:
+                holding.setdefault(mid, {})[int(p)] = t
+        elif kind in ("revoked", "lost"):
+            close(mid, [int(p) for p in fields["partitions"]], t)
+        elif kind == "fenced":
+            close(mid, [int(fields["partition"])], t)
+        elif kind in ("crash", "stopped"):
+            close(mid, None, t)
+    for mid in list(holding):
+        close(mid, None, min(end, deadline.get(mid, math.inf)))
+    return intervals
+
+
+def _in_time_order(
+    records: Sequence[tuple[float, str, str, Mapping[str, Any]]],
+) -> Sequence[tuple[float, str, str, Mapping[str, Any]]]:
+    """Records sorted by time (stable): a thread that waited for a hanging call records its next events at the
+    time the call returned, which may be later than events the rest of the group recorded meanwhile."""
+    if all(a[0] <= b[0] for a, b in itertools.pairwise(records)):
+        return records
+    return sorted(records, key=lambda record: record[0])
+
+
+def check_trace(
+    records: Sequence[tuple[float, str, str, Mapping[str, Any]]],
+    end: float,
+    beliefs: Mapping[int, list[tuple[float, float, str]]] | None = None,
+) -> list[str]:
+    """Exclusivity of beliefs and fencing of accepted commits, from the trace alone."""
+    problems: list[str] = []
+    records = _in_time_order(records)
+    for p, spans in sorted((beliefs if beliefs is not None else belief_intervals(records, end)).items()):
+        spans.sort()
+        for (s1, e1, m1), (s2, _e2, m2) in itertools.pairwise(spans):
+            if s2 < e1:
+                problems.append(
+                    f"exclusivity: partition {p} believed by {m1} [{s1:.3f},{e1:.3f}) and {m2} from {s2:.3f}"
+                )
+    latest: dict[int, tuple[int, str]] = {}
+    given_up: dict[tuple[str, int, int], float] = {}  # (member, partition, epoch) -> when on_lost/fenced said so
+    for t, mid, kind, fields in records:
+        if kind == "claim":
+            for p, e in zip(fields["partitions"], fields["epochs"], strict=True):
+                latest[int(p)] = (int(e), mid)
+        elif kind == "lost" and "epochs" in fields:
+            for p, e in zip(fields["partitions"], fields["epochs"], strict=True):
+                given_up.setdefault((mid, int(p), int(e)), t)
+        elif kind == "fenced":
+            given_up.setdefault((mid, int(fields["partition"]), int(fields["epoch"])), t)
+        elif kind == "commit":
+            p, e = int(fields["partition"]), int(fields["epoch"])
+            if latest.get(p) != (e, mid):
+                problems.append(f"fencing: t={t:.3f} {mid} committed {p} with epoch {e}; latest claim {latest.get(p)}")
+            lost_at = given_up.get((mid, p, e))
+            if lost_at is not None and t >= lost_at and not fields.get("in_flight"):  # sent after on_lost
+                problems.append(f"fencing: t={t:.3f} {mid} committed {p} with epoch {e} after on_lost at {lost_at:.3f}")
+    return problems[:20]
+
+
+def unowned_seconds(beliefs: Mapping[int, Sequence[tuple[float, float, str]]], partitions: int, end: float) -> float:
+    """Partition-seconds during which nobody believed owning a partition (from its first assignment on)."""
+    total = 0.0
+    for p in range(partitions):
+        spans = sorted(beliefs.get(p, []))
+        if not spans:
+            continue
+        covered_to = spans[0][0]
+        for s, e, _ in spans:
+            if s > covered_to:
+                total += s - covered_to
+            covered_to = max(covered_to, e)
+        total += max(0.0, end - covered_to)
+    return total
+
+
+__all__ = ["BALANCED_STRATEGIES", "belief_intervals", "check_liveness", "check_trace", "unowned_seconds"]
