@@ -58,6 +58,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import ClassVar, Self
 
+from apportion.assign._core import exact
 from apportion.assign._options import StrategyOptions, integer_option, number_option
 from apportion.errors import InvalidRequest
 from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats
@@ -92,11 +93,6 @@ class HighAvailabilityOptions(StrategyOptions):
         )
 
 
-def _exact(value: float) -> Fraction:
-    """A float as the decimal it was written as (0.2 -> 1/5), so that band bounds do not round the wrong way."""
-    return Fraction(repr(float(value)))
-
-
 class _Input:
     """The request as lookup tables: eligibility, previous owners, replicas and their lags."""
 
@@ -116,7 +112,7 @@ class _Input:
         self.capacity: dict[str, Fraction] = {}
         for m in self.members:
             _check_member(m, self.capacity)
-            self.capacity[m.id] = _exact(m.capacity)
+            self.capacity[m.id] = exact(m.capacity)
         self.eligible: dict[str, list[str]] = {
             res.name: [m.id for m in self.members if m.subscribes_to(res.name)] for res in self.resources
         }
@@ -298,7 +294,7 @@ def high_availability(request: AssignRequest) -> Plan:
     opts = HighAvailabilityOptions.parse(request.options)
     inp = _Input(request, opts)
     everything = inp.partitions()
-    x = _exact(opts.imbalance)
+    x = exact(opts.imbalance)
     target: dict[Partition, str] = {}
     min_moves = 0
     for stateful in (True, False):
