@@ -8,25 +8,46 @@ are stepped state machines; ``GroupConfig`` the resource definition; ``history``
 """
 
 from apportion.group._config import STRATEGIES, GroupConfig
-from apportion.group._coordinator import CoordinatorMember, CoordinatorPhase, Entry, TableState
+from apportion.group._coordinator import (
+    CoordinatorMember,
+    CoordinatorPhase,
+    Entry,
+    TableState,
+    planned_moves,
+    request_rebalance,
+    validate_settings,
+)
 from apportion.group._explain import explain
-from apportion.group._history import EVENT_TYPES, history, history_expired_before
-from apportion.group._keys import Keys, decode, encode, validate_group, validate_member_id
-from apportion.group._ownership import FencedMember, Lease, Ownership, default_planner
+from apportion.group._history import DEFAULT_RETENTION_S, EVENT_TYPES, history, history_expired_before
+from apportion.group._keys import Keys, decode, decode_owner, encode, validate_group, validate_member_id
+from apportion.group._ownership import (
+    Callback,
+    DelayHook,
+    FencedMember,
+    Lease,
+    MemberOptions,
+    Ownership,
+    Tracer,
+    default_planner,
+)
 from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember
-from apportion.group._static import StaticMember, StaticPhase, ordinal_from_hostname, set_replicas
-from apportion.group._status import group_status
+from apportion.group._static import StaticMember, StaticPhase, ordinal_from_hostname, set_replicas, validate_ordinal
+from apportion.group._status import group_status, table_entry
 
 __all__ = [
+    "DEFAULT_RETENTION_S",
     "EVENT_TYPES",
     "STRATEGIES",
+    "Callback",
     "CoordinatorMember",
     "CoordinatorPhase",
+    "DelayHook",
     "Entry",
     "FencedMember",
     "GroupConfig",
     "Keys",
     "Lease",
+    "MemberOptions",
     "Ownership",
     "Phase",
     "ReplicaLags",
@@ -35,7 +56,9 @@ __all__ = [
     "StaticMember",
     "StaticPhase",
     "TableState",
+    "Tracer",
     "decode",
+    "decode_owner",
     "default_planner",
     "encode",
     "explain",
@@ -43,7 +66,12 @@ __all__ = [
     "history",
     "history_expired_before",
     "ordinal_from_hostname",
+    "planned_moves",
+    "request_rebalance",
     "set_replicas",
+    "table_entry",
     "validate_group",
     "validate_member_id",
+    "validate_ordinal",
+    "validate_settings",
 ]

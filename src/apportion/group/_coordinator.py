@@ -61,8 +61,7 @@ from apportion.group._ownership import (
 )
 from apportion.group._tracked import TrackedKey, TrackedPrefix
 from apportion.model import AssignRequest, Member, Partition, Resource
-from apportion.store import Compare, Delete, Event, KeyValue, Op, Put, Store, absent
-from apportion.store._types import mod_revision_is
+from apportion.store import Compare, Delete, Event, KeyValue, Op, Put, Store, absent, mod_revision_is
 
 POLICIES = ("automatic", "manual")
 

@@ -45,8 +45,7 @@ from typing import Any
 
 from apportion.errors import CorruptRecord, InvalidRequest, StoreUnavailable
 from apportion.group._keys import Keys, decode, encode
-from apportion.store import Delete, KeyValue, Put, Store, absent
-from apportion.store._types import Compare, mod_revision_is
+from apportion.store import Compare, Delete, KeyValue, Put, Store, absent, mod_revision_is
 
 log = logging.getLogger("apportion.history")
 

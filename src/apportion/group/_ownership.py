@@ -57,9 +57,8 @@ from apportion.group._keys import (
     validate_member_id,
 )
 from apportion.model import AssignRequest, Plan
-from apportion.store import Delete, Event, Get, Op, Put, Store, Watch, absent
+from apportion.store import Delete, Event, Get, Op, Put, Store, Watch, absent, mod_revision_is, value_is
 from apportion.store import Lease as StoreLease
-from apportion.store._types import mod_revision_is, value_is
 
 INF = math.inf
 CHUNK = 30  # partitions per claim/release txn (etcd allows 128 ops per txn by default)

@@ -78,8 +78,7 @@ from apportion.group._ownership import (
 )
 from apportion.group._tracked import TrackedKey
 from apportion.model import AssignRequest, Member, Partition, Resource
-from apportion.store import Delete, Event, EventType, KeyValue, Op, Put, Store, absent
-from apportion.store._types import mod_revision_is
+from apportion.store import Delete, Event, EventType, KeyValue, Op, Put, Store, absent, mod_revision_is
 
 ReplicaLags = Callable[[], Mapping[int, int]]
 """partition -> lag of the replica (standby or learner) this member holds of it; called when joining a round."""

@@ -46,8 +46,16 @@ from typing import Any
 from apportion.assign import HighAvailabilityOptions, range_block, validate_options
 from apportion.clock import VirtualClock
 from apportion.errors import Fenced, StoreUnavailable
-from apportion.group import CoordinatorMember, FencedMember, GroupConfig, RoundsMember, StaticMember, set_replicas
-from apportion.group._ownership import DelayHook, Tracer
+from apportion.group import (
+    CoordinatorMember,
+    DelayHook,
+    FencedMember,
+    GroupConfig,
+    RoundsMember,
+    StaticMember,
+    Tracer,
+    set_replicas,
+)
 from apportion.sim._checks import belief_intervals, check_liveness, check_trace, unowned_seconds
 from apportion.sim._faults import DriftClock, FlakyStore
 from apportion.store import Event, EventType, MemoryStore, Store, Watch

@@ -1,7 +1,7 @@
 """The consistent store: one etcd-v3-shaped contract, backends chosen by URL (memory, sqlite, etcd)."""
 
 from apportion.store._base import Store, Watch
-from apportion.store._connect import connect
+from apportion.store._connect import NoSuchStore, connect, redact, redact_url, url_secrets
 from apportion.store._memory import MemoryStore
 from apportion.store._types import (
     Compare,
@@ -30,6 +30,7 @@ __all__ = [
     "KeyValue",
     "Lease",
     "MemoryStore",
+    "NoSuchStore",
     "Op",
     "Put",
     "Store",
@@ -39,6 +40,9 @@ __all__ = [
     "connect",
     "exists",
     "mod_revision_is",
+    "redact",
+    "redact_url",
+    "url_secrets",
     "validate_key",
     "value_is",
 ]
