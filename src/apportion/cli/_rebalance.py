@@ -20,11 +20,8 @@ from apportion.store import Store, connect
 def _check_records(store: Store, group: str) -> None:
     """The definition and the partition table a re-plan reads: CorruptRecord naming a corrupt key (exit 2) before
     anything is planned or requested."""
-    keys = Keys(group)
-    kv = store.get(keys.resource)
-    if kv is not None:  # none: planned_moves says the group is unknown
-        GroupConfig.from_record(kv)
-    for entry in store.range(keys.tables):
+    GroupConfig.find(store, group)  # none: planned_moves says the group is unknown
+    for entry in store.range(Keys(group).tables):
         table_entry(entry)
 
 

@@ -77,10 +77,10 @@ class SimConfig:
     events: int = 20
     seed: int = 1
     strategy: str = "sticky"
-    settle_s: float = 0.5
-    min_interval_s: float = 1.0
-    heartbeat_s: float = 30.0
-    ttl_s: float = 3.0
+    settle_s: float = GroupConfig.DEFAULT_SETTLE_S
+    min_interval_s: float = GroupConfig.DEFAULT_MIN_INTERVAL_S
+    heartbeat_s: float = GroupConfig.DEFAULT_HEARTBEAT_S
+    ttl_s: float = GroupConfig.DEFAULT_TTL_S
     event_gap_s: float = 1.0
     faults: bool = True
     revoke_timeout_s: float = 1.0
