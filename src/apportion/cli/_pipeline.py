@@ -29,8 +29,8 @@ from types import FrameType
 import click
 
 from apportion.cli._app import app
+from apportion.cli._common import group_option, store_option, timing_options
 from apportion.cli._options import parse_options
-from apportion.cli._store import store_option
 from apportion.errors import InvalidRequest
 from apportion.store import connect
 
@@ -106,7 +106,7 @@ def produce(
 
 @pipeline.command()
 @store_option()
-@click.option("--group", "group_name", required=True, help="Group name.")
+@group_option()
 @click.option("--id", "worker_id", required=True, help="This worker's id (unique in the group).")
 @click.option("--input", "input_dir", required=True, type=click.Path(file_okay=False), help="Partitioned log root.")
 @click.option("--output", "output_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
@@ -117,10 +117,7 @@ def produce(
 @click.option("--transform", "transform_spec", default=None, help="module:function replacing the default transform.")
 @click.option("--master", default="local[1]", help="Spark master of this worker's session.")
 @click.option("--driver-memory", default="1g", help="Spark driver memory.")
-@click.option("--settle", "settle_s", type=float, default=0.5, help="RST: round settle time (s).")
-@click.option("--min-interval", "min_interval_s", type=float, default=1.0, help="MRI: min interval between rounds (s).")
-@click.option("--heartbeat", "heartbeat_s", type=float, default=30.0, help="HBI: heartbeat round interval (s).")
-@click.option("--ttl", "ttl_s", type=float, default=None, help="Member lease TTL (s); default 3, or 5 on etcd.")
+@timing_options()
 @click.option(
     "--revoke-timeout",
     "revoke_timeout_s",
@@ -262,7 +259,7 @@ def run(
 
 @pipeline.command()
 @store_option()
-@click.option("--group", "group_name", required=True, help="Group name.")
+@group_option()
 @click.option("--input", "input_dir", required=True, type=click.Path(file_okay=False), help="Partitioned log root.")
 @click.option("--output", "output_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
 @click.option("--resource", default=None, help="Log resource (default: the group name).")

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from apportion.cli._app import app
-from apportion.cli._store import store_option
+from apportion.cli._common import group_option, store_option
 from apportion.group import GroupConfig, Keys
 from apportion.group._coordinator import planned_moves, request_rebalance
 from apportion.group._status import table_entry
@@ -27,7 +27,7 @@ def _check_records(store: Store, group: str) -> None:
 
 @app.command()
 @store_option()
-@click.option("--group", "group_name", required=True, help="Group name.")
+@group_option()
 @click.option("--dry-run", is_flag=True, help="Only show the planned moves.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def rebalance(store_url: str, group_name: str, dry_run: bool, as_json: bool) -> None:

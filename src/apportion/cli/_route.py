@@ -7,7 +7,8 @@ import json
 import click
 
 from apportion.cli._app import app
-from apportion.cli._store import read_group, store_option
+from apportion.cli._common import group_option, store_option
+from apportion.cli._store import read_group
 from apportion.group import GroupConfig, Keys
 from apportion.group._keys import decode_owner
 from apportion.group._status import table_entry
@@ -16,7 +17,7 @@ from apportion.routing import partition_for
 
 @app.command()
 @store_option()
-@click.option("--group", "group_name", required=True, help="Group name.")
+@group_option()
 @click.argument("key")
 def route(store_url: str, group_name: str, key: str) -> None:
     """Print {"key", "partition", "owner", "epoch", "state"} for KEY (routing: ``partition_for``). ``owner`` is the
