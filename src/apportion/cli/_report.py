@@ -26,8 +26,8 @@ class OverlapFound(ApportionError):
 def report(store_url: str, group_name: str, out_dir: str, master: str) -> None:
     """Ownership timelines, unowned gaps, overlaps (must be none), moves per round, balance, handoff latency.
     The summary states the span of history analysed and what it may miss (expired events, members seen in part)."""
-    from apportion.spark._pipeline import spark_session
     from apportion.spark._report import write_report
+    from apportion.spark._session import spark_session
 
     with read_group(store_url, group_name) as store:
         events = history(store, group_name)
