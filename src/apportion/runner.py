@@ -62,6 +62,7 @@ def run_worker(
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
+    on_started: Callable[[Worker], None] | None = None,
     **definition: Any,
 ) -> None:
     """Run worker ``worker_id`` of ``group`` on the store at ``store_url`` until SIGINT/SIGTERM (graceful leave).
@@ -69,7 +70,9 @@ def run_worker(
     ``definition`` is :class:`apportion.Group`'s keyword arguments (``partitions``, ``strategy``, the timings,
     ``update``, ``mode``, ``ordinal``, ``replicas``, ...). With ``partitions`` the whole definition is checked before
     the store is opened, so a mistyped option never creates a store file. The store is waited for up to
-    ``connect_timeout_s`` (:class:`StartUp`); ``metrics_port`` serves Prometheus metrics (the metrics extra)."""
+    ``connect_timeout_s`` (:class:`StartUp`); ``metrics_port`` serves Prometheus metrics (the metrics extra).
+    ``on_started(worker)`` hears the running :class:`apportion.Worker` (``worker.stop()`` ends the run as a signal
+    does)."""
 
     def define(store: Store) -> Group:
         return Group(store, group, **definition)
@@ -98,6 +101,7 @@ def run_worker(
             history_retention_s=history_retention_s,
             replace=replace,
             startup=startup,
+            on_started=on_started,
         )
     finally:
         store.close()
@@ -231,9 +235,11 @@ def run_member(
     history_retention_s: float = DEFAULT_RETENTION_S,
     replace: bool = False,
     startup: StartUp | None = None,
+    on_started: Callable[[Worker], None] | None = None,
 ) -> None:
     """Join ``group`` as ``worker_id`` and block until SIGINT/SIGTERM (``Group.run``), emitting every change; with
-    ``commit_every_s`` > 0 a committer thread stands in for a pipeline (see :func:`_committer`)."""
+    ``commit_every_s`` > 0 a committer thread stands in for a pipeline (see :func:`_committer`). ``on_started``:
+    as in :func:`run_worker`; ``startup`` watches the member's registration (:func:`run_worker` passes its own)."""
     stopping = threading.Event()
     holder: list[Worker] = []
 
@@ -247,6 +253,8 @@ def run_member(
         holder.append(worker)
         if startup is not None:
             startup.watch(worker)
+        if on_started is not None:
+            on_started(worker)
 
     thread = threading.Thread(target=_committer, args=(holder, worker_id, commit_every_s, stopping, emit), daemon=True)
     if commit_every_s > 0:

@@ -27,6 +27,7 @@ from apportion.cli._app import app
 from apportion.cli._common import group_option, store_option, timing_options
 from apportion.cli._options import parse_options
 from apportion.errors import InvalidRequest
+from apportion.group import GroupConfig
 from apportion.spark._worker import readable_dir, run_pipeline_worker, writable_dir
 from apportion.store import connect
 
@@ -90,7 +91,7 @@ def produce(
 @click.option("--output", "output_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
 @click.option("--resource", default=None, help="Log resource to process (default: the group name).")
 @click.option("--partitions", type=int, default=None, help="Partition count (default: the log's).")
-@click.option("--strategy", default="sticky", help="Assignment strategy when creating the group.")
+@click.option("--strategy", default=GroupConfig.DEFAULT_STRATEGY, help="Assignment strategy when creating the group.")
 @click.option("--batch-records", type=int, default=10_000, help="Max records per partition per micro-batch.")
 @click.option("--transform", "transform_spec", default=None, help="module:function replacing the default transform.")
 @click.option("--master", default="local[1]", help="Spark master of this worker's session.")
