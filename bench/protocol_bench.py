@@ -22,11 +22,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from apportion.group import group_status, history
+from apportion.group import GroupConfig, group_status, history
 from apportion.sim import SimConfig, simulate
 from apportion.store import connect
 
-SETTLE_S, MIN_INTERVAL_S, TTL_S = 0.5, 1.0, 3.0
+SETTLE_S, MIN_INTERVAL_S, TTL_S = (
+    GroupConfig.DEFAULT_SETTLE_S,
+    GroupConfig.DEFAULT_MIN_INTERVAL_S,
+    GroupConfig.DEFAULT_TTL_S,
+)
 
 
 def _spawn(url: str, wid: str, partitions: int) -> subprocess.Popen[str]:

@@ -26,31 +26,14 @@ import time
 from pathlib import Path
 
 
-def _session() -> object:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("apportion-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
 def bench_process(records: int, partitions: int, batch_records: int) -> dict[str, object]:
     """One worker, one Spark session (local[1]), SQLite store: throughput and commit overhead per batch."""
     import uuid
 
     from apportion.log import PartitionedLog, Producer
     from apportion.spark._output import verify
-    from apportion.spark._pipeline import Pipeline, joined, spark_session, warm_up
+    from apportion.spark._pipeline import Pipeline, joined, warm_up
+    from apportion.spark._session import spark_session
     from apportion.store import connect
     from apportion.worker import Group
 
@@ -121,15 +104,17 @@ def main() -> None:
     partitions_for(keys, args.partitions)
     keys_per_s = len(keys) / (time.perf_counter() - started)
 
-    spark = _session()
+    from apportion.spark._session import spark_session
+
+    spark = spark_session("local[2]", "2g", "apportion-bench", parallelism=2)
     work = Path(tempfile.mkdtemp(prefix="apportion-bench-"))
     try:
         source = str(work / "source.parquet")
-        spark.range(args.records).select(  # type: ignore[attr-defined]
+        spark.range(args.records).select(
             F.concat(F.lit("user-"), (F.col("id") % 1_000_003).cast("string")).alias("k"),
             F.col("id"),
         ).write.parquet(source)
-        df = spark.read.parquet(source)  # type: ignore[attr-defined]
+        df = spark.read.parquet(source)
 
         started = time.perf_counter()
         df.repartition(args.partitions, "k").write.parquet(str(work / "bare"))
@@ -143,7 +128,7 @@ def main() -> None:
         if result.records != args.records:
             raise SystemExit(f"route appended {result.records} records, expected {args.records}")
     finally:
-        spark.stop()  # type: ignore[attr-defined]
+        spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     print(
         json.dumps(

@@ -17,7 +17,7 @@ from apportion.clock import VirtualClock
 from apportion.errors import ApportionError, InvalidRequest
 from apportion.log import PartitionedLog
 from apportion.log._log import records_table
-from apportion.state import (
+from apportion.spark.state import (
     Aggregate,
     PartitionState,
     Ranges,

@@ -34,7 +34,6 @@ from apportion.errors import InvalidRequest
 from apportion.group import (
     CoordinatorMember,
     GroupConfig,
-    Keys,
     Lease,
     RoundsMember,
     StaticMember,
@@ -278,6 +277,12 @@ class Worker:
             log.debug("worker %s %s %s", self.id, kind, dict(fields))
 
 
+def _default_ttl_s(store: Store) -> float:
+    """The member lease TTL of a group on ``store`` that sets none: the store's (5 s on etcd), else the group
+    default (3 s)."""
+    return GroupConfig.DEFAULT_TTL_S if store.default_ttl_s is None else store.default_ttl_s
+
+
 def _clock_time(t: float) -> str:
     """A clock reading for a log line: wall-clock time of day when it looks like one, else seconds."""
     if t > 1e9:
@@ -291,11 +296,11 @@ class Group:
     The first worker stores the definition; later ones use the stored one unless ``update=True`` (then they write
     theirs and a new round starts: seed 0 extension 2). ``partitions=None`` means "use the stored definition".
 
-    ``ttl_s`` (the member lease) defaults to the store's ``default_ttl_s``: 3 s, or 5 s on etcd (so that a
-    leader election costs no partition). ``mode`` picks the protocol: ``"rounds"`` (seed 0), ``"coordinator"``
-    (seed 1: ``min_members``, ``rebalance`` "automatic"|"manual", ``max_in_flight`` migrations at once) or
-    ``"static"`` (seed 3: ``ordinal`` and ``replicas``). ``strategy`` defaults to "sticky", or "round_robin" in
-    coordinator mode (as in seed 1).
+    ``ttl_s`` (the member lease) defaults to the store's ``default_ttl_s`` (5 s on etcd, so that a leader election
+    costs no partition), else GroupConfig's (3 s). ``mode`` picks the protocol: ``"rounds"`` (seed 0),
+    ``"coordinator"`` (seed 1: ``min_members``, ``rebalance`` "automatic"|"manual", ``max_in_flight`` migrations at
+    once) or ``"static"`` (seed 3: ``ordinal`` and ``replicas``). ``strategy`` defaults to "sticky", or
+    "round_robin" in coordinator mode (as in seed 1).
     """
 
     def __init__(
@@ -305,9 +310,9 @@ class Group:
         partitions: int | None = None,
         strategy: str | None = None,
         *,
-        settle_s: float = 0.5,
-        min_interval_s: float = 1.0,
-        heartbeat_s: float = 30.0,
+        settle_s: float = GroupConfig.DEFAULT_SETTLE_S,
+        min_interval_s: float = GroupConfig.DEFAULT_MIN_INTERVAL_S,
+        heartbeat_s: float = GroupConfig.DEFAULT_HEARTBEAT_S,
         ttl_s: float | None = None,
         options: Mapping[str, object] | None = None,
         stateful: bool = False,
@@ -335,16 +340,16 @@ class Group:
         self.rebalance = rebalance
         self.max_in_flight = max_in_flight
         if strategy is None:
-            strategy = "round_robin" if mode == "coordinator" else "sticky"
+            strategy = "round_robin" if mode == "coordinator" else GroupConfig.DEFAULT_STRATEGY
         self.store = store
         self.name = validate_group(name)
         self.clock: Clock = clock or getattr(store, "clock", None) or SYSTEM_CLOCK
         self.update = update
         if partitions is None:
-            kv = store.get(Keys(name).resource)
-            if kv is None:
+            stored = GroupConfig.find(store, name)
+            if stored is None:
                 raise InvalidRequest("partitions", f"group {name!r} has no resource definition yet: give partitions")
-            self.config = GroupConfig.from_record(kv)
+            self.config = stored
             self.update = False
         else:
             self.config = GroupConfig(
@@ -353,7 +358,7 @@ class Group:
                 settle_s=settle_s,
                 min_interval_s=min_interval_s,
                 heartbeat_s=heartbeat_s,
-                ttl_s=store.default_ttl_s if ttl_s is None else ttl_s,
+                ttl_s=_default_ttl_s(store) if ttl_s is None else ttl_s,
                 options=options or {},
                 stateful=stateful,
             )

@@ -71,6 +71,16 @@ def test_weighted_balances_per_partition_weights() -> None:
     assert load == {"a": 3, "b": 9}
 
 
+def test_weighted_keeps_a_big_member_inside_its_band_when_partitions_are_heavy() -> None:
+    """Found by hypothesis: three partitions of weight 3, capacities 1, 1, 1, 4. The big member's relative load stays
+    the lowest while it takes all three (9 > its band's top 9 x 4/7 + 3); it must take two and leave one."""
+    members = [Member("m0"), Member("m1"), Member("m2"), Member("m3", capacity=4)]
+    req = request("weighted", {}, members, tolerance=0)
+    req = type(req)("weighted", (Resource("t", 3, weights=(3, 3, 3)),), req.members, req.options)
+    result = planned(req)
+    assert len(result.assignment["m3"]) == 2
+
+
 def test_range_blocks_differ_by_at_most_one_unlike_the_seed() -> None:
     assert [list(range_block(k, 3, 10)) for k in range(3)] == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
     result = planned(request("range", {"q": 10}, [Member("pod-0"), Member("pod-1"), Member("pod-2")]))

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from apportion import runner
 from apportion.assign import STRATEGY_NAMES
-from apportion.cli import _worker
 from tests.cli.run import check_exit, cli
 
 EXAMPLES = int(os.environ.get("APPORTION_FUZZ_EXAMPLES", "80"))
@@ -36,8 +36,8 @@ FUZZ = settings(
 @pytest.fixture(autouse=True)
 def worker_does_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker that passed validation returns instead of running; no metrics port is ever bound."""
-    monkeypatch.setattr(_worker, "_run", lambda *args, **kwargs: None)
-    monkeypatch.setattr(_worker, "_metrics", lambda *args, **kwargs: None)
+    monkeypatch.setattr(runner, "run_member", lambda *args, **kwargs: None)
+    monkeypatch.setattr(runner, "serve_metrics", lambda *args, **kwargs: None)
     for name in list(os.environ):
         if name.startswith("APPORTION_"):
             monkeypatch.delenv(name)

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from apportion.cli import _worker
 from apportion.errors import StoreUnavailable
+from apportion.runner import StartUp
 from apportion.store import MemoryStore
 from apportion.store._types import Lease
 from apportion.worker import Worker
@@ -66,9 +66,9 @@ def test_a_store_that_answers_after_a_while_is_waited_for(
         return real_revision(self)
 
     monkeypatch.setattr(MemoryStore, "revision", revision)
-    real_watch = _worker._StartUp.watch
+    real_watch = StartUp.watch
 
-    def stop_once_registered(self: _worker._StartUp, worker: Worker) -> None:
+    def stop_once_registered(self: StartUp, worker: Worker) -> None:
         real_watch(self, worker)
 
         def stop() -> None:
@@ -77,7 +77,7 @@ def test_a_store_that_answers_after_a_while_is_waited_for(
 
         threading.Thread(target=stop, daemon=True).start()
 
-    monkeypatch.setattr(_worker._StartUp, "watch", stop_once_registered)
+    monkeypatch.setattr(StartUp, "watch", stop_once_registered)
     url = f"memory://later-{uuid.uuid4().hex}"
     with caplog.at_level(logging.INFO, logger="apportion.worker"):
         result = cli("worker", "--store", url, "--group", "g", "--id", "w", "--partitions", "2",

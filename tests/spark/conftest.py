@@ -1,7 +1,7 @@
 """The ONE Spark session of the test run (session-scoped; ~5 s to start), shared by every test in tests/spark/.
 
-Sized for a 2-core machine: `local[2]`, UI off, 2 shuffle partitions, 1 GiB driver. Every test module here must mark
-its tests `pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]` so that, under
+Sized for a 2-core machine (``apportion.spark._session``): `local[2]`, 2 shuffle partitions, 1 GiB driver. Every test
+module here must mark its tests `pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]` so that, under
 `pytest -n 2 --dist loadgroup`, a single xdist worker starts Spark.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,25 +24,11 @@ def spark() -> Iterator[Any]:
         if IN_CI:
             pytest.fail("Java 17+ is not installed: Spark tests cannot run (see scripts/check-java.sh)")
         pytest.skip("Java 17+ is not installed")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from apportion.spark._session import spark_session
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("apportion-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.memory", "1g")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
+    session = spark_session(
+        "local[2]", "1g", "apportion-tests", parallelism=2, config={"spark.sql.execution.arrow.pyspark.enabled": "true"}
     )
-    session.sparkContext.setLogLevel("ERROR")
     try:
         yield session
     finally:

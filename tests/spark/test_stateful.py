@@ -15,7 +15,7 @@ from apportion.spark import Pipeline, verify
 from apportion.spark._output import Checkpoint, lag
 from apportion.spark._pipeline import commit_task, joined, write_output
 from apportion.spark._stateful import StatefulPartitions, handoffs, reference_state, verify_state
-from apportion.state import PartitionState, changelog_resource, restore
+from apportion.spark.state import PartitionState, changelog_resource, restore
 from apportion.store import connect
 from apportion.worker import Group
 from tests.spark.test_pipeline import wait_for

@@ -162,9 +162,12 @@ def _weighted_group(
     free = sorted((p for p in ints if p not in taken), key=lambda p: (-weight[p], p))
     for p in free:
         w = weight[p]
+        # Lowest relative load first, among the members that stay inside their band's top (share x (1 + t) + wmax):
+        # a big member's relative load can stay lowest while its absolute load passes the top. One always fits: a
+        # member whose load is at most its share (there is one while partitions are left) takes any w <= wmax.
         k = min(
             (k for k in range(len(subscribers)) if caps[k] > 0),
-            key=lambda k: ((load[k] + w) / caps[k], k),
+            key=lambda k: (load[k] + w > share_list[k] * (1 + tolerance) + wmax + EPS, (load[k] + w) / caps[k], k),
         )
         kept[k].append(p)
         load[k] += w

@@ -9,13 +9,14 @@ from rich.console import Console
 from rich.table import Table
 
 from apportion.cli._app import app
-from apportion.cli._store import read_group, store_option
+from apportion.cli._common import group_option, store_option
+from apportion.cli._store import read_group
 from apportion.group import explain as explain_partition
 
 
 @app.command()
 @store_option()
-@click.option("--group", "group_name", required=True, help="Group name.")
+@group_option()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.argument("partition", type=int)
 def explain(store_url: str, group_name: str, as_json: bool, partition: int) -> None:

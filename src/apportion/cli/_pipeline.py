@@ -2,7 +2,8 @@
 
 - ``produce``: append K seeded random keyed records to a resource of the partitioned log (progress bar on stderr).
 - ``run``: one worker of the group with its own Spark session, processing the partitions it owns in fenced
-  micro-batches (``apportion.spark._pipeline``); several processes form the group. SIGTERM/SIGINT leave gracefully.
+  micro-batches (``apportion.spark.run_pipeline_worker``); several processes form the group. SIGTERM/SIGINT leave
+  gracefully.
   Every assignment, batch, write, commit and fenced event is one JSON line on stderr.
   With ``--state-dir`` the group is stateful (seed 2): per-key running aggregates per partition in local stores
   backed by a fenced changelog, standby/learner replicas restored between batches (``apportion.spark._stateful``);
@@ -14,43 +15,21 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import random
-import signal
 import sys
-import tempfile
-import threading
-from pathlib import Path
-from types import FrameType
 
 import click
 
 from apportion.cli._app import app
+from apportion.cli._common import group_option, store_option, timing_options
 from apportion.cli._options import parse_options
-from apportion.cli._store import store_option
 from apportion.errors import InvalidRequest
+from apportion.group import GroupConfig
+from apportion.spark._worker import readable_dir, run_pipeline_worker, writable_dir
 from apportion.store import connect
-
-
-def writable_dir(path: str, option: str) -> None:
-    """Create ``path`` if needed and prove it takes a file (a read-only mount or /proc fails here, before Spark)."""
-    try:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".apportion-probe-"):
-            pass
-    except OSError as exc:
-        raise InvalidRequest(option, f"cannot write to {path}: {exc.strerror or exc}") from exc
-
-
-def readable_dir(path: str, option: str) -> None:
-    """``path`` must be an existing directory this user can list."""
-    try:
-        os.listdir(path)
-    except OSError as exc:
-        raise InvalidRequest(option, f"cannot read directory {path}: {exc.strerror or exc}") from exc
 
 
 def configure_logging() -> None:
@@ -106,21 +85,18 @@ def produce(
 
 @pipeline.command()
 @store_option()
-@click.option("--group", "group_name", required=True, help="Group name.")
+@group_option()
 @click.option("--id", "worker_id", required=True, help="This worker's id (unique in the group).")
 @click.option("--input", "input_dir", required=True, type=click.Path(file_okay=False), help="Partitioned log root.")
 @click.option("--output", "output_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
 @click.option("--resource", default=None, help="Log resource to process (default: the group name).")
 @click.option("--partitions", type=int, default=None, help="Partition count (default: the log's).")
-@click.option("--strategy", default="sticky", help="Assignment strategy when creating the group.")
+@click.option("--strategy", default=GroupConfig.DEFAULT_STRATEGY, help="Assignment strategy when creating the group.")
 @click.option("--batch-records", type=int, default=10_000, help="Max records per partition per micro-batch.")
 @click.option("--transform", "transform_spec", default=None, help="module:function replacing the default transform.")
 @click.option("--master", default="local[1]", help="Spark master of this worker's session.")
 @click.option("--driver-memory", default="1g", help="Spark driver memory.")
-@click.option("--settle", "settle_s", type=float, default=0.5, help="RST: round settle time (s).")
-@click.option("--min-interval", "min_interval_s", type=float, default=1.0, help="MRI: min interval between rounds (s).")
-@click.option("--heartbeat", "heartbeat_s", type=float, default=30.0, help="HBI: heartbeat round interval (s).")
-@click.option("--ttl", "ttl_s", type=float, default=None, help="Member lease TTL (s); default 3, or 5 on etcd.")
+@timing_options()
 @click.option(
     "--revoke-timeout",
     "revoke_timeout_s",
@@ -180,89 +156,39 @@ def run(
     pause_batches: int,
 ) -> None:
     """Run one pipeline worker until SIGTERM/SIGINT (graceful leave) or --exit-when-idle."""
-    from apportion.log import PartitionedLog
-    from apportion.spark._pipeline import (
-        Pipeline,
-        emit_log,
-        joined,
-        load_transform,
-        spark_session,
-        transform,
-        warm_up,
-    )
-    from apportion.spark._stateful import StatefulPartitions
-    from apportion.worker import Group
-
     configure_logging()
-    resource = resource or group_name
-    readable_dir(input_dir, "input")
-    writable_dir(output_dir, "output")
-    if state_dir is not None:
-        writable_dir(state_dir, "state-dir")
-    log = PartitionedLog(input_dir)
-    n = log.partitions(resource)
-    if partitions is not None and partitions != n:
-        raise InvalidRequest("partitions", f"the log resource {resource!r} has {n} partitions, not {partitions}")
-    function = load_transform(transform_spec) if transform_spec else transform
-    options = parse_options(strategy_options)
-    state = None
-    if state_dir is not None:  # validated before Spark starts
-        state = StatefulPartitions(
-            log, resource, Path(state_dir) / worker_id, emit=emit_log, worker_id=worker_id,
-            restore_batch=restore_batch, restore_rate=restore_rate,
-        )  # fmt: skip
-    stop = threading.Event()
-    with connect(store_url) as store:
-        group = Group(
-            store,
-            group_name,
-            n,
-            strategy,
-            settle_s=settle_s,
-            min_interval_s=min_interval_s,
-            heartbeat_s=heartbeat_s,
-            ttl_s=ttl_s,
-            options=options,
-            stateful=state_dir is not None,
-        )
-        if group.config.partitions != n:
-            raise InvalidRequest("group", f"{group_name!r} has {group.config.partitions} partitions, the log has {n}")
-        spark = spark_session(master, driver_memory, f"apportion-pipeline-{worker_id}")
-
-        def _leave(signum: int, frame: FrameType | None) -> None:
-            stop.set()
-
-        for sig in (signal.SIGINT, signal.SIGTERM):  # after Spark, which installs its own SIGINT handler
-            signal.signal(sig, _leave)
-        processor = Pipeline(
-            spark,
-            log,
-            output_dir,
-            resource,
-            batch_records=batch_records,
-            transform=function,
-            worker_id=worker_id,
-            pause_before_commit_s=pause_s,
-            pause_batches=pause_batches,
-            state=state,
-        )
-        emit = processor.emit
-        warm_s = warm_up(spark, function)
-        emit("started", worker=worker_id, group=group_name, resource=resource, partitions=n, warm_up_s=round(warm_s, 2))
-        try:
-            with joined(group, worker_id, processor, revoke_timeout_s=revoke_timeout_s):
-                processor.run(stop, idle_s=idle_s, exit_after_idle_s=exit_idle_s)
-        finally:
-            emit("stopped", worker=worker_id, batches=processor.batches, records=processor.records)
-            if processor.state is not None:
-                processor.state.close()
-            with contextlib.suppress(Exception):  # the JVM may already be gone (signal to the process group)
-                spark.stop()
+    run_pipeline_worker(
+        store_url,
+        group_name,
+        worker_id,
+        input_dir,
+        output_dir,
+        resource=resource,
+        partitions=partitions,
+        strategy=strategy,
+        options=parse_options(strategy_options),
+        settle_s=settle_s,
+        min_interval_s=min_interval_s,
+        heartbeat_s=heartbeat_s,
+        ttl_s=ttl_s,
+        batch_records=batch_records,
+        transform=transform_spec or None,
+        master=master,
+        driver_memory=driver_memory,
+        revoke_timeout_s=revoke_timeout_s,
+        idle_s=idle_s,
+        exit_idle_s=exit_idle_s,
+        state_dir=state_dir,
+        restore_batch=restore_batch,
+        restore_rate=restore_rate,
+        pause_before_commit_s=pause_s,
+        pause_batches=pause_batches,
+    )
 
 
 @pipeline.command()
 @store_option()
-@click.option("--group", "group_name", required=True, help="Group name.")
+@group_option()
 @click.option("--input", "input_dir", required=True, type=click.Path(file_okay=False), help="Partitioned log root.")
 @click.option("--output", "output_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
 @click.option("--resource", default=None, help="Log resource (default: the group name).")
@@ -277,7 +203,7 @@ def verify(
     from apportion.log import PartitionedLog
     from apportion.spark._output import verify as verify_output
     from apportion.spark._stateful import verify_state
-    from apportion.state import changelog_resource
+    from apportion.spark.state import changelog_resource
 
     readable_dir(input_dir, "input")
     if os.path.lexists(output_dir):  # absent: nothing was committed yet, which verify reports as missing records

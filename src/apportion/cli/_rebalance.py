@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from apportion.cli._app import app
-from apportion.cli._store import store_option
+from apportion.cli._common import group_option, store_option
 from apportion.group import GroupConfig, Keys
 from apportion.group._coordinator import planned_moves, request_rebalance
 from apportion.group._status import table_entry
@@ -20,17 +20,14 @@ from apportion.store import Store, connect
 def _check_records(store: Store, group: str) -> None:
     """The definition and the partition table a re-plan reads: CorruptRecord naming a corrupt key (exit 2) before
     anything is planned or requested."""
-    keys = Keys(group)
-    kv = store.get(keys.resource)
-    if kv is not None:  # none: planned_moves says the group is unknown
-        GroupConfig.from_record(kv)
-    for entry in store.range(keys.tables):
+    GroupConfig.find(store, group)  # none: planned_moves says the group is unknown
+    for entry in store.range(Keys(group).tables):
         table_entry(entry)
 
 
 @app.command()
 @store_option()
-@click.option("--group", "group_name", required=True, help="Group name.")
+@group_option()
 @click.option("--dry-run", is_flag=True, help="Only show the planned moves.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def rebalance(store_url: str, group_name: str, dry_run: bool, as_json: bool) -> None:

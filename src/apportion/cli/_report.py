@@ -7,7 +7,8 @@ import json
 import click
 
 from apportion.cli._app import app
-from apportion.cli._store import read_group, store_option
+from apportion.cli._common import group_option, store_option
+from apportion.cli._store import read_group
 from apportion.errors import ApportionError, InvalidRequest
 from apportion.group import history, history_expired_before
 from apportion.store._connect import redact_url
@@ -19,14 +20,14 @@ class OverlapFound(ApportionError):
 
 @app.command()
 @store_option()
-@click.option("--group", "group_name", required=True, help="Group name.")
+@group_option()
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for the report.")
 @click.option("--master", default="local[1]", help="Spark master.")
 def report(store_url: str, group_name: str, out_dir: str, master: str) -> None:
     """Ownership timelines, unowned gaps, overlaps (must be none), moves per round, balance, handoff latency.
     The summary states the span of history analysed and what it may miss (expired events, members seen in part)."""
-    from apportion.spark._pipeline import spark_session
     from apportion.spark._report import write_report
+    from apportion.spark._session import spark_session
 
     with read_group(store_url, group_name) as store:
         events = history(store, group_name)

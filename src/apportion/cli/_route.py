@@ -7,8 +7,8 @@ import json
 import click
 
 from apportion.cli._app import app
-from apportion.cli._store import read_group, store_option
-from apportion.errors import InvalidRequest
+from apportion.cli._common import group_option, store_option
+from apportion.cli._store import read_group
 from apportion.group import GroupConfig, Keys
 from apportion.group._keys import decode_owner
 from apportion.group._status import table_entry
@@ -17,18 +17,15 @@ from apportion.routing import partition_for
 
 @app.command()
 @store_option()
-@click.option("--group", "group_name", required=True, help="Group name.")
+@group_option()
 @click.argument("key")
 def route(store_url: str, group_name: str, key: str) -> None:
     """Print {"key", "partition", "owner", "epoch", "state"} for KEY (routing: ``partition_for``). ``owner`` is the
     live owner record (null while the partition moves); ``state`` the partition table's (coordinator mode)."""
     keys = Keys(group_name)
     with read_group(store_url, group_name) as store:
-        kv = store.get(keys.resource)
-        if kv is None:  # deleted since read_group looked
-            raise InvalidRequest("group", f"group {group_name!r} has no resource definition")
-        # a corrupt record is CorruptRecord naming its key (exit 2): see apportion.errors
-        config = GroupConfig.from_record(kv)
+        # deleted since read_group looked: InvalidRequest; a corrupt record: CorruptRecord naming its key (exit 2)
+        config = GroupConfig.load(store, group_name)
         p = partition_for(key, config.partitions)
         owner_kv = store.get(keys.owner(p))
         owner = None if owner_kv is None else decode_owner(owner_kv)

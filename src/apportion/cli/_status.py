@@ -16,14 +16,15 @@ from rich.live import Live
 from rich.table import Table
 
 from apportion.cli._app import app
-from apportion.cli._store import read_group, store_option
+from apportion.cli._common import group_option, store_option
+from apportion.cli._store import read_group
 from apportion.errors import InvalidRequest
 from apportion.group import group_status
 
 
 @app.command()
 @store_option()
-@click.option("--group", "group_name", required=True, help="Group name.")
+@group_option()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--watch", is_flag=True, help="Refresh the tables live until Ctrl-C (not with --json).")
 @click.option("--interval", "interval_s", type=click.FloatRange(min=0.05), default=1.0, help="--watch refresh (s).")

@@ -1,28 +1,14 @@
-"""The ``--store`` option every command shares, and the read-only open of a group for the commands that only look."""
+"""The read-only open of a group for the commands that only look (``status``, ``route``, ``explain``, ``report``)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
 
-import click
-
-from apportion.cli._app import remember_url
 from apportion.errors import InvalidRequest
 from apportion.group import Keys
 from apportion.store import Store
 from apportion.store._connect import NoSuchStore, connect, redact_url
-
-FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
-
-STORE_HELP = "Store URL: memory://[name], sqlite:///relative.db, sqlite:////absolute.db, etcd://[user:pw@]host:port"
-
-
-def store_option(**kwargs: Any) -> Callable[[FC], FC]:
-    """``--store URL`` (required): its password, if any, is masked in everything the command prints."""
-    kwargs.setdefault("help", STORE_HELP)
-    return click.option("--store", "store_url", required=True, callback=remember_url, **kwargs)
 
 
 @contextlib.contextmanager
@@ -39,4 +25,4 @@ def read_group(url: str, group: str) -> Iterator[Store]:
         yield store
 
 
-__all__ = ["STORE_HELP", "read_group", "store_option"]
+__all__ = ["read_group"]

@@ -1,8 +1,10 @@
 """The resource definition of a group (seed 0, extension 2): partitions, strategy and timings, stored at ``resource``.
 
 Timings are durations in seconds, each at most ``MAX_SECONDS`` (one day: a longer one would overflow the waits
-that use it). Defaults make a 3-worker group settle in about 2 s:
-``settle_s`` (RST) 0.5, ``min_interval_s`` (MRI) 1.0, ``heartbeat_s`` (HBI) 30, ``ttl_s`` (member lease) 3.
+that use it). Their defaults are written here only (``GroupConfig.DEFAULT_*``: ``Group``, ``SimConfig`` and the CLI
+take them from it) and make a 3-worker group settle in about 2 s:
+``settle_s`` (RST) 0.5, ``min_interval_s`` (MRI) 1.0, ``heartbeat_s`` (HBI) 30, ``ttl_s`` (member lease) 3
+(a store may ask for a longer lease: ``Store.default_ttl_s``, 5 s on etcd).
 ``stateful`` is seed 2's isStateful tag for every partition of the group: the ``high_availability`` strategy then
 moves an active only to a member whose replica of its state is within the acceptable recovery lag.
 
@@ -10,8 +12,8 @@ Every field is checked on construction (types, ranges, the strategy's name and i
 ``apportion.assign.validate_options``, the timings' order), so a definition that exists is a valid one: every path
 that writes ``resource`` (a worker creating the group or ``--update``, ``Group(...)``) builds a ``GroupConfig``
 first and writes nothing when that fails; a group's plans therefore never fail on its options. Reading it back
-(:meth:`GroupConfig.from_record`) runs the same checks and names the key (``CorruptRecord``) when the stored value
-is not a valid definition.
+(:meth:`GroupConfig.from_record`; by group name :meth:`GroupConfig.load` and :meth:`GroupConfig.find`) runs the same
+checks and names the key (``CorruptRecord``) when the stored value is not a valid definition.
 """
 
 from __future__ import annotations
@@ -20,14 +22,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from apportion.assign import STRATEGY_NAMES as STRATEGIES
 from apportion.assign import validate_options
 from apportion.errors import CorruptRecord, InvalidRequest
-from apportion.group._keys import decode
+from apportion.group._keys import Keys, decode
 from apportion.model import MAX_PARTITIONS
-from apportion.store import KeyValue
+from apportion.store import KeyValue, Store
 
 MAX_SECONDS = 86_400.0
 
@@ -44,12 +46,18 @@ def _positive(name: str, value: object) -> float:
 class GroupConfig:
     """A group's resource definition. Validated on construction (``InvalidRequest``)."""
 
+    DEFAULT_STRATEGY: ClassVar[str] = "sticky"
+    DEFAULT_SETTLE_S: ClassVar[float] = 0.5
+    DEFAULT_MIN_INTERVAL_S: ClassVar[float] = 1.0
+    DEFAULT_HEARTBEAT_S: ClassVar[float] = 30.0
+    DEFAULT_TTL_S: ClassVar[float] = 3.0
+
     partitions: int
-    strategy: str = "sticky"
-    settle_s: float = 0.5
-    min_interval_s: float = 1.0
-    heartbeat_s: float = 30.0
-    ttl_s: float = 3.0
+    strategy: str = DEFAULT_STRATEGY
+    settle_s: float = DEFAULT_SETTLE_S
+    min_interval_s: float = DEFAULT_MIN_INTERVAL_S
+    heartbeat_s: float = DEFAULT_HEARTBEAT_S
+    ttl_s: float = DEFAULT_TTL_S
     options: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
     stateful: bool = False
 
@@ -94,11 +102,11 @@ class GroupConfig:
         try:
             return cls(
                 partitions=value["partitions"],
-                strategy=value.get("strategy", "sticky"),
-                settle_s=value.get("settle_s", 0.5),
-                min_interval_s=value.get("min_interval_s", 1.0),
-                heartbeat_s=value.get("heartbeat_s", 30.0),
-                ttl_s=value.get("ttl_s", 3.0),
+                strategy=value.get("strategy", cls.DEFAULT_STRATEGY),
+                settle_s=value.get("settle_s", cls.DEFAULT_SETTLE_S),
+                min_interval_s=value.get("min_interval_s", cls.DEFAULT_MIN_INTERVAL_S),
+                heartbeat_s=value.get("heartbeat_s", cls.DEFAULT_HEARTBEAT_S),
+                ttl_s=value.get("ttl_s", cls.DEFAULT_TTL_S),
                 options=value.get("options") or {},
                 stateful=value.get("stateful", False),
             )
@@ -109,6 +117,22 @@ class GroupConfig:
     def from_record(cls, kv: KeyValue) -> GroupConfig:
         """The definition stored in ``kv`` (the group's ``resource`` key), validated; CorruptRecord naming it."""
         return cls.from_json(decode(kv.value, kv.key), kv.key)
+
+    @classmethod
+    def find(cls, store: Store, group: str) -> GroupConfig | None:
+        """The definition of ``group`` stored on ``store``, or None when it has none yet; CorruptRecord naming the
+        key when the stored value is not a valid one."""
+        kv = store.get(Keys(group).resource)
+        return None if kv is None else cls.from_record(kv)
+
+    @classmethod
+    def load(cls, store: Store, group: str) -> GroupConfig:
+        """The definition of ``group`` stored on ``store``: ``InvalidRequest`` when it has none (an unknown group),
+        CorruptRecord naming the key when the stored value is not a valid one."""
+        config = cls.find(store, group)
+        if config is None:
+            raise InvalidRequest("group", f"group {group!r} has no resource definition")
+        return config
 
 
 __all__ = ["MAX_SECONDS", "STRATEGIES", "GroupConfig"]

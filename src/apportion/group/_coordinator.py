@@ -61,7 +61,7 @@ from apportion.group._ownership import (
 )
 from apportion.group._tracked import TrackedKey, TrackedPrefix
 from apportion.model import AssignRequest, Member, Partition, Resource
-from apportion.store import Compare, Delete, Event, KeyValue, Op, Put, Store, absent, mod_revision_is
+from apportion.store import Compare, Delete, Event, KeyValue, Op, Put, Store, absent, mod_revision_is, renew_interval_s
 
 POLICIES = ("automatic", "manual")
 
@@ -233,11 +233,7 @@ def table_changes(
 
 def planned_moves(store: Store, group: str, planner: Planner = default_planner) -> list[TableMove]:
     """What a full re-plan (``apportion rebalance``) would move now: partitions whose holder changes."""
-    keys = Keys(group)
-    kv = store.get(keys.resource)
-    if kv is None:
-        raise InvalidRequest("group", f"group {group!r} has no resource definition")
-    config = GroupConfig.from_record(kv)
+    config = GroupConfig.load(store, group)
     table = {p: e for p, (e, _) in read_table(store, group).items()}
     if not table:
         return []
@@ -324,7 +320,7 @@ class CoordinatorMember(FencedMember):
 
     def _advance(self, now: float) -> float:
         self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
-        deadlines = [self._lapse_at(), now + self.config.ttl_s / 4]
+        deadlines = [self._lapse_at(), now + renew_interval_s(self.config.ttl_s)]
         self._elect(now)
         if self.phase is CoordinatorPhase.COORDINATING:
             self._coordinate(now)

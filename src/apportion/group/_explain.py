@@ -31,10 +31,7 @@ def explain(store: Store, group: str, partition: int) -> dict[str, Any]:
     """``{"partition", "owner", "epoch", "round", "decision": {"kind", "from", "round", "text"}, "acquired": {...},
     "epochs": [{"type", "member", "epoch", "time", "revision"}...]}``; InvalidRequest for an unknown partition."""
     keys = Keys(group)
-    resource = store.get(keys.resource)
-    if resource is None:
-        raise InvalidRequest("group", f"group {group!r} has no resource definition")
-    count = GroupConfig.from_record(resource).partitions  # CorruptRecord naming the key (exit 2)
+    count = GroupConfig.load(store, group).partitions  # CorruptRecord naming the key (exit 2)
     if not 0 <= partition < count:
         raise InvalidRequest("partition", f"{partition} is not a partition of {group!r} (0..{count - 1})")
     owner_kv = store.get(keys.owner(partition))

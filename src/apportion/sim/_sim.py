@@ -58,7 +58,7 @@ from apportion.group import (
 )
 from apportion.sim._checks import belief_intervals, check_liveness, check_trace, unowned_seconds
 from apportion.sim._faults import DriftClock, FlakyStore
-from apportion.store import Event, EventType, MemoryStore, Store, Watch
+from apportion.store import Event, EventType, MemoryStore, Store, Watch, renew_interval_s
 
 FAULTS = ("crash", "freeze", "slow", "unavailable", "drift", "hang")
 MODES = ("rounds", "coordinator", "static")
@@ -75,10 +75,10 @@ class SimConfig:
     events: int = 20
     seed: int = 1
     strategy: str = "sticky"
-    settle_s: float = 0.5
-    min_interval_s: float = 1.0
-    heartbeat_s: float = 30.0
-    ttl_s: float = 3.0
+    settle_s: float = GroupConfig.DEFAULT_SETTLE_S
+    min_interval_s: float = GroupConfig.DEFAULT_MIN_INTERVAL_S
+    heartbeat_s: float = GroupConfig.DEFAULT_HEARTBEAT_S
+    ttl_s: float = GroupConfig.DEFAULT_TTL_S
     event_gap_s: float = 1.0
     faults: bool = True
     revoke_timeout_s: float = 1.0
@@ -301,7 +301,7 @@ class Simulation:
         self.members[mid] = sim
         now = self.clock.now()
         self._schedule_step(sim, now)
-        self._push(now + self.gconfig.ttl_s / 4, "keepalive", mid)
+        self._push(now + renew_interval_s(self.gconfig.ttl_s), "keepalive", mid)
         self._push(now + self.config.commit_every_s * (0.5 + self.rng.random()), "work", mid)
         self._record(mid, "spawn", {}, clock)
         return sim
@@ -392,7 +392,7 @@ class Simulation:
                     self._step(sim)
                 elif kind == "keepalive":
                     sim.member.keepalive(sim.clock.now())
-                    self._push(t + self.gconfig.ttl_s / 4, "keepalive", mid)
+                    self._push(t + renew_interval_s(self.gconfig.ttl_s), "keepalive", mid)
                 elif kind == "work":
                     self._work(sim)
                     self._push(t + self.config.commit_every_s, "work", mid)

@@ -2,10 +2,13 @@
 
 - ``spark_partition_expr(col, n)`` — the native Spark expression of THE routing hash (``apportion.routing``).
 - ``route(df, key_col, log, resource)`` — append a DataFrame to the partitioned log, routed by that expression.
-- ``Pipeline`` / ``transform`` — process the owned partitions in micro-batches with fenced commits (``_pipeline``).
+- ``Pipeline`` / ``transform`` — process the owned partitions in micro-batches with fenced commits (``_pipeline``);
+  ``run_pipeline_worker`` — one worker process as ``apportion pipeline run`` runs it (``_worker``);
+  ``spark_session`` — the small local session every part of apportion starts (``_session``).
 - ``StatefulPartitions`` — per-partition state backed by a fenced changelog, with standby/learner replicas
   (``Pipeline(..., state=...)``); ``verify_state`` rebuilds it from the changelog against a one-pass reference;
-  ``handoffs`` measures each moved partition's time without an active (``_stateful``).
+  ``handoffs`` measures each moved partition's time without an active (``_stateful``). The local state store
+  itself and its changelog are the public module ``apportion.spark.state`` (``PartitionState``, ``restore``, ...).
 - ``read_committed(spark_or_none, store, group, output_dir)`` — the ONLY correct way to read pipeline output;
   ``verify(...)`` compares it with the input log (``_output``).
 - Analyse: ``events_frame`` (``group.history`` → DataFrame), ``ownership_intervals``, ``unowned_gaps``, ``overlaps``,
@@ -25,7 +28,8 @@ _LAZY = {
     "BatchStats": "apportion.spark._pipeline",
     "Pipeline": "apportion.spark._pipeline",
     "transform": "apportion.spark._pipeline",
-    "spark_session": "apportion.spark._pipeline",
+    "spark_session": "apportion.spark._session",
+    "run_pipeline_worker": "apportion.spark._worker",
     "StatefulPartitions": "apportion.spark._stateful",
     "StateReport": "apportion.spark._stateful",
     "handoffs": "apportion.spark._stateful",
@@ -85,6 +89,7 @@ __all__ = [
     "read_committed_arrow",
     "route",
     "run_grid",
+    "run_pipeline_worker",
     "spark_partition_expr",
     "spark_session",
     "transform",

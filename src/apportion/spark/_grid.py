@@ -268,7 +268,7 @@ def simulate_grid(grid_file: str | Path, out_dir: str | Path | None, master: str
     if out_dir is None:
         raise InvalidRequest("--out", "is required with --grid")
     grid = load_grid(grid_file)
-    from apportion.spark._pipeline import spark_session
+    from apportion.spark._session import spark_session
 
     return run_grid(spark_session(master, app_name="apportion-grid"), grid, out_dir)
 

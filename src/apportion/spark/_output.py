@@ -59,7 +59,8 @@ keep ``partition`` and ``offset``."""
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """A partition's committed progress: the next input offset, every committed output file (relative paths) and,
-    for a stateful pipeline, the committed ranges of its changelog (``apportion.state``: what a restore replays)."""
+    for a stateful pipeline, the committed ranges of its changelog (``apportion.spark.state``: what a restore
+    replays)."""
 
     offset: int = 0
     outputs: tuple[str, ...] = field(default_factory=tuple)

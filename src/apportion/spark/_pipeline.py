@@ -136,31 +136,6 @@ def load_transform(spec: str) -> Transform:
     return function  # type: ignore[no-any-return]
 
 
-def spark_session(master: str = "local[1]", driver_memory: str = "1g", app_name: str = "apportion-pipeline") -> Any:
-    """A small Spark session for one worker process (UI off, 1 shuffle partition, quiet logs)."""
-    import sys
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.default.parallelism", "1")
-        .config("spark.driver.memory", driver_memory)
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    return session
-
-
 @dataclass(frozen=True, slots=True)
 class Task:
     """One partition's share of a micro-batch: offsets ``start <= o < end`` under ``epoch``."""
@@ -607,7 +582,6 @@ __all__ = [
     "joined",
     "load_transform",
     "read_tasks",
-    "spark_session",
     "transform",
     "warm_up",
     "write_output",

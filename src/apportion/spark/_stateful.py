@@ -1,6 +1,6 @@
 """Stateful partitions in the pipeline: local state per partition, a fenced changelog, warm replicas (seed 2).
 
-Each partition of a stateful pipeline keeps a running aggregate per key (``apportion.state.Aggregate``: how many
+Each partition of a stateful pipeline keeps a running aggregate per key (``apportion.spark.state.Aggregate``: how many
 records, how many characters of value) in a local SQLite file (``<state_dir>/<partition>.sqlite``), backed by the
 changelog ``<resource>.changelog`` in the partitioned log. The exactly-once argument of the pipeline extends to
 the state because the changelog ranges are part of the fenced checkpoint:
@@ -42,7 +42,7 @@ import pyarrow as pa
 from apportion.errors import InvalidRequest
 from apportion.log import PartitionedLog
 from apportion.spark._output import Checkpoint, committed_checkpoints
-from apportion.state import (
+from apportion.spark.state import (
     Aggregate,
     PartitionState,
     Ranges,

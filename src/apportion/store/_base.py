@@ -66,18 +66,25 @@ class Watch(abc.ABC):
 _limits = threading.local()  # per thread: {id(store): deadline on that store's clock}
 
 
+def renew_interval_s(ttl_s: float) -> float:
+    """The keepalive cadence of a lease of ``ttl_s``: a quarter ttl (``Store.renew_every_s``, which a backend may
+    shorten; the coordinator steps at least this often)."""
+    return ttl_s / 4
+
+
 class Store(abc.ABC):
     """A consistent store. Keys are '/'-separated printable strings, values bytes."""
 
     url: str
     clock: Clock = SYSTEM_CLOCK
     # The member lease TTL a group on this store gets unless it sets one: the belief window (ttl x 0.8) must outlast
-    # what this backend can stall a renewal for (see each backend).
-    default_ttl_s: float = 3.0
+    # what this backend can stall a renewal for (see each backend); None: the group's default (GroupConfig).
+    default_ttl_s: float | None = None
 
     def renew_every_s(self, ttl_s: float) -> float:
-        """How often a member holding a lease of ``ttl_s`` renews it on this backend (a quarter ttl by default)."""
-        return ttl_s / 4
+        """How often a member holding a lease of ``ttl_s`` renews it on this backend (``renew_interval_s``: a quarter
+        ttl, unless the backend needs it more often)."""
+        return renew_interval_s(ttl_s)
 
     @contextlib.contextmanager
     def time_limit(self, seconds: float | None) -> Iterator[None]:

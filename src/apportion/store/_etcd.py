@@ -295,7 +295,7 @@ class EtcdStore(Store):
     RENEW_EVERY_S = 0.5
 
     def renew_every_s(self, ttl_s: float) -> float:
-        return min(ttl_s / 4, self.RENEW_EVERY_S)
+        return min(super().renew_every_s(ttl_s), self.RENEW_EVERY_S)
 
     def __init__(self, url: str, config: EtcdConfig | None = None) -> None:
         self.config = config or EtcdConfig.parse(url)

@@ -1,0 +1,310 @@
+"""Run one worker as ``apportion worker`` does: wait for the store, join, commit checkpoints, emit every change.
+
+``run_worker(url, group, worker_id, emit=..., partitions=..., ...)`` is the command without its option parsing;
+``run_member(group, worker_id, emit=...)`` runs an already defined :class:`apportion.Group` the same way. Each
+change is one ``emit(kind, partitions=[...])`` call (``assigned``, ``revoked``, ``lost``; the committer's
+``fenced`` and ``commit_failed`` add ``error``) and ``emit("stopped")`` ends the run; emit is called from several
+threads.
+
+Start-up and a store that cannot be reached (:class:`StartUp`)::
+
+    OPENING      connect(url), first request, read the group's definition; each attempt bounded by
+                 min(1 s, what is left of connect_timeout_s)
+      --StoreUnavailable--> log "waiting for store <url>: <reason>", pause (0.1 s doubling to 2 s), OPENING again
+    REGISTERING  the member's steps until FencedMember._start has registered it (trace "registered"); a step that
+                 meets StoreUnavailable is retried by the member itself, logged here like an attempt
+    STARTED      from then on the member's lease logic applies: renewal failures, on_lost, registering again; each
+                 change is one log line (worker.py logs them; "registered again" is logged here)
+    OPENING/REGISTERING --(connect_timeout_s passes)--> FAILED: the worker stops; StoreUnavailable (exit 1)
+                 "cannot reach the store <url> within N s (--connect-timeout): <reason>"
+
+A live member holding the same id is not a store fault: the member decides about it (refused after 1.5 ttl, exit 2),
+whatever connect_timeout_s says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
+from apportion.group._history import DEFAULT_RETENTION_S
+from apportion.store import Store, connect
+from apportion.store._connect import redact_url
+from apportion.worker import Group, Tracer, Worker
+
+T = TypeVar("T")
+Emit = Callable[..., None]
+"""``emit(event, **fields)``: one event of the run (see the module docstring)."""
+
+log = logging.getLogger("apportion.worker")
+
+DEFAULT_CONNECT_TIMEOUT_S = 30.0
+_FIRST_PAUSE_S = 0.1
+_MAX_PAUSE_S = 2.0
+_ATTEMPT_S = 1.0
+
+
+def run_worker(
+    store_url: str,
+    group: str,
+    worker_id: str,
+    *,
+    emit: Emit,
+    capacity: float = 1.0,
+    commit_every_s: float = 0.0,
+    replace: bool = False,
+    history_retention_s: float = DEFAULT_RETENTION_S,
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+    on_started: Callable[[Worker], None] | None = None,
+    **definition: Any,
+) -> None:
+    """Run worker ``worker_id`` of ``group`` on the store at ``store_url`` until SIGINT/SIGTERM (graceful leave).
+
+    ``definition`` is :class:`apportion.Group`'s keyword arguments (``partitions``, ``strategy``, the timings,
+    ``update``, ``mode``, ``ordinal``, ``replicas``, ...). With ``partitions`` the whole definition is checked before
+    the store is opened, so a mistyped option never creates a store file. The store is waited for up to
+    ``connect_timeout_s`` (:class:`StartUp`); ``metrics_port`` serves Prometheus metrics (the metrics extra).
+    ``on_started(worker)`` hears the running :class:`apportion.Worker` (``worker.stop()`` ends the run as a signal
+    does)."""
+
+    def define(store: Store) -> Group:
+        return Group(store, group, **definition)
+
+    if definition.get("partitions") is not None:
+        # the same constructor against an empty in-memory store (constructing a Group writes nothing)
+        with connect("memory://") as scratch:
+            define(scratch)
+    startup = StartUp(store_url, worker_id, connect_timeout_s)
+    store = startup.attempt(lambda: connect(store_url))
+    try:
+
+        def open_group() -> Group:
+            store.revision()  # the first request (an etcd store sends none when it is opened)
+            return define(store)
+
+        defined = startup.attempt(open_group, store)
+        tracer = None if metrics_port is None else serve_metrics(defined, worker_id, metrics_port, metrics_host)
+        run_member(
+            defined,
+            worker_id,
+            emit=emit,
+            capacity=capacity,
+            commit_every_s=commit_every_s,
+            tracer=tracer,
+            history_retention_s=history_retention_s,
+            replace=replace,
+            startup=startup,
+            on_started=on_started,
+        )
+    finally:
+        store.close()
+
+
+class StartUp:
+    """The worker's start-up (states in the module docstring): waits for a store that does not answer, logging
+    ``waiting for store <url>: <reason>`` per attempt (and per change of reason), and fails after ``timeout_s``.
+    Thread-safe: the member's steps report through :meth:`tracer` on the worker thread."""
+
+    def __init__(self, url: str, worker_id: str, timeout_s: float) -> None:
+        self.url = redact_url(url)
+        self.worker_id = worker_id
+        self.timeout_s = timeout_s
+        self.error: StoreUnavailable | None = None
+        self._deadline = time.monotonic() + timeout_s
+        self._lock = threading.Lock()
+        self._registered = threading.Event()
+        self._pause = _FIRST_PAUSE_S
+        self._next_log = 0.0
+        self._reason: str | None = None
+        self._last = ""  # the member's last start-up trace: "store_unavailable" or "id_taken"
+
+    def _left(self) -> float:
+        return self._deadline - time.monotonic()
+
+    def attempt(self, call: Callable[[], T], store: Store | None = None) -> T:
+        """``call()`` until it does not raise StoreUnavailable; each try bounded on ``store`` by min(1 s, what is
+        left); after the deadline, StoreUnavailable (exit 1) with the last reason."""
+        while True:
+            try:
+                if store is None:
+                    return call()
+                with store.time_limit(min(_ATTEMPT_S, max(self._left(), 0.001))):
+                    return call()
+            except StoreUnavailable as exc:
+                pause = self._failed(str(exc))
+                if self._left() <= 0:
+                    raise self._give_up() from exc
+            time.sleep(min(pause, max(self._left(), 0.0)))
+
+    def _failed(self, reason: str) -> float:
+        """Log one ``waiting for store`` line when the reason changed or the pause since the last line is over; the
+        pause doubles with each line (0.1 s to 2 s). Returns the pause before the next attempt."""
+        now = time.monotonic()
+        with self._lock:
+            pause = self._pause
+            if reason != self._reason or now >= self._next_log:
+                self._reason = reason
+                self._next_log = now + pause
+                self._pause = min(pause * 2, _MAX_PAUSE_S)
+                log.warning("waiting for store %s: %s", self.url, reason)
+        return pause
+
+    def _give_up(self) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"cannot reach the store {self.url} within {self.timeout_s:g} s (--connect-timeout): "
+            f"{self._reason or 'no answer yet'}"
+        )
+
+    def tracer(self, inner: Tracer | None) -> Tracer:
+        """The member's tracer: notes its registration and, before it, every step that met StoreUnavailable."""
+
+        def trace(kind: str, fields: Mapping[str, Any]) -> None:
+            if kind == "registered":
+                self._on_registered(fields)
+            elif kind in ("store_unavailable", "id_taken") and not self._registered.is_set():
+                self._last = kind
+                if kind == "store_unavailable":
+                    self._failed(str(fields.get("reason") or "the store did not answer"))
+            if inner is not None:
+                inner(kind, fields)
+
+        return trace
+
+    def _on_registered(self, fields: Mapping[str, Any]) -> None:
+        with self._lock:
+            if self.error is not None:
+                return  # gave up already: the worker is stopping
+            again = self._registered.is_set()
+            self._registered.set()
+        if again:
+            log.warning("worker %s registered again (lease %s)", self.worker_id, fields.get("lease"))
+        else:
+            log.info("worker %s registered with %s (lease %s)", self.worker_id, self.url, fields.get("lease"))
+
+    def watch(self, worker: Worker) -> None:
+        """Stop ``worker`` (and fail the run) if it has not registered by the deadline because the store does not
+        answer; runs on a daemon thread."""
+
+        def monitor() -> None:
+            if self._registered.wait(max(self._left(), 0.0)):
+                return
+            while not worker.stopped:
+                with self._lock:
+                    if self._registered.is_set():
+                        return
+                    if self._last != "id_taken":
+                        self.error = self._give_up()
+                if self.error is not None:
+                    with contextlib.suppress(BaseException):
+                        worker.stop(0)  # sets the stop flag; the run loop ends, the worker leaves
+                    return
+                self._registered.wait(0.2)  # the member decides about a live twin itself
+
+        threading.Thread(target=monitor, name=f"apportion-startup-{self.worker_id}", daemon=True).start()
+
+
+def serve_metrics(group: Group, worker_id: str, port: int, host: str = "127.0.0.1") -> Tracer:
+    """A :class:`apportion.metrics.MetricsTracer` serving on ``host:port`` (0: any free port, logged)."""
+    from apportion.metrics import MetricsTracer  # optional extra: raises InvalidRequest when missing
+
+    tracer = MetricsTracer(group.name, worker_id, clock=group.clock)
+    where = f"[{host}]" if ":" in host else host
+    try:
+        bound = tracer.serve(port, host)
+    except OSError as exc:
+        raise InvalidRequest("metrics-port", f"cannot serve metrics on {where}:{port}: {exc.strerror or exc}") from exc
+    log.info("metrics on http://%s:%d/metrics", where, bound)
+    return tracer
+
+
+def run_member(
+    group: Group,
+    worker_id: str,
+    *,
+    emit: Emit,
+    capacity: float = 1.0,
+    commit_every_s: float = 0.0,
+    tracer: Tracer | None = None,
+    history_retention_s: float = DEFAULT_RETENTION_S,
+    replace: bool = False,
+    startup: StartUp | None = None,
+    on_started: Callable[[Worker], None] | None = None,
+) -> None:
+    """Join ``group`` as ``worker_id`` and block until SIGINT/SIGTERM (``Group.run``), emitting every change; with
+    ``commit_every_s`` > 0 a committer thread stands in for a pipeline (see :func:`_committer`). ``on_started``:
+    as in :func:`run_worker`; ``startup`` watches the member's registration (:func:`run_worker` passes its own)."""
+    stopping = threading.Event()
+    holder: list[Worker] = []
+
+    def callback(kind: str) -> Callable[[list[int]], None]:
+        def cb(parts: list[int]) -> None:
+            emit(kind, partitions=parts)
+
+        return cb
+
+    def started(worker: Worker) -> None:
+        holder.append(worker)
+        if startup is not None:
+            startup.watch(worker)
+        if on_started is not None:
+            on_started(worker)
+
+    thread = threading.Thread(target=_committer, args=(holder, worker_id, commit_every_s, stopping, emit), daemon=True)
+    if commit_every_s > 0:
+        thread.start()
+    try:
+        group.run(
+            worker_id,
+            callback("assigned"),
+            callback("revoked"),
+            callback("lost"),
+            capacity=capacity,
+            on_started=started,
+            tracer=tracer if startup is None else startup.tracer(tracer),
+            history_retention_s=history_retention_s,
+            replace=replace,
+        )
+        if startup is not None and startup.error is not None:
+            raise startup.error
+    finally:
+        stopping.set()
+        if thread.is_alive():
+            thread.join(10)  # its commit in flight ends before the store is closed
+        emit("stopped")
+
+
+def _committer(holder: list[Worker], worker_id: str, every_s: float, stopping: threading.Event, emit: Emit) -> None:
+    """A stand-in for a pipeline: take the leases, process a batch (``every_s``), commit with the epochs taken at the
+    start — so a worker frozen mid-batch commits stale epochs when it resumes (and is Fenced). A commit the store
+    could not take (``StoreUnavailable``) is reported and retried with the next batch: the thread must outlive a slow
+    or restarting store, or the worker would silently stop committing."""
+    n = 0
+    leases: dict[int, int] = {}
+    while not stopping.wait(every_s):
+        if not holder:
+            continue
+        w = holder[0]
+        retry: dict[int, int] = {}
+        for p, epoch in sorted(leases.items()):
+            n += 1
+            try:
+                w.commit(p, f"{worker_id}:{n}", epoch=epoch)
+            except Fenced as exc:
+                emit("fenced", partitions=[p], error=str(exc))
+            except StoreUnavailable as exc:
+                emit("commit_failed", partitions=[p], error=str(exc))
+                retry[p] = epoch
+        leases = retry
+        for p in w.owned():
+            with contextlib.suppress(Fenced):
+                leases.setdefault(p, w.lease(p).epoch)
+
+
+__all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "Emit", "StartUp", "run_member", "run_worker", "serve_metrics"]

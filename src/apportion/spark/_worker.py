@@ -1,0 +1,173 @@
+"""Run one pipeline worker as ``apportion pipeline run`` does: Spark session, signals, warm-up, state, the batch loop.
+
+``run_pipeline_worker(store_url, group, worker_id, input_dir, output_dir, ...)`` checks its directories and the log
+before Spark starts, joins the group (created with these settings if absent) and processes the partitions it owns in
+fenced micro-batches (``apportion.spark._pipeline``) until SIGTERM/SIGINT (a graceful leave), ``stop`` is set, or
+``exit_idle_s`` passes without work. With ``state_dir`` the group is stateful (seed 2): per-key aggregates per
+partition in local stores backed by a fenced changelog (``apportion.spark._stateful``).
+
+Events (one ``emit(event, **fields)`` each): ``started`` (after the warm-up, before joining), every event of the
+``Pipeline``, then ``stopped`` with the batches and records it committed.
+
+Imports are light (no pyarrow, no pyspark until a worker runs), so the CLI can use the directory checks anywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from apportion.errors import InvalidRequest
+from apportion.group import GroupConfig
+from apportion.store import connect
+
+if TYPE_CHECKING:
+    from apportion.spark._pipeline import Transform
+
+Emit = Callable[..., None]
+
+
+def writable_dir(path: str | Path, option: str) -> None:
+    """Create ``path`` if needed and prove it takes a file (a read-only mount or /proc fails here, before Spark)."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".apportion-probe-"):
+            pass
+    except OSError as exc:
+        raise InvalidRequest(option, f"cannot write to {path}: {exc.strerror or exc}") from exc
+
+
+def readable_dir(path: str | Path, option: str) -> None:
+    """``path`` must be an existing directory this user can list."""
+    try:
+        os.listdir(path)
+    except OSError as exc:
+        raise InvalidRequest(option, f"cannot read directory {path}: {exc.strerror or exc}") from exc
+
+
+def run_pipeline_worker(
+    store_url: str,
+    group: str,
+    worker_id: str,
+    input_dir: str | Path,
+    output_dir: str | Path,
+    *,
+    resource: str | None = None,
+    partitions: int | None = None,
+    strategy: str = GroupConfig.DEFAULT_STRATEGY,
+    options: Mapping[str, object] | None = None,
+    settle_s: float = GroupConfig.DEFAULT_SETTLE_S,
+    min_interval_s: float = GroupConfig.DEFAULT_MIN_INTERVAL_S,
+    heartbeat_s: float = GroupConfig.DEFAULT_HEARTBEAT_S,
+    ttl_s: float | None = None,
+    batch_records: int = 10_000,
+    transform: Transform | str | None = None,
+    master: str = "local[1]",
+    driver_memory: str = "1g",
+    revoke_timeout_s: float = 30.0,
+    idle_s: float = 0.2,
+    exit_idle_s: float = 0.0,
+    state_dir: str | Path | None = None,
+    restore_batch: int = 50_000,
+    restore_rate: float = 0.0,
+    pause_before_commit_s: float = 0.0,
+    pause_batches: int = 1,
+    emit: Emit | None = None,
+    stop: threading.Event | None = None,
+    signals: bool = True,
+) -> None:
+    """Run one pipeline worker (see the module docstring) in this process and return when it has left the group.
+
+    ``resource`` defaults to the group name and ``partitions`` to the log's (given, it must match). ``strategy``,
+    ``options`` and the timings define the group when it does not exist yet. ``transform`` is a function
+    ``f(df) -> df`` or its ``"module:function"`` name (default ``apportion.spark.transform``). ``emit`` receives every
+    event (default: one JSON log line on ``apportion.pipeline``). ``signals``: SIGINT and SIGTERM set ``stop`` (main
+    thread only; the handlers stay installed, so a signal during the process's exit is ignored too)."""
+    from apportion.log import PartitionedLog
+    from apportion.spark._pipeline import Pipeline, emit_log, joined, load_transform, warm_up
+    from apportion.spark._pipeline import transform as default_transform
+    from apportion.spark._session import spark_session
+    from apportion.spark._stateful import StatefulPartitions
+    from apportion.worker import Group
+
+    resource = resource or group
+    readable_dir(input_dir, "input")
+    writable_dir(output_dir, "output")
+    if state_dir is not None:
+        writable_dir(state_dir, "state-dir")
+    log = PartitionedLog(input_dir)
+    n = log.partitions(resource)
+    if partitions is not None and partitions != n:
+        raise InvalidRequest("partitions", f"the log resource {resource!r} has {n} partitions, not {partitions}")
+    function = load_transform(transform) if isinstance(transform, str) else transform or default_transform
+    state = None
+    if state_dir is not None:  # validated before Spark starts
+        state = StatefulPartitions(
+            log, resource, Path(state_dir) / worker_id, emit=emit or emit_log, worker_id=worker_id,
+            restore_batch=restore_batch, restore_rate=restore_rate,
+        )  # fmt: skip
+    stop = stop or threading.Event()
+    with connect(store_url) as store:
+        defined = Group(
+            store,
+            group,
+            n,
+            strategy,
+            settle_s=settle_s,
+            min_interval_s=min_interval_s,
+            heartbeat_s=heartbeat_s,
+            ttl_s=ttl_s,
+            options=options,
+            stateful=state_dir is not None,
+        )
+        if defined.config.partitions != n:
+            raise InvalidRequest("group", f"{group!r} has {defined.config.partitions} partitions, the log has {n}")
+        spark = spark_session(master, driver_memory, f"apportion-pipeline-{worker_id}")
+        if signals:
+            _stop_on_signals(stop)  # after Spark, which installs its own SIGINT handler
+        processor = Pipeline(
+            spark,
+            log,
+            output_dir,
+            resource,
+            batch_records=batch_records,
+            transform=function,
+            emit=emit or emit_log,
+            worker_id=worker_id,
+            pause_before_commit_s=pause_before_commit_s,
+            pause_batches=pause_batches,
+            state=state,
+        )
+        emit = processor.emit
+        warm_s = warm_up(spark, function)
+        emit("started", worker=worker_id, group=group, resource=resource, partitions=n, warm_up_s=round(warm_s, 2))
+        try:
+            with joined(defined, worker_id, processor, revoke_timeout_s=revoke_timeout_s):
+                processor.run(stop, idle_s=idle_s, exit_after_idle_s=exit_idle_s)
+        finally:
+            emit("stopped", worker=worker_id, batches=processor.batches, records=processor.records)
+            if processor.state is not None:
+                processor.state.close()
+            with contextlib.suppress(Exception):  # the JVM may already be gone (signal to the process group)
+                spark.stop()
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    """SIGINT and SIGTERM set ``stop`` (a graceful leave); only the main thread can install handlers."""
+
+    def _leave(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _leave)
+
+
+__all__ = ["readable_dir", "run_pipeline_worker", "writable_dir"]

@@ -1,0 +1,43 @@
+"""`apportion.runner`: what `apportion worker` runs, called from Python (events through ``emit``, stopped by the
+caller through the worker it is handed)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+from apportion.runner import run_worker
+from apportion.worker import Worker
+
+
+def test_run_worker_emits_its_assignment_and_commits_until_the_caller_stops_it() -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    lock = threading.Lock()
+    started: list[Worker] = []
+
+    def emit(event: str, **fields: Any) -> None:
+        with lock:
+            events.append((event, fields))
+
+    url = f"memory://runner-{uuid.uuid4().hex}"
+    thread = threading.Thread(
+        target=run_worker,
+        args=(url, "g", "w1"),
+        kwargs={"emit": emit, "partitions": 4, "settle_s": 0.05, "commit_every_s": 0.05, "on_started": started.append},
+        daemon=True,
+    )
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not (started and any(e == "assigned" for e, _ in events) and started[0].checkpoint(0) is not None):
+        assert time.monotonic() < deadline, f"expected partitions 0-3 assigned and committed, got {events}"
+        time.sleep(0.02)
+    committed = started[0].checkpoint(0)
+    started[0].stop()
+    thread.join(20)
+    assert not thread.is_alive()
+    assigned = [f["partitions"] for e, f in events if e == "assigned"]
+    assert sorted(p for parts in assigned for p in parts) == [0, 1, 2, 3]
+    assert events[-1] == ("stopped", {})
+    assert committed is not None and committed.startswith("w1:")  # the stand-in committer's checkpoint
