@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from apportion.group import group_status, history
+from apportion.group import history, owned_by, settled
 from apportion.sim import SimConfig, simulate
 from apportion.store import connect
+from apportion.waiting import wait_for
 
 SETTLE_S, MIN_INTERVAL_S, TTL_S = 0.5, 1.0, 3.0
 
@@ -57,19 +58,14 @@ def _spawn(url: str, wid: str, partitions: int) -> subprocess.Popen[str]:
     )
 
 
-def _owners(url: str) -> dict[int, str | None]:
+def _owned_by(url: str, alive: set[str]) -> bool:
     with connect(url) as store:
-        status = group_status(store, "bench")
-    return {int(p): info["owner"] for p, info in status["partitions"].items()}
+        return owned_by(store, "bench", alive)
 
 
-def _wait(cond: Any, timeout_s: float) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        if cond():
-            return time.monotonic() - start
-        time.sleep(0.01)
-    raise TimeoutError(f"condition not met within {timeout_s}s")
+def _settled(url: str, alive: set[str]) -> bool:
+    with connect(url) as store:
+        return settled(store, "bench", alive)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -86,30 +82,30 @@ def bench_processes(workers: int, partitions: int, rounds: int) -> dict[str, Any
     alive = set(procs)
     failover: list[float] = []
 
-    def settled() -> bool:
-        found = _owners(url)
-        if len(found) != partitions or any(o not in alive for o in found.values()):
-            return False
-        counts = [sum(1 for o in found.values() if o == w) for w in alive]
-        return max(counts) - min(counts) <= 1
-
     try:
-        _wait(settled, 60)
+        wait_for("the group to settle", lambda: _settled(url, alive), 60, poll_s=0.01)
         for i in range(rounds):
             victim = sorted(alive)[i % len(alive)]
             procs[victim].kill()
             alive.discard(victim)
-            failover.append(_wait(lambda: all(o in alive for o in _owners(url).values()), 30))
-            _wait(settled, 30)
+            failover.append(
+                wait_for(
+                    f"{victim}'s partitions to be owned again",
+                    lambda: _owned_by(url, alive),
+                    30,
+                    poll_s=0.01,
+                )
+            )
+            wait_for("the group to settle", lambda: _settled(url, alive), 30, poll_s=0.01)
             wid = f"n{i}"  # a newcomer: planned handoffs to it
             procs[wid] = _spawn(url, wid, partitions)
             alive.add(wid)
-            _wait(settled, 30)
+            wait_for("the group to settle", lambda: _settled(url, alive), 30, poll_s=0.01)
             leaver = sorted(alive)[0]  # graceful leave: planned handoffs from it
             procs[leaver].send_signal(signal.SIGTERM)
             procs[leaver].wait(30)
             alive.discard(leaver)
-            _wait(settled, 30)
+            wait_for("the group to settle", lambda: _settled(url, alive), 30, poll_s=0.01)
         with connect(url) as store:
             events = history(store, "bench")
     finally:

@@ -46,9 +46,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from apportion.errors import ApportionError, InvalidRequest
-from apportion.group import group_status, history
-from apportion.spark._fleet import Fleet, WorkerExited, WorkerLog, pipeline_args
+from apportion.group import history, owned_by, owners, settled
+from apportion.spark._fleet import Fleet, WorkerLog, pipeline_args
 from apportion.store import Store, connect
+from apportion.waiting import wait_for
 
 GROUP = "orders"
 
@@ -98,42 +99,6 @@ class DemoResult:
         return all(c.ok for c in self.checks)
 
 
-def _wait_for(
-    what: str,
-    condition: Callable[[], bool],
-    limit_s: float,
-    *,
-    poll_s: float = 0.2,
-    progress: Callable[[], object] | None = None,
-    alive: Callable[[], None] | None = None,
-) -> float:
-    """Poll ``condition`` until true; return the seconds it took.
-
-    Fails after ``limit_s`` — counted from the last change of ``progress()`` when given (a wait that fails only
-    when nothing moves) — and at once when ``alive()`` raises (a worker the wait needs has exited).
-    """
-    start = since = time.monotonic()
-    seen = progress() if progress is not None else None
-    while not condition():
-        if alive is not None:
-            try:
-                alive()
-            except WorkerExited as exc:
-                raise ApportionError(f"demo: while waiting for {what}: {exc}") from None
-        now = time.monotonic()
-        if progress is not None:
-            current = progress()
-            if current != seen:
-                seen, since = current, now
-        if now - since > limit_s:
-            quiet = " without progress" if progress is not None else ""
-            raise ApportionError(
-                f"demo: timed out after {now - start:.0f} s ({limit_s:.0f} s{quiet}) waiting for {what}"
-            )
-        time.sleep(poll_s)
-    return time.monotonic() - start
-
-
 @dataclass(slots=True)
 class _Pace:
     """The demo's time limits, from what it observed (never a fixed timeout tuned to an idle machine).
@@ -178,10 +143,6 @@ class _Pace:
     def batch(self) -> float:
         """A worker finishing the batch it is in (or starting its next one)."""
         return max(60.0, 4.0 * self.batch_s + 2.0 * self.protocol_s) * self.load
-
-
-def _owners(store: Store) -> dict[int, str | None]:
-    return {int(p): info["owner"] for p, info in group_status(store, GROUP)["partitions"].items()}
 
 
 class _RecordSource:
@@ -230,7 +191,7 @@ class _RecordSource:
         work for every partition, right now."""
         thread = self._thread
         if thread is not None:
-            _wait_for(
+            wait_for(
                 "the producer to append the streamed input",
                 lambda: not thread.is_alive(),
                 limit_s,
@@ -327,9 +288,9 @@ def _run_scenario(
         def events() -> int:
             return sum(len(log.refresh()) for log in logs.values())
 
-        took = _wait_for(
+        took = wait_for(
             "the first workers to own every partition",
-            lambda: _all_owned(store, config.partitions, first),
+            lambda: owned_by(store, GROUP, first),
             pace.startup(),
             progress=lambda: (events(), _load(store)),
             alive=running(*first),
@@ -352,7 +313,7 @@ def _run_scenario(
 
             # Input keeps arriving; a member joins.
             source.stream(duration_s=config.stream_s)
-            _wait_for(
+            wait_for(
                 "first commits",
                 lambda: advance() < produced,
                 pace.spark_start(),
@@ -361,16 +322,16 @@ def _run_scenario(
             )
             fleet.start(joiner)
             step(f"worker {joiner} joins (its Spark session starts first)")
-            _wait_for(
+            wait_for(
                 f"{joiner} to own partitions",
-                lambda: advance() >= 0 and joiner in _owners(store).values(),
+                lambda: advance() >= 0 and joiner in owners(store, GROUP).values(),
                 pace.spark_start(),
                 progress=committed,
                 alive=running(*first, joiner),
             )
-            _wait_for(
+            wait_for(
                 "the rebalance to settle",
-                lambda: advance() >= 0 and _settled(store, ids),
+                lambda: advance() >= 0 and settled(store, GROUP, ids),
                 pace.rebalance(),
                 progress=lambda: _load(store),
                 alive=running(*first, joiner),
@@ -384,12 +345,12 @@ def _run_scenario(
             # kill -9 one worker: failover time = until all its partitions are owned by others.
             victim = first[0]
             others = [w for w in ids if w != victim]
-            victim_parts = [p for p, o in _owners(store).items() if o == victim]
+            victim_parts = [p for p, o in owners(store, GROUP).items() if o == victim]
             fleet[victim].signal(signal.SIGKILL, group=False)
             step(f"kill -9 {victim} (owned {len(victim_parts)} partitions)")
-            failover = _wait_for(
+            failover = wait_for(
                 f"{victim}'s partitions to be owned again",
-                lambda: advance() >= 0 and all(_owners(store).get(p) not in (None, victim) for p in victim_parts),
+                lambda: advance() >= 0 and all(owners(store, GROUP).get(p) not in (None, victim) for p in victim_parts),
                 pace.rebalance(),
                 poll_s=0.05,
                 alive=running(*others),
@@ -402,9 +363,9 @@ def _run_scenario(
             )
 
             # freeze one worker until it is replaced, then resume it: its late commit must be fenced.
-            _wait_for(
+            wait_for(
                 f"{zombie} to own partitions",
-                lambda: zombie in _owners(store).values(),
+                lambda: zombie in owners(store, GROUP).values(),
                 pace.rebalance(),
                 progress=lambda: _load(store),
                 alive=running(*others),
@@ -416,16 +377,16 @@ def _run_scenario(
             batches_before = zombie_log.count("batch_done")
             lost_before = len(zombie_log.lost())
             step(f"SIGSTOP {zombie} (owned {len(zombie_parts)} partitions) between writing a batch and committing it")
-            replaced = _wait_for(
+            replaced = wait_for(
                 f"{zombie}'s partitions to be owned by others",
-                lambda: advance() >= 0 and all(_owners(store).get(p) not in (None, zombie) for p in zombie_parts),
+                lambda: advance() >= 0 and all(owners(store, GROUP).get(p) not in (None, zombie) for p in zombie_parts),
                 pace.rebalance(),
                 progress=lambda: _load(store),
                 alive=running(*others),
             )
             step(f"{zombie} replaced after {replaced:.2f} s; SIGCONT {zombie}")
             fleet[zombie].signal(signal.SIGCONT, group=False)
-            _wait_for(
+            wait_for(
                 f"{zombie} to finish its frozen batch (its late commits meet the fence)",
                 lambda: zombie_log.count("batch_done") > batches_before or zombie_log.count("fenced") > 0,
                 pace.batch(),
@@ -433,7 +394,7 @@ def _run_scenario(
                 alive=running(*others),
             )
             # on_lost follows (for the fenced partitions first, then the rest when the lapse is noticed)
-            _wait_for(
+            wait_for(
                 f"{zombie} to report its partitions lost (on_lost)",
                 lambda: len(zombie_log.lost()) > lost_before,
                 pace.rebalance(),
@@ -454,7 +415,7 @@ def _run_scenario(
                 )
             )
 
-            _wait_for(
+            wait_for(
                 "every record to be committed",
                 lambda: advance() == 0,
                 pace.rebalance(),
@@ -495,7 +456,7 @@ def _freeze_in_window(
 
     for attempt in range(1, attempts + 1):
         pauses = zombie_log.count("pausing")
-        _wait_for(
+        wait_for(
             f"{zombie} to write a batch (it then pauses before committing)",
             lambda n=pauses: zombie_log.count("pausing") > n,  # type: ignore[misc]
             pace.batch(),
@@ -503,9 +464,9 @@ def _freeze_in_window(
             progress=lambda: (committed(), len(zombie_log.refresh())),
             alive=alive,
         )
-        zombie_parts = [p for p, o in _owners(store).items() if o == zombie]
+        zombie_parts = [p for p, o in owners(store, GROUP).items() if o == zombie]
         fleet[zombie].signal(signal.SIGSTOP, group=False)
-        _wait_for(f"{zombie} to stop (SIGSTOP)", fleet[zombie].stopped, pace.batch(), poll_s=0.005)
+        wait_for(f"{zombie} to stop (SIGSTOP)", fleet[zombie].stopped, pace.batch(), poll_s=0.005)
         if zombie_parts and zombie_log.frozen_in_window():
             return zombie_parts
         fleet[zombie].signal(signal.SIGCONT, group=False)
@@ -521,26 +482,12 @@ def _join_round(store: Store, joiner: str) -> dict[str, Any]:
     raise ApportionError(f"demo: no round with {joiner} in the history")
 
 
-def _all_owned(store: Store, partitions: int, by: list[str]) -> bool:
-    owners = _owners(store)
-    return len(owners) == partitions and all(o in by for o in owners.values())
-
-
 def _load(store: Store) -> str:
     counts: dict[str, int] = {}
-    for owner in _owners(store).values():
+    for owner in owners(store, GROUP).values():
         if owner is not None:
             counts[owner] = counts.get(owner, 0) + 1
     return ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
-
-
-def _settled(store: Store, ids: list[str]) -> bool:
-    owners = _owners(store)
-    if any(o is None for o in owners.values()):
-        return False
-    counts = [sum(1 for o in owners.values() if o == wid) for wid in ids]
-    live = [c for c in counts if c > 0]
-    return len(live) == len(ids) and max(live) - min(live) <= 1
 
 
 def _verify(store: Store, log_dir: Path, output_dir: Path, step: Callable[[str], None]) -> list[Check]:

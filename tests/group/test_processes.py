@@ -13,15 +13,16 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from apportion.group import group_status
+from apportion import group
+from apportion.errors import TimedOut
 from apportion.store import connect
+from apportion.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -98,15 +99,6 @@ class WorkerProcess:
         return f"{self.id}'s events: {self.events[since:]}; its log ends with: " + "\n".join(tail)
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        if condition():
-            return time.monotonic() - start
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-
-
 @pytest.fixture(params=STORE_KINDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if not _backend_available(request.param):
@@ -130,43 +122,39 @@ def workers(store_url: str, tmp_path: Path) -> Iterator[dict[str, WorkerProcess]
 
 def owners(url: str) -> dict[int, str | None]:
     with connect(url) as store:
-        status = group_status(store, "g")
-    return {int(p): info["owner"] for p, info in status["partitions"].items()}
+        return group.owners(store, "g")
 
 
 def all_owned_by(url: str, alive: set[str]) -> bool:
-    found = owners(url)
-    return len(found) == PARTITIONS and all(o in alive for o in found.values())
+    with connect(url) as store:
+        return group.owned_by(store, "g", alive)
 
 
 def balanced(url: str, alive: set[str]) -> bool:
-    found = owners(url)
-    if not all_owned_by(url, alive):
-        return False
-    counts = [sum(1 for o in found.values() if o == w) for w in alive]
-    return max(counts) - min(counts) <= 1
+    with connect(url) as store:
+        return group.settled(store, "g", alive)
 
 
 def test_six_workers_survive_crashes_zombies_and_graceful_stops(
     store_url: str, workers: dict[str, WorkerProcess]
 ) -> None:
     alive = set(workers)
-    wait_for(lambda: balanced(store_url, alive), 30, "6 workers to share 24 partitions evenly")
+    wait_for("6 workers to share 24 partitions evenly", lambda: balanced(store_url, alive), 30)
 
     # kill -9 two workers: their partitions are owned again within ttl + RST + 1 s
     for wid in ("w0", "w1"):
         workers[wid].proc.kill()
         alive.discard(wid)
     limit = TTL_S + SETTLE_S + 1.0 + EXPIRY_SLACK_S[store_url.split(":", 1)[0]]
-    took = wait_for(lambda: all_owned_by(store_url, alive), limit, "the crashed workers' partitions")
+    took = wait_for("the crashed workers' partitions", lambda: all_owned_by(store_url, alive), limit)
     assert took <= limit + 0.5, f"took {took:.2f} s (the last check itself may take a moment)"
-    wait_for(lambda: balanced(store_url, alive), 10, "balance among 4 workers")
+    wait_for("balance among 4 workers", lambda: balanced(store_url, alive), 10)
 
     # SIGSTOP one: it is replaced; SIGCONT: its commits are fenced, it reports on_lost and rejoins
     zombie = workers["w2"]
     zombie.signal(signal.SIGSTOP)
     others = alive - {"w2"}
-    wait_for(lambda: all_owned_by(store_url, others), 15, "w2's partitions to be taken over while it is frozen")
+    wait_for("w2's partitions to be taken over while it is frozen", lambda: all_owned_by(store_url, others), 15)
     seen = len(zombie.events)
     zombie.signal(signal.SIGCONT)
 
@@ -176,18 +164,18 @@ def test_six_workers_survive_crashes_zombies_and_graceful_stops(
 
     for kind in ("fenced", "lost"):
         try:
-            wait_for(reported(kind), 10, f"w2 to report {kind}")
-        except AssertionError as exc:
+            wait_for(f"w2 to report {kind}", reported(kind), 10)
+        except TimedOut as exc:
             raise AssertionError(f"{exc}; {zombie.describe(seen)}") from None
-    wait_for(lambda: "assigned" in [e["event"] for e in zombie.events[seen:]], 15, "w2 to rejoin and get partitions")
-    wait_for(lambda: balanced(store_url, alive), 15, "balance among the 4 workers again")
+    wait_for("w2 to rejoin and get partitions", lambda: "assigned" in [e["event"] for e in zombie.events[seen:]], 15)
+    wait_for("balance among the 4 workers again", lambda: balanced(store_url, alive), 15)
 
     # graceful stop of one: only its partitions move
     before = owners(store_url)
     workers["w3"].signal(signal.SIGTERM)
     assert workers["w3"].proc.wait(15) == 0
     alive.discard("w3")
-    wait_for(lambda: all_owned_by(store_url, alive), 10, "w3's partitions to move")
+    wait_for("w3's partitions to move", lambda: all_owned_by(store_url, alive), 10)
     after = owners(store_url)
     moved = {p for p in range(PARTITIONS) if before[p] != after[p]}
     assert moved == {p for p in range(PARTITIONS) if before[p] == "w3"}

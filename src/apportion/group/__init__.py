@@ -4,7 +4,7 @@
 coordinator and partition table, ``_coordinator``) and ``StaticMember`` (seed 3's StatefulSet ordinals, ``_static``)
 are stepped state machines; ``GroupConfig`` the resource definition; ``history`` the event history (kept
 ``history_retention_s``; ``history_expired_before`` says since when); ``group_status`` an operator's snapshot;
-``Keys`` the key space.
+``owners``/``owned_by``/``settled`` what it says of who owns what; ``Keys`` the key space.
 """
 
 from apportion.group._config import STRATEGIES, GroupConfig
@@ -15,7 +15,7 @@ from apportion.group._keys import Keys, decode, encode, validate_group, validate
 from apportion.group._ownership import FencedMember, Lease, Ownership, default_planner
 from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember
 from apportion.group._static import StaticMember, StaticPhase, ordinal_from_hostname, set_replicas
-from apportion.group._status import group_status
+from apportion.group._status import group_status, owned_by, owners, settled
 
 __all__ = [
     "EVENT_TYPES",
@@ -43,7 +43,10 @@ __all__ = [
     "history",
     "history_expired_before",
     "ordinal_from_hostname",
+    "owned_by",
+    "owners",
     "set_replicas",
+    "settled",
     "validate_group",
     "validate_member_id",
 ]

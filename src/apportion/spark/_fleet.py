@@ -25,11 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from apportion.errors import ApportionError
-
-
-class WorkerExited(ApportionError):
-    """A worker process that a wait needs has exited (the message holds how, and the end of its log)."""
+from apportion.errors import WorkerExited
 
 
 def pipeline_args(
