@@ -4,7 +4,6 @@ closed (exit 1 after --connect-timeout, one error line, the waiting logged), an 
 
 from __future__ import annotations
 
-import json
 import signal
 import socket
 import sqlite3
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from apportion import events
 from apportion.errors import StoreUnavailable
 from apportion.store import connect
 from apportion.waiting import wait_for
@@ -45,7 +45,9 @@ class Worker:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            self.events.append(json.loads(line))
+            event = events.parse(line)
+            if event is not None:
+                self.events.append(event)
 
     def text(self) -> str:
         return self.log.read_text()

@@ -7,7 +7,6 @@ etcd-specific deadline is the crash takeover, +0.5 s (etcd revokes expired lease
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from apportion import group
+from apportion import events, group
 from apportion.errors import TimedOut
 from apportion.store import connect
 from apportion.waiting import wait_for
@@ -82,10 +81,9 @@ class WorkerProcess:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            try:
-                self.events.append(json.loads(line))
-            except ValueError:
-                continue
+            event = events.parse(line)
+            if event is not None:
+                self.events.append(event)
 
     def kinds(self) -> list[str]:
         return [e["event"] for e in list(self.events)]

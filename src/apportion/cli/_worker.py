@@ -19,7 +19,6 @@ whatever --connect-timeout says.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import sys
@@ -31,6 +30,7 @@ from typing import Any, TypeVar
 
 import click
 
+from apportion import events
 from apportion.cli._app import app, remember_url
 from apportion.cli._store import STORE_HELP
 from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
@@ -395,16 +395,9 @@ def _metrics(group: Group, worker_id: str, port: int, host: str = "127.0.0.1") -
     return tracer
 
 
-_EMIT_LOCK = threading.Lock()
-
-
 def _emit(event: str, **fields: object) -> None:
-    """One whole JSON line per event: the callbacks and the committer emit from different threads, and ``print``
-    writes the text and its newline separately, so unguarded lines could interleave and be lost to a reader."""
-    line = json.dumps({"event": event, "time": time.time(), **fields}) + "\n"
-    with _EMIT_LOCK:
-        sys.stdout.write(line)
-        sys.stdout.flush()
+    """One whole event line on stdout (``apportion.events``: safe from the callbacks' and the committer's threads)."""
+    events.emit(event, **fields)
 
 
 def _run(

@@ -3,7 +3,7 @@
 The one helper behind the demo, the pipeline's process tests, the stateful bench and the nemesis. Each worker runs in
 its own session (``start_new_session``), so a signal to its process group reaches its Spark JVM too; its stdout and
 stderr go to ``<logs>/<id>.log``, whose JSON event lines (``{"event": ..., "time": ..., "worker": ...}``, written by
-``apportion.spark._pipeline.emit_log``) are read incrementally by ``WorkerLog``. ``Fleet`` is a context manager: on
+``apportion.events``) are read incrementally by ``WorkerLog``. ``Fleet`` is a context manager: on
 exit every process still running is resumed (SIGCONT) and killed (SIGKILL), whatever happened.
 
     with Fleet(logs, pipeline_args(url, "g", log_dir, out_dir, "r", "--ttl", "2")) as fleet:
@@ -14,7 +14,6 @@ exit every process still running is resumed (SIGCONT) and killed (SIGKILL), what
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from apportion import events
 from apportion.errors import WorkerExited
 
 
@@ -58,9 +58,9 @@ class WorkerLog:
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
         for line in lines:
-            if line.startswith(b'{"event"'):
-                with contextlib.suppress(ValueError):
-                    self.events.append(json.loads(line))
+            event = events.parse(line)
+            if event is not None:
+                self.events.append(event)
         return self.events
 
     def of(self, kind: str) -> list[dict[str, Any]]:
