@@ -15,47 +15,18 @@ import argparse
 import json
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from apportion.fleet import Fleet, worker_args
 from apportion.group import history, owned_by, settled
 from apportion.sim import SimConfig, simulate
 from apportion.store import connect
 from apportion.waiting import wait_for
 
 SETTLE_S, MIN_INTERVAL_S, TTL_S = 0.5, 1.0, 3.0
-
-
-def _spawn(url: str, wid: str, partitions: int) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "apportion.cli",
-            "worker",
-            "--store",
-            url,
-            "--group",
-            "bench",
-            "--id",
-            wid,
-            "--partitions",
-            str(partitions),
-            "--settle",
-            str(SETTLE_S),
-            "--min-interval",
-            str(MIN_INTERVAL_S),
-            "--ttl",
-            str(TTL_S),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
 
 
 def _owned_by(url: str, alive: set[str]) -> bool:
@@ -78,41 +49,33 @@ def _pct(values: list[float], q: float) -> float:
 def bench_processes(workers: int, partitions: int, rounds: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="apportion-bench-"))
     url = f"sqlite:///{tmp / 'bench.db'}"
-    procs = {f"w{i}": _spawn(url, f"w{i}", partitions) for i in range(workers)}
-    alive = set(procs)
+    options = ["--partitions", str(partitions), "--settle", str(SETTLE_S), "--min-interval", str(MIN_INTERVAL_S),
+               "--ttl", str(TTL_S)]  # fmt: skip
+    alive = {f"w{i}" for i in range(workers)}
     failover: list[float] = []
-
-    try:
+    with Fleet(tmp / "logs", worker_args(url, "bench", *options)) as fleet:
+        for wid in sorted(alive):
+            fleet.start(wid)
         wait_for("the group to settle", lambda: _settled(url, alive), 60, poll_s=0.01)
         for i in range(rounds):
             victim = sorted(alive)[i % len(alive)]
-            procs[victim].kill()
+            fleet[victim].signal(signal.SIGKILL)
             alive.discard(victim)
             failover.append(
-                wait_for(
-                    f"{victim}'s partitions to be owned again",
-                    lambda: _owned_by(url, alive),
-                    30,
-                    poll_s=0.01,
-                )
+                wait_for(f"{victim}'s partitions to be owned again", lambda: _owned_by(url, alive), 30, poll_s=0.01)
             )
             wait_for("the group to settle", lambda: _settled(url, alive), 30, poll_s=0.01)
             wid = f"n{i}"  # a newcomer: planned handoffs to it
-            procs[wid] = _spawn(url, wid, partitions)
+            fleet.start(wid)
             alive.add(wid)
             wait_for("the group to settle", lambda: _settled(url, alive), 30, poll_s=0.01)
             leaver = sorted(alive)[0]  # graceful leave: planned handoffs from it
-            procs[leaver].send_signal(signal.SIGTERM)
-            procs[leaver].wait(30)
+            fleet[leaver].signal(signal.SIGTERM)
+            fleet[leaver].proc.wait(30)
             alive.discard(leaver)
             wait_for("the group to settle", lambda: _settled(url, alive), 30, poll_s=0.01)
         with connect(url) as store:
             events = history(store, "bench")
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-            p.wait(10)
     released: dict[int, float] = {}
     gaps: list[float] = []
     for e in events:

@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from apportion.cli import main as cli
+from apportion.fleet import Fleet, pipeline_args
 from apportion.group import settled
 from apportion.group._history import history
 from apportion.log import PartitionedLog, Producer
-from apportion.spark._fleet import Fleet, pipeline_args
 from apportion.spark._output import lag
 from apportion.spark._stateful import handoffs
 from apportion.store import connect

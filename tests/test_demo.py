@@ -83,7 +83,7 @@ def test_a_wait_with_progress_fails_only_after_its_limit_without_progress() -> N
 
 def test_a_wait_fails_at_once_with_the_log_tail_when_a_worker_it_needs_has_exited(tmp_path: Path) -> None:
     from apportion.errors import ApportionError
-    from apportion.spark._fleet import Fleet
+    from apportion.fleet import Fleet
     from apportion.waiting import wait_for
 
     fleet = Fleet(tmp_path / "logs", [sys.executable, "-c", "raise SystemExit(3)"])
@@ -94,7 +94,7 @@ def test_a_wait_fails_at_once_with_the_log_tail_when_a_worker_it_needs_has_exite
 
 
 def test_the_worker_log_is_read_incrementally_and_knows_when_a_freeze_landed_in_the_window(tmp_path: Path) -> None:
-    from apportion.spark._fleet import WorkerLog
+    from apportion.fleet import WorkerLog
 
     path = tmp_path / "w2.log"
     log = WorkerLog(path)

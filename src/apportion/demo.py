@@ -46,8 +46,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from apportion.errors import ApportionError, InvalidRequest
+from apportion.fleet import Fleet, WorkerLog, pipeline_args
 from apportion.group import history, owned_by, owners, settled
-from apportion.spark._fleet import Fleet, WorkerLog, pipeline_args
 from apportion.store import Store, connect
 from apportion.waiting import wait_for
 

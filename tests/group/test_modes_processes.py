@@ -2,43 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from apportion.assign import range_block
+from apportion.fleet import Fleet, WorkerProcess, worker_args
 from apportion.group import history
 from apportion.group._coordinator import TableState, read_table
 from apportion.store import connect
 from apportion.waiting import wait_for
-from tests.group.test_processes import WorkerProcess, balanced, owners
+from tests.group.test_processes import balanced, owners
 
 pytestmark = pytest.mark.slow
 
 PARTITIONS = 12
 TTL_S = 2.0
-
-
-class ModeWorker(WorkerProcess):
-    def __init__(self, url: str, worker_id: str, *args: str) -> None:
-        self.id = worker_id
-        self.events: list[dict[str, Any]] = []
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "apportion.cli", "worker", "--store", url, "--group", "g", "--id", worker_id,
-             "--partitions", str(PARTITIONS), "--ttl", str(TTL_S), "--commit-every", "0.2", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )  # fmt: skip
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
 
 
 @pytest.fixture(params=["sqlite", "etcd"])
@@ -49,14 +34,27 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'apportion.db'}"
 
 
+class ModeWorkers:
+    """`apportion worker` processes of group "g" started by a test, each with its own log (a replacement under the
+    same id reads only its own events); every one is killed when the test ends."""
+
+    def __init__(self, stack: contextlib.ExitStack, log_dir: Path) -> None:
+        self.stack = stack
+        self.log_dir = log_dir
+        self.started: list[WorkerProcess] = []
+
+    def start(self, url: str, worker_id: str, *args: str) -> WorkerProcess:
+        options = ["--partitions", str(PARTITIONS), "--ttl", str(TTL_S), "--commit-every", "0.2"]
+        fleet = self.stack.enter_context(Fleet(self.log_dir / str(len(self.started)), worker_args(url, "g", *options)))
+        worker = fleet.start(worker_id, *args)
+        self.started.append(worker)
+        return worker
+
+
 @pytest.fixture
-def procs() -> Iterator[list[ModeWorker]]:
-    started: list[ModeWorker] = []
-    yield started
-    for w in started:
-        if w.proc.poll() is None:
-            w.proc.kill()
-        w.proc.wait(10)
+def procs(tmp_path: Path) -> Iterator[ModeWorkers]:
+    with contextlib.ExitStack() as stack:
+        yield ModeWorkers(stack, tmp_path / "logs")
 
 
 def expected(replicas: int, ids: dict[int, str]) -> dict[int, str | None]:
@@ -69,10 +67,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_static_replicas_three_to_five_to_two(url: str, procs: list[ModeWorker]) -> None:
-    def start(o: int, replicas: int) -> ModeWorker:
-        w = ModeWorker(url, f"c-{o}", "--mode", "static", "--hostname", f"c-{o}", "--replicas", str(replicas))
-        procs.append(w)
+def test_static_replicas_three_to_five_to_two(url: str, procs: ModeWorkers) -> None:
+    def start(o: int, replicas: int) -> WorkerProcess:
+        w = procs.start(url, f"c-{o}", "--mode", "static", "--hostname", f"c-{o}", "--replicas", str(replicas))
         return w
 
     workers = {o: start(o, 3) for o in range(3)}
@@ -86,22 +83,20 @@ def test_static_replicas_three_to_five_to_two(url: str, procs: list[ModeWorker])
     assert workers[0].proc.wait(15) == 0
     workers[0] = start(0, 2)
     wait_for("the range blocks of 2", lambda: owners(url) == expected(2, {0: "c-0", 1: "c-1"}), 20)
-    assert all("lost" not in w.kinds() for w in procs), "every handoff was a clean release, never a loss"
+    assert not any(w.of("lost") for w in procs.started), "every handoff was a clean release, never a loss"
 
 
-def test_static_duplicate_ordinal_never_processes_twice_and_takes_over(url: str, procs: list[ModeWorker]) -> None:
-    first = ModeWorker(url, "a", "--mode", "static", "--ordinal", "0", "--replicas", "1")
-    procs.append(first)
+def test_static_duplicate_ordinal_never_processes_twice_and_takes_over(url: str, procs: ModeWorkers) -> None:
+    first = procs.start(url, "a", "--mode", "static", "--ordinal", "0", "--replicas", "1")
     wait_for("a to own every partition", lambda: set(owners(url).values()) == {"a"}, 20)
-    second = ModeWorker(url, "b", "--mode", "static", "--ordinal", "0", "--replicas", "1")
-    procs.append(second)
+    second = procs.start(url, "b", "--mode", "static", "--ordinal", "0", "--replicas", "1")
     wait_for("b to start", lambda: "registered" in [e["type"] for e in history_of(url) if e["member"] == "b"], 15)
-    assert "assigned" not in second.kinds() and set(owners(url).values()) == {"a"}
+    assert not second.of("assigned") and set(owners(url).values()) == {"a"}
     first.proc.kill()
     took = wait_for("b to take over after a's lease expired", lambda: set(owners(url).values()) == {"b"}, TTL_S + 5)
     assert took <= TTL_S + 5
     # the claim is in the store before b prints its on_assigned line: wait for the line, not just the record
-    wait_for("b to report on_assigned", lambda: "assigned" in second.kinds(), 5)
+    wait_for("b to report on_assigned", lambda: bool(second.of("assigned")), 5)
 
 
 def history_of(url: str) -> list[dict[str, object]]:
@@ -138,10 +133,9 @@ def coordinator(url: str) -> str | None:
     return None if kv is None else str(json.loads(kv.value)["member"])
 
 
-def test_coordinator_killed_mid_migration_is_finished_by_its_successor(url: str, procs: list[ModeWorker]) -> None:
-    def start(wid: str) -> ModeWorker:
-        w = ModeWorker(url, wid, "--mode", "coordinator", "--min-members", "3", "--max-in-flight", "1")
-        procs.append(w)
+def test_coordinator_killed_mid_migration_is_finished_by_its_successor(url: str, procs: ModeWorkers) -> None:
+    def start(wid: str) -> WorkerProcess:
+        w = procs.start(url, wid, "--mode", "coordinator", "--min-members", "3", "--max-in-flight", "1")
         return w
 
     workers = {wid: start(wid) for wid in ("w0", "w1")}
@@ -181,10 +175,9 @@ def test_coordinator_killed_mid_migration_is_finished_by_its_successor(url: str,
             holder[p] = None
 
 
-def test_manual_rebalance_shows_the_moves_then_applies_them(url: str, procs: list[ModeWorker]) -> None:
-    def start(wid: str) -> ModeWorker:
-        w = ModeWorker(url, wid, "--mode", "coordinator", "--rebalance", "manual", "--min-members", "2")
-        procs.append(w)
+def test_manual_rebalance_shows_the_moves_then_applies_them(url: str, procs: ModeWorkers) -> None:
+    def start(wid: str) -> WorkerProcess:
+        w = procs.start(url, wid, "--mode", "coordinator", "--rebalance", "manual", "--min-members", "2")
         return w
 
     start("w0")
@@ -208,11 +201,10 @@ def members(url: str) -> list[str]:
 
 
 def test_a_second_worker_with_a_live_members_id_exits_2_in_one_line_and_replace_takes_over(
-    tmp_path: Path, procs: list[ModeWorker]
+    tmp_path: Path, procs: ModeWorkers
 ) -> None:
     url = f"sqlite:///{tmp_path / 'apportion.db'}"
-    first = ModeWorker(url, "w1")
-    procs.append(first)
+    first = procs.start(url, "w1")
     wait_for("w1 to own every partition", lambda: set(owners(url).values()) == {"w1"}, 20)
     twin = run_cli("worker", "--store", url, "--group", "g", "--id", "w1", "--ttl", str(TTL_S))
     lines = twin.stderr.strip().splitlines()
@@ -221,7 +213,6 @@ def test_a_second_worker_with_a_live_members_id_exits_2_in_one_line_and_replace_
     assert lines[-1].startswith("apportion: error: ") and lines[-1].endswith(expected), lines
     assert "Traceback" not in twin.stderr
     assert first.proc.poll() is None and set(owners(url).values()) == {"w1"}
-    replacement = ModeWorker(url, "w1", "--replace")
-    procs.append(replacement)
-    wait_for("the replacement to own partitions", lambda: "assigned" in replacement.kinds(), 20)
-    wait_for("the fenced original to report on_lost", lambda: "lost" in first.kinds(), 20)
+    replacement = procs.start(url, "w1", "--replace")
+    wait_for("the replacement to own partitions", lambda: bool(replacement.of("assigned")), 20)
+    wait_for("the fenced original to report on_lost", lambda: bool(first.of("lost")), 20)

@@ -7,19 +7,14 @@ etcd-specific deadline is the crash takeover, +0.5 s (etcd revokes expired lease
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from apportion import events, group
-from apportion.errors import TimedOut
+from apportion import group
+from apportion.fleet import Fleet, WorkerProcess, worker_args
 from apportion.store import connect
 from apportion.waiting import wait_for
 
@@ -43,58 +38,9 @@ def _backend_available(kind: str) -> bool:
     return True
 
 
-class WorkerProcess:
-    def __init__(self, url: str, worker_id: str, log_dir: Path) -> None:
-        self.id = worker_id
-        self.log_path = log_dir / f"{worker_id}.log"
-        self.events: list[dict[str, Any]] = []
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "apportion.cli",
-                "worker",
-                "--store",
-                url,
-                "--group",
-                "g",
-                "--id",
-                worker_id,
-                "--partitions",
-                str(PARTITIONS),
-                "--settle",
-                str(SETTLE_S),
-                "--min-interval",
-                str(MIN_INTERVAL_S),
-                "--ttl",
-                str(TTL_S),
-                "--commit-every",
-                "0.2",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=self.log_path.open("w"),
-            text=True,
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            event = events.parse(line)
-            if event is not None:
-                self.events.append(event)
-
-    def kinds(self) -> list[str]:
-        return [e["event"] for e in list(self.events)]
-
-    def signal(self, sig: int) -> None:
-        os.kill(self.proc.pid, sig)
-
-    def describe(self, since: int = 0) -> str:
-        """The events since ``since`` and the end of the worker's log, for a failure message."""
-        tail = self.log_path.read_text(errors="replace").splitlines()[-15:] if self.log_path.exists() else []
-        return f"{self.id}'s events: {self.events[since:]}; its log ends with: " + "\n".join(tail)
+def describe(worker: WorkerProcess, since: int = 0) -> str:
+    """The events since ``since`` and the end of the worker's log, for a failure message."""
+    return f"{worker.id}'s events: {worker.events[since:]}; its log ends with:\n{worker.tail()}"
 
 
 @pytest.fixture(params=STORE_KINDS)
@@ -109,13 +55,10 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def workers(store_url: str, tmp_path: Path) -> Iterator[dict[str, WorkerProcess]]:
-    procs = {f"w{i}": WorkerProcess(store_url, f"w{i}", tmp_path) for i in range(6)}
-    yield procs
-    for w in procs.values():
-        if w.proc.poll() is None:
-            w.signal(signal.SIGCONT)
-            w.proc.kill()
-        w.proc.wait(10)
+    options = ["--partitions", str(PARTITIONS), "--settle", str(SETTLE_S), "--min-interval", str(MIN_INTERVAL_S),
+               "--ttl", str(TTL_S), "--commit-every", "0.2"]  # fmt: skip
+    with Fleet(tmp_path / "logs", worker_args(store_url, "g", *options)) as fleet:
+        yield {f"w{i}": fleet.start(f"w{i}") for i in range(6)}
 
 
 def owners(url: str) -> dict[int, str | None]:
@@ -161,10 +104,7 @@ def test_six_workers_survive_crashes_zombies_and_graceful_stops(
         return lambda: kind in [e["event"] for e in zombie.events[seen:]]
 
     for kind in ("fenced", "lost"):
-        try:
-            wait_for(f"w2 to report {kind}", reported(kind), 10)
-        except TimedOut as exc:
-            raise AssertionError(f"{exc}; {zombie.describe(seen)}") from None
+        wait_for(f"w2 to report {kind}", reported(kind), 10, context=lambda: describe(zombie, seen))
     wait_for("w2 to rejoin and get partitions", lambda: "assigned" in [e["event"] for e in zombie.events[seen:]], 15)
     wait_for("balance among the 4 workers again", lambda: balanced(store_url, alive), 15)
 
@@ -177,4 +117,4 @@ def test_six_workers_survive_crashes_zombies_and_graceful_stops(
     after = owners(store_url)
     moved = {p for p in range(PARTITIONS) if before[p] != after[p]}
     assert moved == {p for p in range(PARTITIONS) if before[p] == "w3"}
-    assert "revoked" in workers["w3"].kinds()
+    assert workers["w3"].of("revoked")

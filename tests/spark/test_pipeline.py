@@ -17,10 +17,10 @@ import pyarrow as pa
 import pytest
 
 from apportion.cli import main
+from apportion.fleet import Fleet, WorkerProcess, pipeline_args
 from apportion.group import owned_by
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline, read_committed, read_committed_arrow, verify
-from apportion.spark._fleet import Fleet, WorkerProcess, pipeline_args
 from apportion.spark._output import committed_checkpoints, lag
 from apportion.spark._pipeline import joined
 from apportion.store import connect

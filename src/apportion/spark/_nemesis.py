@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from apportion.errors import ApportionError, InvalidRequest
-from apportion.spark._fleet import Fleet, pipeline_args
+from apportion.fleet import Fleet, pipeline_args
 from apportion.waiting import wait_for
 
 GROUP = "nemesis"

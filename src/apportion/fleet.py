@@ -1,10 +1,12 @@
-"""A fleet of `apportion pipeline run` processes: start, signal, read their JSON event lines, always clean up.
+"""A fleet of worker processes (`apportion worker` or `apportion pipeline run`): start, signal, read their event
+lines, always clean up.
 
-The one helper behind the demo, the pipeline's process tests, the stateful bench and the nemesis. Each worker runs in
-its own session (``start_new_session``), so a signal to its process group reaches its Spark JVM too; its stdout and
-stderr go to ``<logs>/<id>.log``, whose JSON event lines (``{"event": ..., "time": ..., "worker": ...}``, written by
-``apportion.events``) are read incrementally by ``WorkerLog``. ``Fleet`` is a context manager: on
-exit every process still running is resumed (SIGCONT) and killed (SIGKILL), whatever happened.
+The one harness behind the demo, the process tests, the benches and the nemesis; it needs no extra (a fleet of
+`apportion worker` processes runs without Spark). ``worker_args`` and ``pipeline_args`` build the two command lines.
+Each worker runs in its own session (``start_new_session``), so a signal to its process group reaches its Spark JVM
+too; its stdout and stderr go to ``<logs>/<id>.log``, whose event lines (``apportion.events``) are read
+incrementally by ``WorkerLog``. ``Fleet`` is a context manager: on exit every process still running is resumed
+(SIGCONT) and killed (SIGKILL), whatever happened.
 
     with Fleet(logs, pipeline_args(url, "g", log_dir, out_dir, "r", "--ttl", "2")) as fleet:
         w1 = fleet.start("w1")
@@ -26,6 +28,11 @@ from typing import Any
 
 from apportion import events
 from apportion.errors import WorkerExited
+
+
+def worker_args(store_url: str, group: str, *options: str) -> list[str]:
+    """The command line of `apportion worker` for a group, without ``--id`` (``Fleet.start`` adds it)."""
+    return [sys.executable, "-m", "apportion.cli", "worker", "--store", store_url, "--group", group, *options]
 
 
 def pipeline_args(
@@ -111,7 +118,7 @@ class WorkerLog:
 
 
 class WorkerProcess:
-    """One `apportion pipeline run` process (a fleet may start several under one id, one after the other)."""
+    """One worker process (a fleet may start several under one id, one after the other)."""
 
     def __init__(self, worker_id: str, proc: subprocess.Popen[bytes], log: WorkerLog, first_event: int = 0) -> None:
         self.id = worker_id
@@ -166,7 +173,7 @@ class WorkerProcess:
 
 
 class Fleet:
-    """Pipeline worker processes started from one command line (``pipeline_args``) plus per-worker options.
+    """Worker processes started from one command line (``worker_args``, ``pipeline_args``) plus per-worker options.
 
     ``workers`` maps each id to its latest process; ``started`` keeps every process ever started (a restart under
     the same id appends to the same log). Leaving the ``with`` block kills whatever still runs.
@@ -248,4 +255,4 @@ class Fleet:
         self.kill_all()
 
 
-__all__ = ["Fleet", "WorkerExited", "WorkerLog", "WorkerProcess", "pipeline_args"]
+__all__ = ["Fleet", "WorkerLog", "WorkerProcess", "pipeline_args", "worker_args"]
