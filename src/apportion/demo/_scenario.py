@@ -1,210 +1,27 @@
-"""The main job on embedded defaults (`make demo` / `apportion demo`): the whole of apportion, end to end.
-
-SQLite store, partitioned Parquet log, local Spark; real worker processes and real faults. Steps::
-
-    produce   N keyed records routed by partition_for into P partitions (the Python producer)
-    start     W `apportion pipeline run` workers (sticky, stateful: per-key aggregates per partition in local
-              stores backed by a fenced changelog) — each its own Spark session
-    join      one more worker; the group rebalances with the minimum of moves
-    kill -9   one worker: its lease lapses, its partitions are claimed again (failover time measured)
-    freeze    one worker with SIGSTOP until its partitions are owned by others, then SIGCONT: its late commit is
-              fenced (epochs) and it reports on_lost, then rejoins
-    drain     wait until every record is committed
-    stop      SIGTERM everyone: graceful leave (revoke, commit, release)
-    verify    exactly once (counts + checksum of committed output vs input, no duplicate, none missing, per-key
-              order), state exactly once (every partition's state rebuilt from its committed changelog equals a
-              one-pass aggregate of the input: the killed worker's and the zombie's appends never count), zero
-              ownership overlaps in the history, moves vs the lower bound, failover time
-    report    Spark analytics of the history → HTML with plots
-
-Every wait is on a state (store records, the workers' event lines) and fails with what it waited for; its time
-limit is not tuned to an idle machine but derived from what the demo observes (``_Pace``): the protocol's own times
-(ttl + settle + min interval), the slowest micro-batch seen so far in any worker's log, how long the Spark workers
-took to start, and the machine's load average. Long waits (start-up, draining) fail only after that long *without
-progress*, and a wait fails at once, with the tail of its log, when a worker it needs has exited. The freeze is
-checked too: if SIGSTOP missed the zombie's window between writing and committing, it is resumed and frozen again
-at its next batch. The job exits non-zero when any check fails. Child processes are always stopped (SIGCONT +
-SIGKILL) when the demo ends, whatever happens.
-"""
+"""The demo's scenario: start, join, kill -9, freeze, drain, stop — each step waited for on the store and the
+workers' event lines, with limits from ``Pace``."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from apportion.errors import ApportionError, InvalidRequest
+from apportion.demo._checks import Check, DemoResult, check_output, print_checks
+from apportion.demo._config import GROUP, DemoConfig, Pace
+from apportion.demo._report import report
+from apportion.demo._source import RecordSource
+from apportion.errors import ApportionError
 from apportion.fleet import Fleet, WorkerLog, pipeline_args
 from apportion.group import history, owned_by, owners, settled
 from apportion.store import Store, connect
 from apportion.waiting import wait_for
-
-GROUP = "orders"
-
-
-@dataclass(frozen=True, slots=True)
-class DemoConfig:
-    """Sizes and timings of the demo (defaults: the main job; tests run a smaller one)."""
-
-    directory: Path
-    records: int = 1_000_000
-    partitions: int = 32
-    workers: int = 3
-    keys: int = 10_000
-    batch_records: int = 20_000
-    seed: int = 7
-    ttl_s: float = 5.0
-    stream_s: float = 60.0
-    settle_s: float = 0.5
-    min_interval_s: float = 1.0
-    report: bool = True
-    timeout_s: float = 180.0  # the floor of the start-up limit (x the load factor); others derive from observations
-
-    def __post_init__(self) -> None:
-        if self.records < 1:
-            raise InvalidRequest("records", "must be >= 1")
-        if self.partitions < 2:
-            raise InvalidRequest("partitions", "must be >= 2")
-        if self.workers < 2:
-            raise InvalidRequest("workers", "must be >= 2 (one is killed, one frozen)")
-
-
-@dataclass(slots=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-
-
-@dataclass(slots=True)
-class DemoResult:
-    checks: list[Check] = field(default_factory=list)
-    report_path: Path | None = None
-    failover_s: float | None = None
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
-
-
-@dataclass(slots=True)
-class _Pace:
-    """The demo's time limits, from what it observed (never a fixed timeout tuned to an idle machine).
-
-    ``protocol_s`` = ttl + settle + min interval (a lapse noticed plus a round); ``batch_s`` = the slowest batch
-    any worker has logged; ``startup_s`` = how long the first Spark workers took to own every partition; ``load``
-    = the 1-minute load average per core (>= 1). Each limit is a floor or a multiple of those, whichever is larger.
-    """
-
-    config: DemoConfig
-    logs: dict[str, WorkerLog]
-    startup_s: float = 0.0
-
-    @property
-    def protocol_s(self) -> float:
-        c = self.config
-        return c.ttl_s + c.settle_s + c.min_interval_s
-
-    @property
-    def load(self) -> float:
-        try:
-            return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
-        except OSError:
-            return 1.0
-
-    @property
-    def batch_s(self) -> float:
-        return max((log.slowest_batch_s() for log in self.logs.values()), default=0.0)
-
-    def startup(self) -> float:
-        """Spark sessions starting (JVM, warm-up) and the first round: nothing to scale with yet but the load."""
-        return self.config.timeout_s * self.load
-
-    def spark_start(self) -> float:
-        """One more worker's Spark session starting, or the first commits: like the first start-up."""
-        return max(90.0, 2.0 * self.startup_s) * self.load
-
-    def rebalance(self) -> float:
-        """Ownership changing hands: leases lapse, rounds close, revocations wait for the batches in flight."""
-        return max(60.0, 4.0 * self.protocol_s + 4.0 * self.batch_s) * self.load
-
-    def batch(self) -> float:
-        """A worker finishing the batch it is in (or starting its next one)."""
-        return max(60.0, 4.0 * self.batch_s + 2.0 * self.protocol_s) * self.load
-
-
-class _RecordSource:
-    """The demo's input: seeded keyed records appended through the Python producer, in chunks.
-
-    The first half is appended before the workers start; the rest streams in while the group churns, so that the
-    faults hit workers in the middle of their batches.
-    """
-
-    def __init__(self, config: DemoConfig, log_dir: Path) -> None:
-        from apportion.log import PartitionedLog, SeededRecords
-
-        self.config = config
-        self.log = PartitionedLog(log_dir)
-        self.log.create(GROUP, config.partitions)
-        self.records = SeededRecords(
-            self.log, GROUP, config.records, keys=config.keys, seed=config.seed, batch_records=config.batch_records
-        )
-        self._thread: threading.Thread | None = None
-
-    @property
-    def produced(self) -> int:
-        return self.records.produced
-
-    def append(self, count: int) -> None:
-        self.records.append(count)
-
-    def stream(self, duration_s: float, chunk: int = 25_000) -> None:
-        """Append the rest in the background, evenly over about ``duration_s`` seconds."""
-        remaining = self.streamed_total - self.produced
-        pause = duration_s / max(1, -(-remaining // chunk))
-
-        self._thread = self.records.stream(self.streamed_total, chunk, pause, name="demo-producer")
-
-    @property
-    def streamed_total(self) -> int:
-        """Records produced by the end of the stream; the rest is a reserve appended on demand (``finish``)."""
-        return self.config.records - self.reserve
-
-    @property
-    def reserve(self) -> int:
-        return min(self.config.records // 2, max(self.config.partitions * 250, self.config.records // 20))
-
-    def finish(self, limit_s: float) -> None:
-        """Wait for the stream (failing after ``limit_s`` without a chunk appended), then append the reserve: fresh
-        work for every partition, right now."""
-        thread = self._thread
-        if thread is not None:
-            wait_for(
-                "the producer to append the streamed input",
-                lambda: not thread.is_alive(),
-                limit_s,
-                progress=lambda: self.produced,
-            )
-        if self.records.error is not None:
-            raise ApportionError(f"demo: the producer failed: {self.records.error}") from self.records.error
-        self.append(self.config.records - self.produced)
-        if self.produced < self.config.records:
-            raise ApportionError(f"demo: produced only {self.produced} of {self.config.records} records")
-
-    def stop(self) -> None:
-        self.records.stop()
 
 
 def _fleet(config: DemoConfig, store_url: str, log_dir: Path, output_dir: Path) -> Fleet:
@@ -240,7 +57,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
         console.print(f"[bold cyan][{time.monotonic() - began:6.1f}s][/] {text}")
 
     step(f"working directory {d}")
-    source = _RecordSource(config, log_dir)
+    source = RecordSource(config, log_dir)
     source.append(config.records // 2)
     step(
         f"produced {source.produced:,} of {config.records:,} records into {config.partitions} partitions "
@@ -250,13 +67,13 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
         _run_scenario(config, source, store_url, log_dir, output_dir, result, step, console)
     finally:
         source.stop()
-    _print_checks(result, console)
+    print_checks(result, console)
     return result
 
 
 def _run_scenario(
     config: DemoConfig,
-    source: _RecordSource,
+    source: RecordSource,
     store_url: str,
     log_dir: Path,
     output_dir: Path,
@@ -271,7 +88,7 @@ def _run_scenario(
         first, joiner = ids[:-1], ids[-1]
         zombie = first[1]
         logs = {wid: fleet.log(wid) for wid in ids}
-        pace = _Pace(config, logs)
+        pace = Pace(config, logs)
         for wid in first:
             # The worker that will be frozen is a slow committer (a pause between writing a batch's output and
             # committing it), so that the freeze lands inside that window and its late commit meets the fence.
@@ -429,9 +246,9 @@ def _run_scenario(
         graceful = all(code == 0 for wid, code in exits.items() if wid != victim)
         result.checks.append(Check("graceful stop", graceful, json.dumps(exits)))
 
-        result.checks.extend(_verify(store, log_dir, output_dir, step))
+        result.checks.extend(check_output(store, log_dir, output_dir, step))
         if config.report:
-            result.report_path, overlap_check = _report(store, d, step)
+            result.report_path, overlap_check = report(store, d, step)
             result.checks.append(overlap_check)
 
 
@@ -440,7 +257,7 @@ def _freeze_in_window(
     store: Store,
     zombie: str,
     zombie_log: WorkerLog,
-    pace: _Pace,
+    pace: Pace,
     committed: Callable[[], int],
     advance: Callable[[], int],
     step: Callable[[str], None],
@@ -490,93 +307,4 @@ def _load(store: Store) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
 
 
-def _verify(store: Store, log_dir: Path, output_dir: Path, step: Callable[[str], None]) -> list[Check]:
-    from apportion.log import PartitionedLog
-    from apportion.spark._output import verify
-    from apportion.spark._stateful import verify_state
-
-    log = PartitionedLog(log_dir)
-    report = verify(store, GROUP, log, GROUP, output_dir)
-    data = report.to_json()
-    step("verified committed output against the input: " + json.dumps(data))
-    detail = (
-        f"{data['input_records']:,} in, {data['output_records']:,} out, checksum "
-        f"{'equal' if data['input_checksum'] == data['output_checksum'] else 'DIFFERENT'}, "
-        f"{data['duplicates']} duplicates, {data['missing']} missing, {data['order_violations']} out of order"
-    )
-    state = verify_state(store, GROUP, log, GROUP)
-    step("rebuilt every partition's state from its committed changelog: " + json.dumps(state.to_json()))
-    state_detail = (
-        f"{state.keys:,} keys of {state.partitions} partitions rebuilt from the committed changelog = one-pass "
-        f"aggregate of {state.records:,} records; {state.mismatched_keys} differ"
-    )
-    return [
-        Check("exactly once (count, checksum, order)", report.ok, detail),
-        Check("state exactly once (changelog = reference)", state.ok, state_detail),
-    ]
-
-
-@contextlib.contextmanager
-def _stderr_to(path: Path) -> Iterator[None]:
-    """Point file descriptor 2 at ``path`` (appending) while the block runs; child processes started inside keep it."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(path, "ab") as target:
-        os.dup2(target.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def _report(store: Store, directory: Path, step: Callable[[str], None]) -> tuple[Path | None, Check]:
-    from apportion.spark._pipeline import spark_session
-    from apportion.spark._report import write_report
-
-    events = history(store, GROUP)
-    with _stderr_to(directory / "logs" / "report-spark.log"):  # the JVM inherits fd 2: its banner goes to the log
-        spark = spark_session(master="local[2]", app_name="apportion-demo-report")
-    try:
-        summary = write_report(spark, events, directory / "report")
-    finally:
-        spark.stop()
-    overlaps = int(summary.overlaps)
-    step(
-        f"history analysed with Spark: {summary.rounds} rounds, {summary.intervals} ownership intervals, "
-        f"{summary.overlaps} overlaps, planned handoff p50/p99 "
-        f"{_ms(summary.handoff_p50_s)}/{_ms(summary.handoff_p99_s)}, "
-        f"failover p50 {_ms(summary.failover_p50_s)}"
-    )
-    step(f"report written: {summary.index_html}")
-    return Path(summary.index_html), Check("zero ownership overlaps", overlaps == 0, f"{overlaps} overlaps")
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
-
-
-def _print_checks(result: DemoResult, console: Console) -> None:
-    table = Table(title="apportion demo: checks")
-    table.add_column("check")
-    table.add_column("result")
-    table.add_column("detail", overflow="fold")
-    for check in result.checks:
-        table.add_row(check.name, "[green]ok[/]" if check.ok else "[red]FAILED[/]", check.detail)
-    console.print(table)
-    if result.report_path is not None:
-        console.print(f"HTML report: {result.report_path}")
-    console.print("[green]all checks passed[/]" if result.ok else "[red]some checks failed[/]")
-
-
-def summary_json(result: DemoResult) -> dict[str, Any]:
-    return {
-        "ok": result.ok,
-        "failover_s": result.failover_s,
-        "report": None if result.report_path is None else str(result.report_path),
-        "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in result.checks],
-    }
-
-
-__all__ = ["DemoConfig", "DemoResult", "run_demo", "summary_json"]
+__all__ = ["run_demo"]
