@@ -15,16 +15,16 @@ import argparse
 import json
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from apportion.group import GroupConfig, group_status, history
+from apportion.fleet import Fleet, worker_args
+from apportion.group import GroupConfig, history, owned_by, settled
 from apportion.sim import SimConfig, simulate
 from apportion.store import connect
+from apportion.waiting import wait_for
 
 SETTLE_S, MIN_INTERVAL_S, TTL_S = (
     GroupConfig.DEFAULT_SETTLE_S,
@@ -33,47 +33,14 @@ SETTLE_S, MIN_INTERVAL_S, TTL_S = (
 )
 
 
-def _spawn(url: str, wid: str, partitions: int) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "apportion.cli",
-            "worker",
-            "--store",
-            url,
-            "--group",
-            "bench",
-            "--id",
-            wid,
-            "--partitions",
-            str(partitions),
-            "--settle",
-            str(SETTLE_S),
-            "--min-interval",
-            str(MIN_INTERVAL_S),
-            "--ttl",
-            str(TTL_S),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-
-
-def _owners(url: str) -> dict[int, str | None]:
+def _owned_by(url: str, alive: set[str]) -> bool:
     with connect(url) as store:
-        status = group_status(store, "bench")
-    return {int(p): info["owner"] for p, info in status["partitions"].items()}
+        return owned_by(store, "bench", alive)
 
 
-def _wait(cond: Any, timeout_s: float) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        if cond():
-            return time.monotonic() - start
-        time.sleep(0.01)
-    raise TimeoutError(f"condition not met within {timeout_s}s")
+def _settled(url: str, alive: set[str]) -> bool:
+    with connect(url) as store:
+        return settled(store, "bench", alive)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -86,41 +53,33 @@ def _pct(values: list[float], q: float) -> float:
 def bench_processes(workers: int, partitions: int, rounds: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="apportion-bench-"))
     url = f"sqlite:///{tmp / 'bench.db'}"
-    procs = {f"w{i}": _spawn(url, f"w{i}", partitions) for i in range(workers)}
-    alive = set(procs)
+    options = ["--partitions", str(partitions), "--settle", str(SETTLE_S), "--min-interval", str(MIN_INTERVAL_S),
+               "--ttl", str(TTL_S)]  # fmt: skip
+    alive = {f"w{i}" for i in range(workers)}
     failover: list[float] = []
-
-    def settled() -> bool:
-        found = _owners(url)
-        if len(found) != partitions or any(o not in alive for o in found.values()):
-            return False
-        counts = [sum(1 for o in found.values() if o == w) for w in alive]
-        return max(counts) - min(counts) <= 1
-
-    try:
-        _wait(settled, 60)
+    with Fleet(tmp / "logs", worker_args(url, "bench", *options)) as fleet:
+        for wid in sorted(alive):
+            fleet.start(wid)
+        wait_for("the group to settle", lambda: _settled(url, alive), 60, poll_s=0.01)
         for i in range(rounds):
             victim = sorted(alive)[i % len(alive)]
-            procs[victim].kill()
+            fleet[victim].signal(signal.SIGKILL)
             alive.discard(victim)
-            failover.append(_wait(lambda: all(o in alive for o in _owners(url).values()), 30))
-            _wait(settled, 30)
+            failover.append(
+                wait_for(f"{victim}'s partitions to be owned again", lambda: _owned_by(url, alive), 30, poll_s=0.01)
+            )
+            wait_for("the group to settle", lambda: _settled(url, alive), 30, poll_s=0.01)
             wid = f"n{i}"  # a newcomer: planned handoffs to it
-            procs[wid] = _spawn(url, wid, partitions)
+            fleet.start(wid)
             alive.add(wid)
-            _wait(settled, 30)
+            wait_for("the group to settle", lambda: _settled(url, alive), 30, poll_s=0.01)
             leaver = sorted(alive)[0]  # graceful leave: planned handoffs from it
-            procs[leaver].send_signal(signal.SIGTERM)
-            procs[leaver].wait(30)
+            fleet[leaver].signal(signal.SIGTERM)
+            fleet[leaver].proc.wait(30)
             alive.discard(leaver)
-            _wait(settled, 30)
+            wait_for("the group to settle", lambda: _settled(url, alive), 30, poll_s=0.01)
         with connect(url) as store:
             events = history(store, "bench")
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-            p.wait(10)
     released: dict[int, float] = {}
     gaps: list[float] = []
     for e in events:

@@ -26,51 +26,24 @@ import math
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from apportion.cli import main as cli
-from apportion.group import Keys, decode
+from apportion.fleet import Fleet, pipeline_args
+from apportion.group import settled
 from apportion.group._history import history
 from apportion.log import PartitionedLog, Producer
-from apportion.spark._fleet import Fleet, pipeline_args
 from apportion.spark._output import lag
 from apportion.spark._stateful import handoffs
-from apportion.store import Store, connect
+from apportion.store import connect
+from apportion.waiting import wait_for
 
 
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else 0.0
-
-
-def _wait(what: str, condition: Callable[[], bool], timeout_s: float) -> float:
-    started = time.monotonic()
-    while not condition():
-        if time.monotonic() - started > timeout_s:
-            raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.2)
-    return time.monotonic() - started
-
-
-def _settled(store: Store, members: set[str], partitions: int) -> bool:
-    keys = Keys("g")
-    latest = store.get(keys.latest)
-    kv = None if latest is None else store.get(keys.plan(int(decode(latest.value)["round"])))
-    if kv is None:
-        return False
-    plan = decode(kv.value)
-    if set(plan["participants"]) != members or any(plan.get("learners", {}).values()):
-        return False
-    counts = [len(plan["assignment"].get(m, [])) for m in members]
-    planned = {p: m for m, parts in plan["assignment"].items() for p in parts}
-    owners = {}
-    for p in range(partitions):
-        owner = store.get(keys.owner(p))
-        owners[p] = None if owner is None else decode(owner.value)["member"]
-    return max(counts) - min(counts) <= 1 and owners == planned
 
 
 @contextlib.contextmanager
@@ -116,16 +89,16 @@ def scenario(strategy: str, args: argparse.Namespace) -> dict[str, Any]:
                 members = {"w1", "w2", "w3"}
                 for wid in sorted(members):
                     workers.start(wid)
-                _wait("3 workers to process the input", lambda: sum(lag(store, "g", log, "r").values()) == 0
-                      and _settled(store, members, args.partitions), 600)  # fmt: skip
+                wait_for("3 workers to process the input", lambda: sum(lag(store, "g", log, "r").values()) == 0
+                         and settled(store, "g", members), 600, poll_s=0.2)  # fmt: skip
                 with _steady_input(log, args.keys, args.input_rate):
                     joined_at = store.revision()
                     workers.start("w4")
                     members.add("w4")
-                    settle_s = _wait("4 workers to settle", lambda: _settled(store, members, args.partitions), 600)
-                    _wait("w4 to restore its actives", lambda: len([
+                    settle_s = wait_for("4 workers to settle", lambda: settled(store, "g", members), 600, poll_s=0.2)
+                    wait_for("w4 to restore its actives", lambda: len([
                         h for h in handoffs(workers.events()) if h["target"] == "w4"]) >= args.partitions // 4,
-                          120)  # fmt: skip
+                        120, poll_s=0.2)  # fmt: skip
                 rounds = sum(
                     1 for e in history(store, "g") if e["type"] == "round_closed" and e["revision"] > joined_at
                 )

@@ -63,8 +63,8 @@ def _events(path: Path, *events: dict[str, object]) -> None:
 
 
 def test_a_wait_with_progress_fails_only_after_its_limit_without_progress() -> None:
-    from apportion.demo import _wait_for
     from apportion.errors import ApportionError
+    from apportion.waiting import wait_for
 
     ticks = iter(range(1_000_000))
     polls = {"n": 0}
@@ -76,25 +76,25 @@ def test_a_wait_with_progress_fails_only_after_its_limit_without_progress() -> N
         polls["n"] += 1
         return polls["n"] > 20
 
-    assert _wait_for("a moving thing", done, 0.05, poll_s=0.01, progress=moving) >= 0.0  # 0.2 s > limit: no failure
+    assert wait_for("a moving thing", done, 0.05, poll_s=0.01, progress=moving) >= 0.0  # 0.2 s > limit: no failure
     with pytest.raises(ApportionError, match=r"waiting for a stuck thing"):
-        _wait_for("a stuck thing", lambda: False, 0.05, poll_s=0.01, progress=lambda: 1)
+        wait_for("a stuck thing", lambda: False, 0.05, poll_s=0.01, progress=lambda: 1)
 
 
 def test_a_wait_fails_at_once_with_the_log_tail_when_a_worker_it_needs_has_exited(tmp_path: Path) -> None:
-    from apportion.demo import _wait_for
     from apportion.errors import ApportionError
-    from apportion.spark._fleet import Fleet
+    from apportion.fleet import Fleet
+    from apportion.waiting import wait_for
 
     fleet = Fleet(tmp_path / "logs", [sys.executable, "-c", "raise SystemExit(3)"])
     (tmp_path / "logs" / "w2.log").write_text("Traceback (most recent call last):\nFileNotFoundError: tmp\n")
     fleet.start("w2").proc.wait()
     with pytest.raises(ApportionError, match=r"(?s)waiting for w2's batch: worker w2 exited with code 3.*FileNotFound"):
-        _wait_for("w2's batch", lambda: False, 3600, alive=lambda: fleet.check(["w2"]))
+        wait_for("w2's batch", lambda: False, 3600, alive=lambda: fleet.check(["w2"]))
 
 
 def test_the_worker_log_is_read_incrementally_and_knows_when_a_freeze_landed_in_the_window(tmp_path: Path) -> None:
-    from apportion.spark._fleet import WorkerLog
+    from apportion.fleet import WorkerLog
 
     path = tmp_path / "w2.log"
     log = WorkerLog(path)

@@ -8,10 +8,8 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,15 +18,7 @@ from prometheus_client import generate_latest
 import apportion
 from apportion.errors import Fenced
 from apportion.metrics import MetricsTracer
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+from apportion.waiting import wait_for
 
 
 def value(m: MetricsTracer, name: str, **labels: str) -> float:
@@ -41,14 +31,14 @@ def test_counters_gauges_and_handoff_histogram_move_with_the_protocol() -> None:
     group = apportion.Group(store, "orders", partitions=6, settle_s=0.05, min_interval_s=0.1, ttl_s=1.0)
     ma, mb = MetricsTracer("orders", "a"), MetricsTracer("orders", "b")
     a = group.join("a", tracer=ma)
-    wait_for(lambda: len(a.owned()) == 6 and a.wait_until_stable(0.01), 10, "a to own all 6 partitions")
+    wait_for("a to own all 6 partitions", lambda: len(a.owned()) == 6 and a.wait_until_stable(0.01), 10)
     # The gauge follows the trace event, which the stepping thread emits just after the owned set changes.
-    wait_for(lambda: value(ma, "apportion_owned_partitions", member="a") == 6, 5, "a's gauge at 6")
+    wait_for("a's gauge at 6", lambda: value(ma, "apportion_owned_partitions", member="a") == 6, 5)
     assert value(ma, "apportion_rounds_total", member="a") >= 1
     b = group.join("b", tracer=mb)
-    wait_for(lambda: len(b.owned()) == 3 and len(a.owned()) == 3, 10, "a and b to own 3 partitions each")
-    wait_for(lambda: value(mb, "apportion_owned_partitions", member="b") == 3, 5, "b's gauge at 3")
-    wait_for(lambda: value(ma, "apportion_owned_partitions", member="a") == 3, 5, "a's gauge at 3")
+    wait_for("a and b to own 3 partitions each", lambda: len(b.owned()) == 3 and len(a.owned()) == 3, 10)
+    wait_for("b's gauge at 3", lambda: value(mb, "apportion_owned_partitions", member="b") == 3, 5)
+    wait_for("a's gauge at 3", lambda: value(ma, "apportion_owned_partitions", member="a") == 3, 5)
     assert value(ma, "apportion_rebalances_total", member="a") >= 2  # first fill, then giving 3 away
     assert value(ma, "apportion_handoff_seconds_count", member="a", phase="release") == 3
     assert value(mb, "apportion_handoff_seconds_count", member="b", phase="claim") == 3
@@ -63,7 +53,7 @@ def test_counters_gauges_and_handoff_histogram_move_with_the_protocol() -> None:
     assert value(mb, "apportion_fenced_commits_total", member="b") == 1
 
     b.stop()
-    wait_for(lambda: len(a.owned()) == 6, 10, "a to take b's partitions back")
+    wait_for("a to take b's partitions back", lambda: len(a.owned()) == 6, 10)
     a.stop()
     assert value(mb, "apportion_owned_partitions", member="b") == 0
     assert value(ma, "apportion_owned_partitions", member="a") == 0
@@ -111,7 +101,7 @@ def test_a_failing_tracer_does_not_stop_the_worker() -> None:
         raise RuntimeError("observer bug")
 
     with group.join("a", tracer=broken) as w:
-        wait_for(lambda: len(w.owned()) == 2, 10, "a to own both partitions despite the tracer")
+        wait_for("a to own both partitions despite the tracer", lambda: len(w.owned()) == 2, 10)
     assert calls.is_set() and w.error is None
 
 
@@ -155,7 +145,7 @@ def test_worker_metrics_port_0_logs_the_port_it_bound_on_the_loopback_and_serves
             found[:] = re.findall(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", log.read_text())
             return bool(found)
 
-        wait_for(logged_port, 60, f"the worker to log its metrics address; its log:\n{log.read_text()}")
+        wait_for(f"the worker to log its metrics address; its log:\n{log.read_text()}", logged_port, 60)
         port = int(found[0])
         assert port != 0
         assert listening_address(port) == "127.0.0.1"

@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 
 import pytest
 
 import apportion
 from apportion.errors import Fenced
+from apportion.waiting import wait_for
 
 
 def fresh_store() -> apportion.Store:
     return apportion.connect(f"memory://worker-{uuid.uuid4().hex}")
-
-
-def wait_for(condition: object, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def test_two_workers_share_the_partitions_commit_with_their_epoch_and_leave_gracefully() -> None:
@@ -40,7 +31,7 @@ def test_two_workers_share_the_partitions_commit_with_their_epoch_and_leave_grac
 
     with group.join("w1", recorder("w1", "assigned"), recorder("w1", "revoked"), recorder("w1", "lost")) as w1:
         with group.join("w2", recorder("w2", "assigned"), recorder("w2", "revoked"), recorder("w2", "lost")) as w2:
-            wait_for(lambda: w1.wait_until_stable(0.05) and w2.wait_until_stable(0.05), 10, "both workers stable")
+            wait_for("both workers stable", lambda: w1.wait_until_stable(0.05) and w2.wait_until_stable(0.05), 10)
             assert sorted(w1.owned() + w2.owned()) == list(range(8))
             p = w2.owned()[0]
             lease = w2.lease(p)
@@ -50,7 +41,7 @@ def test_two_workers_share_the_partitions_commit_with_their_epoch_and_leave_grac
             with pytest.raises(Fenced):
                 w1.commit(p, "not mine")
         # w2 left gracefully: w1 takes over everything
-        wait_for(lambda: w1.owned() == list(range(8)), 10, "w1 to own all 8 partitions after w2 left")
+        wait_for("w1 to own all 8 partitions after w2 left", lambda: w1.owned() == list(range(8)), 10)
         assert w1.checkpoint(p) == "cp-1"
     revoked_w2 = [c for c in calls if c[0] == "w2" and c[1] == "revoked"]
     assert revoked_w2 and not [c for c in calls if c[1] == "lost"]
@@ -75,7 +66,7 @@ def test_more_members_than_partitions_do_not_hang() -> None:
     group = apportion.Group(store, "g", partitions=1, settle_s=0.1, min_interval_s=0.2)
     workers = [group.join(f"w{i}") for i in range(3)]
     try:
-        wait_for(lambda: all(w.wait_until_stable(0.05) for w in workers), 10, "all 3 workers stable")
+        wait_for("all 3 workers stable", lambda: all(w.wait_until_stable(0.05) for w in workers), 10)
         assert sorted(p for w in workers for p in w.owned()) == [0]
     finally:
         for w in workers:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from apportion import events
 from apportion.cli._worker import worker
 
 
@@ -108,7 +109,7 @@ def test_a_worker_runs_from_a_config_file_and_the_environment(tmp_path: Path) ->
             line = proc.stdout.readline()
             if not line:
                 break
-            event = json.loads(line)
+            event = events.parse(line) or {}
         assert event == {"event": "assigned", "partitions": [0, 1, 2], "time": event.get("time")}, event
     finally:
         proc.send_signal(signal.SIGTERM)

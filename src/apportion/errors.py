@@ -13,6 +13,8 @@ pyspark) are mapped at the boundary with ``raise ... from exc``.
 - ``Fenced``           — a commit carried a stale epoch: the partition now belongs to someone else.
 - ``NotEnoughMembers`` — the coordinator waits for the minimum cluster size before assigning.
 - ``PlanViolation``    — a strategy's plan broke one of its invariants (a bug, found by ``assign.check_or_raise``).
+- ``TimedOut``         — a wait for a condition passed its time limit (``waiting.wait_for``; names what it waited for).
+- ``WorkerExited``     — a worker process that a wait needs has exited (``fleet.Fleet.check``; the end of its log).
 """
 
 from __future__ import annotations
@@ -86,6 +88,14 @@ class PlanViolation(ApportionError):
     """A plan broke an invariant of its strategy: a bug in the strategy, never a user mistake."""
 
 
+class TimedOut(ApportionError):
+    """A wait for a condition passed its time limit: the message names what was expected."""
+
+
+class WorkerExited(ApportionError):
+    """A worker process that a wait needs has exited (the message holds how, and the end of its log)."""
+
+
 __all__ = [
     "ApportionError",
     "Compacted",
@@ -97,4 +107,6 @@ __all__ = [
     "NotEnoughMembers",
     "PlanViolation",
     "StoreUnavailable",
+    "TimedOut",
+    "WorkerExited",
 ]

@@ -4,7 +4,6 @@ closed (exit 1 after --connect-timeout, one error line, the waiting logged), an 
 
 from __future__ import annotations
 
-import json
 import signal
 import socket
 import sqlite3
@@ -18,10 +17,11 @@ from typing import Any
 
 import pytest
 
+from apportion import events
 from apportion.errors import StoreUnavailable
 from apportion.store import connect
+from apportion.waiting import wait_for
 from tests.etcd_server import EtcdServer, free_port
-from tests.group.test_processes import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,9 @@ class Worker:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            self.events.append(json.loads(line))
+            event = events.parse(line)
+            if event is not None:
+                self.events.append(event)
 
     def text(self) -> str:
         return self.log.read_text()
@@ -109,14 +111,14 @@ def test_an_etcd_that_starts_2_s_after_the_worker_is_waited_for_and_used(
     url = f"etcd://127.0.0.1:{client_port}"
     w = Worker(url, tmp_path / "w1.log", "--connect-timeout", "30")
     workers.append(w)
-    wait_for(lambda: bool(waiting_lines(w.text(), url)), 30, f"the worker to log that it waits for {url}")
+    wait_for(f"the worker to log that it waits for {url}", lambda: bool(waiting_lines(w.text(), url)), 30)
     time.sleep(max(0.0, 2.0 - (time.monotonic() - w.started)))
     server = EtcdServer(etcd_bin, tmp_path / "etcd", "node0", client_port, peer_port,
                         f"node0=http://127.0.0.1:{peer_port}")  # fmt: skip
     server.start()
     try:
         server.wait_ready()
-        wait_for(w.owns_everything, 30, f"the worker to own every partition once etcd is up; its log:\n{w.text()}")
+        wait_for(f"the worker to own every partition once etcd is up; its log:\n{w.text()}", w.owns_everything, 30)
         assert w.proc.poll() is None
         assert w.stop() == 0, w.text()
     finally:
@@ -136,12 +138,12 @@ def test_an_sqlite_file_locked_by_another_process_is_waited_for(tmp_path: Path, 
     try:
         w = Worker(url, tmp_path / "w1.log", "--connect-timeout", "30")
         workers.append(w)
-        wait_for(lambda: bool(waiting_lines(w.text(), url)), 30, "the worker to log that it waits for the lock")
+        wait_for("the worker to log that it waits for the lock", lambda: bool(waiting_lines(w.text(), url)), 30)
         assert "database is locked" in waiting_lines(w.text(), url)[0]
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    wait_for(w.owns_everything, 30, f"the worker to own every partition once the lock is free; its log:\n{w.text()}")
+    wait_for(f"the worker to own every partition once the lock is free; its log:\n{w.text()}", w.owns_everything, 30)
     assert w.stop() == 0, w.text()
 
 

@@ -2,42 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from apportion.assign import range_block
+from apportion.fleet import Fleet, WorkerProcess, worker_args
 from apportion.group import history
 from apportion.group._coordinator import TableState, read_table
 from apportion.store import connect
-from tests.group.test_processes import WorkerProcess, owners, wait_for
+from apportion.waiting import wait_for
+from tests.group.test_processes import balanced, owners
 
 pytestmark = pytest.mark.slow
 
 PARTITIONS = 12
 TTL_S = 2.0
-
-
-class ModeWorker(WorkerProcess):
-    def __init__(self, url: str, worker_id: str, *args: str) -> None:
-        self.id = worker_id
-        self.events: list[dict[str, Any]] = []
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "apportion.cli", "worker", "--store", url, "--group", "g", "--id", worker_id,
-             "--partitions", str(PARTITIONS), "--ttl", str(TTL_S), "--commit-every", "0.2", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )  # fmt: skip
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
 
 
 @pytest.fixture(params=["sqlite", "etcd"])
@@ -48,14 +34,27 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'apportion.db'}"
 
 
+class ModeWorkers:
+    """`apportion worker` processes of group "g" started by a test, each with its own log (a replacement under the
+    same id reads only its own events); every one is killed when the test ends."""
+
+    def __init__(self, stack: contextlib.ExitStack, log_dir: Path) -> None:
+        self.stack = stack
+        self.log_dir = log_dir
+        self.started: list[WorkerProcess] = []
+
+    def start(self, url: str, worker_id: str, *args: str) -> WorkerProcess:
+        options = ["--partitions", str(PARTITIONS), "--ttl", str(TTL_S), "--commit-every", "0.2"]
+        fleet = self.stack.enter_context(Fleet(self.log_dir / str(len(self.started)), worker_args(url, "g", *options)))
+        worker = fleet.start(worker_id, *args)
+        self.started.append(worker)
+        return worker
+
+
 @pytest.fixture
-def procs() -> Iterator[list[ModeWorker]]:
-    started: list[ModeWorker] = []
-    yield started
-    for w in started:
-        if w.proc.poll() is None:
-            w.proc.kill()
-        w.proc.wait(10)
+def procs(tmp_path: Path) -> Iterator[ModeWorkers]:
+    with contextlib.ExitStack() as stack:
+        yield ModeWorkers(stack, tmp_path / "logs")
 
 
 def expected(replicas: int, ids: dict[int, str]) -> dict[int, str | None]:
@@ -68,39 +67,36 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_static_replicas_three_to_five_to_two(url: str, procs: list[ModeWorker]) -> None:
-    def start(o: int, replicas: int) -> ModeWorker:
-        w = ModeWorker(url, f"c-{o}", "--mode", "static", "--hostname", f"c-{o}", "--replicas", str(replicas))
-        procs.append(w)
+def test_static_replicas_three_to_five_to_two(url: str, procs: ModeWorkers) -> None:
+    def start(o: int, replicas: int) -> WorkerProcess:
+        w = procs.start(url, f"c-{o}", "--mode", "static", "--hostname", f"c-{o}", "--replicas", str(replicas))
         return w
 
     workers = {o: start(o, 3) for o in range(3)}
-    wait_for(lambda: owners(url) == expected(3, {o: f"c-{o}" for o in range(3)}), 20, "the range blocks of 3")
+    wait_for("the range blocks of 3", lambda: owners(url) == expected(3, {o: f"c-{o}" for o in range(3)}), 20)
     workers.update({o: start(o, 5) for o in (3, 4)})
-    wait_for(lambda: owners(url) == expected(5, {o: f"c-{o}" for o in range(5)}), 20, "the range blocks of 5")
+    wait_for("the range blocks of 5", lambda: owners(url) == expected(5, {o: f"c-{o}" for o in range(5)}), 20)
     for o in (4, 3, 2):  # scale down: the StatefulSet stops the highest ordinals
         workers[o].signal(signal.SIGTERM)
         assert workers[o].proc.wait(15) == 0
     workers[0].signal(signal.SIGTERM)  # rolling update of c-0 with the new replica count
     assert workers[0].proc.wait(15) == 0
     workers[0] = start(0, 2)
-    wait_for(lambda: owners(url) == expected(2, {0: "c-0", 1: "c-1"}), 20, "the range blocks of 2")
-    assert all("lost" not in w.kinds() for w in procs), "every handoff was a clean release, never a loss"
+    wait_for("the range blocks of 2", lambda: owners(url) == expected(2, {0: "c-0", 1: "c-1"}), 20)
+    assert not any(w.of("lost") for w in procs.started), "every handoff was a clean release, never a loss"
 
 
-def test_static_duplicate_ordinal_never_processes_twice_and_takes_over(url: str, procs: list[ModeWorker]) -> None:
-    first = ModeWorker(url, "a", "--mode", "static", "--ordinal", "0", "--replicas", "1")
-    procs.append(first)
-    wait_for(lambda: set(owners(url).values()) == {"a"}, 20, "a to own every partition")
-    second = ModeWorker(url, "b", "--mode", "static", "--ordinal", "0", "--replicas", "1")
-    procs.append(second)
-    wait_for(lambda: "registered" in [e["type"] for e in history_of(url) if e["member"] == "b"], 15, "b to start")
-    assert "assigned" not in second.kinds() and set(owners(url).values()) == {"a"}
+def test_static_duplicate_ordinal_never_processes_twice_and_takes_over(url: str, procs: ModeWorkers) -> None:
+    first = procs.start(url, "a", "--mode", "static", "--ordinal", "0", "--replicas", "1")
+    wait_for("a to own every partition", lambda: set(owners(url).values()) == {"a"}, 20)
+    second = procs.start(url, "b", "--mode", "static", "--ordinal", "0", "--replicas", "1")
+    wait_for("b to start", lambda: "registered" in [e["type"] for e in history_of(url) if e["member"] == "b"], 15)
+    assert not second.of("assigned") and set(owners(url).values()) == {"a"}
     first.proc.kill()
-    took = wait_for(lambda: set(owners(url).values()) == {"b"}, TTL_S + 5, "b to take over after a's lease expired")
+    took = wait_for("b to take over after a's lease expired", lambda: set(owners(url).values()) == {"b"}, TTL_S + 5)
     assert took <= TTL_S + 5
     # the claim is in the store before b prints its on_assigned line: wait for the line, not just the record
-    wait_for(lambda: "assigned" in second.kinds(), 5, "b to report on_assigned")
+    wait_for("b to report on_assigned", lambda: bool(second.of("assigned")), 5)
 
 
 def history_of(url: str) -> list[dict[str, object]]:
@@ -137,25 +133,16 @@ def coordinator(url: str) -> str | None:
     return None if kv is None else str(json.loads(kv.value)["member"])
 
 
-def balanced(url: str, alive: set[str]) -> bool:
-    found = owners(url)
-    if len(found) != PARTITIONS or not all(o in alive for o in found.values()):
-        return False
-    counts = [sum(1 for o in found.values() if o == w) for w in alive]
-    return max(counts) - min(counts) <= 1
-
-
-def test_coordinator_killed_mid_migration_is_finished_by_its_successor(url: str, procs: list[ModeWorker]) -> None:
-    def start(wid: str) -> ModeWorker:
-        w = ModeWorker(url, wid, "--mode", "coordinator", "--min-members", "3", "--max-in-flight", "1")
-        procs.append(w)
+def test_coordinator_killed_mid_migration_is_finished_by_its_successor(url: str, procs: ModeWorkers) -> None:
+    def start(wid: str) -> WorkerProcess:
+        w = procs.start(url, wid, "--mode", "coordinator", "--min-members", "3", "--max-in-flight", "1")
         return w
 
     workers = {wid: start(wid) for wid in ("w0", "w1")}
-    wait_for(lambda: coordinator(url) is not None, 15, "a coordinator to be elected")
+    wait_for("a coordinator to be elected", lambda: coordinator(url) is not None, 15)
     assert not table_states(url) and all(o is None for o in owners(url).values()), "min_members=3 holds it back"
     workers["w2"] = start("w2")
-    wait_for(lambda: balanced(url, set(workers)), 20, "the table once the minimum cluster size (3) is reached")
+    wait_for("the table once the minimum cluster size (3) is reached", lambda: balanced(url, set(workers)), 20)
     route = run_cli("route", "--store", url, "--group", "g", "order-42")
     assert route.returncode == 0, route.stderr
     routed = json.loads(route.stdout)
@@ -164,14 +151,14 @@ def test_coordinator_killed_mid_migration_is_finished_by_its_successor(url: str,
     leader = coordinator(url)
     assert leader is not None
     workers["w3"] = start("w3")
-    wait_for(lambda: TableState.MIGRATING in table_states(url).values(), 20, "a migration in flight")
+    wait_for("a migration in flight", lambda: TableState.MIGRATING in table_states(url).values(), 20)
     workers[leader].proc.kill()  # SIGKILL mid-migration
     alive = set(workers) - {leader}
-    wait_for(lambda: coordinator(url) not in (None, leader), TTL_S + 10, "a new coordinator")
+    wait_for("a new coordinator", lambda: coordinator(url) not in (None, leader), TTL_S + 10)
     wait_for(
+        "the successor to finish the migrations: every partition ONLINE, balanced over the live members",
         lambda: balanced(url, alive) and set(table_states(url).values()) == {TableState.ONLINE},
         30,
-        "the successor to finish the migrations: every partition ONLINE, balanced over the live members",
     )
     # no partition ever had two owners: each claim follows the previous owner's release or the killed one's expiry
     holder: dict[int, str | None] = {}
@@ -188,17 +175,16 @@ def test_coordinator_killed_mid_migration_is_finished_by_its_successor(url: str,
             holder[p] = None
 
 
-def test_manual_rebalance_shows_the_moves_then_applies_them(url: str, procs: list[ModeWorker]) -> None:
-    def start(wid: str) -> ModeWorker:
-        w = ModeWorker(url, wid, "--mode", "coordinator", "--rebalance", "manual", "--min-members", "2")
-        procs.append(w)
+def test_manual_rebalance_shows_the_moves_then_applies_them(url: str, procs: ModeWorkers) -> None:
+    def start(wid: str) -> WorkerProcess:
+        w = procs.start(url, wid, "--mode", "coordinator", "--rebalance", "manual", "--min-members", "2")
         return w
 
     start("w0")
     start("w1")
-    wait_for(lambda: balanced(url, {"w0", "w1"}), 20, "w0 and w1 to share the partitions")
+    wait_for("w0 and w1 to share the partitions", lambda: balanced(url, {"w0", "w1"}), 20)
     start("w2")
-    wait_for(lambda: "w2" in members(url), 15, "w2 to register")
+    wait_for("w2 to register", lambda: "w2" in members(url), 15)
     dry = run_cli("rebalance", "--store", url, "--group", "g", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     moves = json.loads(dry.stdout)["moves"]
@@ -206,7 +192,7 @@ def test_manual_rebalance_shows_the_moves_then_applies_them(url: str, procs: lis
     assert "w2" not in owners(url).values()  # manual: the new member gets nothing yet
     done = run_cli("rebalance", "--store", url, "--group", "g", "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["requested"]
-    wait_for(lambda: balanced(url, {"w0", "w1", "w2"}), 20, "the requested rebalance to give w2 its share")
+    wait_for("the requested rebalance to give w2 its share", lambda: balanced(url, {"w0", "w1", "w2"}), 20)
 
 
 def members(url: str) -> list[str]:
@@ -215,12 +201,11 @@ def members(url: str) -> list[str]:
 
 
 def test_a_second_worker_with_a_live_members_id_exits_2_in_one_line_and_replace_takes_over(
-    tmp_path: Path, procs: list[ModeWorker]
+    tmp_path: Path, procs: ModeWorkers
 ) -> None:
     url = f"sqlite:///{tmp_path / 'apportion.db'}"
-    first = ModeWorker(url, "w1")
-    procs.append(first)
-    wait_for(lambda: set(owners(url).values()) == {"w1"}, 20, "w1 to own every partition")
+    first = procs.start(url, "w1")
+    wait_for("w1 to own every partition", lambda: set(owners(url).values()) == {"w1"}, 20)
     twin = run_cli("worker", "--store", url, "--group", "g", "--id", "w1", "--ttl", str(TTL_S))
     lines = twin.stderr.strip().splitlines()
     assert twin.returncode == 2, twin.stderr
@@ -228,7 +213,6 @@ def test_a_second_worker_with_a_live_members_id_exits_2_in_one_line_and_replace_
     assert lines[-1].startswith("apportion: error: ") and lines[-1].endswith(expected), lines
     assert "Traceback" not in twin.stderr
     assert first.proc.poll() is None and set(owners(url).values()) == {"w1"}
-    replacement = ModeWorker(url, "w1", "--replace")
-    procs.append(replacement)
-    wait_for(lambda: "assigned" in replacement.kinds(), 20, "the replacement to own partitions")
-    wait_for(lambda: "lost" in first.kinds(), 20, "the fenced original to report on_lost")
+    replacement = procs.start(url, "w1", "--replace")
+    wait_for("the replacement to own partitions", lambda: bool(replacement.of("assigned")), 20)
+    wait_for("the fenced original to report on_lost", lambda: bool(first.of("lost")), 20)

@@ -7,21 +7,16 @@ etcd-specific deadline is the crash takeover, +0.5 s (etcd revokes expired lease
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from apportion.group import group_status
+from apportion import group
+from apportion.fleet import Fleet, WorkerProcess, worker_args
 from apportion.store import connect
+from apportion.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -43,68 +38,9 @@ def _backend_available(kind: str) -> bool:
     return True
 
 
-class WorkerProcess:
-    def __init__(self, url: str, worker_id: str, log_dir: Path) -> None:
-        self.id = worker_id
-        self.log_path = log_dir / f"{worker_id}.log"
-        self.events: list[dict[str, Any]] = []
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "apportion.cli",
-                "worker",
-                "--store",
-                url,
-                "--group",
-                "g",
-                "--id",
-                worker_id,
-                "--partitions",
-                str(PARTITIONS),
-                "--settle",
-                str(SETTLE_S),
-                "--min-interval",
-                str(MIN_INTERVAL_S),
-                "--ttl",
-                str(TTL_S),
-                "--commit-every",
-                "0.2",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=self.log_path.open("w"),
-            text=True,
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.events.append(json.loads(line))
-            except ValueError:
-                continue
-
-    def kinds(self) -> list[str]:
-        return [e["event"] for e in list(self.events)]
-
-    def signal(self, sig: int) -> None:
-        os.kill(self.proc.pid, sig)
-
-    def describe(self, since: int = 0) -> str:
-        """The events since ``since`` and the end of the worker's log, for a failure message."""
-        tail = self.log_path.read_text(errors="replace").splitlines()[-15:] if self.log_path.exists() else []
-        return f"{self.id}'s events: {self.events[since:]}; its log ends with: " + "\n".join(tail)
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        if condition():
-            return time.monotonic() - start
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+def describe(worker: WorkerProcess, since: int = 0) -> str:
+    """The events since ``since`` and the end of the worker's log, for a failure message."""
+    return f"{worker.id}'s events: {worker.events[since:]}; its log ends with:\n{worker.tail()}"
 
 
 @pytest.fixture(params=STORE_KINDS)
@@ -119,54 +55,47 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def workers(store_url: str, tmp_path: Path) -> Iterator[dict[str, WorkerProcess]]:
-    procs = {f"w{i}": WorkerProcess(store_url, f"w{i}", tmp_path) for i in range(6)}
-    yield procs
-    for w in procs.values():
-        if w.proc.poll() is None:
-            w.signal(signal.SIGCONT)
-            w.proc.kill()
-        w.proc.wait(10)
+    options = ["--partitions", str(PARTITIONS), "--settle", str(SETTLE_S), "--min-interval", str(MIN_INTERVAL_S),
+               "--ttl", str(TTL_S), "--commit-every", "0.2"]  # fmt: skip
+    with Fleet(tmp_path / "logs", worker_args(store_url, "g", *options)) as fleet:
+        yield {f"w{i}": fleet.start(f"w{i}") for i in range(6)}
 
 
 def owners(url: str) -> dict[int, str | None]:
     with connect(url) as store:
-        status = group_status(store, "g")
-    return {int(p): info["owner"] for p, info in status["partitions"].items()}
+        return group.owners(store, "g")
 
 
 def all_owned_by(url: str, alive: set[str]) -> bool:
-    found = owners(url)
-    return len(found) == PARTITIONS and all(o in alive for o in found.values())
+    with connect(url) as store:
+        return group.owned_by(store, "g", alive)
 
 
 def balanced(url: str, alive: set[str]) -> bool:
-    found = owners(url)
-    if not all_owned_by(url, alive):
-        return False
-    counts = [sum(1 for o in found.values() if o == w) for w in alive]
-    return max(counts) - min(counts) <= 1
+    with connect(url) as store:
+        return group.settled(store, "g", alive)
 
 
 def test_six_workers_survive_crashes_zombies_and_graceful_stops(
     store_url: str, workers: dict[str, WorkerProcess]
 ) -> None:
     alive = set(workers)
-    wait_for(lambda: balanced(store_url, alive), 30, "6 workers to share 24 partitions evenly")
+    wait_for("6 workers to share 24 partitions evenly", lambda: balanced(store_url, alive), 30)
 
     # kill -9 two workers: their partitions are owned again within ttl + RST + 1 s
     for wid in ("w0", "w1"):
         workers[wid].proc.kill()
         alive.discard(wid)
     limit = TTL_S + SETTLE_S + 1.0 + EXPIRY_SLACK_S[store_url.split(":", 1)[0]]
-    took = wait_for(lambda: all_owned_by(store_url, alive), limit, "the crashed workers' partitions")
+    took = wait_for("the crashed workers' partitions", lambda: all_owned_by(store_url, alive), limit)
     assert took <= limit + 0.5, f"took {took:.2f} s (the last check itself may take a moment)"
-    wait_for(lambda: balanced(store_url, alive), 10, "balance among 4 workers")
+    wait_for("balance among 4 workers", lambda: balanced(store_url, alive), 10)
 
     # SIGSTOP one: it is replaced; SIGCONT: its commits are fenced, it reports on_lost and rejoins
     zombie = workers["w2"]
     zombie.signal(signal.SIGSTOP)
     others = alive - {"w2"}
-    wait_for(lambda: all_owned_by(store_url, others), 15, "w2's partitions to be taken over while it is frozen")
+    wait_for("w2's partitions to be taken over while it is frozen", lambda: all_owned_by(store_url, others), 15)
     seen = len(zombie.events)
     zombie.signal(signal.SIGCONT)
 
@@ -175,20 +104,17 @@ def test_six_workers_survive_crashes_zombies_and_graceful_stops(
         return lambda: kind in [e["event"] for e in zombie.events[seen:]]
 
     for kind in ("fenced", "lost"):
-        try:
-            wait_for(reported(kind), 10, f"w2 to report {kind}")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; {zombie.describe(seen)}") from None
-    wait_for(lambda: "assigned" in [e["event"] for e in zombie.events[seen:]], 15, "w2 to rejoin and get partitions")
-    wait_for(lambda: balanced(store_url, alive), 15, "balance among the 4 workers again")
+        wait_for(f"w2 to report {kind}", reported(kind), 10, context=lambda: describe(zombie, seen))
+    wait_for("w2 to rejoin and get partitions", lambda: "assigned" in [e["event"] for e in zombie.events[seen:]], 15)
+    wait_for("balance among the 4 workers again", lambda: balanced(store_url, alive), 15)
 
     # graceful stop of one: only its partitions move
     before = owners(store_url)
     workers["w3"].signal(signal.SIGTERM)
     assert workers["w3"].proc.wait(15) == 0
     alive.discard("w3")
-    wait_for(lambda: all_owned_by(store_url, alive), 10, "w3's partitions to move")
+    wait_for("w3's partitions to move", lambda: all_owned_by(store_url, alive), 10)
     after = owners(store_url)
     moved = {p for p in range(PARTITIONS) if before[p] != after[p]}
     assert moved == {p for p in range(PARTITIONS) if before[p] == "w3"}
-    assert "revoked" in workers["w3"].kinds()
+    assert workers["w3"].of("revoked")

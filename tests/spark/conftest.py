@@ -37,7 +37,7 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture
 def processes() -> Iterator[list[Any]]:
-    """Worker processes a test starts (``apportion.spark._fleet.WorkerProcess``); each is resumed and killed at the end
+    """Worker processes a test starts (``apportion.fleet.WorkerProcess``); each is resumed and killed at the end
     if still alive."""
     started: list[Any] = []
     yield started

@@ -9,9 +9,7 @@ import json
 import os
 import signal
 import threading
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,29 +17,19 @@ import pyarrow as pa
 import pytest
 
 from apportion.cli import main
-from apportion.group import Keys, decode
+from apportion.fleet import Fleet, WorkerProcess, pipeline_args
+from apportion.group import owned_by
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline, read_committed, read_committed_arrow, verify
-from apportion.spark._fleet import Fleet, WorkerProcess, pipeline_args
 from apportion.spark._output import committed_checkpoints, lag
 from apportion.spark._pipeline import joined
-from apportion.store import Store, connect
+from apportion.store import connect
+from apportion.waiting import wait_for
 from apportion.worker import Group
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 
 COLUMNS = ["partition", "offset", "key", "value", "digest"]
-
-
-def wait_for(
-    condition: Callable[[], bool], timeout_s: float, what: str, context: Callable[[], str] = lambda: ""
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}\n{context()}")
 
 
 def expected_output(spark: Any, log: PartitionedLog, resource: str) -> Any:
@@ -97,7 +85,7 @@ def test_two_workers_in_one_process_process_every_record_once_across_a_rebalance
             for t in runners:
                 t.start()
             try:
-                wait_for(lambda: b.owned() != [] and sum(lag(store, "g", log, "r").values()) == 0, 60, "no lag")
+                wait_for("no lag", lambda: b.owned() != [] and sum(lag(store, "g", log, "r").values()) == 0, 60)
             finally:
                 stop.set()
                 for t in runners:
@@ -140,15 +128,6 @@ def timeline(processes: list[WorkerProcess]) -> str:
     )
 
 
-def owners(store: Store, n: int) -> dict[int, str | None]:
-    keys = Keys("g")
-    found: dict[int, str | None] = {}
-    for p in range(n):
-        kv = store.get(keys.owner(p))
-        found[p] = None if kv is None else str(decode(kv.value)["member"])
-    return found
-
-
 @pytest.mark.slow  # ~45 s of worker time; ~115 s in all on a loaded 2-core machine (3 worker JVMs + the test's)
 def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_once_output(
     tmp_path: Path, processes: list[WorkerProcess], request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
@@ -163,10 +142,10 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
     # with SIGKILL mid-batch, the second is frozen with SIGSTOP in the same window (a zombie with written output).
     processes += [pipeline_process(url, log_dir, out_dir, w, pause_s=PAUSE_S) for w in ("w1", "w2")]
     wait_for(
+        "a first batch to pause before its commit",
         lambda: any(w.of("pausing") for w in processes),
         300,  # Spark's start-up and warm-up: ~40 s idle, 90 s+ on a loaded CI machine (polled: no cost when fast)
-        "a first batch to pause before its commit",
-        lambda: timeline(processes),
+        context=lambda: timeline(processes),
     )
     killed = next(w for w in processes if w.of("pausing"))
     killed.signal(signal.SIGKILL)
@@ -174,10 +153,10 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
     frozen = next(w for w in processes if w is not killed)
     processes.append(late)
     wait_for(
+        f"{frozen.id} to take over and pause before its commit",
         lambda: bool(frozen.of("pausing")),
         180,
-        f"{frozen.id} to take over and pause before its commit",
-        lambda: timeline(processes),
+        context=lambda: timeline(processes),
     )
     frozen.signal(signal.SIGSTOP)
     killed_files = [e["file"] for e in killed.of("written")]
@@ -188,23 +167,23 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
     # The late joiner takes everything once the zombie's lease lapses; then the zombie resumes.
     with connect(url) as store:
         wait_for(
-            lambda: set(owners(store, PARTITIONS).values()) == {"w3"},
-            300,  # w3's Spark starts meanwhile: a minute or more on a loaded CI machine
             "w3 to own every partition",
-            lambda: timeline(processes),
+            lambda: owned_by(store, "g", {"w3"}),
+            300,  # w3's Spark starts meanwhile: a minute or more on a loaded CI machine
+            context=lambda: timeline(processes),
         )
         frozen.signal(signal.SIGCONT)
         wait_for(
+            f"{frozen.id}'s stale commits to be fenced",
             lambda: bool(frozen.of("fenced")),
             120,
-            f"{frozen.id}'s stale commits to be fenced",
-            lambda: timeline(processes),
+            context=lambda: timeline(processes),
         )
         wait_for(
+            "all input to be committed",
             lambda: sum(lag(store, "g", log, "r").values()) == 0,
             300,
-            "all input to be committed",
-            lambda: timeline(processes),
+            context=lambda: timeline(processes),
         )
         checkpoints = committed_checkpoints(store, "g")
     for w in (frozen, late):

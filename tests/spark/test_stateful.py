@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from apportion.group import settled
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline, verify
 from apportion.spark._output import Checkpoint, lag
@@ -17,8 +18,8 @@ from apportion.spark._pipeline import commit_task, joined, write_output
 from apportion.spark._stateful import StatefulPartitions, handoffs, reference_state, verify_state
 from apportion.spark.state import PartitionState, changelog_resource, restore
 from apportion.store import connect
+from apportion.waiting import wait_for
 from apportion.worker import Group
-from tests.spark.test_pipeline import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 
@@ -72,9 +73,9 @@ def test_a_joining_worker_warms_learners_and_takes_actives_only_when_ready(spark
             for t in runners:
                 t.start()
             try:
-                wait_for(lambda: len(b.owned()) == 2 and a.wait_until_stable(0) and b.wait_until_stable(0), 60, "2+2")
-                wait_for(lambda: sum(lag(store, "g", log, "r").values()) == 0, 60, "all input processed")
-                wait_for(lambda: len(events.of("restored", worker="b")) >= 2, 30, "b to restore its actives")
+                wait_for("2+2", lambda: len(b.owned()) == 2 and a.wait_until_stable(0) and b.wait_until_stable(0), 60)
+                wait_for("all input processed", lambda: sum(lag(store, "g", log, "r").values()) == 0, 60)
+                wait_for("b to restore its actives", lambda: len(events.of("restored", worker="b")) >= 2, 30)
             finally:
                 stop.set()
                 for t in runners:
@@ -108,7 +109,7 @@ def test_sticky_moves_a_cold_active_that_must_restore_everything(spark: Any, tmp
         while first.run_once() is not None:
             pass
         with joined(group, "b", second) as b:
-            wait_for(lambda: len(b.owned()) == 1 and a.wait_until_stable(0), 30, "1+1")
+            wait_for("1+1", lambda: len(b.owned()) == 1 and a.wait_until_stable(0), 30)
             second.run_once()
     [moved] = events.of("restored", worker="b")
     keys = len(reference_state(log, "r", moved["partition"]))
@@ -166,32 +167,6 @@ PROCESS_OPTIONS = [
 ]  # fmt: skip
 
 
-def plan_of(store: Any) -> dict[str, Any]:
-    from apportion.group import Keys, decode
-
-    keys = Keys("g")
-    latest = store.get(keys.latest)
-    assert latest is not None
-    kv = store.get(keys.plan(int(decode(latest.value)["round"])))
-    assert kv is not None
-    plan: dict[str, Any] = decode(kv.value)
-    return plan
-
-
-def settled(store: Any, members: set[str], partitions: int) -> bool:
-    """The latest plan has exactly ``members``, no learner, balanced actives, and every owner record matches it."""
-    from tests.spark.test_pipeline import owners
-
-    plan = plan_of(store)
-    if set(plan["participants"]) != members or any(plan.get("learners", {}).values()):
-        return False
-    counts = [len(plan["assignment"].get(m, [])) for m in members]
-    if max(counts) - min(counts) > 1:
-        return False
-    planned = {p: m for m, parts in plan["assignment"].items() for p in parts}
-    return owners(store, partitions) == planned
-
-
 def moves(workers: list[Any]) -> list[dict[str, Any]]:
     return handoffs({**e, "worker": w.id} for w in workers for e in list(w.events))
 
@@ -222,8 +197,11 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
         start(wid)
     with connect(url) as store:
         members = {"w1", "w2", "w3"}
-        wait_for(lambda: sum(lag(store, "g", log, "r").values()) == 0 and settled(store, members, partitions), 300,
-                 "3 workers to process the input and settle")  # fmt: skip
+        wait_for(
+            "3 workers to process the input and settle",
+            lambda: sum(lag(store, "g", log, "r").values()) == 0 and settled(store, "g", members),
+            300,
+        )
         stop_producing = threading.Event()
 
         def produce_more() -> None:  # input keeps flowing during the rebalances
@@ -240,11 +218,19 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
         try:
             start("w4")
             members.add("w4")
-            wait_for(lambda: settled(store, members, partitions), 300, "4 workers to settle, no learner left",
-                     lambda: timeline(processes))  # fmt: skip
+            wait_for(
+                "4 workers to settle, no learner left",
+                lambda: settled(store, "g", members),
+                300,
+                context=lambda: timeline(processes),
+            )
             w4 = processes[-1]
-            wait_for(lambda: len(w4.of("restored")) >= 2, 180, "w4 to restore the state of its two actives",
-                     lambda: timeline(processes))  # fmt: skip
+            wait_for(
+                "w4 to restore the state of its two actives",
+                lambda: len(w4.of("restored")) >= 2,
+                180,
+                context=lambda: timeline(processes),
+            )
             w4_learned = [e for e in w4.of("replicas") if e["learners"]]
             up = moves(processes)
             # scale down: a graceful leave; standbys of its partitions are warm and take over
@@ -252,12 +238,16 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
             processes[0].signal(signal.SIGTERM)
             assert processes[0].proc.wait(60) == 0, processes[0].tail()
             members.discard("w1")
-            wait_for(lambda: settled(store, members, partitions), 180, "3 workers to settle again",
-                     lambda: timeline(processes))  # fmt: skip
+            wait_for(
+                "3 workers to settle again",
+                lambda: settled(store, "g", members),
+                180,
+                context=lambda: timeline(processes),
+            )
         finally:
             stop_producing.set()
             producer_thread.join(30)
-        wait_for(lambda: sum(lag(store, "g", log, "r").values()) == 0, 300, "all input processed")
+        wait_for("all input processed", lambda: sum(lag(store, "g", log, "r").values()) == 0, 300)
     # (moves from w1 while the first three started are not scale-down: a learner that was vacuously ready when nothing
     # was committed yet may have a whole first batch to replay)
     down = [h for h in moves(processes) if h["source"] == "w1" and h["time"] >= leaving_at]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -50,14 +49,6 @@ def collect(watch: Watch, count: int, deadline_s: float = DEADLINE_S) -> list[Ev
 
 def summary(events: list[Event]) -> list[tuple[str, str, bytes, int]]:
     return [(e.type.value, e.kv.key, e.kv.value, e.revision) for e in events]
-
-
-def wait_for(condition: Callable[[], bool], what: str, deadline_s: float) -> None:
-    deadline = time.monotonic() + deadline_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"expected {what} within {deadline_s:.1f} s")
-        time.sleep(0.05)
 
 
 # -- keys, values, revisions -----------------------------------------------------------------------------------

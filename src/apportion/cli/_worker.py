@@ -6,18 +6,16 @@ line; the run itself — waiting for the store, the committer, metrics — is :f
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sys
-import threading
-import time
 import tomllib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from apportion import events
 from apportion.cli._app import app
 from apportion.cli._common import group_option, option, store_option, timing_options
 from apportion.errors import InvalidRequest
@@ -227,13 +225,6 @@ def worker(
     )
 
 
-_EMIT_LOCK = threading.Lock()
-
-
 def _emit(event: str, **fields: object) -> None:
-    """One whole JSON line per event: the callbacks and the committer emit from different threads, and ``print``
-    writes the text and its newline separately, so unguarded lines could interleave and be lost to a reader."""
-    line = json.dumps({"event": event, "time": time.time(), **fields}) + "\n"
-    with _EMIT_LOCK:
-        sys.stdout.write(line)
-        sys.stdout.flush()
+    """One whole event line on stdout (``apportion.events``: safe from the callbacks' and the committer's threads)."""
+    events.emit(event, **fields)

@@ -4,7 +4,7 @@
 coordinator and partition table, ``_coordinator``) and ``StaticMember`` (seed 3's StatefulSet ordinals, ``_static``)
 are stepped state machines; ``GroupConfig`` the resource definition; ``history`` the event history (kept
 ``history_retention_s``; ``history_expired_before`` says since when); ``group_status`` an operator's snapshot;
-``Keys`` the key space.
+``owners``/``owned_by``/``settled`` what it says of who owns what; ``Keys`` the key space.
 """
 
 from apportion.group._config import STRATEGIES, GroupConfig
@@ -32,7 +32,7 @@ from apportion.group._ownership import (
 )
 from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember
 from apportion.group._static import StaticMember, StaticPhase, ordinal_from_hostname, set_replicas, validate_ordinal
-from apportion.group._status import group_status, table_entry
+from apportion.group._status import group_status, owned_by, owners, settled, table_entry
 
 __all__ = [
     "DEFAULT_RETENTION_S",
@@ -66,9 +66,12 @@ __all__ = [
     "history",
     "history_expired_before",
     "ordinal_from_hostname",
+    "owned_by",
+    "owners",
     "planned_moves",
     "request_rebalance",
     "set_replicas",
+    "settled",
     "table_entry",
     "validate_group",
     "validate_member_id",

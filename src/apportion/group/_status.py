@@ -1,8 +1,13 @@
-"""A read-only snapshot of a group for operators: members, partitions (owner, epoch, checkpoint) and the round."""
+"""A read-only snapshot of a group for operators: members, partitions (owner, epoch, checkpoint) and the round.
+
+``group_status`` is the whole snapshot; ``owners`` (who owns what), ``owned_by`` (is everything owned by these
+members) and ``settled`` (is the group at rest on exactly these members) are what the demo, the benches and the
+process tests ask of it."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from apportion.errors import CorruptRecord
@@ -123,6 +128,44 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     }
 
 
+def owners(store: Store, group: str) -> dict[int, str | None]:
+    """Every partition of ``group`` with the member its owner record names (None: unowned)."""
+    return {int(p): info["owner"] for p, info in group_status(store, group)["partitions"].items()}
+
+
+def owned_by(store: Store, group: str, members: Iterable[str]) -> bool:
+    """True when every partition of ``group`` is owned by one of ``members`` (False while the group is undefined)."""
+    found = owners(store, group)
+    return bool(found) and set(found.values()) <= set(members)
+
+
+def settled(store: Store, group: str, members: Iterable[str]) -> bool:
+    """True when ``group`` is at rest on exactly ``members``: every partition is owned by one of them, their counts
+    are within one of each other and, in a group that plans rounds, the latest plan names exactly them, keeps no
+    learner (every warm-up is done) and is what the owner records say (no handoff left in flight)."""
+    wanted = set(members)
+    found = owners(store, group)
+    if not found or not set(found.values()) <= wanted:  # owned_by, on the same snapshot
+        return False
+    counts = [sum(1 for o in found.values() if o == m) for m in wanted]
+    if max(counts) - min(counts) > 1:
+        return False
+    keys = Keys(group)
+    latest = store.get(keys.latest)
+    if latest is None:  # coordinator and static modes plan no rounds
+        return True
+    kv = store.get(keys.plan(field(decode(latest.value, latest.key), latest.key, "round", int, minimum=0)))
+    if kv is None:
+        return False
+    plan = _plan(kv)
+    if set(plan["participants"]) != wanted or any(plan.get("learners", {}).values()):
+        return False
+    assignment = plan.get("assignment", {})
+    if not isinstance(assignment, dict):
+        raise CorruptRecord(kv.key, "'assignment' must map member ids to lists of partitions")
+    return {p: m for m, parts in assignment.items() for p in parts} == found
+
+
 def _capacity(kv: KeyValue) -> object:
     """A registration's capacity; a corrupt registration only loses it (the key's lease is what makes a member)."""
     try:
@@ -175,4 +218,4 @@ def _records(kvs: dict[str, KeyValue]) -> dict[str, dict[str, Any]]:
     return out
 
 
-__all__ = ["group_status", "table_entry"]
+__all__ = ["group_status", "owned_by", "owners", "settled", "table_entry"]

@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from apportion.errors import ApportionError, InvalidRequest
-from apportion.spark._fleet import Fleet, pipeline_args
+from apportion.fleet import Fleet, pipeline_args
+from apportion.waiting import wait_for
 
 GROUP = "nemesis"
 KINDS = ("kill", "stop", "term")
@@ -175,28 +176,6 @@ def cpu_hog(cpus: int, limit_s: float) -> Iterator[subprocess.Popen[bytes] | Non
         proc.wait()
 
 
-def _wait(
-    what: str,
-    condition: Callable[[], bool],
-    limit_s: float,
-    progress: Callable[[], object],
-    each: Callable[[], None] = lambda: None,
-) -> None:
-    """Poll ``condition`` (calling ``each()`` first, which may raise); fail after ``limit_s`` without a change of
-    ``progress()``."""
-    since, seen = time.monotonic(), progress()
-    while True:
-        each()
-        if condition():
-            return
-        current = progress()
-        if current != seen:
-            since, seen = time.monotonic(), current
-        if time.monotonic() - since > limit_s:
-            raise ApportionError(f"nemesis: no progress for {limit_s:.0f} s waiting for {what}")
-        time.sleep(0.2)
-
-
 @dataclass(frozen=True, slots=True)
 class Incarnation:
     """One worker process as the belief check sees it: its events, its SIGSTOPs (from, to) and when it was killed."""
@@ -283,7 +262,7 @@ def run_nemesis(
 ) -> NemesisResult:
     """One nemesis run (module docstring); ``spark()`` gives a session for the history analytics once the workers
     are stopped (None: not analysed); ``say`` gets a line per step and fault."""
-    from apportion.group import group_status
+    from apportion.group import owners as group_owners
     from apportion.log import PartitionedLog, SeededRecords
     from apportion.spark._output import lag, verify
     from apportion.spark._stateful import verify_state
@@ -325,10 +304,10 @@ def run_nemesis(
 
         def owners() -> dict[int, str]:
             try:
-                partitions = group_status(store, GROUP)["partitions"]
+                found = group_owners(store, GROUP)
             except ApportionError:  # the group is not defined yet
                 return {}
-            return {int(p): str(info["owner"]) for p, info in partitions.items() if info.get("owner")}
+            return {p: owner for p, owner in found.items() if owner}
 
         def owned() -> int:
             return len(owners())
@@ -345,12 +324,13 @@ def run_nemesis(
         def started(wid: str) -> bool:
             return any(e.get("event") == "started" for e in fleet[wid].own_events())
 
-        _wait(
+        wait_for(
             "every worker to start and every partition to be owned",
             lambda: owned() == config.partitions and all(started(w) for w in ids),
             config.startup_s,
-            events,
-            lambda: unexpected_exits(set()),
+            progress=events,
+            alive=lambda: unexpected_exits(set()),
+            poll_s=0.2,
         )
         step(f"all {config.partitions} partitions owned; every worker's Spark session started: {owners()}")
         chunks = max(4, 2 * len(plan))  # the rest streams in while the faults run: batches are always in flight
@@ -423,7 +403,14 @@ def run_nemesis(
         # drain: resume everyone, restart whoever is out, all input in, everything committed
         for wid in list(stopped):
             stopped[wid] = (stopped[wid][0], 0.0)
-        _wait("the last faults to be undone", lambda: not stopped and not exiting, config.drain_s, events, tick)
+        wait_for(
+            "the last faults to be undone",
+            lambda: not stopped and not exiting,
+            config.drain_s,
+            progress=events,
+            alive=tick,
+            poll_s=0.2,
+        )
         source.stop()
         producer.join()
         if source.error is not None:
@@ -434,13 +421,21 @@ def run_nemesis(
         def remaining() -> int:
             return sum(lag(store, GROUP, log, GROUP).values())
 
-        _wait("every record to be committed", lambda: remaining() == 0, config.drain_s, remaining, tick)
-        _wait(
+        wait_for(
+            "every record to be committed",
+            lambda: remaining() == 0,
+            config.drain_s,
+            progress=remaining,
+            alive=tick,
+            poll_s=0.2,
+        )
+        wait_for(
             "every worker to run its Spark session",
             lambda: all(started(w) for w in ids),
             config.drain_s,
-            events,
-            tick,
+            progress=events,
+            alive=tick,
+            poll_s=0.2,
         )
         result.exits = fleet.stop_all(120, group=False)  # each finishes its batch (a group SIGTERM is a fault)
         step(f"every record committed; stopped all workers: exit codes {result.exits}")

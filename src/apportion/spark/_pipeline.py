@@ -66,7 +66,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import json
 import logging
 import os
 import tempfile
@@ -81,6 +80,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from apportion import events
 from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
 from apportion.group import Lease
 from apportion.log import SCHEMA, PartitionedLog, Segment, segment_name
@@ -290,7 +290,7 @@ def warm_up(spark: SparkSession, transform: Transform = transform) -> float:
 
 
 def emit_log(event: str, **fields: Any) -> None:
-    log.info("%s", json.dumps({"event": event, "time": round(time.time(), 3), **fields}, default=str))
+    log.info("%s", events.line(event, **fields))
 
 
 class Pipeline:

@@ -1,10 +1,12 @@
-"""A fleet of `apportion pipeline run` processes: start, signal, read their JSON event lines, always clean up.
+"""A fleet of worker processes (`apportion worker` or `apportion pipeline run`): start, signal, read their event
+lines, always clean up.
 
-The one helper behind the demo, the pipeline's process tests, the stateful bench and the nemesis. Each worker runs in
-its own session (``start_new_session``), so a signal to its process group reaches its Spark JVM too; its stdout and
-stderr go to ``<logs>/<id>.log``, whose JSON event lines (``{"event": ..., "time": ..., "worker": ...}``, written by
-``apportion.spark._pipeline.emit_log``) are read incrementally by ``WorkerLog``. ``Fleet`` is a context manager: on
-exit every process still running is resumed (SIGCONT) and killed (SIGKILL), whatever happened.
+The one harness behind the demo, the process tests, the benches and the nemesis; it needs no extra (a fleet of
+`apportion worker` processes runs without Spark). ``worker_args`` and ``pipeline_args`` build the two command lines.
+Each worker runs in its own session (``start_new_session``), so a signal to its process group reaches its Spark JVM
+too; its stdout and stderr go to ``<logs>/<id>.log``, whose event lines (``apportion.events``) are read
+incrementally by ``WorkerLog``. ``Fleet`` is a context manager: on exit every process still running is resumed
+(SIGCONT) and killed (SIGKILL), whatever happened.
 
     with Fleet(logs, pipeline_args(url, "g", log_dir, out_dir, "r", "--ttl", "2")) as fleet:
         w1 = fleet.start("w1")
@@ -14,7 +16,6 @@ exit every process still running is resumed (SIGCONT) and killed (SIGKILL), what
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -25,11 +26,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from apportion.errors import ApportionError
+from apportion import events
+from apportion.errors import WorkerExited
 
 
-class WorkerExited(ApportionError):
-    """A worker process that a wait needs has exited (the message holds how, and the end of its log)."""
+def worker_args(store_url: str, group: str, *options: str) -> list[str]:
+    """The command line of `apportion worker` for a group, without ``--id`` (``Fleet.start`` adds it)."""
+    return [sys.executable, "-m", "apportion.cli", "worker", "--store", store_url, "--group", group, *options]
 
 
 def pipeline_args(
@@ -62,9 +65,9 @@ class WorkerLog:
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
         for line in lines:
-            if line.startswith(b'{"event"'):
-                with contextlib.suppress(ValueError):
-                    self.events.append(json.loads(line))
+            event = events.parse(line)
+            if event is not None:
+                self.events.append(event)
         return self.events
 
     def of(self, kind: str) -> list[dict[str, Any]]:
@@ -115,7 +118,7 @@ class WorkerLog:
 
 
 class WorkerProcess:
-    """One `apportion pipeline run` process (a fleet may start several under one id, one after the other)."""
+    """One worker process (a fleet may start several under one id, one after the other)."""
 
     def __init__(self, worker_id: str, proc: subprocess.Popen[bytes], log: WorkerLog, first_event: int = 0) -> None:
         self.id = worker_id
@@ -170,7 +173,7 @@ class WorkerProcess:
 
 
 class Fleet:
-    """Pipeline worker processes started from one command line (``pipeline_args``) plus per-worker options.
+    """Worker processes started from one command line (``worker_args``, ``pipeline_args``) plus per-worker options.
 
     ``workers`` maps each id to its latest process; ``started`` keeps every process ever started (a restart under
     the same id appends to the same log). Leaving the ``with`` block kills whatever still runs.
@@ -252,4 +255,4 @@ class Fleet:
         self.kill_all()
 
 
-__all__ = ["Fleet", "WorkerExited", "WorkerLog", "WorkerProcess", "pipeline_args"]
+__all__ = ["Fleet", "WorkerLog", "WorkerProcess", "pipeline_args", "worker_args"]

@@ -1,0 +1,310 @@
+"""The demo's scenario: start, join, kill -9, freeze, drain, stop — each step waited for on the store and the
+workers' event lines, with limits from ``Pace``."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from apportion.demo._checks import Check, DemoResult, check_output, print_checks
+from apportion.demo._config import GROUP, DemoConfig, Pace
+from apportion.demo._report import report
+from apportion.demo._source import RecordSource
+from apportion.errors import ApportionError
+from apportion.fleet import Fleet, WorkerLog, pipeline_args
+from apportion.group import history, owned_by, owners, settled
+from apportion.store import Store, connect
+from apportion.waiting import wait_for
+
+
+def _fleet(config: DemoConfig, store_url: str, log_dir: Path, output_dir: Path) -> Fleet:
+    """The demo's workers (stopped with SIGCONT + SIGKILL when the ``with`` block ends, whatever happens)."""
+    c = config
+    args = pipeline_args(
+        store_url, GROUP, log_dir, output_dir, GROUP,
+        "--batch-records", str(c.batch_records), "--ttl", str(c.ttl_s), "--settle", str(c.settle_s),
+        "--min-interval", str(c.min_interval_s), "--master", "local[1]", "--driver-memory", "768m",
+        "--state-dir", str(c.directory / "state"),
+    )  # fmt: skip
+    return Fleet(c.directory / "logs", args)
+
+
+def _remaining(store: Store, log_dir: Path) -> int:
+    from apportion.log import PartitionedLog
+    from apportion.spark._output import lag
+
+    return sum(lag(store, GROUP, PartitionedLog(log_dir), GROUP).values())
+
+
+def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
+    """Run the main job; return its checks (the caller turns a failed check into a non-zero exit)."""
+    console = console or Console(stderr=False)
+    d = config.directory
+    d.mkdir(parents=True, exist_ok=True)
+    log_dir, output_dir = d / "log", d / "output"
+    store_url = f"sqlite:///{d / 'apportion.db'}"
+    result = DemoResult()
+    began = time.monotonic()
+
+    def step(text: str) -> None:
+        console.print(f"[bold cyan][{time.monotonic() - began:6.1f}s][/] {text}")
+
+    step(f"working directory {d}")
+    source = RecordSource(config, log_dir)
+    source.append(config.records // 2)
+    step(
+        f"produced {source.produced:,} of {config.records:,} records into {config.partitions} partitions "
+        "(routing: pmod(xxhash64(key), n)); the rest streams in while the group churns"
+    )
+    try:
+        _run_scenario(config, source, store_url, log_dir, output_dir, result, step, console)
+    finally:
+        source.stop()
+    print_checks(result, console)
+    return result
+
+
+def _run_scenario(
+    config: DemoConfig,
+    source: RecordSource,
+    store_url: str,
+    log_dir: Path,
+    output_dir: Path,
+    result: DemoResult,
+    step: Callable[[str], None],
+    console: Console,
+) -> None:
+    produced = config.records
+    d = config.directory
+    with connect(store_url) as store, _fleet(config, store_url, log_dir, output_dir) as fleet:
+        ids = [f"w{i}" for i in range(1, config.workers + 2)]
+        first, joiner = ids[:-1], ids[-1]
+        zombie = first[1]
+        logs = {wid: fleet.log(wid) for wid in ids}
+        pace = Pace(config, logs)
+        for wid in first:
+            # The worker that will be frozen is a slow committer (a pause between writing a batch's output and
+            # committing it), so that the freeze lands inside that window and its late commit meets the fence.
+            slow = ("--pause-before-commit", "1.5", "--pause-batches", "1000000") if wid == zombie else ()
+            fleet.start(wid, *slow)
+        step(
+            f"started {len(first)} pipeline workers ({', '.join(first)}), sticky strategy, stateful (per-key "
+            "aggregates per partition backed by a fenced changelog); Spark sessions starting"
+        )
+
+        def running(*wids: str) -> Callable[[], None]:
+            return lambda: fleet.check(wids)
+
+        def events() -> int:
+            return sum(len(log.refresh()) for log in logs.values())
+
+        took = wait_for(
+            "the first workers to own every partition",
+            lambda: owned_by(store, GROUP, first),
+            pace.startup(),
+            progress=lambda: (events(), _load(store)),
+            alive=running(*first),
+        )
+        pace.startup_s = took
+        step(f"all {config.partitions} partitions owned after {took:.1f} s: {_load(store)}")
+
+        columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+        with Progress(*columns, console=console, transient=True) as progress:
+            bar = progress.add_task("records committed", total=produced)
+            remaining = [produced]
+
+            def advance() -> int:
+                remaining[0] = _remaining(store, log_dir)
+                progress.update(bar, completed=produced - remaining[0])
+                return remaining[0]
+
+            def committed() -> int:
+                return produced - remaining[0]
+
+            # Input keeps arriving; a member joins.
+            source.stream(duration_s=config.stream_s)
+            wait_for(
+                "first commits",
+                lambda: advance() < produced,
+                pace.spark_start(),
+                progress=events,
+                alive=running(*first),
+            )
+            fleet.start(joiner)
+            step(f"worker {joiner} joins (its Spark session starts first)")
+            wait_for(
+                f"{joiner} to own partitions",
+                lambda: advance() >= 0 and joiner in owners(store, GROUP).values(),
+                pace.spark_start(),
+                progress=committed,
+                alive=running(*first, joiner),
+            )
+            wait_for(
+                "the rebalance to settle",
+                lambda: advance() >= 0 and settled(store, GROUP, ids),
+                pace.rebalance(),
+                progress=lambda: _load(store),
+                alive=running(*first, joiner),
+            )
+            join_round = _join_round(store, joiner)
+            moved, lower = int(join_round.get("moves", -1)), int(join_round.get("min_moves", -1))
+            step(f"rebalanced in round {join_round.get('round')}: {moved} partitions moved (lower bound {lower}): "
+                 f"{_load(store)}")  # fmt: skip
+            result.checks.append(Check("join moves = lower bound", moved == lower, f"{moved} moved, bound {lower}"))
+
+            # kill -9 one worker: failover time = until all its partitions are owned by others.
+            victim = first[0]
+            others = [w for w in ids if w != victim]
+            victim_parts = [p for p, o in owners(store, GROUP).items() if o == victim]
+            fleet[victim].signal(signal.SIGKILL, group=False)
+            step(f"kill -9 {victim} (owned {len(victim_parts)} partitions)")
+            failover = wait_for(
+                f"{victim}'s partitions to be owned again",
+                lambda: advance() >= 0 and all(owners(store, GROUP).get(p) not in (None, victim) for p in victim_parts),
+                pace.rebalance(),
+                poll_s=0.05,
+                alive=running(*others),
+            )
+            result.failover_s = failover
+            bound = config.ttl_s + config.settle_s + config.min_interval_s + 2.0
+            step(f"failover: {victim}'s partitions owned again after {failover:.2f} s")
+            result.checks.append(
+                Check("failover within ttl + RST + MRI + 2 s", failover <= bound, f"{failover:.2f} s (≤ {bound} s)")
+            )
+
+            # freeze one worker until it is replaced, then resume it: its late commit must be fenced.
+            wait_for(
+                f"{zombie} to own partitions",
+                lambda: zombie in owners(store, GROUP).values(),
+                pace.rebalance(),
+                progress=lambda: _load(store),
+                alive=running(*others),
+            )
+            zombie_log = logs[zombie]
+            source.finish(pace.batch())  # the last records arrive: every worker has a batch to do
+            step(f"all {source.produced:,} records produced")
+            zombie_parts = _freeze_in_window(fleet, store, zombie, zombie_log, pace, committed, advance, step)
+            batches_before = zombie_log.count("batch_done")
+            lost_before = len(zombie_log.lost())
+            step(f"SIGSTOP {zombie} (owned {len(zombie_parts)} partitions) between writing a batch and committing it")
+            replaced = wait_for(
+                f"{zombie}'s partitions to be owned by others",
+                lambda: advance() >= 0 and all(owners(store, GROUP).get(p) not in (None, zombie) for p in zombie_parts),
+                pace.rebalance(),
+                progress=lambda: _load(store),
+                alive=running(*others),
+            )
+            step(f"{zombie} replaced after {replaced:.2f} s; SIGCONT {zombie}")
+            fleet[zombie].signal(signal.SIGCONT, group=False)
+            wait_for(
+                f"{zombie} to finish its frozen batch (its late commits meet the fence)",
+                lambda: zombie_log.count("batch_done") > batches_before or zombie_log.count("fenced") > 0,
+                pace.batch(),
+                progress=lambda: len(zombie_log.refresh()),
+                alive=running(*others),
+            )
+            # on_lost follows (for the fenced partitions first, then the rest when the lapse is noticed)
+            wait_for(
+                f"{zombie} to report its partitions lost (on_lost)",
+                lambda: len(zombie_log.lost()) > lost_before,
+                pace.rebalance(),
+                poll_s=0.05,
+                alive=running(*others),
+            )
+            lost = zombie_log.lost()[lost_before:]
+            fenced = zombie_log.count("fenced")
+            step(
+                f"{zombie} resumed: {len(lost)} partitions reported lost, "
+                f"{fenced} late commits fenced (output discarded)"
+            )
+            result.checks.append(
+                Check(
+                    "zombie loses its partitions, its late commit is fenced",
+                    bool(lost) and fenced > 0,
+                    f"lost {len(lost)}, fenced {fenced}",
+                )
+            )
+
+            wait_for(
+                "every record to be committed",
+                lambda: advance() == 0,
+                pace.rebalance(),
+                progress=committed,
+                alive=running(*others),
+            )
+            step("every record committed")
+
+        exits = fleet.stop_all(pace.batch(), group=False)
+        step(f"stopped all workers gracefully: exit codes {exits}")
+        graceful = all(code == 0 for wid, code in exits.items() if wid != victim)
+        result.checks.append(Check("graceful stop", graceful, json.dumps(exits)))
+
+        result.checks.extend(check_output(store, log_dir, output_dir, step))
+        if config.report:
+            result.report_path, overlap_check = report(store, d, step)
+            result.checks.append(overlap_check)
+
+
+def _freeze_in_window(
+    fleet: Fleet,
+    store: Store,
+    zombie: str,
+    zombie_log: WorkerLog,
+    pace: Pace,
+    committed: Callable[[], int],
+    advance: Callable[[], int],
+    step: Callable[[str], None],
+    attempts: int = 5,
+) -> list[int]:
+    """SIGSTOP ``zombie`` inside its window between writing a batch and committing it; returns the partitions it
+    owned. The freeze is checked against its log: one that landed outside the window (a loaded machine delayed the
+    signal past the pause) is undone with SIGCONT and tried again at the next batch."""
+
+    def alive() -> None:
+        advance()  # the progress bar moves on
+        fleet.check([zombie])
+
+    for attempt in range(1, attempts + 1):
+        pauses = zombie_log.count("pausing")
+        wait_for(
+            f"{zombie} to write a batch (it then pauses before committing)",
+            lambda n=pauses: zombie_log.count("pausing") > n,  # type: ignore[misc]
+            pace.batch(),
+            poll_s=0.02,
+            progress=lambda: (committed(), len(zombie_log.refresh())),
+            alive=alive,
+        )
+        zombie_parts = [p for p, o in owners(store, GROUP).items() if o == zombie]
+        fleet[zombie].signal(signal.SIGSTOP, group=False)
+        wait_for(f"{zombie} to stop (SIGSTOP)", fleet[zombie].stopped, pace.batch(), poll_s=0.005)
+        if zombie_parts and zombie_log.frozen_in_window():
+            return zombie_parts
+        fleet[zombie].signal(signal.SIGCONT, group=False)
+        step(f"the SIGSTOP of {zombie} missed its window before a commit (attempt {attempt}); trying the next batch")
+    raise ApportionError(f"demo: could not freeze {zombie} between a write and its commit in {attempts} attempts")
+
+
+def _join_round(store: Store, joiner: str) -> dict[str, Any]:
+    """The round_closed event of the first plan that included ``joiner``."""
+    for event in history(store, GROUP):
+        if event["type"] == "round_closed" and joiner in event.get("participants", ()):
+            return event
+    raise ApportionError(f"demo: no round with {joiner} in the history")
+
+
+def _load(store: Store) -> str:
+    counts: dict[str, int] = {}
+    for owner in owners(store, GROUP).values():
+        if owner is not None:
+            counts[owner] = counts.get(owner, 0) + 1
+    return ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+
+
+__all__ = ["run_demo"]
