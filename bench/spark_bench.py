@@ -31,9 +31,7 @@ def bench_process(records: int, partitions: int, batch_records: int) -> dict[str
     import uuid
 
     from apportion.log import PartitionedLog, Producer
-    from apportion.spark._output import verify
-    from apportion.spark._pipeline import Pipeline, joined, warm_up
-    from apportion.spark._session import spark_session
+    from apportion.spark import Pipeline, joined, spark_session, verify, warm_up
     from apportion.store import connect
     from apportion.worker import Group
 
@@ -104,7 +102,7 @@ def main() -> None:
     partitions_for(keys, args.partitions)
     keys_per_s = len(keys) / (time.perf_counter() - started)
 
-    from apportion.spark._session import spark_session
+    from apportion.spark import spark_session
 
     spark = spark_session("local[2]", "2g", "apportion-bench", parallelism=2)
     work = Path(tempfile.mkdtemp(prefix="apportion-bench-"))

@@ -32,11 +32,9 @@ from typing import Any
 
 from apportion.cli import main as cli
 from apportion.fleet import Fleet, pipeline_args
-from apportion.group import settled
-from apportion.group._history import history
+from apportion.group import history, settled
 from apportion.log import PartitionedLog, Producer
-from apportion.spark._output import lag
-from apportion.spark._stateful import handoffs
+from apportion.spark import handoffs, uncommitted_records
 from apportion.store import connect
 from apportion.waiting import wait_for
 
@@ -89,7 +87,8 @@ def scenario(strategy: str, args: argparse.Namespace) -> dict[str, Any]:
                 members = {"w1", "w2", "w3"}
                 for wid in sorted(members):
                     workers.start(wid)
-                wait_for("3 workers to process the input", lambda: sum(lag(store, "g", log, "r").values()) == 0
+                wait_for("3 workers to process the input",
+                         lambda: sum(uncommitted_records(store, "g", log, "r").values()) == 0
                          and settled(store, "g", members), 600, poll_s=0.2)  # fmt: skip
                 with _steady_input(log, args.keys, args.input_rate):
                     joined_at = store.revision()

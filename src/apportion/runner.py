@@ -32,9 +32,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
-from apportion.group._history import DEFAULT_RETENTION_S
-from apportion.store import Store, connect
-from apportion.store._connect import redact_url
+from apportion.group import DEFAULT_RETENTION_S
+from apportion.store import Store, connect, redact_url
 from apportion.worker import Group, Tracer, Worker
 
 T = TypeVar("T")

@@ -32,21 +32,23 @@ from typing import Any
 from apportion.clock import SYSTEM_CLOCK, Clock
 from apportion.errors import InvalidRequest
 from apportion.group import (
+    DEFAULT_RETENTION_S,
+    Callback,
     CoordinatorMember,
+    FencedMember,
     GroupConfig,
     Lease,
+    ReplicaLags,
+    ReplicasCallback,
     RoundsMember,
     StaticMember,
+    Tracer,
     validate_group,
+    validate_ordinal,
+    validate_settings,
 )
-from apportion.group._coordinator import validate_settings
-from apportion.group._history import DEFAULT_RETENTION_S
-from apportion.group._ownership import Callback, FencedMember
-from apportion.group._rounds import ReplicaLags, ReplicasCallback
-from apportion.group._static import validate_ordinal
 from apportion.store import Store
 
-Tracer = Callable[[str, Mapping[str, Any]], None]
 """A protocol event observer: ``tracer(kind, fields)``, called on the worker's threads (keep it fast)."""
 
 log = logging.getLogger("apportion.worker")

@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from apportion.errors import ApportionError
-from apportion.store._connect import redact, url_secrets
+from apportion.store import redact, url_secrets
 
 # optional dependency (top-level module) -> the extra that installs it
 EXTRAS = {

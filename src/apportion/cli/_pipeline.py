@@ -28,7 +28,7 @@ from apportion.cli._common import group_option, store_option, timing_options
 from apportion.cli._options import parse_options
 from apportion.errors import InvalidRequest
 from apportion.group import GroupConfig
-from apportion.spark._worker import readable_dir, run_pipeline_worker, writable_dir
+from apportion.spark import readable_dir, run_pipeline_worker, writable_dir
 from apportion.store import connect
 
 
@@ -201,8 +201,8 @@ def verify(
     from rich.table import Table
 
     from apportion.log import PartitionedLog
-    from apportion.spark._output import verify as verify_output
-    from apportion.spark._stateful import verify_state
+    from apportion.spark import verify as verify_output
+    from apportion.spark import verify_state
     from apportion.spark.state import changelog_resource
 
     readable_dir(input_dir, "input")

@@ -11,9 +11,7 @@ from rich.table import Table
 
 from apportion.cli._app import app
 from apportion.cli._common import group_option, store_option
-from apportion.group import GroupConfig, Keys
-from apportion.group._coordinator import planned_moves, request_rebalance
-from apportion.group._status import table_entry
+from apportion.group import GroupConfig, planned_moves, read_table, request_rebalance
 from apportion.store import Store, connect
 
 
@@ -21,8 +19,7 @@ def _check_records(store: Store, group: str) -> None:
     """The definition and the partition table a re-plan reads: CorruptRecord naming a corrupt key (exit 2) before
     anything is planned or requested."""
     GroupConfig.find(store, group)  # none: planned_moves says the group is unknown
-    for entry in store.range(Keys(group).tables):
-        table_entry(entry)
+    read_table(store, group)
 
 
 @app.command()

@@ -11,7 +11,7 @@ from apportion.cli._common import group_option, store_option
 from apportion.cli._store import read_group
 from apportion.errors import ApportionError, InvalidRequest
 from apportion.group import history, history_expired_before
-from apportion.store._connect import redact_url
+from apportion.store import redact_url
 
 
 class OverlapFound(ApportionError):
@@ -26,8 +26,7 @@ class OverlapFound(ApportionError):
 def report(store_url: str, group_name: str, out_dir: str, master: str) -> None:
     """Ownership timelines, unowned gaps, overlaps (must be none), moves per round, balance, handoff latency.
     The summary states the span of history analysed and what it may miss (expired events, members seen in part)."""
-    from apportion.spark._report import write_report
-    from apportion.spark._session import spark_session
+    from apportion.spark import spark_session, write_report
 
     with read_group(store_url, group_name) as store:
         events = history(store, group_name)

@@ -9,9 +9,7 @@ import click
 from apportion.cli._app import app
 from apportion.cli._common import group_option, store_option
 from apportion.cli._store import read_group
-from apportion.group import GroupConfig, Keys
-from apportion.group._keys import decode_owner
-from apportion.group._status import table_entry
+from apportion.group import GroupConfig, owner_of, table_entry_of
 from apportion.routing import partition_for
 
 
@@ -22,15 +20,12 @@ from apportion.routing import partition_for
 def route(store_url: str, group_name: str, key: str) -> None:
     """Print {"key", "partition", "owner", "epoch", "state"} for KEY (routing: ``partition_for``). ``owner`` is the
     live owner record (null while the partition moves); ``state`` the partition table's (coordinator mode)."""
-    keys = Keys(group_name)
     with read_group(store_url, group_name) as store:
         # deleted since read_group looked: InvalidRequest; a corrupt record: CorruptRecord naming its key (exit 2)
         config = GroupConfig.load(store, group_name)
         p = partition_for(key, config.partitions)
-        owner_kv = store.get(keys.owner(p))
-        owner = None if owner_kv is None else decode_owner(owner_kv)
-        entry_kv = store.get(keys.table(p))
-        entry = None if entry_kv is None else table_entry(entry_kv)
+        owner = owner_of(store, group_name, p)
+        entry = table_entry_of(store, group_name, p)
     out = {
         "key": key,
         "partition": p,

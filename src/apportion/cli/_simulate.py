@@ -57,7 +57,7 @@ def simulate(
     """Simulate a group under churn and faults; print moves vs lower bound, unowned time, rounds, violations.
     With --grid: every scenario of the grid as a Spark task, one comparison table and chart in --out."""
     if grid_file is not None:
-        from apportion.spark._grid import simulate_grid
+        from apportion.spark import simulate_grid
 
         grid_result = simulate_grid(grid_file, out_dir)
         click.echo(json.dumps(grid_result.as_dict(), indent=2))

@@ -6,9 +6,8 @@ import contextlib
 from collections.abc import Iterator
 
 from apportion.errors import InvalidRequest
-from apportion.group import Keys
-from apportion.store import Store
-from apportion.store._connect import NoSuchStore, connect, redact_url
+from apportion.group import GroupConfig
+from apportion.store import NoSuchStore, Store, connect, redact_url
 
 
 @contextlib.contextmanager
@@ -20,7 +19,7 @@ def read_group(url: str, group: str) -> Iterator[Store]:
     except NoSuchStore as exc:
         raise InvalidRequest("", f"no such group {group!r} in {redact_url(url)} ({exc.reason})") from exc
     with store:
-        if store.get(Keys(group).resource) is None:
+        if GroupConfig.find(store, group) is None:  # a corrupt definition: CorruptRecord naming it (exit 2)
             raise InvalidRequest("", f"no such group {group!r} in {redact_url(url)}")
         yield store
 

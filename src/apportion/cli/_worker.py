@@ -19,8 +19,7 @@ from apportion import events
 from apportion.cli._app import app
 from apportion.cli._common import group_option, option, store_option, timing_options
 from apportion.errors import InvalidRequest
-from apportion.group import ordinal_from_hostname
-from apportion.group._history import DEFAULT_RETENTION_S
+from apportion.group import DEFAULT_RETENTION_S, ordinal_from_hostname
 from apportion.runner import DEFAULT_CONNECT_TIMEOUT_S, run_worker
 
 FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)

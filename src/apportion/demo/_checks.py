@@ -35,8 +35,7 @@ class DemoResult:
 
 def check_output(store: Store, log_dir: Path, output_dir: Path, step: Callable[[str], None]) -> list[Check]:
     from apportion.log import PartitionedLog
-    from apportion.spark._output import verify
-    from apportion.spark._stateful import verify_state
+    from apportion.spark import verify, verify_state
 
     log = PartitionedLog(log_dir)
     report = verify(store, GROUP, log, GROUP, output_dir)

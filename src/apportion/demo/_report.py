@@ -30,8 +30,7 @@ def _stderr_to(path: Path) -> Iterator[None]:
 
 
 def report(store: Store, directory: Path, step: Callable[[str], None]) -> tuple[Path | None, Check]:
-    from apportion.spark._report import write_report
-    from apportion.spark._session import spark_session
+    from apportion.spark import spark_session, write_report
 
     events = history(store, GROUP)
     with _stderr_to(directory / "logs" / "report-spark.log"):  # the JVM inherits fd 2: its banner goes to the log

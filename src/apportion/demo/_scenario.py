@@ -38,9 +38,9 @@ def _fleet(config: DemoConfig, store_url: str, log_dir: Path, output_dir: Path) 
 
 def _remaining(store: Store, log_dir: Path) -> int:
     from apportion.log import PartitionedLog
-    from apportion.spark._output import lag
+    from apportion.spark import uncommitted_records
 
-    return sum(lag(store, GROUP, PartitionedLog(log_dir), GROUP).values())
+    return sum(uncommitted_records(store, GROUP, PartitionedLog(log_dir), GROUP).values())
 
 
 def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:

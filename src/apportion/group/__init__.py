@@ -14,6 +14,7 @@ from apportion.group._coordinator import (
     Entry,
     TableState,
     planned_moves,
+    read_table,
     request_rebalance,
     validate_settings,
 )
@@ -32,7 +33,16 @@ from apportion.group._ownership import (
 )
 from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember
 from apportion.group._static import StaticMember, StaticPhase, ordinal_from_hostname, set_replicas, validate_ordinal
-from apportion.group._status import group_status, owned_by, owners, settled, table_entry
+from apportion.group._status import (
+    committed,
+    group_status,
+    owned_by,
+    owner_of,
+    owners,
+    settled,
+    table_entry,
+    table_entry_of,
+)
 
 __all__ = [
     "DEFAULT_RETENTION_S",
@@ -57,6 +67,7 @@ __all__ = [
     "StaticPhase",
     "TableState",
     "Tracer",
+    "committed",
     "decode",
     "decode_owner",
     "default_planner",
@@ -67,12 +78,15 @@ __all__ = [
     "history_expired_before",
     "ordinal_from_hostname",
     "owned_by",
+    "owner_of",
     "owners",
     "planned_moves",
+    "read_table",
     "request_rebalance",
     "set_replicas",
     "settled",
     "table_entry",
+    "table_entry_of",
     "validate_group",
     "validate_member_id",
     "validate_ordinal",

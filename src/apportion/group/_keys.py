@@ -106,6 +106,10 @@ class Keys:
         return f"{self.prefix}commit/{partition}"
 
     @property
+    def commits(self) -> str:
+        return self.prefix + "commit/"
+
+    @property
     def replicas(self) -> str:
         return self.prefix + "replicas"
 

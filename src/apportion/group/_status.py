@@ -12,7 +12,7 @@ from typing import Any
 
 from apportion.errors import CorruptRecord
 from apportion.group._config import GroupConfig
-from apportion.group._coordinator import TableState
+from apportion.group._coordinator import Entry
 from apportion.group._keys import Keys, decode, decode_epoch, decode_owner, field
 from apportion.store import KeyValue, Store
 
@@ -177,14 +177,31 @@ def _capacity(kv: KeyValue) -> object:
 
 def table_entry(kv: KeyValue) -> dict[str, Any]:
     """A partition table entry ``{owner, target, state}`` (coordinator mode), checked; CorruptRecord naming it."""
-    entry = decode(kv.value, kv.key)
-    states = [s.value for s in TableState]
-    if entry.get("state") not in states:
-        raise CorruptRecord(kv.key, f"'state' must be one of {', '.join(states)}, got {entry.get('state')!r:.80}")
-    for name in ("owner", "target"):
-        if entry.get(name) is not None:
-            field(entry, kv.key, name, str)
-    return entry
+    return Entry.from_json(decode(kv.value, kv.key), kv.key).to_json()
+
+
+def owner_of(store: Store, group: str, partition: int) -> tuple[str, int] | None:
+    """``(member, epoch)`` of ``partition``'s owner record (None while nobody holds it); CorruptRecord naming it."""
+    kv = store.get(Keys(group).owner(partition))
+    return None if kv is None else decode_owner(kv)
+
+
+def table_entry_of(store: Store, group: str, partition: int) -> dict[str, Any] | None:
+    """``partition``'s partition table entry (coordinator mode; None in the other modes)."""
+    kv = store.get(Keys(group).table(partition))
+    return None if kv is None else table_entry(kv)
+
+
+def committed(store: Store, group: str) -> dict[int, str]:
+    """Every partition's last committed checkpoint (what ``commit`` stored), by partition; partitions that never
+    committed are absent. CorruptRecord naming a commit record that is not one."""
+    keys = Keys(group)
+    found: dict[int, str] = {}
+    for kv in store.range(keys.commits):
+        name = kv.key[len(keys.commits) :]
+        if name.isascii() and name.isdigit():
+            found[int(name)] = str(field(decode(kv.value, kv.key), kv.key, "checkpoint", str))
+    return dict(sorted(found.items()))
 
 
 def _plan(kv: KeyValue) -> dict[str, Any]:

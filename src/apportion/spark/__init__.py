@@ -19,7 +19,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the same names, eagerly, for type checkers
+    from apportion.spark._analytics import (
+        balance_over_time,
+        events_frame,
+        handoff_latency,
+        latency_stats,
+        moves_per_round,
+        overlaps,
+        ownership_intervals,
+        unowned_gaps,
+    )
+    from apportion.spark._grid import Grid, GridResult, load_grid, run_grid, simulate_grid
+    from apportion.spark._output import (
+        Checkpoint,
+        VerifyReport,
+        read_committed,
+        read_committed_arrow,
+        uncommitted_records,
+        verify,
+    )
+    from apportion.spark._pipeline import BatchStats, Pipeline, joined, transform, warm_up
+    from apportion.spark._report import ReportSummary, write_report
+    from apportion.spark._route import RouteResult, route, spark_partition_expr
+    from apportion.spark._session import spark_session
+    from apportion.spark._stateful import StatefulPartitions, StateReport, handoffs, verify_state
+    from apportion.spark._worker import readable_dir, run_pipeline_worker, writable_dir
 
 _LAZY = {
     "spark_partition_expr": "apportion.spark._route",
@@ -28,6 +55,8 @@ _LAZY = {
     "BatchStats": "apportion.spark._pipeline",
     "Pipeline": "apportion.spark._pipeline",
     "transform": "apportion.spark._pipeline",
+    "joined": "apportion.spark._pipeline",
+    "warm_up": "apportion.spark._pipeline",
     "spark_session": "apportion.spark._session",
     "run_pipeline_worker": "apportion.spark._worker",
     "StatefulPartitions": "apportion.spark._stateful",
@@ -53,6 +82,10 @@ _LAZY = {
     "GridResult": "apportion.spark._grid",
     "load_grid": "apportion.spark._grid",
     "run_grid": "apportion.spark._grid",
+    "readable_dir": "apportion.spark._worker",
+    "writable_dir": "apportion.spark._worker",
+    "simulate_grid": "apportion.spark._grid",
+    "uncommitted_records": "apportion.spark._output",
 }
 
 
@@ -80,6 +113,7 @@ __all__ = [
     "events_frame",
     "handoff_latency",
     "handoffs",
+    "joined",
     "latency_stats",
     "load_grid",
     "moves_per_round",
@@ -87,14 +121,19 @@ __all__ = [
     "ownership_intervals",
     "read_committed",
     "read_committed_arrow",
+    "readable_dir",
     "route",
     "run_grid",
     "run_pipeline_worker",
+    "simulate_grid",
     "spark_partition_expr",
     "spark_session",
     "transform",
+    "uncommitted_records",
     "unowned_gaps",
     "verify",
     "verify_state",
+    "warm_up",
+    "writable_dir",
     "write_report",
 ]

@@ -264,7 +264,7 @@ def run_nemesis(
     are stopped (None: not analysed); ``say`` gets a line per step and fault."""
     from apportion.group import owners as group_owners
     from apportion.log import PartitionedLog, SeededRecords
-    from apportion.spark._output import lag, verify
+    from apportion.spark._output import uncommitted_records, verify
     from apportion.spark._stateful import verify_state
     from apportion.store import connect
 
@@ -419,7 +419,7 @@ def run_nemesis(
         step(f"all {source.produced:,} records produced; draining")
 
         def remaining() -> int:
-            return sum(lag(store, GROUP, log, GROUP).values())
+            return sum(uncommitted_records(store, GROUP, log, GROUP).values())
 
         wait_for(
             "every record to be committed",

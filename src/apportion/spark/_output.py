@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from apportion.errors import ApportionError, InvalidRequest
-from apportion.group import Keys, decode
+from apportion.group import committed
 from apportion.log import PartitionedLog
 from apportion.store import Store
 
@@ -106,13 +106,7 @@ def output_relpath(resource: str, partition: int, start: int, end: int, epoch: i
 
 def committed_checkpoints(store: Store, group: str) -> dict[int, Checkpoint]:
     """Every partition's committed checkpoint (partitions that never committed are absent), by partition."""
-    prefix = Keys(group).prefix + "commit/"
-    found: dict[int, Checkpoint] = {}
-    for kv in store.range(prefix):
-        name = kv.key[len(prefix) :]
-        if name.isdigit():
-            found[int(name)] = Checkpoint.parse(str(decode(kv.value)["checkpoint"]), int(name))
-    return dict(sorted(found.items()))
+    return {p: Checkpoint.parse(text, p) for p, text in committed(store, group).items()}
 
 
 def committed_files(store: Store, group: str, output_dir: str | Path) -> list[Path]:
@@ -254,7 +248,7 @@ def verify(store: Store, group: str, log: PartitionedLog, resource: str, output_
     )
 
 
-def lag(store: Store, group: str, log: PartitionedLog, resource: str) -> dict[int, int]:
+def uncommitted_records(store: Store, group: str, log: PartitionedLog, resource: str) -> dict[int, int]:
     """Per partition: input records not yet covered by the committed checkpoint."""
     checkpoints: Mapping[int, Checkpoint] = committed_checkpoints(store, group)
     return {
@@ -269,7 +263,7 @@ __all__ = [
     "VerifyReport",
     "committed_checkpoints",
     "committed_files",
-    "lag",
+    "uncommitted_records",
     "output_name",
     "output_relpath",
     "read_committed",
