@@ -35,7 +35,7 @@ def test_two_workers_share_the_partitions_commit_with_their_epoch_and_leave_grac
             assert sorted(w1.owned() + w2.owned()) == list(range(8))
             p = w2.owned()[0]
             lease = w2.lease(p)
-            assert isinstance(lease, apportion.Lease) and lease.member == "w2" and lease.partition == p
+            assert isinstance(lease, apportion.PartitionLease) and lease.member == "w2" and lease.partition == p
             w2.commit(p, "cp-1")
             assert w1.checkpoint(p) == "cp-1"
             with pytest.raises(Fenced):

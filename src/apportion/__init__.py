@@ -16,7 +16,7 @@ from apportion.errors import (
 )
 from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
 from apportion.store import Store, connect
-from apportion.worker import Group, Lease, Worker
+from apportion.worker import Group, PartitionLease, Worker
 
 __version__ = "0.1.0"
 
@@ -28,7 +28,7 @@ __all__ = [
     "Fenced",
     "Group",
     "InvalidRequest",
-    "Lease",
+    "PartitionLease",
     "LeaseNotFound",
     "Member",
     "Move",

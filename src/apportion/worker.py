@@ -37,7 +37,7 @@ from apportion.group import (
     CoordinatorMember,
     FencedMember,
     GroupConfig,
-    Lease,
+    PartitionLease,
     ReplicaLags,
     ReplicasCallback,
     RoundsMember,
@@ -148,7 +148,7 @@ class Worker:
         """Partitions this worker believes it owns now (a thread-safe snapshot)."""
         return self._member.owned()
 
-    def lease(self, partition: int) -> Lease:
+    def lease(self, partition: int) -> PartitionLease:
         """The ownership lease (partition, epoch, member) of an owned partition; raises Fenced if not owned."""
         return self._member.lease(partition)
 
@@ -442,4 +442,4 @@ class Group:
             worker.stop()
 
 
-__all__ = ["Group", "Lease", "Tracer", "Worker"]
+__all__ = ["Group", "PartitionLease", "Tracer", "Worker"]

@@ -21,7 +21,7 @@ from apportion.fleet import Fleet, WorkerProcess, pipeline_args
 from apportion.group import owned_by
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline, read_committed, read_committed_arrow, verify
-from apportion.spark._output import committed_checkpoints, lag
+from apportion.spark._output import committed_checkpoints, uncommitted_records
 from apportion.spark._pipeline import joined
 from apportion.store import connect
 from apportion.waiting import wait_for
@@ -85,7 +85,11 @@ def test_two_workers_in_one_process_process_every_record_once_across_a_rebalance
             for t in runners:
                 t.start()
             try:
-                wait_for("no lag", lambda: b.owned() != [] and sum(lag(store, "g", log, "r").values()) == 0, 60)
+                wait_for(
+                    "no lag",
+                    lambda: b.owned() != [] and sum(uncommitted_records(store, "g", log, "r").values()) == 0,
+                    60,
+                )
             finally:
                 stop.set()
                 for t in runners:
@@ -181,7 +185,7 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
         )
         wait_for(
             "all input to be committed",
-            lambda: sum(lag(store, "g", log, "r").values()) == 0,
+            lambda: sum(uncommitted_records(store, "g", log, "r").values()) == 0,
             300,
             context=lambda: timeline(processes),
         )

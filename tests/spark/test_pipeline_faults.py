@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from apportion.errors import Fenced
-from apportion.group import GroupConfig, Lease
+from apportion.group import GroupConfig, PartitionLease
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline
 from apportion.spark._output import Checkpoint, committed_checkpoints, read_committed_arrow
@@ -111,10 +111,10 @@ class Ownership:
     def owned(self) -> list[int]:
         return sorted(self.mine)
 
-    def lease(self, partition: int) -> Lease:
+    def lease(self, partition: int) -> PartitionLease:
         if partition not in self.mine:
             raise Fenced(f"partition {partition} is not owned")
-        return Lease(partition, self.epochs[partition], "w")
+        return PartitionLease(partition, self.epochs[partition], "w")
 
     def commit(self, partition: int, checkpoint: str, *, epoch: int | None = None) -> None:
         if partition not in self.mine or epoch != self.epochs[partition]:

@@ -13,7 +13,7 @@ import pytest
 from apportion.group import settled
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline, verify
-from apportion.spark._output import Checkpoint, lag
+from apportion.spark._output import Checkpoint, uncommitted_records
 from apportion.spark._pipeline import commit_task, joined, write_output
 from apportion.spark._stateful import StatefulPartitions, handoffs, reference_state, verify_state
 from apportion.spark.state import PartitionState, changelog_resource, restore
@@ -74,7 +74,9 @@ def test_a_joining_worker_warms_learners_and_takes_actives_only_when_ready(spark
                 t.start()
             try:
                 wait_for("2+2", lambda: len(b.owned()) == 2 and a.wait_until_stable(0) and b.wait_until_stable(0), 60)
-                wait_for("all input processed", lambda: sum(lag(store, "g", log, "r").values()) == 0, 60)
+                wait_for(
+                    "all input processed", lambda: sum(uncommitted_records(store, "g", log, "r").values()) == 0, 60
+                )
                 wait_for("b to restore its actives", lambda: len(events.of("restored", worker="b")) >= 2, 30)
             finally:
                 stop.set()
@@ -199,7 +201,7 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
         members = {"w1", "w2", "w3"}
         wait_for(
             "3 workers to process the input and settle",
-            lambda: sum(lag(store, "g", log, "r").values()) == 0 and settled(store, "g", members),
+            lambda: sum(uncommitted_records(store, "g", log, "r").values()) == 0 and settled(store, "g", members),
             300,
         )
         stop_producing = threading.Event()
@@ -247,7 +249,7 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
         finally:
             stop_producing.set()
             producer_thread.join(30)
-        wait_for("all input processed", lambda: sum(lag(store, "g", log, "r").values()) == 0, 300)
+        wait_for("all input processed", lambda: sum(uncommitted_records(store, "g", log, "r").values()) == 0, 300)
     # (moves from w1 while the first three started are not scale-down: a learner that was vacuously ready when nothing
     # was committed yet may have a whole first batch to replay)
     down = [h for h in moves(processes) if h["source"] == "w1" and h["time"] >= leaving_at]

@@ -77,7 +77,7 @@ class Ownership(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Lease:
+class PartitionLease:
     """A partition this worker believes it owns, with the epoch that fences its commits."""
 
     partition: int
@@ -202,13 +202,13 @@ class FencedMember:
                 return []
             return sorted(self._owned)
 
-    def lease(self, partition: int) -> Lease:
+    def lease(self, partition: int) -> PartitionLease:
         now = self._clock.now()
         with self._lock:
             epoch = self._owned.get(partition)
             if epoch is None or now >= self._deadline:
                 raise Fenced(f"partition {partition} is not owned by {self.id}")
-            return Lease(partition, epoch, self.id)
+            return PartitionLease(partition, epoch, self.id)
 
     def stable(self) -> bool:
         """True when the member holds exactly what its protocol wants it to hold."""
@@ -713,7 +713,7 @@ __all__ = [
     "DelayHook",
     "FencedMember",
     "MemberOptions",
-    "Lease",
+    "PartitionLease",
     "Ownership",
     "Planner",
     "Tracer",

@@ -70,9 +70,9 @@ from apportion.group._keys import decode, encode
 from apportion.group._ownership import (
     INF,
     FencedMember,
-    Lease,
     MemberOptions,
     Ownership,
+    PartitionLease,
     Planner,
     default_planner,
 )
@@ -574,7 +574,7 @@ def _member(mid: str, record: Mapping[str, Any], part: Callable[[int], Partition
 
 __all__ = [
     "INF",
-    "Lease",
+    "PartitionLease",
     "Ownership",
     "Phase",
     "ReplicaLags",

@@ -82,7 +82,7 @@ import pyarrow.parquet as pq
 
 from apportion import events
 from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
-from apportion.group import Lease
+from apportion.group import PartitionLease
 from apportion.log import SCHEMA, PartitionedLog, Segment, segment_name
 from apportion.spark._output import OUTPUT_FILE, TMP_PREFIX, Checkpoint, output_relpath
 from apportion.spark._stateful import Staged, StatefulPartitions
@@ -106,7 +106,7 @@ class Committer(Protocol):
     """What the pipeline needs from a group member (``apportion.Worker`` and ``RoundsMember`` both fit)."""
 
     def owned(self) -> list[int]: ...
-    def lease(self, partition: int) -> Lease: ...
+    def lease(self, partition: int) -> PartitionLease: ...
     def commit(self, partition: int, checkpoint: str, *, epoch: int | None = None) -> None: ...
     def checkpoint(self, partition: int) -> str | None: ...
 
