@@ -151,7 +151,8 @@ def test_coordinator_killed_mid_migration_is_finished_by_its_successor(url: str,
     leader = coordinator(url)
     assert leader is not None
     workers["w3"] = start("w3")
-    wait_for("a migration in flight", lambda: TableState.MIGRATING in table_states(url).values(), 20)
+    # w3's start-up (a Python process, under the suite's load) comes first: up to a minute, no cost when fast
+    wait_for("a migration in flight", lambda: TableState.MIGRATING in table_states(url).values(), 60)
     workers[leader].proc.kill()  # SIGKILL mid-migration
     alive = set(workers) - {leader}
     wait_for("a new coordinator", lambda: coordinator(url) not in (None, leader), TTL_S + 10)
