@@ -6,6 +6,7 @@ pyspark) are mapped at the boundary with ``raise ... from exc``.
 - ``ApportionError``   — root; ``exit_code`` is what the CLI exits with (1: a runtime fault).
 - ``InvalidRequest``   — bad input from the user (field + reason); the CLI exits 2.
 - ``StoreUnavailable`` — the store cannot be reached or locked in time.
+- ``SparkUnavailable`` — Spark cannot be started (no Java) or its Connect server cannot be reached.
 - ``CorruptRecord``    — a record in the store is not what apportion writes there (names the key); the CLI exits 2.
 - ``Conflict``         — a compare-and-set lost a race that the caller cannot retry on its own.
 - ``LeaseNotFound``    — the lease expired or was revoked (or never existed).
@@ -39,6 +40,10 @@ class InvalidRequest(ApportionError):
 
 class StoreUnavailable(ApportionError):
     """The store cannot be reached, or a lock could not be taken in time."""
+
+
+class SparkUnavailable(ApportionError):
+    """Spark cannot be started (no Java, a server that exits) or a Spark Connect server cannot be reached."""
 
 
 class CorruptRecord(ApportionError):

@@ -233,3 +233,17 @@ def test_usage_errors_are_one_line_exit_2(args: list[str], message: str) -> None
     assert result.code == 2
     line = result.one_error_line()
     assert message in line
+
+
+@pytest.mark.parametrize(("records", "batch"), [("1000001", "1"), ("99999999999999999999", "10000")])
+def test_produce_refuses_a_run_of_more_than_100_000_segments_before_writing(
+    records: str, batch: str, tmp_path: Path
+) -> None:
+    """Each batch writes at least one Parquet segment: a million tiny files (found by the CLI fuzzer, which then ran
+    for hours) is a typo. One line, exit 2, nothing created."""
+    log = tmp_path / "log"
+    result = cli("pipeline", "produce", "--input", str(log), "--resource", "r", "--partitions", "3",
+                 "--records", records, "--batch-records", batch)  # fmt: skip
+    assert result.code == 2
+    assert "would write over 100,000 segments" in result.one_error_line()
+    assert not log.exists()

@@ -1,4 +1,5 @@
-"""The ONE Spark session of the test run (session-scoped; ~5 s to start), shared by every test in tests/spark/.
+"""The ONE Spark session of the test run (session-scoped; ~5 s to start), shared by every test in tests/spark/, and
+the ONE Spark Connect server (``connect_server``, session-scoped, started only by the tests that use it).
 
 Sized for a 2-core machine (``apportion.spark._session``): `local[2]`, 2 shuffle partitions, 1 GiB driver. Every test
 module here must mark its tests `pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]` so that, under
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,13 +19,17 @@ import pytest
 IN_CI = os.environ.get("CI") == "true"
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """A local[2] SparkSession; stopped at the end of the run."""
+def require_java() -> None:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         if IN_CI:
             pytest.fail("Java 17+ is not installed: Spark tests cannot run (see scripts/check-java.sh)")
         pytest.skip("Java 17+ is not installed")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A local[2] SparkSession; stopped at the end of the run."""
+    require_java()
     from apportion.spark._session import spark_session
 
     session = spark_session(
@@ -33,6 +39,29 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Spark Connect server (``apportion spark serve``'s ``ConnectServer``, local[2]) on a free port, with one
+    session already served (warm); its process group is stopped at the end of the run, whatever happened."""
+    require_java()
+    pytest.importorskip("grpc", reason="Spark Connect needs the spark extra's grpcio")
+    from apportion.spark._serve import ConnectServer
+
+    server = ConnectServer("local[2]", free_port(), log_path=tmp_path_factory.mktemp("connect") / "server.log")
+    try:
+        server.start()
+        server.check_session()
+        yield server
+    finally:
+        server.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @pytest.fixture

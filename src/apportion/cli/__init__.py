@@ -12,6 +12,7 @@ from apportion.cli import (
     _report,  # noqa: F401  (registers `apportion report`)
     _route,  # noqa: F401  (registers `apportion route`)
     _simulate,  # noqa: F401  (registers `apportion simulate`)
+    _spark,  # noqa: F401  (registers `apportion spark serve`)
     _status,  # noqa: F401  (registers `apportion status`)
     _strategies_demo,  # noqa: F401  (registers `apportion demo-strategies`)
     _worker,  # noqa: F401  (registers `apportion worker`)

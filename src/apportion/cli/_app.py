@@ -29,6 +29,7 @@ EXTRAS = {
     "pyarrow": "spark",
     "pandas": "spark",
     "matplotlib": "spark",
+    "grpc": "spark",  # Spark Connect (--spark sc://..., apportion spark serve)
     "httpx": "etcd",
     "prometheus_client": "metrics",
 }
@@ -36,7 +37,7 @@ EXTRAS = {
 _SECRETS: list[str] = []
 # commands that start Spark: the extra is checked before they do anything (the demo would spawn workers that each
 # fail alone; report would read the store first)
-SPARK_COMMANDS = (("demo",), ("report",), ("pipeline", "run"))
+SPARK_COMMANDS = (("demo",), ("report",), ("pipeline", "run"), ("spark", "serve"))
 
 
 def require_extra(extra: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from apportion.cli._app import remember_url
+from apportion.errors import InvalidRequest
 from apportion.group import GroupConfig
 
 FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
@@ -70,4 +71,46 @@ def timing_options(*, env: bool = False) -> Callable[[FC], FC]:
     return apply
 
 
-__all__ = ["ENV_PREFIX", "STORE_HELP", "group_option", "option", "store_option", "timing_options"]
+def spark_options(default_master: str) -> Callable[[FC], FC]:
+    """``--master`` (this process's own Spark: local[N], spark://...) and ``--spark sc://host:port`` (a shared Spark
+    Connect server, ``apportion spark serve``: no JVM in this process); at most one. :func:`spark_master` resolves
+    them into ``master`` and ``spark_url``."""
+    master = option(
+        "--master", default=None, help=f"Spark master of this process's own session (default {default_master})."
+    )
+    spark = option(
+        "--spark", "spark_url", default=None, metavar="sc://HOST:PORT",
+        help="A shared Spark Connect server (apportion spark serve) instead of a Spark of this process's own.",
+    )  # fmt: skip
+
+    def apply(f: FC) -> FC:
+        return master(spark(f))
+
+    return apply
+
+
+def spark_master(master: str | None, spark_url: str | None, default: str) -> str:
+    """What ``spark_session`` takes: the ``--spark`` URL, the ``--master``, or ``default``; ``InvalidRequest`` when
+    both are given or ``--spark`` is not an ``sc://`` URL."""
+    from apportion.spark import connect_address
+
+    if spark_url is None:
+        return master or default
+    if master is not None:
+        raise InvalidRequest(
+            "--spark", "give --master (a Spark of this process) or --spark (a shared server), not both"
+        )
+    connect_address(spark_url)  # sc://host:port, or InvalidRequest
+    return spark_url
+
+
+__all__ = [
+    "ENV_PREFIX",
+    "STORE_HELP",
+    "group_option",
+    "option",
+    "spark_master",
+    "spark_options",
+    "store_option",
+    "timing_options",
+]

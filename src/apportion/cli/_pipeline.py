@@ -1,9 +1,10 @@
 """`apportion pipeline produce|run|verify` — the Spark data pipeline from the command line.
 
 - ``produce``: append K seeded random keyed records to a resource of the partitioned log (progress bar on stderr).
-- ``run``: one worker of the group with its own Spark session, processing the partitions it owns in fenced
-  micro-batches (``apportion.spark.run_pipeline_worker``); several processes form the group. SIGTERM/SIGINT leave
-  gracefully.
+- ``run``: one worker of the group with its own Spark session (``--master``, default local[1]) or a session on a
+  shared Spark Connect server (``--spark sc://host:port``, ``apportion spark serve``: no JVM in the worker),
+  processing the partitions it owns in fenced micro-batches (``apportion.spark.run_pipeline_worker``); several
+  processes form the group. SIGTERM/SIGINT leave gracefully.
   Every assignment, batch, write, commit and fenced event is one JSON line on stderr.
   With ``--state-dir`` the group is stateful (seed 2): per-key running aggregates per partition in local stores
   backed by a fenced changelog, standby/learner replicas restored between batches (``apportion.spark._stateful``);
@@ -24,7 +25,7 @@ import sys
 import click
 
 from apportion.cli._app import app
-from apportion.cli._common import group_option, store_option, timing_options
+from apportion.cli._common import group_option, spark_master, spark_options, store_option, timing_options
 from apportion.cli._options import parse_options
 from apportion.errors import InvalidRequest
 from apportion.group import GroupConfig
@@ -41,6 +42,9 @@ def configure_logging() -> None:
     logging.getLogger("apportion").setLevel(logging.INFO)
     logging.getLogger("apportion.worker").setLevel(logging.WARNING)  # the pipeline logs assignments itself
     logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+MAX_SEGMENTS = 100_000  # Parquet segments one `pipeline produce` may write (each batch writes at least one)
 
 
 @app.group()
@@ -68,6 +72,13 @@ def produce(
         raise InvalidRequest("records", f"must be >= 0, got {records}")
     if key_count < 1:
         raise InvalidRequest("keys", f"must be >= 1, got {key_count}")
+    if batch_records >= 1 and -(-records // batch_records) > MAX_SEGMENTS:
+        # each batch is at least one Parquet segment: a million tiny files is a typo, not a log (and takes hours)
+        raise InvalidRequest(
+            "records",
+            f"{records:,} records in batches of {batch_records:,} would write over {MAX_SEGMENTS:,} segments: "
+            "raise --batch-records or produce in several runs",
+        )
     writable_dir(input_dir, "input")
     log = PartitionedLog(input_dir)
     log.create(resource, partitions)
@@ -94,7 +105,7 @@ def produce(
 @click.option("--strategy", default=GroupConfig.DEFAULT_STRATEGY, help="Assignment strategy when creating the group.")
 @click.option("--batch-records", type=int, default=10_000, help="Max records per partition per micro-batch.")
 @click.option("--transform", "transform_spec", default=None, help="module:function replacing the default transform.")
-@click.option("--master", default="local[1]", help="Spark master of this worker's session.")
+@spark_options("local[1]")
 @click.option("--driver-memory", default="1g", help="Spark driver memory.")
 @timing_options()
 @click.option(
@@ -139,7 +150,8 @@ def run(
     strategy: str,
     batch_records: int,
     transform_spec: str | None,
-    master: str,
+    master: str | None,
+    spark_url: str | None,
     driver_memory: str,
     settle_s: float,
     min_interval_s: float,
@@ -173,7 +185,7 @@ def run(
         ttl_s=ttl_s,
         batch_records=batch_records,
         transform=transform_spec or None,
-        master=master,
+        master=spark_master(master, spark_url, "local[1]"),
         driver_memory=driver_memory,
         revoke_timeout_s=revoke_timeout_s,
         idle_s=idle_s,

@@ -7,7 +7,7 @@ import json
 import click
 
 from apportion.cli._app import app
-from apportion.cli._common import group_option, store_option
+from apportion.cli._common import group_option, spark_master, spark_options, store_option
 from apportion.cli._store import read_group
 from apportion.errors import ApportionError, InvalidRequest
 from apportion.group import history, history_expired_before
@@ -22,18 +22,19 @@ class OverlapFound(ApportionError):
 @store_option()
 @group_option()
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for the report.")
-@click.option("--master", default="local[1]", help="Spark master.")
-def report(store_url: str, group_name: str, out_dir: str, master: str) -> None:
+@spark_options("local[1]")
+def report(store_url: str, group_name: str, out_dir: str, master: str | None, spark_url: str | None) -> None:
     """Ownership timelines, unowned gaps, overlaps (must be none), moves per round, balance, handoff latency.
     The summary states the span of history analysed and what it may miss (expired events, members seen in part)."""
     from apportion.spark import spark_session, write_report
 
+    engine = spark_master(master, spark_url, "local[1]")
     with read_group(store_url, group_name) as store:
         events = history(store, group_name)
         expired_before = history_expired_before(store, group_name)
     if not events:  # before paying for a Spark start
         raise InvalidRequest("--group", f"{group_name!r} has no recorded history in {redact_url(store_url)}")
-    spark = spark_session(master, app_name="apportion-report")
+    spark = spark_session(engine, app_name="apportion-report")
     summary = write_report(spark, events, out_dir, expired_before=expired_before)
     out = summary.as_dict()
     click.echo(json.dumps(out, indent=2))

@@ -8,6 +8,7 @@ import time
 import click
 
 from apportion.cli._app import app
+from apportion.cli._common import spark_master, spark_options
 from apportion.cli._options import parse_options
 from apportion.errors import ApportionError
 from apportion.model import MAX_PARTITIONS
@@ -41,6 +42,7 @@ class SimulationFailed(ApportionError):
 @click.option("--trace", "show_trace", is_flag=True, help="Print the trace, one JSON line per event.")
 @click.option("--grid", "grid_file", type=click.Path(dir_okay=False), help="Grid file (JSON/TOML): run it on Spark.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Output directory of --grid.")
+@spark_options("local[2]")
 def simulate(
     members: int,
     partitions: int,
@@ -53,13 +55,15 @@ def simulate(
     show_trace: bool,
     grid_file: str | None,
     out_dir: str | None,
+    master: str | None,
+    spark_url: str | None,
 ) -> None:
     """Simulate a group under churn and faults; print moves vs lower bound, unowned time, rounds, violations.
     With --grid: every scenario of the grid as a Spark task, one comparison table and chart in --out."""
     if grid_file is not None:
         from apportion.spark import simulate_grid
 
-        grid_result = simulate_grid(grid_file, out_dir)
+        grid_result = simulate_grid(grid_file, out_dir, spark_master(master, spark_url, "local[2]"))
         click.echo(json.dumps(grid_result.as_dict(), indent=2))
         if grid_result.failed:
             raise SimulationFailed(f"{grid_result.failed} scenario(s) violated a check: see {grid_result.table_csv}")

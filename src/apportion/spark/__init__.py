@@ -44,7 +44,8 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     from apportion.spark._pipeline import BatchStats, Pipeline, joined, transform, warm_up
     from apportion.spark._report import ReportSummary, write_report
     from apportion.spark._route import RouteResult, route, spark_partition_expr
-    from apportion.spark._session import spark_session
+    from apportion.spark._serve import ConnectServer
+    from apportion.spark._session import DEFAULT_CONNECT_PORT, connect_address, spark_session
     from apportion.spark._stateful import StatefulPartitions, StateReport, handoffs, verify_state
     from apportion.spark._worker import readable_dir, run_pipeline_worker, writable_dir
 
@@ -86,6 +87,9 @@ _LAZY = {
     "writable_dir": "apportion.spark._worker",
     "simulate_grid": "apportion.spark._grid",
     "uncommitted_records": "apportion.spark._output",
+    "connect_address": "apportion.spark._session",
+    "DEFAULT_CONNECT_PORT": "apportion.spark._session",
+    "ConnectServer": "apportion.spark._serve",
 }
 
 
@@ -101,6 +105,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "BatchStats",
     "Checkpoint",
+    "ConnectServer",
+    "DEFAULT_CONNECT_PORT",
     "Grid",
     "GridResult",
     "Pipeline",
@@ -110,6 +116,7 @@ __all__ = [
     "StatefulPartitions",
     "VerifyReport",
     "balance_over_time",
+    "connect_address",
     "events_frame",
     "handoff_latency",
     "handoffs",

@@ -19,12 +19,13 @@ import itertools
 import json
 import time
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from apportion.errors import InvalidRequest
+from apportion.spark._session import default_parallelism
 
 GRID_SCHEMA = (
     "strategy STRING, members INT, partitions INT, churn INT, seed INT, faults BOOLEAN, rounds INT, moves INT, "
@@ -148,6 +149,31 @@ def run_one(scenario: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
+def run_scenarios(spark: Any, scenarios: Sequence[Mapping[str, Any]], slices: int) -> list[tuple[Any, ...]]:
+    """Every scenario through ``run_one`` in ``slices`` Spark tasks; the rows in the scenarios' order.
+
+    A DataFrame of the scenarios, spread round-robin over ``slices`` partitions, ``mapInArrow`` over them: no RDD,
+    so it runs through Spark Connect too (there the tasks run in the server's Python workers, which must import
+    apportion). Collected once, so no scenario runs twice."""
+    frame = spark.createDataFrame([(i, json.dumps(s)) for i, s in enumerate(scenarios)], "i INT, scenario STRING")
+    ran = frame.repartition(max(1, slices)).mapInArrow(_run_batch, f"i INT, {GRID_SCHEMA}")
+    rows = sorted((tuple(r.values()) for r in ran.toArrow().to_pylist()), key=lambda r: r[0])
+    return [r[1:] for r in rows]
+
+
+def _run_batch(batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInArrow`` function: (i, scenario JSON) batches → (i, ``GRID_SCHEMA`` row) batches."""
+    import pyarrow as pa
+
+    arrow_types = {"STRING": pa.string(), "INT": pa.int32(), "BOOLEAN": pa.bool_(), "DOUBLE": pa.float64()}
+    schema = pa.schema(
+        [("i", pa.int32())] + [(n, arrow_types[t]) for n, t in (p.split() for p in GRID_SCHEMA.split(","))]
+    )
+    for batch in batches:
+        rows = [(i, *run_one(json.loads(s))) for i, s in zip(*batch.to_pydict().values(), strict=True)]
+        yield pa.RecordBatch.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
+
+
 @dataclass(frozen=True, slots=True)
 class GridResult:
     """Where ``run_grid`` wrote, how many scenarios ran and how many violated a check."""
@@ -236,9 +262,8 @@ def run_grid(spark: Any, grid: Grid, out_dir: str | Path, *, tasks: int | None =
     out.mkdir(parents=True, exist_ok=True)
     scenarios = grid.scenarios()
     started = time.monotonic()
-    sc = spark.sparkContext
-    slices = tasks if tasks is not None else min(len(scenarios), max(1, sc.defaultParallelism) * 4)
-    rows = sc.parallelize(scenarios, slices).map(run_one).collect()
+    slices = tasks if tasks is not None else min(len(scenarios), default_parallelism(spark) * 4)
+    rows = run_scenarios(spark, scenarios, slices)
     runs = spark.createDataFrame(rows, GRID_SCHEMA).orderBy("strategy", "members", "partitions", "churn", "seed")
     table = write_table(runs, out, "scenarios")
     compared = write_table(comparison(runs), out, "comparison")

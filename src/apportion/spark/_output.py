@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -131,7 +132,7 @@ def read_committed(spark: SparkSession | None, store: Store, group: str, output_
     is None. Reads only the files the committed checkpoints list (never a directory listing)."""
     if spark is None:
         return read_committed_arrow(store, group, output_dir)
-    files = [str(p) for p in committed_files(store, group, output_dir)]
+    files = [os.path.abspath(p) for p in committed_files(store, group, output_dir)]  # Connect: the server reads
     if not files:
         return spark.createDataFrame(OUTPUT_SCHEMA.empty_table().to_pandas(), schema=_spark_schema(OUTPUT_SCHEMA))
     return spark.read.parquet(*files)

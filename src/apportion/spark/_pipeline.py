@@ -265,7 +265,7 @@ def read_tasks(spark: SparkSession, tasks: Sequence[Task]) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    paths = [s.path for t in tasks for s in t.segments]
+    paths = [os.path.abspath(s.path) for t in tasks for s in t.segments]  # through Connect the server reads them
     df = spark.read.schema(INPUT_SCHEMA_DDL).parquet(*paths)
     partition = F.regexp_extract(F.col("_metadata.file_path"), r"/(\d+)/[^/]+$", 1).cast("int")
     wanted = functools.reduce(

@@ -1,18 +1,55 @@
-"""The one way apportion starts Spark: a small local session (UI off, quiet logs, UTC, loopback only).
+"""The one way apportion starts Spark: a small local session (UI off, quiet logs, UTC, loopback only), or a session
+on a shared Spark Connect server when ``master`` is an ``sc://host:port`` URL.
 
 Used by the pipeline worker, ``apportion report``, the simulation grid, the demo, the benchmarks and the tests'
 session fixture; they differ only in ``master``, ``driver_memory``, ``parallelism`` and extra ``config``.
+
+Through Spark Connect the process holds no JVM: it is a gRPC client of the server (``apportion spark serve``), with a
+session of its own (isolated by its session id: its temp views and SQL settings are its own). Only the SQL settings
+(``spark.sql.*``) are per session; the JVM's (driver memory, UI, default parallelism) are the server's, so they are
+not sent. Paths are resolved by the server: the input, output and state directories must be on a file system it
+sees at the same path (the same machine, or a shared mount).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from apportion.errors import InvalidRequest, SparkUnavailable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+CONNECT_SCHEME = "sc"
+DEFAULT_CONNECT_PORT = 15002
+CONNECT_TIMEOUT_S = 5.0
+
+
+def is_connect_url(master: str) -> bool:
+    """Whether ``master`` names a Spark Connect server (``sc://host:port``) rather than a Spark master."""
+    return master.startswith(f"{CONNECT_SCHEME}://")
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no ``sparkContext``, no RDDs, no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def connect_address(url: str) -> tuple[str, int]:
+    """``sc://host[:port][/;params]`` → ``(host, port)``; raises ``InvalidRequest`` for anything else."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or DEFAULT_CONNECT_PORT
+    except ValueError as exc:
+        raise InvalidRequest("--spark", f"bad port in {url!r}") from exc
+    if parts.scheme != CONNECT_SCHEME or not parts.hostname:
+        raise InvalidRequest("--spark", f"expected sc://host:port, got {url!r}")
+    return parts.hostname, port
 
 
 def spark_session(
@@ -24,8 +61,11 @@ def spark_session(
     config: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """A small Spark session for one process (``getOrCreate``: an existing session of the process is reused).
-    ``parallelism`` sets the shuffle partitions and the default parallelism (1 for a pipeline worker's
+    ``master`` is a Spark master (``local[N]``, ``spark://...``) or the ``sc://host:port`` URL of a Spark Connect
+    server. ``parallelism`` sets the shuffle partitions and the default parallelism (1 for a pipeline worker's
     ``local[1]``); ``config`` adds or overrides Spark settings."""
+    if is_connect_url(master):
+        return connect_session(master, parallelism=parallelism, config=config)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -34,11 +74,11 @@ def spark_session(
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": str(parallelism),
         "spark.default.parallelism": str(parallelism),
         "spark.driver.memory": driver_memory,
         "spark.driver.bindAddress": "127.0.0.1",
-        "spark.sql.session.timeZone": "UTC",
+        **SESSION_SETTINGS,
+        "spark.sql.shuffle.partitions": str(parallelism),
         **(config or {}),
     }
     builder = SparkSession.builder.master(master).appName(app_name)
@@ -49,4 +89,59 @@ def spark_session(
     return session
 
 
-__all__ = ["spark_session"]
+SESSION_SETTINGS = {"spark.sql.session.timeZone": "UTC"}
+"""The SQL settings every session gets, local or through Connect."""
+
+
+def connect_session(
+    url: str, *, parallelism: int = 1, config: Mapping[str, str] | None = None, timeout_s: float = CONNECT_TIMEOUT_S
+) -> SparkSession:
+    """A session of this process on the Spark Connect server at ``url`` (``getOrCreate``). The server must accept a
+    TCP connection within ``timeout_s`` (else ``SparkUnavailable``: pyspark's own retries would wait a minute or more).
+    Only ``spark.sql.*`` settings of ``config`` apply (the others belong to the server's JVM)."""
+    host, port = connect_address(url)
+    if not accepts(host, port, timeout_s):
+        raise SparkUnavailable(
+            f"no Spark Connect server at {host}:{port} (start one with: apportion spark serve --port {port})"
+        )
+    from pyspark.sql import SparkSession
+
+    settings = {
+        **SESSION_SETTINGS,
+        "spark.sql.shuffle.partitions": str(parallelism),
+        **{k: v for k, v in (config or {}).items() if k.startswith("spark.sql.")},
+    }
+    builder = SparkSession.builder.remote(url)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def accepts(host: str, port: int, timeout_s: float) -> bool:
+    """Whether ``host:port`` accepts a TCP connection within ``timeout_s``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def default_parallelism(spark: Any) -> int:
+    """The default parallelism of ``spark``'s engine: ``sparkContext.defaultParallelism`` locally; through Connect
+    (no ``sparkContext``) the number of partitions of ``spark.range`` (which takes the server's default)."""
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    from pyspark.sql import functions as F
+
+    return max(1, int(spark.range(4096).select(F.spark_partition_id().alias("p")).distinct().count()))
+
+
+__all__ = [
+    "accepts",
+    "connect_address",
+    "connect_session",
+    "default_parallelism",
+    "is_connect",
+    "is_connect_url",
+    "spark_session",
+]

@@ -1,0 +1,57 @@
+"""`apportion spark serve` — a Spark Connect server that pipeline workers, `report` and `simulate --grid` share.
+
+Thin: ``apportion.spark.ConnectServer`` starts it (127.0.0.1 only, UI off, quiet logs), checks that it accepts
+a session, and stops it (its whole process group) on SIGTERM/SIGINT. Workers then run with ``--spark sc://...``.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+import click
+
+from apportion.cli._app import app
+from apportion.errors import SparkUnavailable
+from apportion.spark import DEFAULT_CONNECT_PORT
+
+
+@app.group()
+def spark() -> None:
+    """Spark shared by apportion's processes."""
+
+
+@spark.command()
+@click.option(
+    "--master", default="local[2]", show_default=True, help="Spark master of the server: local[N], spark://..."
+)
+@click.option("--port", type=int, default=DEFAULT_CONNECT_PORT, show_default=True, help="gRPC port on 127.0.0.1.")
+@click.option("--driver-memory", default="1g", show_default=True, help="The server's driver memory.")
+@click.option(
+    "--log", "log_path", type=click.Path(dir_okay=False), default=None, help="Server log (default: a temp file)."
+)
+@click.option("--start-timeout", "start_timeout_s", type=float, default=300.0, help="Max wait for the server (s).")
+def serve(master: str, port: int, driver_memory: str, log_path: str | None, start_timeout_s: float) -> None:
+    """Run a Spark Connect server until SIGTERM/SIGINT; workers use it with --spark sc://127.0.0.1:PORT."""
+    from apportion.spark import ConnectServer
+
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)
+    server = ConnectServer(
+        master, port, driver_memory=driver_memory, log_path=log_path, start_timeout_s=start_timeout_s
+    )
+    with server:
+        server.check_session()
+        click.echo(
+            f"Spark Connect server ready at {server.url} (master {master}, pid {server.pid}, log {server.log_path})"
+        )
+        while not stop.wait(0.5):
+            if not server.running():
+                raise SparkUnavailable(f"the Spark Connect server exited: {server.last_log_line()}")
+    click.echo("Spark Connect server stopped", err=True)
