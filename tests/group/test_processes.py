@@ -8,7 +8,7 @@ etcd-specific deadline is the crash takeover, +0.5 s (etcd revokes expired lease
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -99,12 +99,16 @@ def test_six_workers_survive_crashes_zombies_and_graceful_stops(
     seen = len(zombie.events)
     zombie.signal(signal.SIGCONT)
 
-    # Its belief ends: each stale commit it had in flight is Fenced, and on_lost reports everything it held
-    def reported(kind: str) -> Callable[[], bool]:
-        return lambda: kind in [e["event"] for e in zombie.events[seen:]]
-
-    for kind in ("fenced", "lost"):
-        wait_for(f"w2 to report {kind}", reported(kind), 10, context=lambda: describe(zombie, seen))
+    # Its belief ends: on_lost reports everything it held. (A stale commit of its committer is Fenced when it meets
+    # the store, but whether one is still pending at SIGCONT depends on where the freeze caught that thread: a clean-
+    # clone CI run froze it between batches and it resumed with the new epochs only. The fence on a frozen writer's
+    # commit is asserted deterministically in tests/group/test_belief.py and by the pipeline's zombie tests.)
+    wait_for(
+        "w2 to report lost",
+        lambda: "lost" in [e["event"] for e in zombie.events[seen:]],
+        10,
+        context=lambda: describe(zombie, seen),
+    )
     wait_for("w2 to rejoin and get partitions", lambda: "assigned" in [e["event"] for e in zombie.events[seen:]], 15)
     wait_for("balance among the 4 workers again", lambda: balanced(store_url, alive), 15)
 
