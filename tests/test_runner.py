@@ -4,11 +4,11 @@ caller through the worker it is handed)."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from typing import Any
 
 from apportion.runner import run_worker
+from apportion.waiting import wait_for
 from apportion.worker import Worker
 
 
@@ -29,10 +29,12 @@ def test_run_worker_emits_its_assignment_and_commits_until_the_caller_stops_it()
         daemon=True,
     )
     thread.start()
-    deadline = time.monotonic() + 20
-    while not (started and any(e == "assigned" for e, _ in events) and started[0].checkpoint(0) is not None):
-        assert time.monotonic() < deadline, f"expected partitions 0-3 assigned and committed, got {events}"
-        time.sleep(0.02)
+    wait_for(
+        "partitions 0-3 assigned and partition 0 committed",
+        lambda: started and any(e == "assigned" for e, _ in events) and started[0].checkpoint(0) is not None,
+        20,
+        context=lambda: str(events),
+    )
     committed = started[0].checkpoint(0)
     started[0].stop()
     thread.join(20)

@@ -247,3 +247,11 @@ def test_produce_refuses_a_run_of_more_than_100_000_segments_before_writing(
     assert result.code == 2
     assert "would write over 100,000 segments" in result.one_error_line()
     assert not log.exists()
+
+
+@pytest.mark.parametrize("command", [["spark", "serve", "--port", "1"], ["report", "--store", "memory://x", "--group",
+                                     "g", "--out", "r"]])  # fmt: skip
+def test_a_master_spark_would_refuse_is_one_line_before_any_jvm_starts(command: list[str]) -> None:
+    result = cli(*command, "--master", "nope")
+    assert result.code == 2
+    assert "'nope' is not a Spark master" in result.one_error_line()

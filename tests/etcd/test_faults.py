@@ -23,6 +23,7 @@ import pytest
 from apportion.errors import ApportionError
 from apportion.sim import check_trace
 from apportion.store import Store, connect
+from apportion.waiting import wait_for
 from apportion.worker import Group, Worker
 from tests.etcd_server import EtcdCluster, EtcdServer
 
@@ -99,10 +100,7 @@ class Fleet:
     def wait_commits(self, count: int, deadline_s: float) -> None:
         """At least ``count`` accepted commits since now (the group is working before the fault)."""
         since = time.time()
-        deadline = time.monotonic() + deadline_s
-        while len(self.since(since, "commit")) < count:
-            assert time.monotonic() < deadline, f"fewer than {count} commits within {deadline_s}s"
-            time.sleep(0.05)
+        wait_for(f"{count} accepted commits", lambda: len(self.since(since, "commit")) >= count, deadline_s)
 
     def wait_all_owned(self, deadline_s: float) -> None:
         deadline = time.monotonic() + deadline_s

@@ -91,11 +91,11 @@ def spark_options(default_master: str) -> Callable[[FC], FC]:
 
 def spark_master(master: str | None, spark_url: str | None, default: str) -> str:
     """What ``spark_session`` takes: the ``--spark`` URL, the ``--master``, or ``default``; ``InvalidRequest`` when
-    both are given or ``--spark`` is not an ``sc://`` URL."""
-    from apportion.spark import connect_address
+    both are given, ``--spark`` is not an ``sc://`` URL or ``--master`` not a Spark master."""
+    from apportion.spark import connect_address, validate_master
 
     if spark_url is None:
-        return master or default
+        return validate_master(master or default)
     if master is not None:
         raise InvalidRequest(
             "--spark", "give --master (a Spark of this process) or --spark (a shared server), not both"

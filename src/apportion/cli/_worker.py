@@ -200,7 +200,7 @@ def worker(
         store_url,
         group_name,
         worker_id,
-        emit=_emit,
+        emit=events.emit,
         capacity=capacity,
         commit_every_s=commit_every,
         replace=replace,
@@ -222,8 +222,3 @@ def worker(
         rebalance=rebalance,
         max_in_flight=max_in_flight,
     )
-
-
-def _emit(event: str, **fields: object) -> None:
-    """One whole event line on stdout (``apportion.events``: safe from the callbacks' and the committer's threads)."""
-    events.emit(event, **fields)

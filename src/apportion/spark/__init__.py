@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     from apportion.spark._report import ReportSummary, write_report
     from apportion.spark._route import RouteResult, route, spark_partition_expr
     from apportion.spark._serve import ConnectServer
-    from apportion.spark._session import DEFAULT_CONNECT_PORT, connect_address, spark_session
+    from apportion.spark._session import DEFAULT_CONNECT_PORT, connect_address, spark_session, validate_master
     from apportion.spark._stateful import StatefulPartitions, StateReport, handoffs, verify_state
     from apportion.spark._worker import readable_dir, run_pipeline_worker, writable_dir
 
@@ -88,6 +88,7 @@ _LAZY = {
     "simulate_grid": "apportion.spark._grid",
     "uncommitted_records": "apportion.spark._output",
     "connect_address": "apportion.spark._session",
+    "validate_master": "apportion.spark._session",
     "DEFAULT_CONNECT_PORT": "apportion.spark._session",
     "ConnectServer": "apportion.spark._serve",
 }
@@ -137,6 +138,7 @@ __all__ = [
     "spark_session",
     "transform",
     "uncommitted_records",
+    "validate_master",
     "unowned_gaps",
     "verify",
     "verify_state",

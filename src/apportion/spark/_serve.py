@@ -32,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 
 from apportion.errors import InvalidRequest, SparkUnavailable
-from apportion.spark._session import DEFAULT_CONNECT_PORT, SESSION_SETTINGS, accepts
+from apportion.spark._session import DEFAULT_CONNECT_PORT, SESSION_SETTINGS, accepts, validate_master
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 LOCALHOST = "127.0.0.1"
@@ -102,7 +102,7 @@ class ConnectServer:
         start_timeout_s: float = 300.0,
         stop_timeout_s: float = 30.0,
     ) -> None:
-        self.master = master
+        self.master = validate_master(master)
         self.port = port
         self.host = LOCALHOST
         self.driver_memory = driver_memory

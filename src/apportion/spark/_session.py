@@ -14,6 +14,7 @@ sees at the same path (the same machine, or a shared mount).
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 from collections.abc import Mapping
@@ -28,6 +29,20 @@ if TYPE_CHECKING:
 CONNECT_SCHEME = "sc"
 DEFAULT_CONNECT_PORT = 15002
 CONNECT_TIMEOUT_S = 5.0
+
+
+# What spark-submit accepts as --master (its own check fails inside the JVM, after seconds, as a Java stack trace).
+_MASTER = re.compile(r"yarn|local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[[^\]]+\]|(spark|k8s)://\S+")
+
+
+def validate_master(master: str) -> str:
+    """``master`` if it is a Spark master (``local[N]``, ``spark://host:port``, ``k8s://...``, ``yarn``);
+    ``InvalidRequest`` otherwise (a user mistake: exit 2)."""
+    if not _MASTER.fullmatch(master):
+        raise InvalidRequest(
+            "--master", f"{master!r} is not a Spark master (local[N], spark://host:port, k8s://..., yarn)"
+        )
+    return master
 
 
 def is_connect_url(master: str) -> bool:
@@ -81,7 +96,7 @@ def spark_session(
         "spark.sql.shuffle.partitions": str(parallelism),
         **(config or {}),
     }
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.master(validate_master(master)).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
