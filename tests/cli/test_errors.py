@@ -255,3 +255,21 @@ def test_a_master_spark_would_refuse_is_one_line_before_any_jvm_starts(command: 
     result = cli(*command, "--master", "nope")
     assert result.code == 2
     assert "'nope' is not a Spark master" in result.one_error_line()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [("hdfs://namenode/log", "only a path or a file:// URL"), ("file://otherhost/log", "local absolute path")],
+)
+def test_pipeline_directories_refuse_urls_the_worker_cannot_read(url: str, message: str, tmp_path: Path) -> None:
+    result = cli("pipeline", "produce", "--input", url, "--resource", "r", "--partitions", "2", "--records", "5")
+    assert result.code == 2
+    assert message in result.one_error_line()
+
+
+def test_pipeline_directories_take_file_urls(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    produced = cli("pipeline", "produce", "--input", f"file://{log}", "--resource", "r", "--partitions", "2",
+                   "--records", "5")  # fmt: skip
+    assert produced.code == 0, produced
+    assert sorted(p.name for p in (log / "r").iterdir() if p.is_dir()) == ["0", "1"]

@@ -1,21 +1,24 @@
-"""The pipeline's races with a newer epoch, made deterministic by its fault hook (no sleeps): a zombie's temp file
-cleaned up before its rename, its output cleaned up before its commit, and a partition lost and re-acquired by the
-same worker while a batch of the older epoch is in flight. Each must end in a fenced partition (or a commit under
-the new epoch), never a traceback, a stalled partition or a record committed twice."""
+"""The pipeline's races with a newer epoch, made deterministic by its fault hook (no sleeps): a newer epoch cleaning
+up before a zombie's Spark job writes, its output cleaned up before its commit, a partition lost and re-acquired by
+the same worker while a batch of the older epoch is in flight, and a failed Spark job. Each must end in a fenced
+partition (or a commit under the new epoch, or a batch run again), never a traceback, a stalled partition or a
+record committed twice."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from apportion.errors import Fenced
 from apportion.group import GroupConfig, PartitionLease
 from apportion.log import PartitionedLog, Producer
-from apportion.spark import Pipeline
+from apportion.spark import Pipeline, transform
 from apportion.spark._output import Checkpoint, committed_checkpoints, read_committed_arrow
-from apportion.spark._pipeline import clean_partition
+from apportion.spark._pipeline import MAX_FAILED_BATCHES, clean_partition
 from apportion.spark._stateful import StatefulPartitions, verify_state
 from tests.group.harness import Harness
 from tests.spark.test_stateful import Events
@@ -34,7 +37,8 @@ def _log(tmp_path: Path, records: int = 20) -> PartitionedLog:
 
 
 def _files(out: Path) -> list[str]:
-    return sorted(str(f.relative_to(out)) for f in out.rglob("*") if f.is_file())
+    """The outputs holding data under ``out``: batch directories (relative), whoever wrote them."""
+    return sorted({str(f.parent.relative_to(out)) for f in out.rglob("*.parquet")})
 
 
 def _zombie_scenario(spark: Any, tmp_path: Path, point: str) -> tuple[Harness, Pipeline, Events, dict[str, Any]]:
@@ -50,7 +54,7 @@ def _zombie_scenario(spark: Any, tmp_path: Path, point: str) -> tuple[Harness, P
     def new_owner_takes_over(at: str, task: Any, path: Path) -> None:
         if at != point or "n" in h.members:
             return
-        assert path.exists(), f"the hook at {at} gets the file it is about to rename or commit: {path}"
+        assert path.exists() == (at == "before_commit"), f"the hook at {at} gets the directory: {path}"
         h.frozen.add("z")
         new_owner = h.add("n")
         h.run(CONFIG.ttl_s + 5)  # z's lease lapses; n claims every partition under a newer epoch
@@ -71,22 +75,23 @@ def _zombie_scenario(spark: Any, tmp_path: Path, point: str) -> tuple[Harness, P
     return h, pipeline, events, seen
 
 
-def test_a_temp_file_cleaned_up_by_a_newer_epoch_before_its_rename_is_fenced_and_the_worker_keeps_running(
+def test_a_zombie_whose_spark_job_writes_after_the_newer_epochs_clean_up_is_fenced_and_discards_its_output(
     spark: Any, tmp_path: Path
 ) -> None:
-    h, pipeline, events, seen = _zombie_scenario(spark, tmp_path, "before_rename")
-    stats = pipeline.run_once()  # today: FileNotFoundError from os.replace(tmp, final)
+    h, pipeline, events, seen = _zombie_scenario(spark, tmp_path, "before_write")
+    stats = pipeline.run_once()
     assert stats is not None
     assert stats.committed == ()
     assert set(stats.fenced) == {0, 1}
     assert {e["partition"] for e in events.of("fenced")} == {0, 1}
-    assert any(".tmp-" in rel for rel in seen["cleaned"])
+    assert seen["cleaned"] == []  # nothing was written yet when the new owner cleaned up
+    assert all(e["rows"] > 0 for e in events.of("written"))  # the zombie's job did write, after the clean-up
     assert _files(tmp_path / "out") == []  # nothing of the zombie's is left behind
     assert committed_checkpoints(h.store, "g") == {}
     assert pipeline.run_once() is None  # alive, and it processes nothing it no longer owns
 
 
-def test_output_cleaned_up_by_a_newer_epoch_between_rename_and_commit_is_fenced_and_nothing_is_committed(
+def test_output_cleaned_up_by_a_newer_epoch_between_write_and_commit_is_fenced_and_nothing_is_committed(
     spark: Any, tmp_path: Path
 ) -> None:
     h, pipeline, events, seen = _zombie_scenario(spark, tmp_path, "before_commit")
@@ -98,6 +103,56 @@ def test_output_cleaned_up_by_a_newer_epoch_between_rename_and_commit_is_fenced_
     assert _files(tmp_path / "out") == []
     assert committed_checkpoints(h.store, "g") == {}
     assert pipeline.run_once() is None
+
+
+def test_a_failed_spark_job_commits_nothing_and_the_batch_is_run_again_from_the_commit(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The first job fails inside Spark (a Python UDF raising in an executor); ``run`` reports it, re-plans from the
+    committed checkpoints and the next attempt commits every record exactly once."""
+    from pyspark.sql import functions as F
+
+    log = _log(tmp_path)
+    out = tmp_path / "out"
+    ownership = Ownership([0, 1])
+    events = Events()
+    attempts = {"n": 0}
+
+    @F.udf("string")
+    def explode(value: str) -> str:
+        raise RuntimeError(f"executor failure on {value}")
+
+    def failing_once(df: Any) -> Any:
+        attempts["n"] += 1
+        return transform(df.withColumn("value", explode("value")) if attempts["n"] == 1 else df)
+
+    pipeline = Pipeline(spark, log, out, "r", batch_records=100, emit=events, worker_id="w", transform=failing_once)
+    pipeline.attach(ownership)
+    pipeline.on_assigned([0, 1])
+    pipeline.run(threading.Event(), idle_s=0.01, exit_after_idle_s=0.2)
+    assert [e["failures"] for e in events.of("batch_failed")] == [1]
+    checkpoints = {p: Checkpoint.parse(c, p) for p, c in ownership.commits.items()}
+    assert {p: c.offset for p, c in checkpoints.items()} == {p: log.end_offset("r", p) for p in (0, 1)}
+    rows = sum(pq.read_table(out / rel).num_rows for c in checkpoints.values() for rel in c.outputs)
+    assert rows == log.end_offset("r", 0) + log.end_offset("r", 1)
+
+
+def test_a_spark_job_failing_again_and_again_stops_the_worker(spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    @F.udf("string")
+    def explode(value: str) -> str:
+        raise RuntimeError("broken transform")
+
+    log = _log(tmp_path)
+    events = Events()
+    pipeline = Pipeline(spark, log, tmp_path / "out", "r", emit=events, transform=lambda df: transform(
+        df.withColumn("value", explode("value"))))  # fmt: skip
+    pipeline.attach(Ownership([0]))
+    pipeline.on_assigned([0])
+    with pytest.raises(Exception, match="broken transform"):
+        pipeline.run(threading.Event(), idle_s=0.001)
+    assert [e["failures"] for e in events.of("batch_failed")] == list(range(1, MAX_FAILED_BATCHES + 1))
 
 
 class Ownership:
@@ -151,8 +206,8 @@ def test_a_partition_lost_and_reassigned_while_its_batch_is_in_flight_is_process
     assert pipeline.run_once() is None
     checkpoints = {p: Checkpoint.parse(c, p) for p, c in ownership.commits.items()}
     assert [c.offset for _, c in sorted(checkpoints.items())] == [log.end_offset("r", 0), log.end_offset("r", 1)]
-    assert checkpoints[0].outputs[0].endswith("-e0000000003.parquet")
-    assert _files(out) == sorted(rel for c in checkpoints.values() for rel in c.outputs)  # the epoch-1 file is gone
+    assert checkpoints[0].outputs[0].endswith("-e0000000003")
+    assert _files(out) == sorted(rel for c in checkpoints.values() for rel in c.outputs)  # epoch 1's output is gone
 
 
 def test_a_lost_partition_whose_batch_is_fenced_is_not_processed_again(spark: Any, tmp_path: Path) -> None:
@@ -174,11 +229,9 @@ def test_a_lost_partition_whose_batch_is_fenced_is_not_processed_again(spark: An
     assert _files(tmp_path / "out") == [Checkpoint.parse(ownership.commits[1], 1).outputs[0]]
 
 
-def test_the_zombies_state_and_output_stay_exactly_once_after_it_is_fenced_at_rename(
-    spark: Any, tmp_path: Path
-) -> None:
+def test_the_zombies_state_and_output_stay_exactly_once_after_it_is_fenced(spark: Any, tmp_path: Path) -> None:
     """After the fenced zombie, the new owner processes everything: output and state are exactly once."""
-    h, pipeline, _, _ = _zombie_scenario(spark, tmp_path, "before_rename")
+    h, pipeline, _, _ = _zombie_scenario(spark, tmp_path, "before_write")
     pipeline.run_once()
     log = pipeline.log
     new_owner = h.members["n"]

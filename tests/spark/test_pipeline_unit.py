@@ -1,12 +1,11 @@
 """The pipeline's commit/discard logic on the memory store (virtual clock, no Spark): fencing, clean-up, reading
-only committed output, and the verifier's detection of every kind of wrong output."""
+only committed output, and the verifier's detection of every kind of wrong output. Outputs are written here as
+Spark's executors lay them out (``write_output``: a batch directory with one part file)."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -15,9 +14,18 @@ import pytest
 from apportion.errors import ApportionError, Fenced
 from apportion.group import RoundsMember
 from apportion.log import PartitionedLog
-from apportion.spark._output import Checkpoint, committed_checkpoints, read_committed_arrow, verify
-from apportion.spark._pipeline import Task, clean_partition, commit_task, write_output
+from apportion.spark._output import Checkpoint, committed_checkpoints, output_relpath, read_committed_arrow, verify
+from apportion.spark._pipeline import Task, clean_partition, commit_task, output_rows
 from tests.group.harness import FAST, Harness
+
+
+def write_output(out: Path, resource: str, task: Task, rows: pa.Table) -> str:
+    """What ``write_batch``'s Spark job leaves for ``task``: its batch directory with a part file (and a .crc)."""
+    rel = output_relpath(resource, task.partition, task.start, task.end, task.epoch)
+    (out / rel).mkdir(parents=True)
+    pq.write_table(rows, out / rel / "part-00000-x.c000.snappy.parquet")
+    (out / rel / ".part-00000-x.c000.snappy.parquet.crc").write_bytes(b"crc")
+    return rel
 
 
 def _rows(partition: int, start: int, end: int) -> pa.Table:
@@ -51,7 +59,7 @@ def test_commit_of_the_owner_makes_its_file_part_of_the_checkpoint(tmp_path: Pat
     rel = write_output(tmp_path, "r", task, _rows(p, 0, 5))
     checkpoint = commit_task(a, task, rel, tmp_path)
     assert Checkpoint.parse(a.checkpoint(p), p) == checkpoint == Checkpoint(5, (rel,))
-    assert (tmp_path / rel).is_file()
+    assert (tmp_path / rel).is_dir() and output_rows(tmp_path / rel) == 5
 
 
 def test_zombie_commit_with_a_stale_epoch_is_fenced_and_its_output_file_deleted(tmp_path: Path) -> None:
@@ -95,61 +103,45 @@ def test_fenced_commit_keeps_a_file_that_the_committed_checkpoint_lists(tmp_path
     rel = write_output(tmp_path, "r", task, _rows(p, 0, 5))
     with pytest.raises(Fenced):
         commit_task(AppliedThenFenced(a), task, rel, tmp_path)  # type: ignore[arg-type]
-    assert (tmp_path / rel).is_file()
+    assert (tmp_path / rel).is_dir()
     assert Checkpoint.parse(a.checkpoint(p), p).outputs == (rel,)
 
 
-def test_new_owner_cleans_only_unlisted_files_of_older_epochs(tmp_path: Path) -> None:
+def test_new_owner_cleans_only_unlisted_outputs_of_older_epochs(tmp_path: Path) -> None:
     listed = Task(0, 1, 0, 5, Checkpoint(), ())
     orphan = Task(0, 2, 5, 9, Checkpoint(), ())
     mine = Task(0, 3, 5, 9, Checkpoint(), ())
     rel_listed = write_output(tmp_path, "r", listed, _rows(0, 0, 5))
     rel_orphan = write_output(tmp_path, "r", orphan, _rows(0, 5, 9))
     rel_mine = write_output(tmp_path, "r", mine, _rows(0, 5, 9))
-    (tmp_path / "r" / "0" / ".tmp-e0000000002-77-x.parquet").write_bytes(b"torn")
+    (tmp_path / "r" / "p=0" / "not-a-batch").mkdir()  # not ours to judge: left alone
     deleted = clean_partition(tmp_path, "r", 0, Checkpoint(5, (rel_listed,)), epoch=3)
-    assert deleted == ["r/0/.tmp-e0000000002-77-x.parquet", rel_orphan]
-    assert (tmp_path / rel_listed).is_file() and (tmp_path / rel_mine).is_file()
+    assert deleted == [rel_orphan]
+    assert not (tmp_path / rel_orphan).exists()
+    assert (tmp_path / rel_listed).is_dir() and (tmp_path / rel_mine).is_dir()
+    assert (tmp_path / "r" / "p=0" / "not-a-batch").is_dir()
 
 
-def test_a_write_whose_temp_file_a_newer_epoch_cleaned_up_is_fenced_and_leaves_nothing(tmp_path: Path) -> None:
-    zombie = Task(0, 2, 0, 5, Checkpoint(), ())
-
-    def newer_epoch_cleans_up(point: str, task: Task, path: Path) -> None:
-        assert point == "before_rename" and path.is_file()
-        assert clean_partition(tmp_path, "r", 0, Checkpoint(), epoch=3) == [f"r/0/{path.name}"]
-
-    with pytest.raises(Fenced, match="removed before its rename"):
-        write_output(tmp_path, "r", zombie, _rows(0, 0, 5), fault=newer_epoch_cleans_up)
-    assert list((tmp_path / "r" / "0").iterdir()) == []
+def test_a_batch_with_no_rows_commits_its_offsets_without_an_output(tmp_path: Path) -> None:
+    _, a, _ = _settled_pair()
+    p = a.owned()[0]
+    task = _task(a, p, 0, 5)
+    assert output_rows(tmp_path / output_relpath("r", p, 0, 5, task.epoch)) == 0  # Spark wrote nothing for it
+    assert commit_task(a, task, None, tmp_path) == Checkpoint(5, ())
+    assert read_committed_arrow(a.store, "g", tmp_path).num_rows == 0
 
 
-def test_a_failed_write_removes_its_temp_file(tmp_path: Path) -> None:
-    def disk_full(point: str, task: Task, path: Path) -> None:
-        raise OSError(28, "No space left on device")
-
-    with pytest.raises(OSError, match="No space"):
-        write_output(tmp_path, "r", Task(0, 1, 0, 5, Checkpoint(), ()), _rows(0, 0, 5), fault=disk_full)
-    assert list((tmp_path / "r" / "0").iterdir()) == []
-
-
-def test_clean_up_reports_only_what_it_deleted(tmp_path: Path) -> None:
-    """A temp file its writer renames between the listing and the unlink is not reported (nor the renamed file
-    deleted: its writer discards it when fenced)."""
-    rel = write_output(tmp_path, "r", Task(0, 1, 0, 5, Checkpoint(), ()), _rows(0, 0, 5))
-    directory = tmp_path / "r" / "0"
-    (directory / ".tmp-e0000000001-9-x.parquet").write_bytes(b"torn")
-    real_listdir = os.listdir
-
-    def listing_then_the_writer_renames(path: Any) -> list[str]:
-        names = real_listdir(path)
-        (directory / ".tmp-e0000000001-9-x.parquet").rename(directory / "renamed")
-        (directory / "renamed").unlink()
-        return names
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(os, "listdir", listing_then_the_writer_renames)
-        assert clean_partition(tmp_path, "r", 0, Checkpoint(), epoch=2) == [rel]
+def test_outputs_of_the_layout_before_batch_directories_are_still_read(tmp_path: Path) -> None:
+    """A checkpoint committed by an older apportion lists single files ``<resource>/<p>/<range>.parquet``."""
+    _, a, _ = _settled_pair()
+    p = a.owned()[0]
+    old = f"r/{p}/{0:020d}-{3:020d}-e{1:010d}.parquet"
+    (tmp_path / old).parent.mkdir(parents=True)
+    pq.write_table(_rows(p, 0, 3), tmp_path / old)
+    a.commit(p, Checkpoint(3, (old,)).to_json(), epoch=a.lease(p).epoch)
+    task = _task(a, p, 3, 6)
+    commit_task(a, task, write_output(tmp_path, "r", task, _rows(p, 3, 6)), tmp_path)
+    assert read_committed_arrow(a.store, "g", tmp_path).column("offset").to_pylist() == [0, 1, 2, 3, 4, 5]
 
 
 def test_read_committed_reads_only_files_listed_by_checkpoints(tmp_path: Path) -> None:
@@ -164,7 +156,7 @@ def test_read_committed_reads_only_files_listed_by_checkpoints(tmp_path: Path) -
 
 
 def task_rel(task: Task) -> str:
-    return f"r/{task.partition}/{task.start:020d}-{task.end:020d}-e{task.epoch:010d}.parquet"
+    return f"r/p={task.partition}/batch={task.start:020d}-{task.end:020d}-e{task.epoch:010d}"
 
 
 def test_a_foreign_checkpoint_is_reported_not_misread() -> None:

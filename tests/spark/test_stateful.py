@@ -14,12 +14,13 @@ from apportion.group import settled
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline, verify
 from apportion.spark._output import Checkpoint, uncommitted_records
-from apportion.spark._pipeline import commit_task, joined, write_output
+from apportion.spark._pipeline import commit_task, joined
 from apportion.spark._stateful import StatefulPartitions, handoffs, reference_state, verify_state
 from apportion.spark.state import PartitionState, changelog_resource, restore
 from apportion.store import connect
 from apportion.waiting import wait_for
 from apportion.worker import Group
+from tests.spark.test_pipeline_unit import write_output
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 

@@ -71,6 +71,27 @@ def timing_options(*, env: bool = False) -> Callable[[FC], FC]:
     return apply
 
 
+def directory_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """The callback of a directory option that takes a path or a ``file://`` URL (→ its absolute path). The
+    pipeline's log, output and state directories are read and written both by the worker (offsets, clean-up, the
+    stateful fold) and by Spark's executors, so they must be one file system both see at the same path (one machine,
+    or a shared mount); a Hadoop URL (``hdfs://``, ``s3a://``) is refused: the worker's own I/O is local file I/O."""
+    if value is None:
+        return None
+    scheme, sep, rest = value.partition("://")
+    if not sep or "/" in scheme:
+        return value
+    if scheme != "file":
+        raise click.BadParameter(
+            f"{value!r}: only a path or a file:// URL (a directory the worker and Spark's executors both see at the "
+            "same path, e.g. a shared mount)"
+        )
+    host, slash, path = rest.partition("/")
+    if host not in ("", "localhost") or not slash:
+        raise click.BadParameter(f"{value!r}: a file URL names a local absolute path, file:///dir")
+    return "/" + path
+
+
 def spark_options(default_master: str) -> Callable[[FC], FC]:
     """``--master`` (this process's own Spark: local[N], spark://...) and ``--spark sc://host:port`` (a shared Spark
     Connect server, ``apportion spark serve``: no JVM in this process); at most one. :func:`spark_master` resolves
@@ -107,6 +128,7 @@ def spark_master(master: str | None, spark_url: str | None, default: str) -> str
 __all__ = [
     "ENV_PREFIX",
     "STORE_HELP",
+    "directory_url",
     "group_option",
     "option",
     "spark_master",

@@ -25,7 +25,7 @@ import sys
 import click
 
 from apportion.cli._app import app
-from apportion.cli._common import group_option, spark_master, spark_options, store_option, timing_options
+from apportion.cli._common import directory_url, group_option, spark_master, spark_options, store_option, timing_options
 from apportion.cli._options import parse_options
 from apportion.errors import InvalidRequest
 from apportion.group import GroupConfig
@@ -47,13 +47,21 @@ def configure_logging() -> None:
 MAX_SEGMENTS = 100_000  # Parquet segments one `pipeline produce` may write (each batch writes at least one)
 
 
+input_option = click.option(
+    "--input", "input_dir", required=True, callback=directory_url, help="Partitioned log root (path or file:// URL)."
+)
+output_option = click.option(
+    "--output", "output_dir", required=True, callback=directory_url, help="Output directory (path or file:// URL)."
+)
+
+
 @app.group()
 def pipeline() -> None:
     """The Spark data pipeline over the partitioned log: produce, run workers, verify."""
 
 
 @pipeline.command()
-@click.option("--input", "input_dir", required=True, type=click.Path(file_okay=False), help="Partitioned log root.")
+@input_option
 @click.option("--resource", required=True, help="Resource (topic) name in the log.")
 @click.option("--partitions", type=int, required=True, help="Partition count (creates the resource if absent).")
 @click.option("--records", type=int, required=True, help="How many records to append.")
@@ -98,8 +106,8 @@ def produce(
 @store_option()
 @group_option()
 @click.option("--id", "worker_id", required=True, help="This worker's id (unique in the group).")
-@click.option("--input", "input_dir", required=True, type=click.Path(file_okay=False), help="Partitioned log root.")
-@click.option("--output", "output_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@input_option
+@output_option
 @click.option("--resource", default=None, help="Log resource to process (default: the group name).")
 @click.option("--partitions", type=int, default=None, help="Partition count (default: the log's).")
 @click.option("--strategy", default=GroupConfig.DEFAULT_STRATEGY, help="Assignment strategy when creating the group.")
@@ -119,7 +127,7 @@ def produce(
 @click.option("--idle", "idle_s", type=float, default=0.2, help="Poll interval when there is no new input (s).")
 @click.option(
     "--state-dir",
-    type=click.Path(file_okay=False),
+    callback=directory_url,
     default=None,
     help="Stateful: keep per-key aggregates per partition under DIR/<id>/ (restored from the changelog).",
 )
@@ -201,8 +209,8 @@ def run(
 @pipeline.command()
 @store_option()
 @group_option()
-@click.option("--input", "input_dir", required=True, type=click.Path(file_okay=False), help="Partitioned log root.")
-@click.option("--output", "output_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@input_option
+@output_option
 @click.option("--resource", default=None, help="Log resource (default: the group name).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def verify(

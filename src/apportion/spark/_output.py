@@ -1,22 +1,30 @@
 """Pipeline output: the checkpoint format, the output layout, and the ONLY correct ways to read the output.
 
-Layout under the output directory (one file per committed micro-batch of a partition)::
+Layout under the output directory (one directory per committed micro-batch of a partition, written by Spark's
+executors with ``partitionBy``; its data files are Spark's ``part-*.parquet``)::
 
-    <output>/<resource>/<p>/<start:020d>-<end:020d>-e<epoch:010d>.parquet   records start <= offset < end
-    <output>/<resource>/<p>/.tmp-...                                          being written (never read)
+    <output>/<resource>/p=<p>/batch=<start:020d>-<end:020d>-e<epoch:010d>/part-*.parquet   start <= offset < end
+    <output>/<resource>/.spark-staging-<job>/                                                a write in flight
 
 The epoch of the writer is part of the name: a fenced zombie and the new owner may process the same offset range at
-the same time, and each must be able to delete its own uncommitted file without ever touching the other's. The name
-is still deterministic: the same owner (epoch) re-running the same range writes the same file again.
+the same time, and each must be able to delete its own uncommitted output without ever touching the other's. The
+name is still deterministic: the same owner (epoch) re-running the same range replaces its own attempt (Spark's
+dynamic partition overwrite replaces exactly the directories a job writes).
 
-A file is *committed* when the checkpoint of its partition (``commit/<p>`` in the store, written by a fenced
-transaction) lists it. The checkpoint is ``Checkpoint.to_json()``::
+An output is *committed* when the checkpoint of its partition (``commit/<p>`` in the store, written by a fenced
+transaction) lists it: the checkpoint is the manifest, as in Spark's file sink and Delta's log. It is
+``Checkpoint.to_json()``::
 
-    {"offset": E, "outputs": ["<resource>/<p>/<file>", ...]}     E = next input offset to process
+    {"offset": E, "outputs": ["<resource>/p=<p>/batch=<...>", ...]}     E = next input offset to process
 
-Files not listed (a crashed or fenced writer's, or a temp file) are invisible: ``read_committed`` and
-``read_committed_arrow`` read exactly the listed files, in checkpoint order (= offset order per partition), and
+Anything not listed (a crashed or fenced writer's directory, a staging directory) is invisible: ``read_committed``
+and ``read_committed_arrow`` read exactly the listed outputs, in checkpoint order (= offset order per partition), and
 ``verify`` checks the committed output against the input log (counts, duplicates, gaps, per-key order, checksums).
+Checkpoints written before this layout list single files ``<resource>/<p>/<start>-<end>-e<epoch>.parquet``; they
+are read the same way (a listed output is a Parquet file or a directory of them).
+
+Paths: the worker resolves the output directory (clean-up, the stateful path, verify) and Spark's executors resolve
+it (the writes), so it must be the same directory for both: the same machine, or a shared mount at the same path.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +50,10 @@ from apportion.store import Store
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-OUTPUT_FILE = re.compile(r"^(\d{20})-(\d{20})-e(\d{10})\.parquet$")
-TMP_PREFIX = ".tmp-"
+OUTPUT_BATCH = re.compile(r"^batch=(\d{20})-(\d{20})-e(\d{10})$")
+"""A batch directory's name: offsets ``start``, ``end`` and the writer's ``epoch``."""
+PARTITION_COLUMN, BATCH_COLUMN = "p", "batch"
+"""The columns Spark's writer partitions by (the directory names ``p=<p>/batch=<...>``; not in the data files)."""
 
 OUTPUT_SCHEMA = pa.schema(
     [
@@ -90,19 +101,40 @@ class Checkpoint:
             ) from exc
         return cls(offset, outputs, changelog)
 
-    def then(self, end: int, output: str, changelog: tuple[tuple[int, int], ...] | None = None) -> Checkpoint:
-        """The checkpoint after committing ``output`` for the offsets up to ``end`` (and, for a stateful pipeline,
-        the changelog ranges that include the batch's appended records)."""
-        return Checkpoint(end, (*self.outputs, output), self.changelog if changelog is None else changelog)
+    def then(self, end: int, output: str | None, changelog: tuple[tuple[int, int], ...] | None = None) -> Checkpoint:
+        """The checkpoint after committing ``output`` (None: the batch produced no rows) for the offsets up to
+        ``end`` (and, for a stateful pipeline, the changelog ranges that include the batch's appended records)."""
+        outputs = self.outputs if output is None else (*self.outputs, output)
+        return Checkpoint(end, outputs, self.changelog if changelog is None else changelog)
 
 
-def output_name(start: int, end: int, epoch: int) -> str:
-    """File name of the output of ``start <= offset < end`` written under ``epoch``."""
-    return f"{start:020d}-{end:020d}-e{epoch:010d}.parquet"
+def batch_name(start: int, end: int, epoch: int) -> str:
+    """The value of the ``batch`` column for ``start <= offset < end`` written under ``epoch``."""
+    return f"{start:020d}-{end:020d}-e{epoch:010d}"
+
+
+def partition_dir(resource: str, partition: int) -> str:
+    """The directory (relative to the output directory) of every batch of ``partition``."""
+    return f"{resource}/{PARTITION_COLUMN}={partition}"
 
 
 def output_relpath(resource: str, partition: int, start: int, end: int, epoch: int) -> str:
-    return f"{resource}/{partition}/{output_name(start, end, epoch)}"
+    """The output directory of one batch, relative to the output directory (what a checkpoint lists)."""
+    return f"{partition_dir(resource, partition)}/{BATCH_COLUMN}={batch_name(start, end, epoch)}"
+
+
+def read_output(path: str | Path) -> pa.Table:
+    """One listed output (a batch directory, or a Parquet file of the layout before it) as a table."""
+    return pq.read_table(path)  # a directory: its data files; names starting with "." or "_" (.crc) are skipped
+
+
+def remove_output(path: str | Path) -> None:
+    """Delete one output (a batch directory or a file); nothing if it is gone already."""
+    target = Path(path)
+    if target.is_dir():
+        shutil.rmtree(target, ignore_errors=True)
+    else:
+        target.unlink(missing_ok=True)
 
 
 def committed_checkpoints(store: Store, group: str) -> dict[int, Checkpoint]:
@@ -111,13 +143,14 @@ def committed_checkpoints(store: Store, group: str) -> dict[int, Checkpoint]:
 
 
 def committed_files(store: Store, group: str, output_dir: str | Path) -> list[Path]:
-    """The committed output files, by partition then offset; raises ApportionError if a listed file is missing."""
+    """The committed outputs (batch directories, or files of the older layout), by partition then offset; raises
+    ApportionError if a listed output is missing."""
     root = Path(output_dir)
     files: list[Path] = []
     for partition, checkpoint in committed_checkpoints(store, group).items():
         for rel in checkpoint.outputs:
             path = root / rel
-            if not path.is_file():
+            if not path.exists():
                 raise ApportionError(f"partition {partition}: committed output {path} is missing (disk lost data?)")
             files.append(path)
     return files
@@ -140,7 +173,7 @@ def read_committed(spark: SparkSession | None, store: Store, group: str, output_
 
 def read_committed_arrow(store: Store, group: str, output_dir: str | Path) -> pa.Table:
     """The committed output as one pyarrow Table, in checkpoint order (partition, then offset)."""
-    tables = [pq.read_table(p) for p in committed_files(store, group, output_dir)]
+    tables = [read_output(p) for p in committed_files(store, group, output_dir)]
     if not tables:
         return OUTPUT_SCHEMA.empty_table()
     return pa.concat_tables(tables, promote_options="default")
@@ -259,15 +292,21 @@ def uncommitted_records(store: Store, group: str, log: PartitionedLog, resource:
 
 
 __all__ = [
+    "BATCH_COLUMN",
+    "OUTPUT_BATCH",
     "OUTPUT_SCHEMA",
+    "PARTITION_COLUMN",
     "Checkpoint",
     "VerifyReport",
     "committed_checkpoints",
     "committed_files",
     "uncommitted_records",
-    "output_name",
+    "batch_name",
     "output_relpath",
+    "partition_dir",
     "read_committed",
     "read_committed_arrow",
+    "read_output",
+    "remove_output",
     "verify",
 ]

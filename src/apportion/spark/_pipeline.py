@@ -18,46 +18,59 @@ One micro-batch (``Pipeline.run_once``)
    store once per epoch, then cached: nobody else can commit while we hold the epoch); ``end = min(log end,
    start + batch_records)``. On a new epoch, delete the partition's output files of OLDER epochs that the checkpoint
    does not list (their writers are fenced forever: epochs only grow);
-3. ONE Spark job for all partitions: ``spark.read.parquet(segments)`` filtered to ``[start, end)`` per partition,
-   with a ``partition`` column, through ``transform(df)``; the result is collected with ``toArrow()``. A micro-batch
-   is therefore bounded by ``batch_records`` x owned partitions rows on the driver (``--batch-records``);
-4. per partition: write the rows (sorted by offset) to ``<output>/<resource>/<p>/<start>-<end>-e<epoch>.parquet``
-   atomically (temp file, fsync, rename, fsync dir), then ``worker.commit(p, Checkpoint(end, outputs + [file]),
-   epoch=epoch)``. On ``Fenced``: delete the file unless the committed checkpoint lists it (an ambiguous commit
-   that did apply), stop processing ``p`` (the protocol reports ``on_lost``).
+3. ONE Spark job for all partitions, run by Spark's executors (``write_batch``): ``spark.read.parquet(segments)``
+   filtered to ``[start, end)`` per partition, with a ``partition`` column, through ``transform(df)``, then
+   repartitioned by partition, sorted by offset and written with ``partitionBy`` into one directory per partition,
+   offset range and epoch, ``<output>/<resource>/p=<p>/batch=<start>-<end>-e<epoch>/`` (``apportion.spark._output``).
+   Dynamic partition overwrite: the job replaces exactly the directories it writes (a retry of the same range
+   and epoch replaces its own attempt) and nothing else; Spark stages the files and renames each directory into
+   place when the job commits. Nothing is collected to the worker: a batch is bounded by the cluster, not by the
+   worker's memory (``--batch-records`` x owned partitions records per job);
+4. per partition: ``worker.commit(p, Checkpoint(end, outputs + [directory]), epoch=epoch)`` — the checkpoint is
+   the manifest. On ``Fenced``: delete the directory unless the committed checkpoint lists it (an ambiguous commit
+   that did apply), stop processing ``p`` (the protocol reports ``on_lost``). A batch that wrote no row for ``p``
+   (a filtering transform) commits its offsets without a directory.
 
 Races with a newer epoch (a zombie — frozen, partitioned away — resumes while the next owner works). The next
-owner's clean-up (step 2) may run at any moment of the zombie's step 4; every outcome is a fence, never a crash:
+owner's clean-up (step 2) may run at any moment of the zombie's steps 3 and 4; every outcome is a fence, never a crash:
 
-- clean-up between the zombie's temp write and its rename: the temp file is gone, ``os.replace`` finds nothing
-  (``FileNotFoundError``). Only a newer epoch deletes a temp file of ours, so ``write_output`` raises ``Fenced``:
-  the partition is reported fenced like a refused commit and the batch goes on with the other partitions;
-- clean-up between the rename and the commit: the output file is gone; the commit is refused (stale epoch) and the
-  discard finds nothing to delete;
+- clean-up before the zombie's Spark job commits: the job renames the zombie's directory into place afterwards (its
+  name carries the zombie's epoch, so it never replaces the new owner's); the commit is refused (stale epoch) and the
+  zombie deletes its own directory. Had the zombie died in between, the directory stays unlisted (invisible) until
+  the partition's next epoch change cleans it up;
+- clean-up between the job and the commit: the directory is gone; the commit is refused and the discard finds
+  nothing to delete;
 - the partition was lost AND given back to this worker (a newer epoch of its own: ``on_lost`` then ``on_assigned``)
   while a batch of the older epoch was in flight: that batch is fenced, but the partition stays active and the next
   batch plans it under the new epoch (it is dropped only if no ``on_assigned`` came since the batch was planned).
 
-``fault`` (constructor, and ``write_output``) is the deterministic fault-injection point for these windows: a
-callable ``fault(point, task, path)`` run at ``"before_rename"`` (temp file written and fsynced, not renamed) and
-``"before_commit"`` (output renamed, changelog appended, commit not yet attempted). Tests make the other actor act
-there; production passes nothing.
+``fault`` (constructor) is the deterministic fault-injection point for these windows: a callable
+``fault(point, task, path)`` run at ``"before_write"`` (the batch planned, Spark's job not started; ``path`` the
+directory it will write) and ``"before_commit"`` (the directory written, changelog appended, commit not yet
+attempted). Tests make the other actor act there; production passes nothing.
 
-Exactly once per record: a record is in the committed output iff a checkpoint lists its file; checkpoints advance
-only by fenced transactions whose new offset range starts where the committed one ended, so committed files of a
-partition tile ``[0, offset)`` without gap or overlap, whoever wrote them — across rebalances (revocation waits for
-the batch), kill -9 (the uncommitted file is never listed; the next owner starts from the commit) and zombies (the
-commit of a stale epoch fails; its file is deleted by itself or by the next owner's clean-up).
+A failed Spark job (an executor lost beyond Spark's own task retries, the Connect server restarting) commits
+nothing: the batch is reported (``batch_failed``) and re-planned from the committed checkpoints after a pause; after
+``MAX_FAILED_BATCHES`` failures in a row the worker gives up (``run`` raises) so that a broken transform or engine
+is not retried for ever while holding partitions.
+
+Exactly once per record: a record is in the committed output iff a checkpoint lists its directory; checkpoints
+advance only by fenced transactions whose new offset range starts where the committed one ended, so committed
+directories of a partition tile ``[0, offset)`` without gap or overlap, whoever wrote them — across rebalances
+(revocation waits for the batch), kill -9 of a worker (the uncommitted directory is never listed; the next owner
+starts from the commit), a failed Spark job (nothing committed; re-planned) and zombies (the commit of a stale epoch
+fails; its directory is deleted by itself or by the next owner's clean-up).
 
 Stateful pipelines (``state=StatefulPartitions(...)``, ``apportion.spark._stateful``) also keep a running
 aggregate per key in a local store per partition, restored from a changelog whose committed ranges ride in the same
-fenced checkpoint (step 2 restores on a new epoch; step 4 appends to the changelog before the commit and updates the
-local store after it); between batches the worker restores its standby and learner replicas.
+fenced checkpoint (step 2 restores on a new epoch; step 4 reads the batch's rows back from the directory Spark wrote,
+appends to the changelog before the commit and updates the local store after it); between batches the worker
+restores its standby and learner replicas.
 
 Partition states in the pipeline (``on_*`` run on the worker thread, batches on the caller's thread)::
 
     idle --on_assigned--> ACTIVE --on_revoked (waits for the batch holding p)--> idle
-    ACTIVE --on_lost, or Fenced at write/commit--> idle  (a batch in flight for p is fenced at its rename or commit;
+    ACTIVE --on_lost, or Fenced at commit--> idle  (a batch in flight for p is fenced at its commit;
                                                           unless on_assigned gave p back since that batch was planned)
 """
 
@@ -68,6 +81,7 @@ import functools
 import importlib
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -77,14 +91,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from apportion import events
-from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
+from apportion.errors import ApportionError, Fenced, InvalidRequest, StoreUnavailable
 from apportion.group import PartitionLease
 from apportion.log import SCHEMA, PartitionedLog, Segment, segment_name
-from apportion.spark._output import OUTPUT_FILE, TMP_PREFIX, Checkpoint, output_relpath
+from apportion.spark._output import (
+    BATCH_COLUMN,
+    OUTPUT_BATCH,
+    OUTPUT_SCHEMA,
+    PARTITION_COLUMN,
+    Checkpoint,
+    batch_name,
+    output_relpath,
+    partition_dir,
+    read_output,
+    remove_output,
+)
 from apportion.spark._stateful import Staged, StatefulPartitions
 
 if TYPE_CHECKING:
@@ -98,8 +122,10 @@ Transform = Callable[["DataFrame"], "DataFrame"]
 Emit = Callable[..., None]
 FaultHook = Callable[[str, "Task", Path], None]
 """``fault(point, task, path)``: the fault-injection point (tests only; see the module docstring). ``point`` is
-``"before_rename"`` (``path``: the temp file) or ``"before_commit"`` (``path``: the output file)."""
+``"before_write"`` or ``"before_commit"``; ``path`` is the task's output directory."""
 INPUT_SCHEMA_DDL = "offset long, key string, value string, ts_ms long"
+MAX_FAILED_BATCHES = 5
+"""Spark jobs failing in a row before ``Pipeline.run`` gives up (see the module docstring)."""
 
 
 class Committer(Protocol):
@@ -154,7 +180,8 @@ class Task:
 
 @dataclass(frozen=True, slots=True)
 class BatchStats:
-    """What one micro-batch did. Seconds: ``spark_s`` (read + transform + collect), ``write_s``, ``commit_s``."""
+    """What one micro-batch did. Seconds: ``spark_s`` (Spark's job: read + transform + write by the executors),
+    ``write_s`` (the worker's part before the commits: row counts, the stateful changelog), ``commit_s``."""
 
     partitions: tuple[int, ...]
     records: int
@@ -169,53 +196,49 @@ class BatchStats:
         return self.spark_s + self.write_s + self.commit_s
 
 
-def write_output(
-    output_dir: Path, resource: str, task: Task, table: pa.Table, *, fault: FaultHook | None = None
-) -> str:
-    """Write ``table`` as the task's output file atomically; returns its path relative to ``output_dir``.
+def write_batch(df: DataFrame, output_dir: Path, resource: str, tasks: Sequence[Task]) -> None:
+    """ONE Spark job, run by the executors, writes each task's rows of ``df`` (sorted by offset, one task's rows in
+    one Spark partition) into the task's own directory ``output_relpath(...)`` under ``output_dir``; dynamic
+    partition overwrite replaces exactly those directories (a retry of the same range and epoch: its own attempt).
 
-    Raises ``Fenced`` when the temp file vanished before its rename: a newer epoch's clean-up deleted it, which only
-    happens once the partition belongs to that epoch (``clean_partition``)."""
-    rel = output_relpath(resource, task.partition, task.start, task.end, task.epoch)
-    final = output_dir / rel
-    directory = final.parent
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f"{TMP_PREFIX}e{task.epoch:010d}-{os.getpid()}-{final.name}"
-    try:
-        with open(tmp, "wb") as handle:
-            pq.write_table(table, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if fault is not None:
-            fault("before_rename", task, tmp)
-        try:
-            os.replace(tmp, final)
-        except FileNotFoundError as exc:
-            raise Fenced(
-                f"partition {task.partition}: the temp file of epoch {task.epoch} was removed before its rename "
-                "(a newer epoch's clean-up: this writer is fenced)"
-            ) from exc
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)  # a failed write leaves nothing behind (not even for the clean-up)
-        raise
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return rel
+    The sort is by (p, batch, offset): a partitioned write needs its rows ordered by its partition columns and sorts
+    them itself otherwise — an unstable sort that would lose the offset order within a directory."""
+    from pyspark.sql import functions as F
+
+    clash = {PARTITION_COLUMN, BATCH_COLUMN} & set(df.columns)
+    if clash:
+        raise InvalidRequest("transform", f"its result must not have the columns {sorted(clash)} (the output layout's)")
+    names = F.create_map(*[F.lit(x) for t in tasks for x in (t.partition, batch_name(t.start, t.end, t.epoch))])
+    (
+        df.withColumn(PARTITION_COLUMN, F.col("partition"))
+        .withColumn(BATCH_COLUMN, names[F.col("partition")])
+        .repartition(PARTITION_COLUMN)
+        .sortWithinPartitions(PARTITION_COLUMN, BATCH_COLUMN, "offset")  # the writer's order (p, batch) + offsets
+        .write.mode("overwrite")
+        .option("partitionOverwriteMode", "dynamic")
+        .partitionBy(PARTITION_COLUMN, BATCH_COLUMN)
+        .parquet(os.path.abspath(output_dir / resource))  # absolute: through Connect the server resolves it
+    )
+
+
+def output_rows(path: Path) -> int:
+    """Rows in one written output directory (from its files' footers; 0 when Spark wrote none for the task)."""
+    if not path.is_dir():
+        return 0
+    files = [f for f in sorted(path.iterdir()) if f.suffix == ".parquet" and not f.name.startswith((".", "_"))]
+    return sum(pq.read_metadata(f).num_rows for f in files)
 
 
 def commit_task(
     committer: Committer,
     task: Task,
-    rel: str,
+    rel: str | None,
     output_dir: Path,
     changelog: tuple[tuple[int, int], ...] | None = None,
 ) -> Checkpoint:
-    """The fenced commit of one task's output (and, when stateful, of its ``changelog`` ranges). Returns the new
-    checkpoint; on ``Fenced`` deletes the file unless the committed checkpoint lists it, and re-raises."""
+    """The fenced commit of one task's output directory ``rel`` (None: no rows) and, when stateful, of its
+    ``changelog`` ranges. Returns the new checkpoint; on ``Fenced`` deletes the directory unless the committed
+    checkpoint lists it, and re-raises."""
     checkpoint = task.checkpoint.then(task.end, rel, changelog)
     try:
         committer.commit(task.partition, checkpoint.to_json(), epoch=task.epoch)
@@ -223,35 +246,27 @@ def commit_task(
         try:
             committed = Checkpoint.parse(committer.checkpoint(task.partition), task.partition)
         except StoreUnavailable:
-            raise  # cannot tell: keep the file (unlisted files are invisible; the next owner cleans up)
-        if rel not in committed.outputs:
-            with contextlib.suppress(FileNotFoundError):
-                (output_dir / rel).unlink()
+            raise  # cannot tell: keep the output (unlisted outputs are invisible; the next owner cleans up)
+        if rel is not None and rel not in committed.outputs:
+            remove_output(output_dir / rel)
         raise
     return checkpoint
 
 
 def clean_partition(output_dir: Path, resource: str, partition: int, checkpoint: Checkpoint, epoch: int) -> list[str]:
-    """Delete the partition's output and temp files written under epochs older than ``epoch`` that ``checkpoint``
+    """Delete the partition's output directories written under epochs older than ``epoch`` that ``checkpoint``
     does not list (their writers can never commit again). Returns the deleted relative paths."""
-    directory = output_dir / resource / str(partition)
+    parent = partition_dir(resource, partition)
+    directory = output_dir / parent
     if not directory.is_dir():
         return []
     listed = set(checkpoint.outputs)
     deleted: list[str] = []
     for name in sorted(os.listdir(directory)):
-        rel = f"{resource}/{partition}/{name}"
-        if name.startswith(TMP_PREFIX):
-            head = name[len(TMP_PREFIX) :].split("-", 1)[0]
-            older = head.startswith("e") and head[1:].isdigit() and int(head[1:]) < epoch
-        else:
-            match = OUTPUT_FILE.match(name)
-            older = match is not None and int(match.group(3)) < epoch and rel not in listed
-        if older:
-            try:
-                (directory / name).unlink()
-            except FileNotFoundError:
-                continue  # its writer renamed or discarded it meanwhile (a renamed one is deleted at its fence)
+        match = OUTPUT_BATCH.match(name)
+        rel = f"{parent}/{name}"
+        if match is not None and int(match.group(3)) < epoch and rel not in listed:
+            shutil.rmtree(directory / name, ignore_errors=True)  # its writer may be discarding it too
             deleted.append(rel)
     return deleted
 
@@ -276,7 +291,8 @@ def read_tasks(spark: SparkSession, tasks: Sequence[Task]) -> DataFrame:
 
 
 def warm_up(spark: SparkSession, transform: Transform = transform) -> float:
-    """Run the batch path once on a one-record file (class loading, code generation: the first Spark job of a JVM
+    """Run the batch path (read, transform, write) once on a one-record file (class loading, code generation: the
+    first Spark job of a JVM
     is several times slower). Call it BEFORE joining the group, so a cold first batch never delays a revocation.
     Returns the seconds it took."""
     started = time.perf_counter()
@@ -285,7 +301,7 @@ def warm_up(spark: SparkSession, transform: Transform = transform) -> float:
         path.parent.mkdir()
         pq.write_table(pa.table({"offset": [0], "key": ["k"], "value": ["v"], "ts_ms": [None]}, schema=SCHEMA), path)
         task = Task(0, 0, 0, 1, Checkpoint(), (Segment(str(path), 0, 0),))
-        transform(read_tasks(spark, [task])).toArrow()
+        write_batch(transform(read_tasks(spark, [task])), Path(tmp) / "out", "warm-up", [task])
     return time.perf_counter() - started
 
 
@@ -360,7 +376,9 @@ class Pipeline:
             self._active.difference_update(parts)
             for p in parts:
                 self._cache.pop(p, None)
-        self.emit("lost", worker=self.worker_id, partitions=parts)
+        # when the belief really ended: a worker frozen past its deadline reports the loss late
+        ended = getattr(self._committer, "belief_ended_at", None)
+        self.emit("lost", worker=self.worker_id, partitions=parts, **({} if ended is None else {"belief_until": ended}))
 
     def on_replicas(self, standby: list[int], learners: list[int]) -> None:
         if self.state is not None:
@@ -443,31 +461,34 @@ class Pipeline:
             ranges={t.partition: [t.start, t.end, t.epoch] for t in tasks},
         )
         started = time.perf_counter()
-        result = self.transform(read_tasks(self.spark, tasks)).toArrow()
+        result = self.transform(read_tasks(self.spark, tasks))
         for column in ("partition", "offset"):
-            if column not in result.column_names:
-                raise InvalidRequest("transform", f"its result must keep the {column!r} column: {result.column_names}")
+            if column not in result.columns:
+                raise InvalidRequest("transform", f"its result must keep the {column!r} column: {result.columns}")
+        if self._fault is not None:
+            for task in tasks:
+                self._fault("before_write", task, self.output_dir / self._relpath(task))
+        write_batch(result, self.output_dir, self.resource, tasks)
         spark_s = time.perf_counter() - started
 
         started = time.perf_counter()
-        written: list[tuple[Task, str, Staged | None]] = []
-        fenced: list[int] = []
-        parts = result.column("partition")
+        written: list[tuple[Task, str | None, Staged | None]] = []
         for task in tasks:
-            rows = result.filter(pc.equal(parts, task.partition))
-            rows = rows.take(pc.sort_indices(rows, sort_keys=[("offset", "ascending")]))
-            try:
-                rel = write_output(self.output_dir, self.resource, task, rows, fault=self._fault)
-            except Fenced:
-                self._on_fenced(task, output_relpath(self.resource, task.partition, task.start, task.end, task.epoch))
-                fenced.append(task.partition)
-                continue
-            staged = None if self.state is None else self.state.stage(task.partition, rows, task.checkpoint)
+            path = self.output_dir / self._relpath(task)
+            staged = None
+            if self.state is None:
+                rows = output_rows(path)
+            else:  # the stateful fold needs the rows: read back what the executors wrote (a local read)
+                table = read_output(path) if path.is_dir() else OUTPUT_SCHEMA.empty_table()
+                rows = table.num_rows
+                staged = self.state.stage(task.partition, table, task.checkpoint)
+            rel = self._relpath(task) if rows > 0 else None  # no row written: the offsets commit alone
             written.append((task, rel, staged))
             self.emit(
-                "written", worker=self.worker_id, partition=task.partition, epoch=task.epoch, rows=rows.num_rows,
+                "written", worker=self.worker_id, partition=task.partition, epoch=task.epoch, rows=rows,
                 start=task.start, end=task.end, file=rel,
             )  # fmt: skip
+        fenced: list[int] = []
         write_s = time.perf_counter() - started
 
         if self._pauses_left > 0:  # fault injection for tests: a window between write and commit
@@ -480,7 +501,7 @@ class Pipeline:
         for task, rel, staged in written:
             p = task.partition
             if self._fault is not None:
-                self._fault("before_commit", task, self.output_dir / rel)
+                self._fault("before_commit", task, self.output_dir / self._relpath(task))
             try:
                 checkpoint = commit_task(
                     committer, task, rel, self.output_dir, None if staged is None else staged.changelog
@@ -519,8 +540,11 @@ class Pipeline:
         )  # fmt: skip
         return stats
 
-    def _on_fenced(self, task: Task, rel: str) -> None:
-        """``task`` met the fence (at its rename or its commit): forget the cached checkpoint and stop processing the
+    def _relpath(self, task: Task) -> str:
+        return output_relpath(self.resource, task.partition, task.start, task.end, task.epoch)
+
+    def _on_fenced(self, task: Task, rel: str | None) -> None:
+        """``task`` met the fence at its commit: forget the cached checkpoint and stop processing the
         partition — unless ``on_assigned`` gave it back since the batch was planned (then the lease has a newer epoch
         of ours and the next batch plans under it)."""
         p = task.partition
@@ -535,16 +559,27 @@ class Pipeline:
     def run(self, stop: threading.Event, *, idle_s: float = 0.2, exit_after_idle_s: float = 0.0) -> None:
         """Run batches until ``stop`` is set (or, with ``exit_after_idle_s`` > 0, after that long without work)."""
         idle_since: float | None = None
+        failures = 0
         while not stop.is_set():
             try:
                 stats = self.run_once()
+                failures = 0
+            except ApportionError:
+                raise  # ours (a bad transform's columns, the store): not a Spark job that may succeed again
             except Exception as exc:
-                if not stop.is_set():
+                if stop.is_set():
+                    # stopping: Spark may be shutting down under us (SIGTERM to the process group reaches the JVM);
+                    # the batch in flight is simply not committed
+                    self.emit("batch_aborted", worker=self.worker_id, error=repr(exc)[:200])
+                    return
+                failures += 1
+                self.emit("batch_failed", worker=self.worker_id, failures=failures, error=repr(exc)[:300])
+                if failures >= MAX_FAILED_BATCHES:
                     raise
-                # stopping: Spark may be shutting down under us (SIGTERM to the process group reaches the JVM);
-                # the batch in flight is simply not committed
-                self.emit("batch_aborted", worker=self.worker_id, error=repr(exc)[:200])
-                return
+                with self._state:
+                    self._cache.clear()  # re-plan from the committed checkpoints
+                stop.wait(idle_s * 2**failures)
+                continue
             if self.restore_replicas() > 0 or stats is not None:
                 idle_since = None
                 continue
@@ -582,7 +617,8 @@ __all__ = [
     "joined",
     "load_transform",
     "read_tasks",
+    "output_rows",
     "transform",
     "warm_up",
-    "write_output",
+    "write_batch",
 ]
