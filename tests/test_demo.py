@@ -40,6 +40,12 @@ def test_small_demo_passes_every_check_and_writes_its_report(tmp_path: Path) -> 
     } <= names
     assert summary["failover_s"] is not None
     assert Path(summary["report"]).exists()
+    # one shared Spark engine: every worker was a thin Connect client (no JVM of its own)
+    engines = {}
+    for log in sorted((directory / "logs").glob("w*.log")):
+        started = [json.loads(line) for line in log.read_text().splitlines() if '"started"' in line]
+        engines[log.stem] = {e["spark"].split(" ")[0] for e in started}
+    assert len(engines) == 4 and all(e == {"connect"} for e in engines.values()), engines
 
 
 @_spark

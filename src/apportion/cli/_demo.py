@@ -31,6 +31,13 @@ from apportion.demo import DemoConfig, run_demo, summary_json
     "--stream-seconds", type=float, default=60.0, help="Seconds over which the second half of the input arrives."
 )
 @click.option("--no-report", is_flag=True, help="Skip the Spark analytics report.")
+@click.option(
+    "--engine",
+    type=click.Choice(["shared", "per-worker"]),
+    default="shared",
+    show_default=True,
+    help="shared: one Spark Connect server for every worker; per-worker: a local[1] JVM each (to compare).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON at the end.")
 def demo(
     directory: Path | None,
@@ -41,6 +48,7 @@ def demo(
     batch_records: int,
     stream_seconds: float,
     no_report: bool,
+    engine: str,
     as_json: bool,
 ) -> None:
     """Run the main job: produce records, run Spark pipeline workers through churn and faults, verify exactly-once.
@@ -61,6 +69,7 @@ def demo(
         batch_records=batch_records,
         stream_s=stream_seconds,
         report=not no_report,
+        shared_spark=engine == "shared",
     )
     result = run_demo(config, Console())
     if as_json:

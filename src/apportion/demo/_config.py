@@ -28,6 +28,7 @@ class DemoConfig:
     settle_s: float = 0.5
     min_interval_s: float = 1.0
     report: bool = True
+    shared_spark: bool = True  # one Spark Connect server for all; False: a local[1] JVM per worker (the old design)
     timeout_s: float = 180.0  # the floor of the start-up limit (x the load factor); others derive from observations
 
     def __post_init__(self) -> None:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from apportion.demo._checks import Check
@@ -14,27 +11,14 @@ from apportion.group import history
 from apportion.store import Store
 
 
-@contextlib.contextmanager
-def _stderr_to(path: Path) -> Iterator[None]:
-    """Point file descriptor 2 at ``path`` (appending) while the block runs; child processes started inside keep it."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(path, "ab") as target:
-        os.dup2(target.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def report(store: Store, directory: Path, step: Callable[[str], None]) -> tuple[Path | None, Check]:
+def report(
+    store: Store, directory: Path, spark_url: str | None, step: Callable[[str], None]
+) -> tuple[Path | None, Check]:
+    """Analyse the group's history on the demo's Spark Connect server ``spark_url`` (None: a local[2] session)."""
     from apportion.spark import spark_session, write_report
 
     events = history(store, GROUP)
-    with _stderr_to(directory / "logs" / "report-spark.log"):  # the JVM inherits fd 2: its banner goes to the log
-        spark = spark_session(master="local[2]", app_name="apportion-demo-report")
+    spark = spark_session(master=spark_url or "local[2]", app_name="apportion-demo-report", parallelism=2)
     try:
         summary = write_report(spark, events, directory / "report")
     finally:

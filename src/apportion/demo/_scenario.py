@@ -3,10 +3,11 @@ workers' event lines, with limits from ``Pace``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +21,43 @@ from apportion.demo._source import RecordSource
 from apportion.errors import ApportionError
 from apportion.fleet import Fleet, WorkerLog, pipeline_args
 from apportion.group import history, owned_by, owners, settled
+from apportion.spark import ConnectServer
 from apportion.store import Store, connect
 from apportion.waiting import wait_for
 
 
-def _fleet(config: DemoConfig, store_url: str, log_dir: Path, output_dir: Path) -> Fleet:
-    """The demo's workers (stopped with SIGCONT + SIGKILL when the ``with`` block ends, whatever happens)."""
+def _fleet(config: DemoConfig, store_url: str, spark_url: str | None, log_dir: Path, output_dir: Path) -> Fleet:
+    """The demo's workers (stopped with SIGCONT + SIGKILL when the ``with`` block ends, whatever happens): thin
+    clients of the shared Spark Connect server ``spark_url``, no JVM of their own (None: a JVM each)."""
     c = config
+    engine = ("--spark", spark_url) if spark_url else ("--master", "local[1]", "--driver-memory", "768m")
     args = pipeline_args(
         store_url, GROUP, log_dir, output_dir, GROUP,
         "--batch-records", str(c.batch_records), "--ttl", str(c.ttl_s), "--settle", str(c.settle_s),
-        "--min-interval", str(c.min_interval_s), "--master", "local[1]", "--driver-memory", "768m",
-        "--state-dir", str(c.directory / "state"),
+        "--min-interval", str(c.min_interval_s), *engine, "--state-dir", str(c.directory / "state"),
     )  # fmt: skip
     return Fleet(c.directory / "logs", args)
+
+
+@contextlib.contextmanager
+def _spark_engine(config: DemoConfig, step: Callable[[str], None]) -> Iterator[str | None]:
+    """The demo's Spark: one Connect server (``local[2]``: this machine's cores) that every worker and the report
+    share — one JVM instead of one per worker (``apportion spark serve`` by hand); yields its URL. Without
+    ``shared_spark`` (``apportion demo --engine per-worker``, the design before the shared engine, kept to measure
+    against) yields None: every worker starts its own JVM."""
+    if not config.shared_spark:
+        step("Spark: every worker starts a local[1] JVM of its own (--engine per-worker)")
+        yield None
+        return
+    log_path = config.directory / "logs" / "spark-connect.log"
+    started = time.monotonic()
+    with ConnectServer("local[2]", port=0, driver_memory="2g", log_path=log_path) as server:
+        warm_s = server.check_session()
+        step(
+            f"Spark Connect server up at {server.url} after {time.monotonic() - started:.1f} s: one JVM shared by "
+            f"every worker and the report (first query {warm_s:.1f} s)"
+        )
+        yield server.url
 
 
 def _remaining(store: Store, log_dir: Path) -> int:
@@ -64,7 +88,8 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
         "(routing: pmod(xxhash64(key), n)); the rest streams in while the group churns"
     )
     try:
-        _run_scenario(config, source, store_url, log_dir, output_dir, result, step, console)
+        with _spark_engine(config, step) as spark_url:
+            _run_scenario(config, source, store_url, spark_url, log_dir, output_dir, result, step, console)
     finally:
         source.stop()
     print_checks(result, console)
@@ -75,6 +100,7 @@ def _run_scenario(
     config: DemoConfig,
     source: RecordSource,
     store_url: str,
+    spark_url: str | None,
     log_dir: Path,
     output_dir: Path,
     result: DemoResult,
@@ -83,7 +109,7 @@ def _run_scenario(
 ) -> None:
     produced = config.records
     d = config.directory
-    with connect(store_url) as store, _fleet(config, store_url, log_dir, output_dir) as fleet:
+    with connect(store_url) as store, _fleet(config, store_url, spark_url, log_dir, output_dir) as fleet:
         ids = [f"w{i}" for i in range(1, config.workers + 2)]
         first, joiner = ids[:-1], ids[-1]
         zombie = first[1]
@@ -96,7 +122,7 @@ def _run_scenario(
             fleet.start(wid, *slow)
         step(
             f"started {len(first)} pipeline workers ({', '.join(first)}), sticky strategy, stateful (per-key "
-            "aggregates per partition backed by a fenced changelog); Spark sessions starting"
+            "aggregates per partition backed by a fenced changelog)"
         )
 
         def running(*wids: str) -> Callable[[], None]:
@@ -248,7 +274,7 @@ def _run_scenario(
 
         result.checks.extend(check_output(store, log_dir, output_dir, step))
         if config.report:
-            result.report_path, overlap_check = report(store, d, step)
+            result.report_path, overlap_check = report(store, d, spark_url, step)
             result.checks.append(overlap_check)
 
 

@@ -76,6 +76,13 @@ def spark_submit() -> Path:
     return path
 
 
+def free_port(host: str = LOCALHOST) -> int:
+    """A TCP port on ``host`` that nobody listens on now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
 def check_port_free(host: str, port: int) -> None:
     """``InvalidRequest`` when ``host:port`` cannot be bound (in use, or not a port)."""
     if not 0 < port < 65536:
@@ -103,8 +110,8 @@ class ConnectServer:
         stop_timeout_s: float = 30.0,
     ) -> None:
         self.master = validate_master(master)
-        self.port = port
         self.host = LOCALHOST
+        self.port = free_port(self.host) if port == 0 else port  # 0: any free port (the demo, tests)
         self.driver_memory = driver_memory
         self.config = dict(config or {})
         self.start_timeout_s = start_timeout_s
@@ -139,7 +146,9 @@ class ConnectServer:
 
     @property
     def _local(self) -> bool:
-        return self.master.startswith("local")
+        """Whether the whole engine is on this machine's loopback (local mode, or a master on 127.0.0.1): then the
+        driver binds to 127.0.0.1 too, so that nothing listens on another interface."""
+        return self.master.startswith(("local", f"spark://{LOCALHOST}:", "spark://localhost:"))
 
     def start(self) -> ConnectServer:
         """Start the server and wait until its port accepts connections (see the module docstring)."""
@@ -231,4 +240,4 @@ class ConnectServer:
         self.stop()
 
 
-__all__ = ["ConnectServer", "check_port_free", "java_executable", "spark_submit"]
+__all__ = ["ConnectServer", "check_port_free", "free_port", "java_executable", "spark_submit"]

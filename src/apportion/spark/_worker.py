@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from apportion.errors import InvalidRequest
 from apportion.group import GroupConfig
+from apportion.spark._session import connect_address, is_connect_url
 from apportion.store import connect
 
 if TYPE_CHECKING:
@@ -147,7 +148,10 @@ def run_pipeline_worker(
         )
         emit = processor.emit
         warm_s = warm_up(spark, function)
-        emit("started", worker=worker_id, group=group, resource=resource, partitions=n, warm_up_s=round(warm_s, 2))
+        emit(
+            "started", worker=worker_id, group=group, resource=resource, partitions=n, warm_up_s=round(warm_s, 2),
+            spark=_engine(master),
+        )  # fmt: skip
         try:
             with joined(defined, worker_id, processor, revoke_timeout_s=revoke_timeout_s):
                 processor.run(stop, idle_s=idle_s, exit_after_idle_s=exit_idle_s)
@@ -168,6 +172,15 @@ def _stop_on_signals(stop: threading.Event) -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _leave)
+
+
+def _engine(master: str) -> str:
+    """Where this worker's Spark runs, for its ``started`` event: the Connect server (host:port only: its URL may carry
+    a token) or its own JVM's master."""
+    if is_connect_url(master):
+        host, port = connect_address(master)
+        return f"connect sc://{host}:{port}"
+    return f"own JVM {master}"
 
 
 __all__ = ["readable_dir", "run_pipeline_worker", "writable_dir"]
