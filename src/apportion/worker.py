@@ -148,6 +148,11 @@ class Worker:
         """Partitions this worker believes it owns now (a thread-safe snapshot)."""
         return self._member.owned()
 
+    @property
+    def belief_ended_at(self) -> float | None:
+        """When the belief ended by the latest ``on_lost`` came to its end (``FencedMember.belief_ended_at``)."""
+        return self._member.belief_ended_at
+
     def lease(self, partition: int) -> PartitionLease:
         """The ownership lease (partition, epoch, member) of an owned partition; raises Fenced if not owned."""
         return self._member.lease(partition)

@@ -177,3 +177,28 @@ def test_a_corrupt_participation_record_leaves_that_member_out_of_the_cut() -> N
     h.store.put(Keys(h.group).participation(rnd, "zz"), b"not json")
     h.run(2.0)
     assert a.owned() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("commits_first", [False, True])
+def test_a_member_frozen_past_its_deadline_reports_that_its_belief_ended_at_the_deadline(commits_first: bool) -> None:
+    """A frozen process learns of its loss when it runs again; ``belief_ended_at``, read in ``on_lost``, says when
+    the belief really ended (the local deadline), whether the loss comes from the step's deadline check or from a
+    commit refused first."""
+    h = Harness(CONFIG)
+    seen: list[tuple[list[int], float | None]] = []
+    member = _second(h, "a", on_lost=lambda parts: seen.append((parts, member.belief_ended_at)))
+    h.members["a"] = member
+    h._next_keepalive["a"] = h.clock.now() + TTL / 4
+    h.run(2.0)
+    assert member.owned() == [0, 1, 2, 3] and member.belief_ended_at is None
+    epoch, deadline = member.lease(0).epoch, member.local_deadline
+    h.frozen.add("a")
+    h.run(3 * TTL)  # frozen: no step, no renewal
+    h.frozen.discard("a")
+    assert h.clock.now() > deadline + TTL
+    if commits_first:
+        with pytest.raises(Fenced):
+            member.commit(0, "late", epoch=epoch)
+    member.step(h.clock.now())
+    assert seen and sorted(p for parts, _ in seen for p in parts) == [0, 1, 2, 3]
+    assert all(ended == pytest.approx(deadline) for _, ended in seen), (seen, deadline)

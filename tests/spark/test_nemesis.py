@@ -37,7 +37,10 @@ def test_pipeline_workers_survive_random_kills_freezes_and_stops_beside_a_cpu_ho
     tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
     if shutil.which("stress-ng") is None:
-        pytest.skip("stress-ng is not installed (apt-get install -y stress-ng)")
+        message = "stress-ng is not installed (scripts/ensure-test-tools.sh: apt-get install -y stress-ng)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)  # CI installs it (make test): a skipped nemesis there would hide a missing step
+        pytest.skip(message)
     seed = _seed()
     faults = int(os.environ.get("APPORTION_NEMESIS_FAULTS", "36" if SOAK else "3"))
     sizes: dict[str, Any] = {"records": 120_000, "keys": 5_000} if SOAK else {}
@@ -113,6 +116,20 @@ def test_belief_overlaps_accept_a_handoff_and_a_zombie_that_reports_its_loss_lat
     killed = Incarnation("e#4", [_assigned(20.0, 3)], killed_at=21.0)
     after = Incarnation("e#5", [_assigned(24.0, 3)])
     assert belief_overlaps([old, new, zombie, taker, killed, after], deadline_s=1.6) == []
+
+
+def test_belief_overlaps_end_a_late_reported_belief_at_the_members_own_deadline() -> None:
+    """A nemesis finding (seed 2033644886): frozen at 10 with its last renewal at 9.6 (ttl 2: belief until 11.2),
+    the zombie's partition was taken at 11.5, before ``from + deadline_s`` (11.6), the bound the checker used alone.
+    The member's ``belief_until`` says when its belief really ended; a later one is an overlap."""
+    zombie = Incarnation("a#0", [_assigned(8.0, 2), {"event": "fenced", "time": 16.1, "partition": 2},
+                                 {"event": "lost", "time": 16.2, "partitions": [2], "belief_until": 11.2}],
+                         stops=((10.0, 16.0),))  # fmt: skip
+    taker = Incarnation("b#1", [_assigned(11.5, 2)])
+    assert belief_overlaps([zombie, taker], deadline_s=1.6) == []
+    late = Incarnation("c#2", [_assigned(8.0, 3), {"event": "lost", "time": 16.2, "partitions": [3],
+                                                   "belief_until": 11.7}], stops=((10.0, 16.0),))  # fmt: skip
+    assert [o["partition"] for o in belief_overlaps([late, Incarnation("d#3", [_assigned(11.5, 3)])], 1.6)] == [3]
 
 
 def test_belief_overlaps_find_two_workers_on_one_partition() -> None:

@@ -184,6 +184,8 @@ class FencedMember:
         self._fenced: dict[int, int] = {}
         # store work a lapse left for later, done by _clean_up before the member registers again
         self._dead_leases: list[StoreLease] = []  # lapsed leases not yet revoked
+        self._belief_ended: float | None = None  # see belief_ended_at
+        self._fenced_deadline = -INF  # the latest local deadline of the leases that held the partitions in _fenced
         self._unrecorded: list[dict[str, Any]] = []  # "lost" history events not yet written: fields (time first)
         self._renew_failing = False
         self._replace = replace
@@ -218,6 +220,14 @@ class FencedMember:
     def local_deadline(self) -> float:
         with self._lock:
             return self._deadline
+
+    @property
+    def belief_ended_at(self) -> float | None:
+        """When the belief that the latest ``on_lost`` ended came to its end: the local deadline if it had passed
+        (a frozen process learns of its loss late, but it believed only until then), else the moment of the loss.
+        None before any loss. Read it in ``on_lost`` to report the loss with its true end."""
+        with self._lock:
+            return self._belief_ended
 
     @property
     def store_lease(self) -> StoreLease | None:
@@ -286,6 +296,7 @@ class FencedMember:
             if self._owned.get(partition) == use:
                 del self._owned[partition]
                 self._fenced[partition] = use
+                self._fenced_deadline = max(self._fenced_deadline, now + left)
         self._trace("fenced", partition=partition, epoch=use)
         if rejected:  # the store answered: record it (bounded, it is only history)
             with contextlib.suppress(StoreUnavailable), self.store.time_limit(max(0.0, left)):
@@ -362,6 +373,7 @@ class FencedMember:
             if self._fenced:
                 with self._lock:
                     fenced, self._fenced = dict(sorted(self._fenced.items())), {}
+                    self._belief_ended, self._fenced_deadline = min(now, self._fenced_deadline), -INF
                 self._trace("lost", partitions=list(fenced), epochs=list(fenced.values()), reason="fenced")
                 self._call(self._on_lost, list(fenced))
                 # a commit refused here (belief over, lease perhaps renewed since) leaves our owner record behind:
@@ -510,6 +522,7 @@ class FencedMember:
             held = dict(sorted(self._owned.items()))
             self._owned.clear()
             lease, self._lease = self._lease, None
+            self._belief_ended = min(now, self._deadline)
             self._deadline = -INF
         lost = list(held)
         epochs = list(held.values())

@@ -189,10 +189,12 @@ class Incarnation:
 def belief_overlaps(processes: Sequence[Incarnation], deadline_s: float) -> list[dict[str, Any]]:
     """Pairs of worker processes that believed one partition at once, from their event lines.
 
-    A process believes ``p`` from its ``assigned`` event (its claim came just before) until its ``revoked``,
-    ``lost`` or ``fenced`` (not ``still_active``) of ``p``, or its end (when it was killed, else its last event).
-    A process frozen with SIGSTOP longer than ``deadline_s`` (0.8 ttl) lost its belief at ``from + deadline_s`` (its
-    last acknowledged renewal was before the freeze) when it ends that belief by ``lost``/``fenced`` or dies, not by
+    A process believes ``p`` from its ``assigned`` event (its claim came just before) until its ``revoked`` or
+    ``lost`` of ``p`` (the definition of belief in ``apportion.group._ownership``: a fenced commit ends it through
+    ``on_lost``), or its end (when it was killed, else its last event). A ``lost`` event's ``belief_until`` (the
+    member's local deadline when it had passed: a frozen process reports its loss late) ends the belief there.
+    A process frozen with SIGSTOP longer than ``deadline_s`` (0.8 ttl) lost its belief at ``from + deadline_s`` at the
+    latest (its last acknowledged renewal was before the freeze) when it ends that belief by ``lost`` or dies, not by
     a graceful ``revoked``: its late report is then not an overlap. Times are one machine's wall clock.
     """
     intervals: list[tuple[int, float, float, str]] = []  # partition, start, end, process label
@@ -224,14 +226,11 @@ def belief_overlaps(processes: Sequence[Incarnation], deadline_s: float) -> list
                     if start is not None:
                         intervals.append((int(p), start, t, label))
             elif kind == "lost":
+                until = min(t, float(e.get("belief_until", t)))
                 for p in e.get("partitions", ()):
                     start = open_at.pop(int(p), None)
                     if start is not None:
-                        close(int(p), start, t)
-            elif kind == "fenced" and not e.get("still_active"):
-                start = open_at.pop(int(e["partition"]), None)
-                if start is not None:
-                    close(int(e["partition"]), start, t)
+                        close(int(p), start, max(start, until))
         for p, start in open_at.items():
             close(p, start, max(start, default_end))
 
