@@ -19,7 +19,7 @@ demo: $(STAMP) check-java
 	$(VENV)/bin/apportion demo
 
 test: $(STAMP) check-java
-	bash scripts/ensure-etcd.sh
+	bash scripts/ensure-test-tools.sh
 	$(PY) -m pytest -n 2 --dist loadgroup -q --durations=15
 
 soak: $(STAMP)

@@ -70,7 +70,7 @@ def sqlite_url(directory: Path) -> Iterator[str]:
 def _etcd() -> str:
     binary = etcd_binary()
     if binary is None:
-        raise SystemExit("etcd is not installed: run scripts/ensure-etcd.sh, or pass --no-etcd")
+        raise SystemExit("etcd is not installed: run scripts/ensure-test-tools.sh, or pass --no-etcd")
     return binary
 
 

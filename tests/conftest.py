@@ -22,7 +22,7 @@ def etcd_url(tmp_path: Path) -> Iterator[str]:
     binary = etcd_binary()
     if binary is None:
         if IN_CI:
-            pytest.fail("etcd is not installed: run scripts/ensure-etcd.sh (apt-get install -y etcd-server)")
+            pytest.fail("etcd is not installed: run scripts/ensure-test-tools.sh (apt-get install -y etcd-server)")
         pytest.skip("etcd is not installed (apt-get install -y etcd-server); CI installs it and runs these tests")
     from tests.etcd_server import EtcdServer  # written with the etcd backend
 

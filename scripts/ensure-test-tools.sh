@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The tests run real tools: an etcd server (Debian's etcd-server) and a CPU hog for the nemesis (stress-ng).
+# Install the missing ones when we may (root with apt-get); otherwise say so (CI fails instead of skipping tests).
+set -uo pipefail
+missing=()
+{ command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ]; } || missing+=(etcd-server)
+command -v stress-ng >/dev/null 2>&1 || missing+=(stress-ng)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "apportion: installing ${missing[*]} for the tests (apt-get)..."
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) || {
+        echo "apportion: could not install ${missing[*]}; install by hand: apt-get install -y ${missing[*]}" >&2
+        [ "${CI:-}" = "true" ] && exit 1
+        exit 0
+    }
+    # etcd-server's package starts a system service on the default ports; the tests run their own servers.
+    (systemctl stop etcd 2>/dev/null || service etcd stop 2>/dev/null || pkill -x etcd) >/dev/null 2>&1 || true
+    exit 0
+fi
+echo "apportion: ${missing[*]} not installed; the tests that need them will be skipped (CI fails instead)." >&2
+echo "           Install with: sudo apt-get install -y ${missing[*]}" >&2
+[ "${CI:-}" = "true" ] && exit 1
+exit 0
