@@ -49,6 +49,18 @@ def run_worker(work: Path, mode: str, engine: list[str], batch_records: int) -> 
     }
 
 
+def produce_log(name: str, records: int, partitions: int) -> Path:
+    """A fresh work directory whose ``log`` holds ``records`` records of resource ``r`` over ``partitions``."""
+    from apportion.log import PartitionedLog, Producer
+
+    work = Path(tempfile.mkdtemp(prefix=f"apportion-bench-{name}-"))
+    log = PartitionedLog(work / "log")
+    log.create("r", partitions)
+    with Producer(log, "r", batch_records=50_000) as producer:
+        producer.send_many((f"key-{i % 10_007}", f"v-{i}") for i in range(records))
+    return work
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=400_000)
@@ -57,14 +69,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=15012)
     args = parser.parse_args()
 
-    from apportion.log import PartitionedLog, Producer
     from apportion.spark import ConnectServer
 
-    work = Path(tempfile.mkdtemp(prefix="apportion-bench-connect-"))
-    log = PartitionedLog(work / "log")
-    log.create("r", args.partitions)
-    with Producer(log, "r", batch_records=50_000) as producer:
-        producer.send_many((f"key-{i % 10_007}", f"v-{i}") for i in range(args.records))
+    work = produce_log("connect", args.records, args.partitions)
     server = ConnectServer("local[2]", args.port, log_path=work / "server.log")
     began = time.monotonic()
     with server:

@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +96,14 @@ def test_two_workers_in_one_process_process_every_record_once_across_a_rebalance
                 for t in runners:
                     t.join(60)
     assert first.records > 0 and second.records > 0, "both workers must have committed batches"
-    assert verify(store, "g", log, "r", out).ok
-    assert_per_key_offset_order(read_committed_arrow(store, "g", out))
+    report = verify(store, "g", log, "r", out)
+    assert report.ok, report
+    committed_rows = read_committed_arrow(store, "g", out)
+    assert_per_key_offset_order(committed_rows)
+    by_partition: dict[int, list[int]] = {}
+    for p, o in zip(*(committed_rows.column(c).to_pylist() for c in ("partition", "offset")), strict=True):
+        by_partition.setdefault(p, []).append(o)
+    assert all(offsets == sorted(offsets) for offsets in by_partition.values())  # the output is in offset order
     actual = read_committed(spark, store, "g", out).select(*COLUMNS)
     assertDataFrameEqual(actual, expected_output(spark, log, "r"))
 
@@ -109,13 +116,20 @@ PAUSE_S = 5.0  # every worker's first batch pauses between writing its output an
 
 
 def pipeline_process(
-    url: str, log_dir: Path, out_dir: Path, worker_id: str, *, pause_s: float = 0.0, extra: tuple[str, ...] = ()
+    url: str,
+    log_dir: Path,
+    out_dir: Path,
+    worker_id: str,
+    *,
+    pause_s: float = 0.0,
+    extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> WorkerProcess:
     """`apportion pipeline run` in its own session (signals reach its JVM too); its log in ``<log_dir>/../logs``."""
     args = pipeline_args(url, "g", log_dir, out_dir, "r", "--batch-records", str(BATCH), "--driver-memory", "512m",
                          "--idle", "0.1", *TIMINGS)  # fmt: skip
     pause = ("--pause-before-commit", str(pause_s)) if pause_s else ()
-    return Fleet(log_dir.parent / "logs", args).start(worker_id, *pause, *extra)
+    return Fleet(log_dir.parent / "logs", args, env).start(worker_id, *pause, *extra)
 
 
 def timeline(processes: list[WorkerProcess]) -> str:
@@ -136,6 +150,28 @@ def timeline(processes: list[WorkerProcess]) -> str:
 def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_once_output(
     tmp_path: Path, processes: list[WorkerProcess], request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    url, log_dir, out_dir = survive_kill_zombie_and_late_join(tmp_path, processes, capsys)
+    spark = request.getfixturevalue("spark")  # started only now: fewer JVMs at once on a 2-core machine
+    from pyspark.testing import assertDataFrameEqual
+
+    with connect(url) as store:
+        actual = read_committed(spark, store, "g", out_dir).select(*COLUMNS)
+        assertDataFrameEqual(actual, expected_output(spark, PartitionedLog(log_dir), "r"))
+
+
+def survive_kill_zombie_and_late_join(
+    tmp_path: Path,
+    processes: list[WorkerProcess],
+    capsys: pytest.CaptureFixture[str],
+    *,
+    engine: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    first_batches: Callable[[], None] | None = None,
+) -> tuple[str, Path, Path]:
+    """Two workers start; ``first_batches()`` (if given) runs while their first batches are under way; the first to
+    pause before its commit is killed, the other frozen there (a zombie), a third joins late and takes over, the
+    zombie resumes and is fenced. Then every record must be committed exactly once, in per-key order. ``engine``:
+    the workers' Spark arguments (default: a JVM each). Returns the store URL and the log and output directories."""
     log_dir, out_dir, url = tmp_path / "log", tmp_path / "out", f"sqlite:///{tmp_path / 'store.db'}"
     produce = ["pipeline", "produce", "--input", str(log_dir), "--resource", "r"]
     assert main([*produce, "--partitions", str(PARTITIONS), "--records", str(RECORDS), "--seed", "7"]) == 0
@@ -144,7 +180,10 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
 
     # Two workers start; both pause in their first batch between write and commit. The first to pause is killed
     # with SIGKILL mid-batch, the second is frozen with SIGSTOP in the same window (a zombie with written output).
-    processes += [pipeline_process(url, log_dir, out_dir, w, pause_s=PAUSE_S) for w in ("w1", "w2")]
+    processes += [pipeline_process(url, log_dir, out_dir, w, pause_s=PAUSE_S, extra=engine, env=env)
+                  for w in ("w1", "w2")]  # fmt: skip
+    if first_batches is not None:
+        first_batches()
     wait_for(
         "a first batch to pause before its commit",
         lambda: any(w.of("pausing") for w in processes),
@@ -153,7 +192,8 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
     )
     killed = next(w for w in processes if w.of("pausing"))
     killed.signal(signal.SIGKILL)
-    late = pipeline_process(url, log_dir, out_dir, "w3")  # a third worker joins late (its Spark starts meanwhile)
+    # a third worker joins late (its Spark starts meanwhile)
+    late = pipeline_process(url, log_dir, out_dir, "w3", extra=engine, env=env)
     frozen = next(w for w in processes if w is not killed)
     processes.append(late)
     wait_for(
@@ -210,11 +250,6 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
                  str(out_dir), "--resource", "r", "--json"]) == 0  # fmt: skip
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["output_records"] == RECORDS and report["duplicates"] == report["missing"] == 0
-
-    spark = request.getfixturevalue("spark")  # started only now: fewer JVMs at once on a 2-core machine
-    from pyspark.testing import assertDataFrameEqual
-
     with connect(url) as store:
         assert_per_key_offset_order(read_committed_arrow(store, "g", out_dir))
-        actual = read_committed(spark, store, "g", out_dir).select(*COLUMNS)
-        assertDataFrameEqual(actual, expected_output(spark, log, "r"))
+    return url, log_dir, out_dir

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
         ownership_intervals,
         unowned_gaps,
     )
+    from apportion.spark._cluster import StandaloneCluster
     from apportion.spark._grid import Grid, GridResult, load_grid, run_grid, simulate_grid
     from apportion.spark._output import (
         Checkpoint,
@@ -91,6 +92,7 @@ _LAZY = {
     "validate_master": "apportion.spark._session",
     "DEFAULT_CONNECT_PORT": "apportion.spark._session",
     "ConnectServer": "apportion.spark._serve",
+    "StandaloneCluster": "apportion.spark._cluster",
 }
 
 
@@ -113,6 +115,7 @@ __all__ = [
     "Pipeline",
     "ReportSummary",
     "RouteResult",
+    "StandaloneCluster",
     "StateReport",
     "StatefulPartitions",
     "VerifyReport",
