@@ -151,8 +151,16 @@ def test_coordinator_killed_mid_migration_is_finished_by_its_successor(url: str,
     leader = coordinator(url)
     assert leader is not None
     workers["w3"] = start("w3")
-    # w3's start-up (a Python process, under the suite's load) comes first: up to a minute, no cost when fast
-    wait_for("a migration in flight", lambda: TableState.MIGRATING in table_states(url).values(), 60)
+    # w3's start-up (a Python process, under the suite's load: a CI run beside other suites took over a minute)
+    # comes first; then its migrations start at once (the poll keeps one connection: no open per poll to miss them)
+    wait_for("w3 to register", lambda: "w3" in members(url), 180)
+    with connect(url) as store:
+        wait_for(
+            "a migration in flight",
+            lambda: any(e.state is TableState.MIGRATING for e, _ in read_table(store, "g").values()),
+            60,
+            poll_s=0.01,
+        )
     workers[leader].proc.kill()  # SIGKILL mid-migration
     alive = set(workers) - {leader}
     wait_for("a new coordinator", lambda: coordinator(url) not in (None, leader), TTL_S + 10)
