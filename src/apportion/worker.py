@@ -310,7 +310,7 @@ class Worker:
             )
         elif kind == "static":
             log.info("worker %s: ordinal %s, replica count %s", self.id, fields.get("ordinal"), fields.get("replicas"))
-        elif kind == "scaled_up":
+        elif kind == "scale" and fields.get("previous") is not None:
             log.warning(
                 "worker %s: ordinal %s is at or above the group's replica count %s: a scale-up, count raised to %s",
                 self.id,

@@ -163,8 +163,8 @@ class StaticMember(FencedMember):
             else:
                 return kv
             if self.store.txn([compare], [Put(key, encode({"replicas": count}))]).succeeded:
-                if kv is not None:
-                    self._trace("scaled_up", ordinal=self.ordinal, replicas=count, previous=replicas_of(kv))
+                previous = None if kv is None else replicas_of(kv)
+                self._trace("scale", ordinal=self.ordinal, replicas=count, previous=previous)
                 return self.store.get(key)
             kv = self.store.get(key)
 
