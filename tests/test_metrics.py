@@ -1,4 +1,5 @@
-"""Prometheus metrics of a worker: the MetricsTracer adapter on real workers (memory store, short real-time run)."""
+"""Prometheus metrics of a worker: the MetricsTracer adapter on real workers (memory store, short real-time run), and
+the Kubernetes probes /healthz and /readyz on the same port, asked with a real HTTP client."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -16,8 +18,10 @@ import pytest
 from prometheus_client import generate_latest
 
 import apportion
-from apportion.errors import Fenced
+from apportion.errors import Fenced, StoreUnavailable
+from apportion.fleet import Fleet, worker_args
 from apportion.metrics import MetricsTracer
+from apportion.store import MemoryStore
 from apportion.waiting import wait_for
 
 
@@ -154,3 +158,76 @@ def test_worker_metrics_port_0_logs_the_port_it_bound_on_the_loopback_and_serves
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, log.read_text()
+
+
+class DownableStore(MemoryStore):
+    """A memory store whose ``revision()`` (the liveness probe's request) fails while ``down`` is set."""
+
+    down = False
+
+    def revision(self) -> int:
+        if self.down:
+            raise StoreUnavailable("connection refused")
+        return super().revision()
+
+
+def probe(port: int, path: str) -> tuple[int, str]:
+    """``GET path`` with a real HTTP client: (status, body)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode().strip()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode().strip()
+
+
+def test_healthz_and_readyz_answer_as_kubernetes_expects() -> None:
+    store = DownableStore(f"memory://probes-{uuid.uuid4().hex}")
+    group = apportion.Group(store, "orders", partitions=4, ttl_s=1.0, mode="static", ordinal=0)
+    m = MetricsTracer("orders", "a")
+    port = m.serve(0)
+    assert probe(port, "/healthz") == (503, "starting")  # before the worker runs
+    a = group.join("a", tracer=m)
+    m.set_probes(live=a.liveness, ready=a.readiness)
+    wait_for("a to be ready", lambda: probe(port, "/readyz") == (200, "ok"), 10)
+    assert probe(port, "/healthz") == (200, "ok")
+    assert "apportion_owned_partitions" in probe(port, "/metrics")[1]  # the same port
+
+    mb = MetricsTracer("orders", "b")
+    port_b = mb.serve(0)
+    b = group.join("b", tracer=mb)  # the same ordinal (a rolling update): b waits for a's partitions
+    mb.set_probes(live=b.liveness, ready=b.readiness)
+    wait_for("b to register", lambda: b.member.store_lease is not None, 10)
+    assert probe(port_b, "/healthz") == (200, "ok")
+    status, body = probe(port_b, "/readyz")
+    assert status == 503 and "assignment not claimed yet (4 partitions waiting)" in body
+
+    store.down = True
+    status, body = probe(port, "/healthz")
+    assert status == 503 and body == "store unreachable: connection refused"
+    store.down = False
+    a.stop()
+    wait_for("b to take over and be ready", lambda: probe(port_b, "/readyz") == (200, "ok"), 10)
+    assert probe(port, "/healthz") == (503, "the worker has stopped")
+    b.stop()
+
+
+def test_a_worker_process_serves_the_probes_on_its_metrics_port(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    args = worker_args(url, "g", "--partitions", "2", "--mode", "static", "--ordinal", "0", "--metrics-port", "0")
+    with Fleet(tmp_path / "logs", args) as fleet:
+        ports: dict[str, int] = {}
+
+        def port_of(wid: str) -> bool:
+            found = re.findall(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", fleet.log(wid).text())
+            ports.update({wid: int(found[0])} if found else {})
+            return wid in ports
+
+        fleet.start("a")
+        wait_for("a to log its metrics port", lambda: port_of("a"), 60, alive=lambda: fleet.check(["a"]))
+        wait_for("a to be ready", lambda: probe(ports["a"], "/readyz") == (200, "ok"), 30)
+        assert probe(ports["a"], "/healthz") == (200, "ok")
+        fleet.start("b")  # the same ordinal: registered and live, not ready while a holds the partitions
+        wait_for("b to log its metrics port", lambda: port_of("b"), 60, alive=lambda: fleet.check(["b"]))
+        wait_for("b to register", lambda: "waiting" in probe(ports["b"], "/readyz")[1], 30)
+        assert probe(ports["b"], "/healthz") == (200, "ok")
+        assert fleet.stop_all(30) == {"a": 0, "b": 0}

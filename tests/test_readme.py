@@ -98,3 +98,38 @@ def test_the_by_hand_group_works_from_another_directory(tmp_path: Path) -> None:
             except subprocess.TimeoutExpired:
                 w.kill()
                 w.wait()
+
+
+def seed_map_row(seed: int) -> str:
+    text = (ROOT / "README.md").read_text()
+    row = re.search(rf"^\| {seed} \| .*$", text, flags=re.M)
+    assert row is not None, f"the seed map lost seed {seed}'s row"
+    return row.group(0)
+
+
+def test_the_seed_map_says_how_the_static_range_formula_differs_from_seed_3() -> None:
+    """apportion balances the blocks; the seed gives the remainder to the last consumer. Say so, with the numbers
+    the code gives, instead of calling the balanced formula the seed's."""
+    from apportion.assign import range_block
+
+    text = (ROOT / "README.md").read_text()
+    assert "seed 3's formula" not in text and "seed 3's ordinal formula" not in text
+    balanced = ",".join(str(len(range_block(k, 4, 10))) for k in range(4))
+    q, r = divmod(10, 4)
+    seed = ",".join(str(q + (r if k == 3 else 0)) for k in range(4))  # the seed: the last one takes the remainder
+    row = seed_map_row(3)
+    assert f"10 over 4 → {balanced}" in row and f"({seed})" in row, row
+    assert (balanced, seed) == ("3,3,2,2", "2,2,2,4")
+
+
+def test_the_readme_documents_static_scaling_and_the_probes() -> None:
+    text = (ROOT / "README.md").read_text()
+    for needed in (
+        "apportion scale --store URL --group G --replicas N",
+        "group.scale(n)",
+        "--ordinal-from-hostname",
+        "waiting for ordinal 2",
+        "`/healthz`",
+        "`/readyz`",
+    ):
+        assert needed in text, f"the README does not say {needed!r}"

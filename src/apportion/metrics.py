@@ -19,23 +19,47 @@ worker logs it). Metrics (all labelled ``group`` and ``member``)::
 
 What the tracer cannot see is not measured: the time between another member's release and our claim across
 machines is inside the "claim" phase, so the two phases are not additive.
+
+The same port answers Kubernetes' probes (``serve``; the probes are set by ``set_probes``, ``apportion worker``
+passes the worker's ``liveness`` and ``readiness``): ``GET /healthz`` is 200 ``ok`` while the process runs its
+worker and the store answers, ``GET /readyz`` 200 ``ok`` once the member is registered and holds its current
+assignment; otherwise 503 with the reason as the body (also 503 ``starting`` before the probes are set).
 """
 
 from __future__ import annotations
 
+import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from apportion.clock import SYSTEM_CLOCK, Clock
 from apportion.errors import InvalidRequest
 
 try:
-    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise InvalidRequest("metrics", "prometheus-client is not installed: pip install 'apportion[metrics]'") from exc
 
 HANDOFF_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+Probe = Callable[[], str | None]
+"""A health probe: None when healthy, else the reason (the 503's body)."""
+
+
+def _starting() -> str | None:
+    return "starting"
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Probes arrive every few seconds: no access log on stderr."""
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
 
 
 class MetricsTracer:
@@ -67,6 +91,7 @@ class MetricsTracer:
         self._revoking: dict[int, float] = {}
         self._wanted: dict[int, float] = {}
         self._last_round: int | None = None
+        self._probes: dict[str, Probe] = {"/healthz": _starting, "/readyz": _starting}
         self._owned_gauge.labels(**self._labels).set(0)
         for metric in (self._rebalances, self._rounds, self._commits, self._fenced, self._lost):
             metric.labels(**self._labels)  # export zeros from the start
@@ -90,10 +115,31 @@ class MetricsTracer:
             handler(fields, self._clock.now())
             self._owned_gauge.labels(**self._labels).set(len(self._owned))
 
+    def set_probes(self, *, live: Probe, ready: Probe) -> None:
+        """What ``/healthz`` (``live``) and ``/readyz`` (``ready``) answer from now on."""
+        self._probes = {"/healthz": live, "/readyz": ready}
+
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
-        """Expose ``/metrics`` on ``addr``:``port`` (a daemon thread of prometheus-client); return the port bound
-        (``port=0`` picks a free one). The default address is the loopback: pass ``"0.0.0.0"`` to expose it."""
-        server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        """Expose ``/metrics``, ``/healthz`` and ``/readyz`` on ``addr``:``port`` (a daemon thread); return the port
+        bound (``port=0`` picks a free one). The default address is the loopback: pass ``"0.0.0.0"`` to expose it."""
+        metrics = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            probe = self._probes.get(environ.get("PATH_INFO", ""))
+            if probe is None:
+                return metrics(environ, start_response)  # type: ignore[no-any-return]
+            try:
+                reason = probe()
+            except Exception as exc:  # a probe that fails is a failed probe, never a dead server
+                reason = f"probe failed: {exc!r}"
+            status = "200 OK" if reason is None else "503 Service Unavailable"
+            start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+            return [("ok" if reason is None else reason).encode() + b"\n"]
+
+        family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0][0]
+        server_class = type("_BoundServer", (_Server,), {"address_family": family})
+        server: _Server = make_server(addr, port, app, server_class, handler_class=_QuietHandler)
+        threading.Thread(target=server.serve_forever, name="apportion-metrics", daemon=True).start()
         return int(server.server_address[1])
 
     # -- handlers (under the lock) -------------------------------------------------------------------------
@@ -152,4 +198,4 @@ class MetricsTracer:
         self._wanted.clear()
 
 
-__all__ = ["HANDOFF_BUCKETS", "MetricsTracer"]
+__all__ = ["HANDOFF_BUCKETS", "MetricsTracer", "Probe"]

@@ -29,12 +29,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
 from apportion.group import DEFAULT_RETENTION_S
 from apportion.store import Store, connect, redact_url
 from apportion.worker import Group, Tracer, Worker
+
+if TYPE_CHECKING:
+    from apportion.metrics import MetricsTracer
 
 T = TypeVar("T")
 Emit = Callable[..., None]
@@ -69,9 +72,9 @@ def run_worker(
     ``definition`` is :class:`apportion.Group`'s keyword arguments (``partitions``, ``strategy``, the timings,
     ``update``, ``mode``, ``ordinal``, ``replicas``, ...). With ``partitions`` the whole definition is checked before
     the store is opened, so a mistyped option never creates a store file. The store is waited for up to
-    ``connect_timeout_s`` (:class:`StartUp`); ``metrics_port`` serves Prometheus metrics (the metrics extra).
-    ``on_started(worker)`` hears the running :class:`apportion.Worker` (``worker.stop()`` ends the run as a signal
-    does)."""
+    ``connect_timeout_s`` (:class:`StartUp`); ``metrics_port`` serves Prometheus metrics and the probes
+    ``/healthz``, ``/readyz`` (the metrics extra). ``on_started(worker)`` hears the running
+    :class:`apportion.Worker` (``worker.stop()`` ends the run as a signal does)."""
 
     def define(store: Store) -> Group:
         return Group(store, group, **definition)
@@ -90,6 +93,13 @@ def run_worker(
 
         defined = startup.attempt(open_group, store)
         tracer = None if metrics_port is None else serve_metrics(defined, worker_id, metrics_port, metrics_host)
+
+        def started(worker: Worker) -> None:
+            if tracer is not None:  # the probes answer for this worker from now on
+                tracer.set_probes(live=worker.liveness, ready=worker.readiness)
+            if on_started is not None:
+                on_started(worker)
+
         run_member(
             defined,
             worker_id,
@@ -100,7 +110,7 @@ def run_worker(
             history_retention_s=history_retention_s,
             replace=replace,
             startup=startup,
-            on_started=on_started,
+            on_started=started,
         )
     finally:
         store.close()
@@ -209,8 +219,9 @@ class StartUp:
         threading.Thread(target=monitor, name=f"apportion-startup-{self.worker_id}", daemon=True).start()
 
 
-def serve_metrics(group: Group, worker_id: str, port: int, host: str = "127.0.0.1") -> Tracer:
-    """A :class:`apportion.metrics.MetricsTracer` serving on ``host:port`` (0: any free port, logged)."""
+def serve_metrics(group: Group, worker_id: str, port: int, host: str = "127.0.0.1") -> MetricsTracer:
+    """A :class:`apportion.metrics.MetricsTracer` serving on ``host:port`` (0: any free port, logged): ``/metrics``,
+    and the probes ``/healthz`` and ``/readyz`` (503 ``starting`` until the caller sets them)."""
     from apportion.metrics import MetricsTracer  # optional extra: raises InvalidRequest when missing
 
     tracer = MetricsTracer(group.name, worker_id, clock=group.clock)
@@ -219,7 +230,7 @@ def serve_metrics(group: Group, worker_id: str, port: int, host: str = "127.0.0.
         bound = tracer.serve(port, host)
     except OSError as exc:
         raise InvalidRequest("metrics-port", f"cannot serve metrics on {where}:{port}: {exc.strerror or exc}") from exc
-    log.info("metrics on http://%s:%d/metrics", where, bound)
+    log.info("metrics on http://%s:%d/metrics (probes: /healthz, /readyz)", where, bound)
     return tracer
 
 

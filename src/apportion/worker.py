@@ -30,7 +30,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from apportion.clock import SYSTEM_CLOCK, Clock
-from apportion.errors import InvalidRequest
+from apportion.errors import InvalidRequest, StoreUnavailable
 from apportion.group import (
     DEFAULT_RETENTION_S,
     Callback,
@@ -43,8 +43,10 @@ from apportion.group import (
     RoundsMember,
     StaticMember,
     Tracer,
+    set_replicas,
     validate_group,
     validate_ordinal,
+    validate_replicas,
     validate_settings,
 )
 from apportion.store import Store
@@ -101,7 +103,7 @@ class Worker:
         }
         self._member: FencedMember
         if group.mode == "static":
-            assert group.ordinal is not None and group.replicas is not None  # validated by Group
+            assert group.ordinal is not None  # validated by Group
             self._member = StaticMember(
                 group.store,
                 group.name,
@@ -179,6 +181,34 @@ class Worker:
                     return False
                 self._changed.wait(min(left, 0.05))
         return True
+
+    def liveness(self, timeout_s: float = 1.0) -> str | None:
+        """Why this worker is not live (``/healthz``), or None when it is: its threads run and the store answers a
+        request within ``timeout_s``. Thread-safe (a probe's thread asks)."""
+        if self._done.is_set() or not self._thread.is_alive():
+            return "the worker has stopped" + (f": {self.error!r}" if self.error is not None else "")
+        if not self._keeper.is_alive():
+            return "the keepalive thread has stopped"
+        try:
+            with self.group.store.time_limit(timeout_s):
+                self.group.store.revision()
+        except StoreUnavailable as exc:
+            return f"store unreachable: {exc}"
+        return None
+
+    def readiness(self) -> str | None:
+        """Why this worker is not ready (``/readyz``), or None when it is: it is registered (its lease is held and
+        believed) and holds exactly its current assignment (every wanted partition claimed, nothing to give up).
+        Thread-safe."""
+        member = self._member
+        if self._done.is_set():
+            return "the worker has stopped"
+        if member.store_lease is None or self._clock.now() >= member.local_deadline:
+            return "not registered in the group"
+        if not member.stable():
+            waiting = member.claiming
+            return f"assignment not claimed yet ({waiting} partitions waiting)" if waiting else "assignment changing"
+        return None
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Leave gracefully (on_revoked, release, delete membership) and wait; re-raise a callback error."""
@@ -278,6 +308,16 @@ class Worker:
                 _clock_time(deadline),
                 deadline - self._clock.now(),
             )
+        elif kind == "static":
+            log.info("worker %s: ordinal %s, replica count %s", self.id, fields.get("ordinal"), fields.get("replicas"))
+        elif kind == "scale" and fields.get("previous") is not None:
+            log.warning(
+                "worker %s: ordinal %s is at or above the group's replica count %s: a scale-up, count raised to %s",
+                self.id,
+                fields.get("ordinal"),
+                fields.get("previous"),
+                fields.get("replicas"),
+            )
         elif kind == "renew_recovered":
             log.warning("worker %s renewed its lease again; belief until %s", self.id, _clock_time(fields["deadline"]))
         elif kind in ("plan", "round_opened", "round_closed", "fenced"):
@@ -306,8 +346,9 @@ class Group:
     ``ttl_s`` (the member lease) defaults to the store's ``default_ttl_s`` (5 s on etcd, so that a leader election
     costs no partition), else GroupConfig's (3 s). ``mode`` picks the protocol: ``"rounds"`` (seed 0),
     ``"coordinator"`` (seed 1: ``min_members``, ``rebalance`` "automatic"|"manual", ``max_in_flight`` migrations at
-    once) or ``"static"`` (seed 3: ``ordinal`` and ``replicas``). ``strategy`` defaults to "sticky", or
-    "round_robin" in coordinator mode (as in seed 1).
+    once) or ``"static"`` (seed 3: ``ordinal``, and ``replicas`` the count a group starts with when it has none
+    yet; afterwards :meth:`scale` changes it). ``strategy`` defaults to "sticky", or "round_robin" in coordinator
+    mode (as in seed 1).
     """
 
     def __init__(
@@ -335,8 +376,8 @@ class Group:
         if mode not in MODES:
             raise InvalidRequest("mode", f"{mode!r} is not one of {', '.join(MODES)}")
         if mode == "static":
-            if ordinal is None or replicas is None:
-                raise InvalidRequest("ordinal", "static mode needs an ordinal and a replica count")
+            if ordinal is None:
+                raise InvalidRequest("ordinal", "static mode needs an ordinal")
             validate_ordinal(ordinal, replicas)
         if mode == "coordinator":
             validate_settings(min_members, rebalance, max_in_flight)
@@ -369,6 +410,14 @@ class Group:
                 options=options or {},
                 stateful=stateful,
             )
+
+    def scale(self, replicas: int) -> None:
+        """Set the group's replica count (static mode; ``kubectl scale``'s analogue): every static member follows
+        it. Ordinals at or above it give their partitions up (on_revoked, release) and the others claim them."""
+        validate_replicas(replicas)
+        if GroupConfig.find(self.store, self.name) is None:
+            raise InvalidRequest("group", f"group {self.name!r} has no resource definition yet: nothing to scale")
+        set_replicas(self.store, self.name, replicas)
 
     def join(
         self,

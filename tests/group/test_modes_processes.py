@@ -7,12 +7,13 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from apportion.assign import range_block
+from apportion.errors import WorkerExited
 from apportion.fleet import Fleet, WorkerProcess, worker_args
 from apportion.group import history
 from apportion.group._coordinator import TableState, read_table
@@ -58,7 +59,8 @@ def procs(tmp_path: Path) -> Iterator[ModeWorkers]:
 
 
 def expected(replicas: int, ids: dict[int, str]) -> dict[int, str | None]:
-    return {p: ids[o] for o in range(replicas) for p in range_block(o, replicas, PARTITIONS)}
+    """Who owns what under ``replicas``: ordinal o's block is ``ids[o]``'s (None: waiting for a missing ordinal)."""
+    return {p: ids.get(o) for o in range(replicas) for p in range_block(o, replicas, PARTITIONS)}
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -67,23 +69,60 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_static_replicas_three_to_five_to_two(url: str, procs: ModeWorkers) -> None:
-    def start(o: int, replicas: int) -> WorkerProcess:
-        w = procs.start(url, f"c-{o}", "--mode", "static", "--hostname", f"c-{o}", "--replicas", str(replicas))
-        return w
+def start_ordinal(procs: ModeWorkers, url: str, o: int, *args: str) -> WorkerProcess:
+    """Pod c-<o> of a StatefulSet whose template says --replicas 3 (it never changes on scale)."""
+    return procs.start(url, f"c-{o}", "--mode", "static", "--hostname", f"c-{o}", "--replicas", "3", *args)
 
-    workers = {o: start(o, 3) for o in range(3)}
-    wait_for("the range blocks of 3", lambda: owners(url) == expected(3, {o: f"c-{o}" for o in range(3)}), 20)
-    workers.update({o: start(o, 5) for o in (3, 4)})
-    wait_for("the range blocks of 5", lambda: owners(url) == expected(5, {o: f"c-{o}" for o in range(5)}), 20)
-    for o in (4, 3, 2):  # scale down: the StatefulSet stops the highest ordinals
-        workers[o].signal(signal.SIGTERM)
-        assert workers[o].proc.wait(15) == 0
-    workers[0].signal(signal.SIGTERM)  # rolling update of c-0 with the new replica count
-    assert workers[0].proc.wait(15) == 0
-    workers[0] = start(0, 2)
-    wait_for("the range blocks of 2", lambda: owners(url) == expected(2, {0: "c-0", 1: "c-1"}), 20)
+
+def alive(*workers: WorkerProcess) -> Callable[[], None]:
+    """``wait_for``'s ``alive``: fail at once, with its log, when one of ``workers`` has exited."""
+
+    def check() -> None:
+        for w in workers:
+            if not w.alive():
+                raise WorkerExited(f"{w.id} exited with {w.proc.returncode}:\n{w.tail()}")
+
+    return check
+
+
+def test_static_kubectl_scale_up_starts_the_new_pod_and_apportion_scale_down_hands_its_partitions_over(
+    url: str, procs: ModeWorkers
+) -> None:
+    workers = {o: start_ordinal(procs, url, o) for o in range(3)}
+    ids = {o: f"c-{o}" for o in range(4)}
+    wait_for("the range blocks of 3", lambda: owners(url) == expected(3, ids), 30, alive=alive(*workers.values()))
+    workers[3] = start_ordinal(procs, url, 3)  # kubectl scale --replicas 4: same template, --replicas 3
+    wait_for("c-3 to raise the count to 4", lambda: owners(url) == expected(4, ids), 30, alive=alive(*workers.values()))
+    scaled = run_cli("scale", "--store", url, "--group", "g", "--replicas", "3", "--json")  # apportion scale first,
+    assert scaled.returncode == 0, scaled.stderr
+    assert json.loads(scaled.stdout) == {"group": "g", "previous": 4, "replicas": 3}
+    wait_for("c-3 to hand its block over", lambda: owners(url) == expected(3, ids), 30, alive=alive(*workers.values()))
+    assert workers[3].of("revoked"), "the leaving ordinal gave its partitions up through on_revoked"
+    workers[3].signal(signal.SIGTERM)  # ...then kubectl scale --replicas 3 terminates c-3, which holds nothing
+    assert workers[3].proc.wait(15) == 0
+    assert owners(url) == expected(3, ids)
     assert not any(w.of("lost") for w in procs.started), "every handoff was a clean release, never a loss"
+
+
+def test_static_killed_pod_s_partitions_wait_for_its_ordinal_until_it_returns(url: str, procs: ModeWorkers) -> None:
+    workers = {o: start_ordinal(procs, url, o) for o in range(3)}
+    ids = {o: f"c-{o}" for o in range(3)}
+    wait_for("the range blocks of 3", lambda: owners(url) == expected(3, ids), 30, alive=alive(*workers.values()))
+    workers[2].proc.kill()
+    workers[2].proc.wait()
+    block = set(range_block(2, 3, PARTITIONS))
+    wait_for("c-2's lease to expire", lambda: {p for p, o in owners(url).items() if o is None} == block, TTL_S + 10)
+    status = run_cli("status", "--store", url, "--group", "g", "--json")
+    assert status.returncode == 0, status.stderr
+    parts = json.loads(status.stdout)["partitions"]
+    assert {int(p) for p, info in parts.items() if info.get("waiting_for") == 2} == block
+    table = run_cli("status", "--store", url, "--group", "g")
+    assert table.stdout.count("waiting for ordinal 2") == len(block), table.stdout
+    for o in (0, 1):
+        taken = {p for e in workers[o].of("assigned") for p in e["partitions"]}
+        assert taken <= set(range_block(o, 3, PARTITIONS)), f"c-{o} took partitions of another ordinal: {taken}"
+    workers[2] = start_ordinal(procs, url, 2)  # the StatefulSet restarts the pod
+    wait_for("c-2 to take its block back", lambda: owners(url) == expected(3, ids), 30, alive=alive(workers[2]))
 
 
 def test_static_duplicate_ordinal_never_processes_twice_and_takes_over(url: str, procs: ModeWorkers) -> None:
@@ -108,8 +147,10 @@ def history_of(url: str) -> list[dict[str, object]]:
     "args",
     [
         ("--hostname", "consumer", "--replicas", "3"),
-        ("--ordinal", "3", "--replicas", "3"),
-        ("--hostname", "consumer-5", "--replicas", "3"),
+        ("--ordinal", "-1", "--replicas", "3"),
+        ("--hostname", "consumer-5", "--ordinal", "5"),
+        ("--ordinal-from-hostname", "--ordinal", "1"),
+        ("--hostname", "consumer-1", "--replicas", "0"),
     ],
 )
 def test_bad_host_name_or_ordinal_is_a_clear_error_with_exit_2(tmp_path: Path, args: tuple[str, ...]) -> None:
@@ -119,7 +160,39 @@ def test_bad_host_name_or_ordinal_is_a_clear_error_with_exit_2(tmp_path: Path, a
     )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and ("hostname" in lines[0] or "ordinal" in lines[0]), lines
+    assert len(lines) == 1 and lines[0].startswith("apportion: error: "), lines
+    assert any(word in lines[0] for word in ("hostname", "ordinal", "replicas")), lines
+
+
+def as_pod(hostname: str) -> list[str]:
+    """A command prefix: run the rest in a new UTS namespace whose host name is ``hostname``, as a pod's is."""
+    return ["unshare", "--uts", "--map-root-user", "sh", "-c", f'hostname {hostname} && exec "$@"', "sh"]
+
+
+@pytest.fixture
+def pods() -> None:
+    if subprocess.run([*as_pod("consumer-0"), "true"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot create a UTS namespace here (unshare --uts --map-root-user)")
+
+
+@pytest.mark.usefixtures("pods")
+def test_ordinal_from_hostname_reads_the_machine_s_host_name_as_a_pod_does(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'apportion.db'}"
+    options = ["--partitions", str(PARTITIONS), "--ttl", str(TTL_S), "--mode", "static", "--ordinal-from-hostname"]
+    with Fleet(tmp_path / "logs", [*as_pod("consumer-1"), *worker_args(url, "g", *options)]) as fleet:
+        pod = fleet.start("consumer-1")
+        # ordinal 1 means a count of at least 2: ordinal 0's block waits for its pod
+        want = {**dict.fromkeys(range_block(0, 2, PARTITIONS)), **expected(2, {1: "consumer-1"})}
+        wait_for("consumer-1 to own ordinal 1's block", lambda: owners(url) == want, 30, alive=alive(pod))
+        assert fleet.stop_all(15) == {"consumer-1": 0}
+    bad = subprocess.run(
+        [*as_pod("consumer"), *worker_args(url, "g", *options), "--id", "x"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.strip().splitlines() == [
+        "apportion: error: hostname: 'consumer' does not look like a StatefulSet pod name <name>-<ordinal>"
+    ]
 
 
 def table_states(url: str) -> dict[int, TableState]:

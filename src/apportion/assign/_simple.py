@@ -5,9 +5,10 @@ every subscribed resource, in (resource, index) order). Within a group of ``P`` 
 id order:
 
 - ``round_robin`` [seed 1's partition table]: the group's i-th partition goes to subscriber ``i mod N``.
-- ``range`` [seed 3's ordinal formula, balanced]: subscriber ``k`` (0-based ordinal) takes the contiguous block
-  starting at ``k * (P // N) + min(k, P % N)`` of length ``P // N + (1 if k < P % N else 0)`` — the first ``P % N``
-  ordinals take one extra instead of the last one taking the whole remainder, so sizes differ by at most one.
+- ``range`` [the static mode's formula; seed 3 differs]: subscriber ``k`` (0-based ordinal) takes the contiguous
+  block starting at ``k * (P // N) + min(k, P % N)`` of length ``P // N + (1 if k < P % N else 0)`` — the first
+  ``P % N`` ordinals take one extra, so sizes differ by at most one (10 over 4: 3,3,2,2), where seed 3 gives the
+  whole remainder to the last ordinal (2,2,2,4: up to N - 1 extra on one member).
 
 Both give max - min <= 1 within each group.
 """

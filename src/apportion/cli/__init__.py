@@ -11,6 +11,7 @@ from apportion.cli import (
     _rebalance,  # noqa: F401  (registers `apportion rebalance`)
     _report,  # noqa: F401  (registers `apportion report`)
     _route,  # noqa: F401  (registers `apportion route`)
+    _scale,  # noqa: F401  (registers `apportion scale`)
     _simulate,  # noqa: F401  (registers `apportion simulate`)
     _spark,  # noqa: F401  (registers `apportion spark serve`)
     _status,  # noqa: F401  (registers `apportion status`)

@@ -1,5 +1,8 @@
 """`apportion status` — who owns what: members (alive, partitions) and partitions (owner, epoch, checkpoint).
 
+In static mode the title shows the replica count and an unowned partition ``waiting for ordinal N`` (its pod is down
+or not started: a StatefulSet keeps an ordinal's partitions for it).
+
 ``--watch`` redraws the tables every ``--interval`` seconds (rich Live) until Ctrl-C. A checkpoint that is a JSON
 object with an integer ``"offset"`` gets its own column (the store does not know a log's end, so no lag is shown).
 """
@@ -48,6 +51,8 @@ def status(
             "partitions": snapshot["partitions"],
             "round": snapshot["round"],
         }
+        if "replicas" in snapshot:  # static mode
+            out["replicas"] = snapshot["replicas"]["replicas"]
         click.echo(json.dumps(out, sort_keys=True))
         return
     Console().print(render(group_name, snapshot))
@@ -87,7 +92,9 @@ def _holders(holders: dict[str, int | None]) -> str:
 
 def render(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
     """The status tables of a ``group_status`` snapshot."""
-    members = Table(title=f"group {group_name} — round {snapshot['round']}")
+    replicas = snapshot.get("replicas")
+    about = f"replicas {replicas['replicas']}" if replicas else f"round {snapshot['round']}"
+    members = Table(title=f"group {group_name} — {about}")
     for column in ("member", "alive", "partitions"):
         members.add_column(column)
     for mid, info in snapshot["members"].items():
@@ -101,6 +108,8 @@ def render(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
         parts.add_column(column)
     for p, info in snapshot["partitions"].items():
         owner = f"{info['owner']} (lapsing)" if info.get("lapsing") else info["owner"] or "-"
+        if info.get("waiting_for") is not None:
+            owner = f"waiting for ordinal {info['waiting_for']}"
         row = [p, owner, str(info["epoch"] or "-"), info["checkpoint"] or "-"]
         if show_offsets:
             offset = offsets[p]

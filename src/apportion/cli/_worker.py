@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import sys
 import tomllib
 from collections.abc import Callable
@@ -19,7 +20,8 @@ from apportion import events
 from apportion.cli._app import app
 from apportion.cli._common import group_option, option, store_option, timing_options
 from apportion.errors import InvalidRequest
-from apportion.group import DEFAULT_RETENTION_S, ordinal_from_hostname
+from apportion.group import DEFAULT_RETENTION_S
+from apportion.group import ordinal_from_hostname as parse_ordinal
 from apportion.runner import DEFAULT_CONNECT_TIMEOUT_S, run_worker
 
 FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
@@ -87,6 +89,19 @@ def _toml_kind(value: object) -> str:
     return kinds.get(type(value), "a table" if isinstance(value, dict) else f"a {type(value).__name__}")
 
 
+def static_identity(hostname: str | None, ordinal: int | None, *, from_machine: bool) -> tuple[str | None, int | None]:
+    """``(hostname, ordinal)`` from ``--hostname``, ``--ordinal`` or ``--ordinal-from-hostname`` (this machine's host
+    name, as a StatefulSet pod reads it); at most one of them. InvalidRequest for a host name that is not
+    ``<name>-<ordinal>``."""
+    if sum((hostname is not None, ordinal is not None, from_machine)) > 1:
+        raise InvalidRequest("hostname", "give one of --ordinal, --hostname and --ordinal-from-hostname")
+    if from_machine:
+        hostname = socket.gethostname()
+    if hostname is not None:
+        ordinal = parse_ordinal(hostname)
+    return hostname, ordinal
+
+
 def _finite(name: str, value: float, *, positive: bool) -> None:
     """``--capacity``/``--commit-every``: a finite number (``inf`` or ``nan`` would break the arithmetic later)."""
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
@@ -117,9 +132,19 @@ def _finite(name: str, value: float, *, positive: bool) -> None:
 @_option("--replace", is_flag=True, help="Fence a live member with the same --id and take its place.")
 @_option("--commit-every", type=float, default=0.0, help="Commit a checkpoint for owned partitions every N s.")
 @_option("--mode", type=click.Choice(["rounds", "coordinator", "static"]), default="rounds", help="Protocol.")
-@_option("--ordinal", type=int, default=None, help="static: this member's ordinal (0..replicas-1).")
+@_option("--ordinal", type=int, default=None, help="static: this member's ordinal (0, 1, ...).")
 @_option("--hostname", default=None, help="static: a StatefulSet pod name <name>-<ordinal> (instead of --ordinal).")
-@_option("--replicas", type=int, default=None, help="static: the replica count.")
+@_option(
+    "--ordinal-from-hostname",
+    is_flag=True,
+    help="static: read this machine's host name <name>-<ordinal>, as a StatefulSet pod (instead of --ordinal).",
+)
+@_option(
+    "--replicas",
+    type=int,
+    default=None,
+    help="static: the replica count a new group starts with (default ordinal+1); then `apportion scale` sets it.",
+)
 @_option("--min-members", type=int, default=1, help="coordinator: members needed before the table is created.")
 @_option("--rebalance", type=click.Choice(["automatic", "manual"]), default="automatic", help="coordinator.")
 @_option("--max-in-flight", type=int, default=4, help="coordinator: migrations in flight at most.")
@@ -168,6 +193,7 @@ def worker(
     mode: str,
     ordinal: int | None,
     hostname: str | None,
+    ordinal_from_hostname: bool,
     replicas: int | None,
     min_members: int,
     rebalance: str,
@@ -186,15 +212,14 @@ def worker(
     _finite("capacity", capacity, positive=True)
     _finite("commit-every", commit_every, positive=False)
     _finite("connect-timeout", connect_timeout_s, positive=True)
-    if hostname is not None:
-        if ordinal is not None:
-            raise InvalidRequest("hostname", "give either --ordinal or --hostname, not both")
-        ordinal = ordinal_from_hostname(hostname)
+    hostname, ordinal = static_identity(hostname, ordinal, from_machine=ordinal_from_hostname)
     worker_id = worker_id or hostname
     if worker_id is None:
-        raise InvalidRequest("id", "give --id (or --hostname in static mode)")
-    if mode == "static" and (ordinal is None or replicas is None):
-        raise InvalidRequest("mode", "static mode needs --replicas and --ordinal or --hostname name-<ordinal>")
+        raise InvalidRequest("id", "give --id (or --hostname / --ordinal-from-hostname in static mode)")
+    if mode == "static" and ordinal is None:
+        raise InvalidRequest(
+            "mode", "static mode needs --ordinal, --hostname name-<ordinal> or --ordinal-from-hostname"
+        )
 
     run_worker(
         store_url,

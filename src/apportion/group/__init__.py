@@ -32,7 +32,15 @@ from apportion.group._ownership import (
     default_planner,
 )
 from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember
-from apportion.group._static import StaticMember, StaticPhase, ordinal_from_hostname, set_replicas, validate_ordinal
+from apportion.group._static import (
+    StaticMember,
+    StaticPhase,
+    ordinal_from_hostname,
+    set_replicas,
+    stored_replicas,
+    validate_ordinal,
+    validate_replicas,
+)
 from apportion.group._status import (
     committed,
     group_status,
@@ -85,10 +93,12 @@ __all__ = [
     "request_rebalance",
     "set_replicas",
     "settled",
+    "stored_replicas",
     "table_entry",
     "table_entry_of",
     "validate_group",
     "validate_member_id",
     "validate_ordinal",
+    "validate_replicas",
     "validate_settings",
 ]

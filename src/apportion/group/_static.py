@@ -1,20 +1,34 @@
 """Seed 3's static ordinal mode: a StatefulSet ordinal and a replica count decide the partitions, no coordination.
 
-A member knows its ordinal ``o`` and the replica count ``R`` (``--ordinal/--replicas``, or a host name
-``name-<o>`` plus ``--replicas``: the StatefulSet convention, see ``ordinal_from_hostname``). Its partitions are
-``range_block(o, R, partitions)`` (the range formula: sizes differ by at most one); an ordinal >= R owns nothing.
-The replica count is shared through the ``replicas`` key: a member publishes its ``--replicas`` when it first
-starts (the newest configuration wins, as after ``kubectl scale`` + rolling update) and every member follows the
-stored value, so scaling changes everybody's formula. ``set_replicas`` lets an operator change it directly.
+A member knows its ordinal ``o`` (``--ordinal``, a host name ``name-<o>``: the StatefulSet convention, see
+``ordinal_from_hostname``; ``--ordinal-from-hostname`` reads the machine's). Its partitions are
+``range_block(o, R, partitions)`` (the balanced range formula: sizes differ by at most one; seed 3 gives the
+remainder to the last ordinal instead); an ordinal >= R owns nothing.
+
+The replica count ``R`` is one live value of the group, the ``replicas`` key, and every member follows it (watch):
+
+- ``set_replicas`` (``Group.scale``, ``apportion scale``) is the analogue of ``kubectl scale``: the operator's word;
+- a member's ``replicas`` (``--replicas``) is only the count a group *starts* with, written when it has none yet
+  (a pod template's value does not change on scale, so it cannot be the truth afterwards);
+- a process whose ordinal is >= the stored count when it first registers is the evidence of a scale-up (a
+  StatefulSet only creates ordinals below its replica count): it raises the count to ordinal + 1 (compare-and-set:
+  only ever up, never past a higher one), instead of refusing to start. Only at its first registration: a running
+  member that sees the count drop below its ordinal is leaving (scale-down), and so is one that registers again
+  after a lapse.
+
+Nothing else changes the count: a pod that stops (SIGTERM, crash) is a restart for a StatefulSet, so its ordinal's
+partitions stay unowned, ``group_status`` says ``waiting_for`` that ordinal, until it returns or the count changes.
 
 Single active consumer: each partition is still claimed through the lease-bound ``owner/<p>`` record with a new
 epoch (``FencedMember``), so two members with the same ordinal (a rolling update, a split brain) never both hold
 it: the second one waits and claims when the first releases or its lease expires. After a scale, a member first
-releases what the new formula took away; others claim it only once the record is free (compare-absent).
+releases what the new formula took away (on_revoked, then the fenced release); others claim it only once the
+record is free (compare-absent): revoke before assign.
 
 Member phases (``StaticPhase``)::
 
-    STARTING --lease granted, members/<id> put (ordinal), replicas published once and read--> RUNNING
+    STARTING --lease granted, members/<id> put (ordinal); first registration only: the count written if absent,
+               raised to ordinal + 1 if below it; the stored count read--> RUNNING
     RUNNING  --each step: revoke owned - target (on_revoked, release); claim target - owned (when free)--> RUNNING
     RUNNING  --replicas or resource changed (watch)--> RUNNING with the new target
     any      --local lease deadline passed, or lease gone--> on_lost(all), lease revoked --> STARTING
@@ -32,7 +46,7 @@ from apportion.errors import InvalidRequest
 from apportion.group._config import GroupConfig
 from apportion.group._keys import Keys, decode, encode, field
 from apportion.group._ownership import FencedMember, MemberOptions
-from apportion.store import Event, EventType, KeyValue, Put, Store
+from apportion.store import Event, EventType, KeyValue, Put, Store, absent, mod_revision_is
 
 _HOSTNAME = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9.-]*)-(?P<ordinal>[0-9]+)$")
 
@@ -51,34 +65,40 @@ def ordinal_from_hostname(hostname: str) -> int:
     return int(match.group("ordinal"))
 
 
-def validate_ordinal(ordinal: object, replicas: object) -> tuple[int, int]:
+def validate_replicas(replicas: object) -> int:
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise InvalidRequest("replicas", f"must be an integer >= 1, got {replicas!r}")
+    return replicas
+
+
+def validate_ordinal(ordinal: object, replicas: object = None) -> tuple[int, int | None]:
+    """An ordinal (>= 0) and an optional starting replica count (>= 1). An ordinal at or above the count is not a
+    mistake: it is the evidence of a scale-up (see the module docstring)."""
+    checked = None if replicas is None else validate_replicas(replicas)
     if isinstance(ordinal, bool) or not isinstance(ordinal, int) or ordinal < 0:
         raise InvalidRequest("ordinal", f"must be an integer >= 0, got {ordinal!r}")
-    if ordinal >= replicas:
-        raise InvalidRequest("ordinal", f"{ordinal} must be < replicas ({replicas}): ordinals run 0..replicas-1")
-    return ordinal, replicas
+    return ordinal, checked
 
 
 def set_replicas(store: Store, group: str, replicas: int) -> None:
-    """Publish a new replica count (scaling): every static member of ``group`` follows it."""
-    validate_ordinal(0, replicas)
+    """Publish a new replica count (``kubectl scale``'s analogue): every static member of ``group`` follows it."""
+    validate_replicas(replicas)
     store.txn([], [Put(Keys(group).replicas, encode({"replicas": replicas}))])
 
 
 def stored_replicas(store: Store, group: str) -> int | None:
     kv = store.get(Keys(group).replicas)
-    return None if kv is None else _replicas_of(kv)
+    return None if kv is None else replicas_of(kv)
 
 
-def _replicas_of(kv: KeyValue) -> int:
+def replicas_of(kv: KeyValue) -> int:
     """The stored replica count (``{"replicas": n}``, n >= 1); CorruptRecord naming the key otherwise."""
     return int(field(decode(kv.value, kv.key), kv.key, "replicas", int, minimum=1))
 
 
 class StaticMember(FencedMember):
-    """One member of a static-ordinal group: owns ``range_block(ordinal, replicas, partitions)``, claimed fenced."""
+    """One member of a static-ordinal group: owns ``range_block(ordinal, replicas, partitions)``, claimed fenced.
+    ``replicas`` is the count the group starts with when it has none yet (default ordinal + 1)."""
 
     def __init__(
         self,
@@ -88,14 +108,15 @@ class StaticMember(FencedMember):
         config: GroupConfig,
         *,
         ordinal: int,
-        replicas: int,
+        replicas: int | None = None,
         **options: Unpack[MemberOptions],
     ) -> None:
-        self.ordinal, self.replicas = validate_ordinal(ordinal, replicas)
+        self.ordinal, initial = validate_ordinal(ordinal, replicas)
+        self.replicas = max(initial or 0, self.ordinal + 1)  # the count this member starts a group with
         super().__init__(store, group, member_id, config, **options)
         self.phase = StaticPhase.STARTING
         self._published = False
-        self._replicas = replicas  # the stored (effective) replica count
+        self._replicas = self.replicas  # the stored (effective) replica count
         self._replicas_revision = 0
 
     @property
@@ -118,26 +139,41 @@ class StaticMember(FencedMember):
             )
 
     def _registration(self) -> dict[str, Any]:
-        return {"ordinal": self.ordinal, "replicas": self.replicas}
+        return {"ordinal": self.ordinal}
 
     def _started(self, now: float, revision: int) -> None:
-        if not self._published:  # once per process: a restart after a lapse must not undo a later scale
-            kv = self.store.get(self.keys.replicas)
-            if kv is None or _replicas_of(kv) != self.replicas:
-                self.store.txn([], [Put(self.keys.replicas, encode({"replicas": self.replicas}))])
-            self._published = True
         kv = self.store.get(self.keys.replicas)
+        if not self._published:  # once per process: a member that registers again after a lapse raises nothing
+            kv = self._publish(kv)
+            self._published = True
         if kv is not None:
-            self._replicas, self._replicas_revision = _replicas_of(kv), kv.mod_revision
+            self._replicas, self._replicas_revision = replicas_of(kv), kv.mod_revision
         self.phase = StaticPhase.RUNNING
         self._trace("static", ordinal=self.ordinal, replicas=self._replicas)
+
+    def _publish(self, kv: KeyValue | None) -> KeyValue | None:
+        """The first registration's part of the count: write it when the group has none, raise it to ordinal + 1
+        when it is below (compare-and-set, retried while others change it). Returns the stored record."""
+        key = self.keys.replicas
+        while True:
+            if kv is None:
+                compare, count = absent(key), self.replicas
+            elif self.ordinal >= replicas_of(kv):
+                compare, count = mod_revision_is(key, kv.mod_revision), self.ordinal + 1
+            else:
+                return kv
+            if self.store.txn([compare], [Put(key, encode({"replicas": count}))]).succeeded:
+                previous = None if kv is None else replicas_of(kv)
+                self._trace("scale", ordinal=self.ordinal, replicas=count, previous=previous)
+                return self.store.get(key)
+            kv = self.store.get(key)
 
     def _on_event(self, event: Event) -> None:
         kv = event.kv
         if event.type is not EventType.PUT:
             return
         if kv.key == self.keys.replicas and kv.mod_revision > self._replicas_revision:
-            self._replicas, self._replicas_revision = _replicas_of(kv), kv.mod_revision
+            self._replicas, self._replicas_revision = replicas_of(kv), kv.mod_revision
             self._trace("static", ordinal=self.ordinal, replicas=self._replicas)
         elif kv.key == self.keys.resource and kv.mod_revision > self._config_revision:
             self.config, self._config_revision = GroupConfig.from_record(kv), kv.mod_revision
@@ -175,6 +211,8 @@ __all__ = [
     "StaticPhase",
     "ordinal_from_hostname",
     "set_replicas",
+    "replicas_of",
     "stored_replicas",
     "validate_ordinal",
+    "validate_replicas",
 ]

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from apportion.assign import range_block
 from apportion.errors import CorruptRecord
 from apportion.group._config import GroupConfig
 from apportion.group._coordinator import Entry
@@ -31,6 +32,9 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     A record that decides ownership (``resource``, ``latest``, the latest plan, ``owner/<p>``, ``epoch/<p>``,
     ``commit/<p>``, ``table/<p>``, ``coordinator``, ``replicas``) and is not what apportion writes raises
     ``CorruptRecord`` naming its key; a corrupt registration or participation record is skipped with a warning.
+
+    In static mode (a ``replicas`` record), an unowned partition says which ordinal it is ``waiting_for``: the one
+    whose range block holds it under the stored count (its pod is down or not started yet).
 
     Stateful groups (seed 2) also list, per partition, its ``standby`` and ``learners`` holders of the latest plan
     with the lag each reported in that round (``{member: lag or None}``)."""
@@ -107,6 +111,12 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
             partitions[str(p)]["lapsing"] = lapsing
             entry = members.setdefault(owner["member"], {"alive": False, "partitions": []})
             entry.setdefault("lapsing" if lapsing else "partitions", []).append(str(p))
+    if "replicas" in extra:  # static mode: an unowned partition waits for the ordinal whose range block holds it
+        count = int(extra["replicas"]["replicas"])
+        for ordinal in range(min(count, n)):
+            for p in range_block(ordinal, count, n):
+                if partitions[str(p)]["owner"] is None:
+                    partitions[str(p)]["waiting_for"] = ordinal
     if plan is not None:
         for mid in plan["participants"]:
             members.setdefault(mid, {"alive": False, "partitions": []})

@@ -1,6 +1,6 @@
 """Deterministic simulator: many members on the memory store in virtual time, seeded faults, checked traces."""
 
-from apportion.sim._checks import check_trace
-from apportion.sim._sim import FAULTS, SimConfig, SimResult, Simulation, simulate
+from apportion.sim._checks import check_static, check_trace
+from apportion.sim._sim import FAULTS, STATIC_CHURN, SimConfig, SimResult, Simulation, simulate
 
-__all__ = ["FAULTS", "SimConfig", "SimResult", "Simulation", "check_trace", "simulate"]
+__all__ = ["FAULTS", "STATIC_CHURN", "SimConfig", "SimResult", "Simulation", "check_static", "check_trace", "simulate"]

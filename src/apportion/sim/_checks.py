@@ -13,6 +13,12 @@ members' state at the end (:func:`check_liveness`):
 3. liveness: once churn and faults stop at ``T``, by ``T + RST + MRI + ttl + 1 s`` every partition is believed
    owned by exactly one live member and (count-balanced strategies) owned counts differ by at most one; in static
    mode every partition is owned by a member whose ordinal's range block (under the stored replica count) holds it.
+4. static mode (:func:`check_static`, from the trace): every replica count a member follows (its ``static``
+   records) was published before by a ``scale`` record (the operator's ``apportion scale``, or a member whose
+   ordinal was at or above the count), and a member raising it raised it to its ordinal + 1 from a lower count;
+   every partition a member is assigned lies in its ordinal's range block under the count it follows then (so after
+   a scale down the leaving ordinals' partitions go only to the remaining ones, and after a scale up only to the
+   ordinals the formula names).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from apportion.assign import range_block
 
 BALANCED_STRATEGIES = ("round_robin", "range", "sticky", "high_availability")
 
@@ -141,6 +149,34 @@ def check_trace(
     return problems[:20]
 
 
+def check_static(records: Sequence[tuple[float, str, str, Mapping[str, Any]]], partitions: int) -> list[str]:
+    """Check 4 over a static-mode trace: the counts members follow were published, and each assignment is inside
+    the member's range block under the count it follows."""
+    problems: list[str] = []
+    published: set[int] = set()
+    follows: dict[str, tuple[int, int]] = {}  # member -> (ordinal, replica count)
+    for t, mid, kind, fields in _in_time_order(records):
+        if kind == "scale":
+            count, previous = int(fields["replicas"]), fields.get("previous")
+            if previous is not None and not int(previous) <= int(fields["ordinal"]) == count - 1:
+                problems.append(f"scale: t={t:.3f} {mid} (ordinal {fields['ordinal']}) raised {previous} to {count}")
+            published.add(count)
+        elif kind == "static":
+            ordinal, count = int(fields["ordinal"]), int(fields["replicas"])
+            if count not in published:
+                problems.append(f"scale: t={t:.3f} {mid} follows a replica count {count} nobody published")
+            follows[mid] = (ordinal, count)
+        elif kind == "assigned" and fields["partitions"]:
+            ordinal, count = follows.get(mid, (-1, 0))
+            block = range_block(ordinal, count, partitions) if 0 <= ordinal < count else range(0)
+            outside = [p for p in fields["partitions"] if int(p) not in block]
+            if outside:
+                problems.append(
+                    f"static: t={t:.3f} {mid} (ordinal {ordinal} of {count}) assigned {outside} outside its block"
+                )
+    return problems[:20]
+
+
 def unowned_seconds(beliefs: Mapping[int, Sequence[tuple[float, float, str]]], partitions: int, end: float) -> float:
     """Partition-seconds during which nobody believed owning a partition (from its first assignment on)."""
     total = 0.0
@@ -157,4 +193,11 @@ def unowned_seconds(beliefs: Mapping[int, Sequence[tuple[float, float, str]]], p
     return total
 
 
-__all__ = ["BALANCED_STRATEGIES", "belief_intervals", "check_liveness", "check_trace", "unowned_seconds"]
+__all__ = [
+    "BALANCED_STRATEGIES",
+    "belief_intervals",
+    "check_liveness",
+    "check_static",
+    "check_trace",
+    "unowned_seconds",
+]

@@ -1,10 +1,20 @@
 """The simulator's scenario and event loop: many members of a group on one memory store in virtual time, faults.
 
 ``SimConfig.mode`` picks the protocol: ``rounds`` (``RoundsMember``), ``coordinator`` (``CoordinatorMember``,
-``max_in_flight`` migrations at once) or ``static`` (``StaticMember``: ordinals 0..members-1; a ``join`` scales the
-replica count up by one, a ``leave`` either scales down by one — the highest ordinal leaves and the operator
-publishes the new count — or restarts the pod, and a ``crash`` is followed at once by a replacement pod with the same
-ordinal, as a StatefulSet does: so duplicate ordinals coexist until the old lease expires).
+``max_in_flight`` migrations at once) or ``static`` (``StaticMember``: ordinals 0..members-1, every pod started
+with the template's ``--replicas members``, as a StatefulSet's pod template never changes on scale). Static churn:
+
+    scale_up    (a ``join``) the next ordinal's pod starts; either it raises the count itself (its ordinal is the
+                evidence) or the operator runs ``apportion scale`` first, and its block waits for it until it starts
+    scale_down  (half the ``leave``s) the operator publishes count - 1 and the highest ordinal's pod leaves, in
+                either order
+    restart     (the other ``leave``s) a graceful stop; a replacement with the same ordinal starts at once
+    crash D     the pod dies; its replacement starts D seconds later (a StatefulSet's restart), unless the count
+                dropped below its ordinal meanwhile: its block waits for it, and duplicate ordinals coexist until the
+                old lease expires
+
+Every change of the count is a ``scale`` record (``operator`` or the member that raised it); ``check_static``
+checks the static trace against them.
 
 Everything random comes from one ``random.Random(seed)``; members are stepped from one event queue ordered by
 (virtual time, seeded tie-break, sequence); no wall clock and no threads. The same seed gives the same trace, so a
@@ -55,12 +65,14 @@ from apportion.group import (
     StaticMember,
     Tracer,
     set_replicas,
+    stored_replicas,
 )
-from apportion.sim._checks import belief_intervals, check_liveness, check_trace, unowned_seconds
+from apportion.sim._checks import belief_intervals, check_liveness, check_static, check_trace, unowned_seconds
 from apportion.sim._faults import DriftClock, FlakyStore
 from apportion.store import Event, EventType, MemoryStore, Store, Watch, renew_interval_s
 
 FAULTS = ("crash", "freeze", "slow", "unavailable", "drift", "hang")
+STATIC_CHURN = ("scale_up", "scale_down", "restart", "return")  # a script's static-mode kinds (the docstring)
 MODES = ("rounds", "coordinator", "static")
 _THREADS = {"step": "step", "resume": "step", "keepalive": "keepalive", "work": "work"}
 _BROADCAST = frozenset(("current", "latest", "resource", "coordinator", "replicas", "rebalance"))
@@ -267,8 +279,8 @@ class Simulation:
         if self.config.mode == "static":
             ordinal = len(self._ordinals) if ordinal is None else ordinal
             self._ordinals[mid] = ordinal
-            replicas = max(self.replicas, ordinal + 1)
-            return StaticMember(store, self.group, mid, self.gconfig, ordinal=ordinal, replicas=replicas, **common)
+            template = self.config.members or 1  # the pod template's --replicas: unchanged by scaling
+            return StaticMember(store, self.group, mid, self.gconfig, ordinal=ordinal, replicas=template, **common)
         if self.config.mode == "coordinator":
             return CoordinatorMember(
                 store, self.group, mid, self.gconfig, max_in_flight=self.config.max_in_flight, **common
@@ -311,7 +323,9 @@ class Simulation:
         if kind == "renew":
             fields = {"deadline": clock.to_global(float(fields["deadline"]))}
         self.records.append((t, mid, kind, dict(fields)))
-        if kind in ("assigned", "revoked", "lost", "fenced", "round_closed", "spawn", "crash", "freeze", "leave"):
+        if kind in (
+            "assigned", "revoked", "lost", "fenced", "round_closed", "spawn", "crash", "freeze", "leave", "scale"
+        ):  # fmt: skip
             detail = ",".join(f"{k}={fields[k]}" for k in sorted(fields) if k != "prefix")
             self.trace.append((round(t, 6), mid, kind, detail))
 
@@ -342,6 +356,8 @@ class Simulation:
                 duration = self.rng.uniform(0.1, 2.0 * cfg.revoke_timeout_s)
             elif kind in ("unavailable", "hang"):
                 duration = self.rng.uniform(0.1, cfg.ttl_s)
+            elif kind == "crash" and cfg.mode == "static":  # the pod's restart comes after this long
+                duration = self.rng.uniform(0.0, 2.0 * cfg.ttl_s)
             self._push(t, "churn:" + kind, "", duration)
             last_effect = max(last_effect, t + duration)
         settle_by = last_effect + cfg.settle_s + cfg.min_interval_s + cfg.ttl_s + 1.0 + cfg.convergence_s()
@@ -350,6 +366,8 @@ class Simulation:
         violations = self._check_liveness()
         beliefs = belief_intervals(self.records, self.clock.now())
         violations += check_trace(self.records, self.clock.now(), beliefs)
+        if cfg.mode == "static":
+            violations += check_static(self.records, cfg.partitions)
         return self._result(violations, settle_by - start, beliefs)
 
     def _loop(self, end: float) -> None:
@@ -434,11 +452,13 @@ class Simulation:
         self.faults[kind] = self.faults.get(kind, 0) + 1
         for member in self.members.values():
             member.clock.thread = "churn"  # the fault itself happens now, whatever a member's threads wait for
-        if self.config.mode == "static" and kind in ("join", "leave", "crash"):
-            self._static_churn(kind)
+        if self.config.mode == "static" and kind in ("join", "leave", "crash", *STATIC_CHURN):
+            self._static_churn(kind, duration)
             return
         live = self._live()
         now = self.clock.now()
+        if self.config.mode == "static" and not live:
+            return  # every pod is down: the StatefulSet brings them back (``return``), no fault to apply
         if kind == "join" or not live:
             if self.config.max_members is None or len(live) < self.config.max_members:
                 self._add_member()
@@ -475,9 +495,8 @@ class Simulation:
         elif kind == "drift":
             sim.clock.set_rate(1.0 + self.rng.uniform(-0.05, 0.05))
 
-    def _static_churn(self, kind: str) -> None:
-        """StatefulSet churn: scale up/down by one (the operator publishes the count), restart or crash a pod (a
-        replacement with the same ordinal starts at once)."""
+    def _static_churn(self, kind: str, duration: float) -> None:
+        """StatefulSet churn (the module docstring): scale up or down by one, restart or crash a pod."""
         now = self.clock.now()
         live = [
             s
@@ -486,35 +505,58 @@ class Simulation:
         ]
         for sim in live:
             sim.clock.thread = "step"  # a leave runs on the stepping thread
-        limit = self.config.max_members
         if kind == "join":
+            kind = "scale_up"
+        elif kind == "leave":
+            kind = "scale_down" if self.replicas > 1 and self.rng.random() < 0.5 else "restart"
+        if kind == "scale_up":
+            limit = self.config.max_members
             if limit is None or len(self._live()) < limit:
                 self.replicas += 1
+                if self.rng.random() < 0.5:  # apportion scale before the pod starts; else the pod raises it
+                    self._scale(self.replicas)
                 self._add_member(self.replicas - 1)
+            return
+        if kind == "scale_down":
+            if self.replicas <= 1:
+                return
+            self.replicas -= 1
+            leaving = [s for s in live if self._ordinals[s.id] == self.replicas]
+            first = self.rng.random() < 0.5  # the operator's command before or after the pod's termination
+            if first:
+                self._scale(self.replicas)
+            for sim in leaving:
+                self._leave(sim)
+            if not first:
+                self._scale(self.replicas)
+            return
+        if kind == "return":  # ``duration`` carries the crashed ordinal here
+            if int(duration) < self.replicas:
+                self._add_member(int(duration))
             return
         if not live:
             return
-        if kind == "leave" and self.replicas > 1 and self.rng.random() < 0.5:
-            top = self.replicas - 1
-            for sim in live:
-                if self._ordinals[sim.id] == top:
-                    self._record(sim.id, "leave", {}, sim.clock)
-                    with contextlib.suppress(StoreUnavailable):
-                        sim.member.leave()
-                    sim.left = True
-            self.replicas = top
-            set_replicas(self.store, self.group, top)
-            return
         sim = self.rng.choice(live)
-        self._record(sim.id, kind, {}, sim.clock)
-        if kind == "leave":
-            with contextlib.suppress(StoreUnavailable):
-                sim.member.leave()
-            sim.left = True
-        else:
+        if kind == "restart":
+            self._leave(sim)
+            if self._ordinals[sim.id] < self.replicas:
+                self._add_member(self._ordinals[sim.id])
+        elif kind == "crash":
+            self._record(sim.id, "crash", {}, sim.clock)
             sim.crashed = True
-        if self._ordinals[sim.id] < self.replicas:
-            self._add_member(self._ordinals[sim.id])
+            self._push(now + duration, "churn:return", "", self._ordinals[sim.id])
+
+    def _leave(self, sim: _Sim) -> None:
+        self._record(sim.id, "leave", {}, sim.clock)
+        with contextlib.suppress(StoreUnavailable):
+            sim.member.leave()
+        sim.left = True
+
+    def _scale(self, replicas: int) -> None:
+        """``apportion scale --replicas N``: the operator's record in the trace, then the store's."""
+        self.records.append((self.clock.now(), "operator", "scale", {"replicas": replicas}))
+        self.trace.append((round(self.clock.now(), 6), "operator", "scale", f"replicas={replicas}"))
+        set_replicas(self.store, self.group, replicas)
 
     def _route(self) -> None:
         events = self._dispatch.poll()
@@ -548,9 +590,13 @@ class Simulation:
         live = [s for s in self._live() if now >= s.frozen_until]
         owned = {s.id: s.member.owned() for s in live}
         blocks = None
+        problems: list[str] = []
         if self.config.mode == "static":
+            stored = stored_replicas(self.store, self.group)
+            if stored != self.replicas:
+                problems.append(f"scale: the stored replica count is {stored}, the scale events say {self.replicas}")
             blocks = {s.id: range_block(self._ordinals[s.id], self.replicas, self.config.partitions) for s in live}
-        return check_liveness(owned, self.config.partitions, now, self.config.strategy, blocks)
+        return problems + check_liveness(owned, self.config.partitions, now, self.config.strategy, blocks)
 
     def _result(
         self, violations: list[str], settle_by: float, beliefs: Mapping[int, list[tuple[float, float, str]]]
@@ -581,4 +627,4 @@ def simulate(config: SimConfig) -> SimResult:
     return Simulation(config).run()
 
 
-__all__ = ["FAULTS", "SimConfig", "SimResult", "Simulation", "check_trace", "simulate"]
+__all__ = ["FAULTS", "STATIC_CHURN", "SimConfig", "SimResult", "Simulation", "check_trace", "simulate"]
