@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from apportion.group import CoordinatorMember, Entry, TableState, decode
+from collections.abc import Mapping
+
+import pytest
+
+from apportion.group import CoordinatorMember, Entry, GroupConfig, TableState, decode
 from apportion.group._coordinator import planned_moves, read_table, request_rebalance, table_changes
 from tests.group.modes_harness import ModeHarness
 
@@ -51,11 +55,20 @@ def test_killed_coordinator_mid_migration_is_finished_by_the_successor_without_d
     h.run(1.0)
     leader = coordinator_of(h)
     h.add_coordinated("c", max_in_flight=1)
-    # step until a migration is in flight, then kill the coordinator
+
+    # step member by member until a migration is in flight, then kill the coordinator (a sticky re-plan moves
+    # little: stepping everyone at once could start and finish a migration within one round of steps)
+    def migrating() -> bool:
+        return any(e.state is TableState.MIGRATING for e in table(h).values())
+
     for _ in range(200):
-        h.run(0.01)
-        if any(e.state is TableState.MIGRATING for e in table(h).values()):
+        for member in list(h.members.values()):
+            member.step(h.clock.now())
+            if migrating():
+                break
+        if migrating():
             break
+        h.clock.advance(0.01)
     assert any(e.state is TableState.MIGRATING for e in table(h).values()), "expected a migration in flight"
     h.crash(leader)
     for _ in range(600):
@@ -130,3 +143,67 @@ def test_automatic_policy_rebalances_when_a_member_joins() -> None:
     h.run(2.0)
     assert sorted(len(p) for p in h.assignment().values()) == [4, 4, 4]
     assert not [c for c in h.log.calls if c[0] == "lost"]
+
+
+SEED_NODES = ("athens", "byzantium", "cyrene")
+
+
+def holders(h: ModeHarness) -> dict[int, str | None]:
+    return {p: e.holder for p, e in table(h).items()}
+
+
+def seed_cluster(partitions: int) -> tuple[ModeHarness, list[dict[str, object]]]:
+    """The seed's example: athens, byzantium and cyrene hold ``partitions`` round-robin; ``traced`` collects the
+    coordinator's table decisions."""
+    h = ModeHarness(GroupConfig(partitions=partitions, strategy="round_robin", settle_s=0.5, min_interval_s=1.0))
+    traced: list[dict[str, object]] = []
+
+    def tracer(kind: str, fields: Mapping[str, object]) -> None:
+        if kind == "table":
+            traced.append(dict(fields))
+
+    for mid in SEED_NODES:
+        h.add_coordinated(mid, tracer=tracer, min_members=3)
+    h.run(1.0)
+    assert h.assignment()["athens"] == list(range(partitions))[::3]  # the first table is the seed's round robin
+    return h, traced
+
+
+@pytest.mark.parametrize(("partitions", "bound"), [(9, 2), (30, 7)])
+def test_a_joining_node_takes_only_the_surplus_in_the_seeds_example(partitions: int, bound: int) -> None:
+    """Seed 1: 30 partitions on three nodes, ephesus joins: the average is about 7, so only the surplus moves to it —
+    7 partitions (the lower bound), none between old nodes; round-robin again would move 21."""
+    h, traced = seed_cluster(partitions)
+    before = holders(h)
+    h.add_coordinated("ephesus")
+    h.run(3.0)
+    after = holders(h)
+    moved = {p: (before[p], after[p]) for p in before if before[p] != after[p]}
+    assert len(moved) == bound
+    assert {to for _, to in moved.values()} == {"ephesus"}  # only to the new node, never between old ones
+    replan = [t for t in traced if t["full"] and t["moves"]]
+    assert [(t["moves"], t["min_moves"]) for t in replan] == [(bound, bound)]  # reported: moves = the lower bound
+    counts = sorted(len(p) for p in h.assignment().values())
+    assert counts[-1] - counts[0] <= 1 and all(e.state is TableState.ONLINE for e in table(h).values())
+
+
+def test_a_failed_node_moves_only_its_own_partitions_in_a_round_robin_table() -> None:
+    h, _ = seed_cluster(30)
+    h.add_coordinated("ephesus")
+    h.run(3.0)
+    before = holders(h)
+    victim = next(m for m in SEED_NODES if m != coordinator_of(h))
+    h.crash(victim)
+    h.run(4.0)
+    after = holders(h)
+    assert {p for p in before if before[p] != after[p]} == {p for p, m in before.items() if m == victim}
+
+
+def test_the_coordinator_replans_a_round_robin_table_with_sticky_and_other_strategies_with_their_own() -> None:
+    from apportion.group._coordinator import replan_strategy
+
+    rr = GroupConfig(partitions=6, strategy="round_robin")
+    assert replan_strategy(rr, {}) == ("round_robin", {})
+    assert replan_strategy(rr, {0: Entry("a", None, TableState.ONLINE)}) == ("sticky", {})
+    ranged = GroupConfig(partitions=6, strategy="range")
+    assert replan_strategy(ranged, {0: Entry("a", None, TableState.ONLINE)})[0] == "range"

@@ -32,6 +32,14 @@ Member phases (``CoordinatorPhase``)::
     any --local lease deadline passed, or lease gone--> on_lost(all), lease revoked --> STARTING
     any --leave()--> on_revoked(all), release, lease revoked --> STOPPED
 
+Which strategy plans what (``replan_strategy``): the first table is laid out by the group's strategy; every later
+change starts from the current table. Seed 1 does exactly this with its default: round-robin for the first table,
+then "move only the surplus" to the new or underloaded nodes. A ``round_robin`` group (the coordinator's default)
+therefore re-plans with ``sticky`` (seed 4's constrained assignor: each holder keeps its partitions up to the
+floor/ceil quota, only the surplus moves; moves = the lower bound), since ``round_robin`` itself ignores the table
+and would move most partitions on every join (21 of 30 where 7 suffice, in the seed's own example). Any other
+strategy was chosen for its own placement (capacities, hashing, ranges) and plans every change itself.
+
 Rebalancing policy: ``automatic`` re-plans (full strategy run with the current holders as ``owned``) whenever the
 set of live members changes; ``manual`` only re-plans the partitions of dead members (to live members that already
 hold partitions) until an operator writes ``rebalance`` (``apportion rebalance``), then runs one full re-plan.
@@ -158,6 +166,39 @@ def _members(keys: Keys, kvs: Sequence[KeyValue]) -> list[str]:
     return sorted(kv.key[len(keys.members) :] for kv in kvs)
 
 
+def replan_strategy(config: GroupConfig, table: Mapping[int, Entry]) -> tuple[str, Mapping[str, object]]:
+    """The strategy (and its options) that plans the table: the group's for the first table, and for every later
+    change too, except that a ``round_robin`` table is re-planned by ``sticky`` (seed 1: round-robin first, then move
+    only the surplus; see the module docstring)."""
+    if table and config.strategy == "round_robin":
+        return "sticky", {}
+    return config.strategy, config.options
+
+
+def table_request(group: str, config: GroupConfig, members: Sequence[str], table: Mapping[int, Entry]) -> AssignRequest:
+    """The request a full re-plan of ``table`` over the live ``members`` makes: current holders as ``owned``."""
+    live = sorted(set(members))
+    holders = {p: e.holder for p, e in table.items()}
+    owned = {m: [p for p in sorted(holders) if holders[p] == m] for m in live}
+    strategy, options = replan_strategy(config, table)
+    return AssignRequest(
+        strategy,
+        (Resource(group, config.partitions),),
+        tuple(Member(m, owned=tuple(Partition(group, p) for p in owned[m])) for m in live),
+        options,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TablePlan:
+    """The desired holder of every partition, with the plan's moves (partitions taken from a live holder; a dead
+    member's partitions are placed, not moved) and the lower bound of those moves (the strategy's ``min_moves``)."""
+
+    desired: Mapping[int, str]
+    moves: int
+    min_moves: int
+
+
 def plan_table(
     group: str,
     config: GroupConfig,
@@ -166,23 +207,17 @@ def plan_table(
     *,
     full: bool,
     planner: Planner = default_planner,
-) -> dict[int, str]:
-    """The desired holder of every partition: a full strategy run (holders as ``owned``), or, when not ``full``,
-    the current holders with only the partitions of dead members moved to the least loaded live holders."""
+) -> TablePlan:
+    """A full strategy run (holders as ``owned``; ``replan_strategy``), or, when not ``full``, the current holders
+    with only the partitions of dead members moved to the least loaded live holders (no moves)."""
     live = sorted(set(members))
     if not live:
-        return {}
+        return TablePlan({}, 0, 0)
     holders = {p: e.holder for p, e in table.items()}
     if full or not table:
-        owned = {m: [p for p in sorted(holders) if holders[p] == m] for m in live}
-        request = AssignRequest(
-            config.strategy,
-            (Resource(group, config.partitions),),
-            tuple(Member(m, owned=tuple(Partition(group, p) for p in owned[m])) for m in live),
-            config.options,
-        )
-        plan = planner(request)
-        return {p.index: mid for mid, parts in sorted(plan.assignment.items()) for p in parts}
+        plan = planner(table_request(group, config, live, table))
+        placed = {p.index: mid for mid, parts in sorted(plan.assignment.items()) for p in parts}
+        return TablePlan(placed, plan.stats.moved, plan.stats.min_moves)
     desired: dict[int, str] = {}
     load: dict[str, int] = {}
     for p in range(config.partitions):
@@ -196,7 +231,7 @@ def plan_table(
             pick = min(hosts, key=lambda m: (load.get(m, 0), m))
             desired[p] = pick
             load[pick] = load.get(pick, 0) + 1
-    return desired
+    return TablePlan(desired, 0, 0)
 
 
 def table_changes(
@@ -237,7 +272,7 @@ def planned_moves(store: Store, group: str, planner: Planner = default_planner) 
     table = {p: e for p, (e, _) in read_table(store, group).items()}
     if not table:
         return []
-    desired = plan_table(group, config, live_members(store, group), table, full=True, planner=planner)
+    desired = plan_table(group, config, live_members(store, group), table, full=True, planner=planner).desired
     return [
         TableMove(p, table[p].holder if p in table else None, d)
         for p, d in sorted(desired.items())
@@ -372,8 +407,8 @@ class CoordinatorMember(FencedMember):
             return
         changed = tuple(live) != self._planned_for
         full = not table or request is not None or (self.rebalance == "automatic" and changed)
-        desired = plan_table(self.group, self.config, live, table, full=full, planner=self._planner)
-        changes = table_changes(table, desired, live, self.max_in_flight)
+        planned = plan_table(self.group, self.config, live, table, full=full, planner=self._planner)
+        changes = table_changes(table, planned.desired, live, self.max_in_flight)
         extra: list[Op] = []
         extra_compares: list[Compare] = []
         if request is not None:
@@ -410,7 +445,9 @@ class CoordinatorMember(FencedMember):
         if ok:
             self._planned_for = tuple(live)
             moving = [p for p in parts if changes[p].state is TableState.MIGRATING]
-            self._trace("table", full=full, changed=parts, migrating=moving)
+            self._trace(
+                "table", full=full, changed=parts, migrating=moving, moves=planned.moves, min_moves=planned.min_moves
+            )
 
     # -- following -----------------------------------------------------------------------------------------
 
@@ -454,12 +491,15 @@ __all__ = [
     "CoordinatorPhase",
     "Entry",
     "TableMove",
+    "TablePlan",
     "TableState",
     "live_members",
     "plan_table",
     "planned_moves",
     "read_table",
+    "replan_strategy",
     "request_rebalance",
     "table_changes",
+    "table_request",
     "validate_settings",
 ]
