@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 import pytest
 
+from apportion.errors import InvalidRequest
 from apportion.group import CoordinatorMember, Entry, GroupConfig, TableState, decode
 from apportion.group._coordinator import planned_moves, read_table, request_rebalance, table_changes
 from tests.group.modes_harness import ModeHarness
@@ -207,3 +208,48 @@ def test_the_coordinator_replans_a_round_robin_table_with_sticky_and_other_strat
     assert replan_strategy(rr, {0: Entry("a", None, TableState.ONLINE)}) == ("sticky", {})
     ranged = GroupConfig(partitions=6, strategy="range")
     assert replan_strategy(ranged, {0: Entry("a", None, TableState.ONLINE)})[0] == "range"
+
+
+def in_flight(entries: dict[int, Entry]) -> list[int]:
+    return [p for p, e in entries.items() if e.state is not TableState.ONLINE]
+
+
+def manual_group_with_moves_in_flight() -> ModeHarness:
+    """Manual policy: a and b hold 12 partitions, c joined; an operator's rebalance is being applied one migration at
+    a time (only the coordinator has stepped since: its moves are written, none is finished)."""
+    h = ModeHarness()
+    for mid in ("a", "b"):
+        h.add_coordinated(mid, rebalance="manual", max_in_flight=1)
+    h.run(1.0)
+    h.add_coordinated("c", rebalance="manual", max_in_flight=1)
+    h.run(1.0)
+    request_rebalance(h.store, "g", h.clock.now())
+    h.members[coordinator_of(h)].step(h.clock.now())
+    assert in_flight(table(h)), "expected moves in flight"
+    return h
+
+
+def test_a_rebalance_request_is_refused_while_moves_are_in_flight() -> None:
+    h = manual_group_with_moves_in_flight()
+    with pytest.raises(InvalidRequest, match=r"still moving \(partitions .*\): run it again once every partition"):
+        request_rebalance(h.store, "g", h.clock.now())
+    h.run(3.0)
+    assert not in_flight(table(h))
+    request_rebalance(h.store, "g", h.clock.now())  # accepted once every partition is ONLINE
+
+
+def test_a_request_racing_with_moves_in_flight_waits_until_they_are_done() -> None:
+    """A request written anyway (two operators at once) is queued: the coordinator finishes the moves in flight
+    before it re-plans, instead of redirecting migrations half done."""
+    h = manual_group_with_moves_in_flight()
+    targets = {p: e.target for p, e in table(h).items() if e.target is not None}
+    h.add_coordinated("d", rebalance="manual", max_in_flight=1)
+    h.store.put("/apportion/g/rebalance", b'{"requested_at": 0}')
+    while in_flight(table(h)):
+        h.run(0.01)
+        assert h.store.get("/apportion/g/rebalance") is not None, "the request was taken while moves were in flight"
+        assert all(table(h)[p].holder == t for p, t in targets.items()), "a move in flight was redirected"
+    assert h.assignment()["d"] == []
+    h.run(3.0)
+    assert h.store.get("/apportion/g/rebalance") is None
+    assert sorted(len(p) for p in h.assignment().values()) == [3, 3, 3, 3]

@@ -43,6 +43,9 @@ strategy was chosen for its own placement (capacities, hashing, ranges) and plan
 Rebalancing policy: ``automatic`` re-plans (full strategy run with the current holders as ``owned``) whenever the
 set of live members changes; ``manual`` only re-plans the partitions of dead members (to live members that already
 hold partitions) until an operator writes ``rebalance`` (``apportion rebalance``), then runs one full re-plan.
+``request_rebalance`` refuses while moves are in flight (``in_flight``: an entry not ONLINE), and a request that
+arrives anyway (a race with a join) waits in the store until every entry is ONLINE: a re-plan never redirects a
+migration that an operator's previous request started.
 
 Reads: a step runs on every watched event and at least every ttl/4, so it reads nothing the watch tells: the
 ``coordinator`` and ``rebalance`` keys and the ``members/`` and ``table/`` prefixes are tracked copies
@@ -280,8 +283,24 @@ def planned_moves(store: Store, group: str, planner: Planner = default_planner) 
     ]
 
 
+def in_flight(table: Mapping[int, Entry]) -> list[int]:
+    """The partitions whose last planned change is not finished: every entry that is not ONLINE (MIGRATING, or
+    ASSIGNED to a holder that has not claimed it yet)."""
+    return [p for p, e in sorted(table.items()) if e.state is not TableState.ONLINE]
+
+
 def request_rebalance(store: Store, group: str, now: float) -> None:
-    """Ask the coordinator for one full re-plan (manual policy)."""
+    """Ask the coordinator for one full re-plan (manual policy). Refused (``InvalidRequest``) while moves of the
+    last plan are in flight: a re-plan over them would redirect migrations half done; wait until every partition is
+    ONLINE. A request that races with a new plan anyway is queued by the coordinator until the table is ONLINE."""
+    pending = in_flight({p: e for p, (e, _) in read_table(store, group).items()})
+    if pending:
+        shown = ", ".join(map(str, pending[:10])) + (", ..." if len(pending) > 10 else "")
+        raise InvalidRequest(
+            "rebalance",
+            f"{len(pending)} partition(s) of group {group!r} are still moving (partitions {shown}): run it again "
+            "once every partition is ONLINE (apportion status shows the table)",
+        )
     store.txn([], [Put(Keys(group).rebalance, encode({"requested_at": now}))])
 
 
@@ -402,6 +421,8 @@ class CoordinatorMember(FencedMember):
         stored = _table(self.keys, self._tables.items(self.store))
         table = {p: e for p, (e, _) in stored.items()}
         request = self._rebalance.get(self.store)
+        if request is not None and in_flight(table):
+            request = None  # queued: the operator's re-plan starts once the moves in flight are done
         if not table and len(live) < self.min_members:
             self._trace("waiting_for_members", live=len(live), min_members=self.min_members)
             return
@@ -493,6 +514,7 @@ __all__ = [
     "TableMove",
     "TablePlan",
     "TableState",
+    "in_flight",
     "live_members",
     "plan_table",
     "planned_moves",
