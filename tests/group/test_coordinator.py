@@ -253,3 +253,67 @@ def test_a_request_racing_with_moves_in_flight_waits_until_they_are_done() -> No
     h.run(3.0)
     assert h.store.get("/apportion/g/rebalance") is None
     assert sorted(len(p) for p in h.assignment().values()) == [3, 3, 3, 3]
+
+
+def coordinated(*members: str) -> ModeHarness:
+    """A coordinator-mode group of ``members`` (12 partitions, round robin) after a second of virtual time."""
+    h = ModeHarness()
+    for mid in members:
+        h.add_coordinated(mid)
+    h.run(1.0)
+    return h
+
+
+def failed(h: ModeHarness) -> dict[str, dict[str, object]]:
+    from apportion.group import group_status
+
+    result: dict[str, dict[str, object]] = group_status(h.store, "g").get("failed", {})
+    return result
+
+
+def test_status_lists_a_member_whose_lease_expired_with_when_and_what_it_owned() -> None:
+    h = coordinated("a", "b", "c")
+    victim = next(m for m in ("a", "b", "c") if m != coordinator_of(h))
+    owned = h.members[victim].owned()
+    crashed_at = h.clock.now()
+    h.crash(victim)
+    h.run(4.0)  # ttl 3 s
+    record = failed(h)[victim]
+    assert record["partitions"] == owned and owned
+    assert crashed_at + 2.0 <= float(record["failed_at"]) <= crashed_at + 3.5  # when its lease ran out
+    assert record["detected_by"] == coordinator_of(h)
+    assert list(failed(h)) == [victim]
+
+
+def test_a_graceful_leave_is_not_a_failure() -> None:
+    h = coordinated("a", "b", "c")
+    leaver = next(m for m in ("a", "b", "c") if m != coordinator_of(h))
+    h.members[leaver].leave()
+    h.crash(leaver)
+    h.run(4.0)
+    assert failed(h) == {}
+    assert leaver not in h.store_owners().values()
+
+
+def test_a_failed_coordinator_is_recorded_by_its_successor() -> None:
+    h = coordinated("a", "b", "c")
+    leader = coordinator_of(h)
+    owned = h.members[leader].owned()
+    h.crash(leader)
+    h.run(4.0)
+    assert failed(h)[leader]["partitions"] == owned
+    assert failed(h)[leader]["detected_by"] == coordinator_of(h) != leader
+
+
+def test_failed_members_are_kept_for_the_retention_bound_only() -> None:
+    from apportion.group import FAILED_RETENTION_S
+
+    h = coordinated("a", "b")
+    victim = next(m for m in ("a", "b") if m != coordinator_of(h))
+    h.crash(victim)
+    h.run(4.0)
+    assert victim in failed(h)
+    h.clock.advance(FAILED_RETENTION_S - 10.0)
+    assert victim in failed(h)
+    h.clock.advance(20.0)
+    assert victim not in failed(h)  # its lease ended: the store dropped it, no coordinator needed

@@ -9,6 +9,7 @@ are stepped state machines; ``GroupConfig`` the resource definition; ``history``
 
 from apportion.group._config import STRATEGIES, GroupConfig
 from apportion.group._coordinator import (
+    FAILED_RETENTION_S,
     CoordinatorMember,
     CoordinatorPhase,
     Entry,
@@ -48,6 +49,7 @@ from apportion.group._status import (
 __all__ = [
     "DEFAULT_RETENTION_S",
     "EVENT_TYPES",
+    "FAILED_RETENTION_S",
     "STRATEGIES",
     "Callback",
     "CoordinatorMember",

@@ -47,6 +47,13 @@ hold partitions) until an operator writes ``rebalance`` (``apportion rebalance``
 arrives anyway (a race with a join) waits in the store until every entry is ONLINE: a re-plan never redirects a
 migration that an operator's previous request started.
 
+Failed members (seed 1 keeps live and failed member lists): a member whose ``members/<id>`` is deleted without
+having said ``"left": true`` (what a graceful leave writes just before revoking its lease) failed: its lease
+expired, it lapsed, or ``--replace`` fenced it. Every member notes such a deletion with the partitions the table
+gave it (as of its last step); the coordinator writes ``failed/<id>`` ``{failed_at, partitions, detected_by}``
+(fenced like its other writes) bound to a lease of ``FAILED_RETENTION_S``, so a successor elected because the
+coordinator itself failed records that failure too. ``status`` lists them.
+
 Reads: a step runs on every watched event and at least every ttl/4, so it reads nothing the watch tells: the
 ``coordinator`` and ``rebalance`` keys and the ``members/`` and ``table/`` prefixes are tracked copies
 (``_tracked``), read at start and after a lapse, after this member's own writes to them, or after a transaction
@@ -72,9 +79,28 @@ from apportion.group._ownership import (
 )
 from apportion.group._tracked import TrackedKey, TrackedPrefix
 from apportion.model import AssignRequest, Member, Partition, Resource
-from apportion.store import Compare, Delete, Event, KeyValue, Op, Put, Store, absent, mod_revision_is, renew_interval_s
+from apportion.store import (
+    Compare,
+    Delete,
+    Event,
+    EventType,
+    KeyValue,
+    Op,
+    Put,
+    Store,
+    absent,
+    mod_revision_is,
+    renew_interval_s,
+)
 
 POLICIES = ("automatic", "manual")
+
+FAILED_RETENTION_S = 3600.0
+"""How long ``failed/<id>`` records stay (the lease they are bound to): an hour, the history's default retention, so
+``apportion report`` and ``explain`` still hold what a failed member did for as long as ``status`` lists it; long
+enough for an operator paged by a failure to look, and bounded so that a crash-looping fleet does not fill the store
+(one record per member id: a member that fails again replaces its record). The store drops them on time even when
+no coordinator is left."""
 
 
 class TableState(enum.Enum):
@@ -334,6 +360,8 @@ class CoordinatorMember(FencedMember):
         self._rebalance = TrackedKey(self.keys.rebalance)
         self._members = TrackedPrefix(self.keys.members)
         self._tables = TrackedPrefix(self.keys.tables)
+        self._left: set[str] = set()  # members whose registration says they are leaving gracefully
+        self._failed: dict[str, dict[str, Any]] = {}  # failures noticed and not recorded yet: id -> record
 
     @property
     def is_coordinator(self) -> bool:
@@ -368,9 +396,50 @@ class CoordinatorMember(FencedMember):
     def _on_event(self, event: Event) -> None:
         if event.kv.key == self.keys.resource and event.kv.mod_revision > self._config_revision:
             self.config, self._config_revision = GroupConfig.from_record(event.kv), event.kv.mod_revision
+        if event.kv.key.startswith(self.keys.members):
+            self._membership_event(event)
+        elif event.kv.key.startswith(self.keys.failures) and event.type is EventType.PUT:
+            self._failed.pop(event.kv.key[len(self.keys.failures) :], None)  # recorded (by me or a coordinator)
         for tracked in (self._coordinator, self._rebalance, self._members, self._tables):
             if tracked.on_event(event):
                 return
+
+    def _membership_event(self, event: Event) -> None:
+        """Note a member whose registration went without a graceful leave (see the module docstring)."""
+        mid = event.kv.key[len(self.keys.members) :]
+        if event.type is EventType.PUT:
+            try:
+                left = decode(event.kv.value, event.kv.key).get("left") is True
+            except CorruptRecord:  # a registration only informs: a corrupt one is not a leave
+                left = False
+            if left:
+                self._left.add(mid)
+            else:
+                self._left.discard(mid)
+            return
+        if mid in self._left or mid == self.id:
+            self._left.discard(mid)
+            return
+        now = self._clock.now()
+        held = [p for p, (e, _) in sorted(self._table.items()) if e.owner == mid or e.holds(mid)]
+        self._failed[mid] = {"failed_at": now, "partitions": held}
+        for old in [m for m, f in self._failed.items() if f["failed_at"] < now - FAILED_RETENTION_S]:
+            del self._failed[old]  # a follower's notes: never older than the records themselves would be
+
+    def _record_failures(self) -> None:
+        """Coordinator: write the failures noticed (one lease of FAILED_RETENTION_S for them), fenced."""
+        if not self._failed:
+            return
+        lease = self.store.grant(FAILED_RETENTION_S)
+        ops: list[Op] = [
+            Put(self.keys.failed(mid), encode({**record, "detected_by": self.id}), lease.id)
+            for mid, record in sorted(self._failed.items())
+        ]
+        if self.store.txn([mod_revision_is(self.keys.coordinator, self._coord_rev)], ops).succeeded:
+            self._trace("failed", members=sorted(self._failed))
+            self._failed.clear()
+        else:
+            self.store.revoke(lease)
 
     def _advance(self, now: float) -> float:
         self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
@@ -417,6 +486,7 @@ class CoordinatorMember(FencedMember):
             self._trace("coordinator", member=self.id)
 
     def _coordinate(self, now: float) -> None:
+        self._record_failures()
         live = _members(self.keys, self._members.items(self.store))
         stored = _table(self.keys, self._tables.items(self.store))
         table = {p: e for p, (e, _) in stored.items()}
@@ -507,6 +577,7 @@ class CoordinatorMember(FencedMember):
 
 
 __all__ = [
+    "FAILED_RETENTION_S",
     "POLICIES",
     "CoordinatorMember",
     "CoordinatorPhase",
