@@ -4,7 +4,8 @@
 coordinator and partition table, ``_coordinator``) and ``StaticMember`` (seed 3's StatefulSet ordinals, ``_static``)
 are stepped state machines; ``GroupConfig`` the resource definition; ``history`` the event history (kept
 ``history_retention_s``; ``history_expired_before`` says since when); ``group_status`` an operator's snapshot;
-``owners``/``owned_by``/``settled`` what it says of who owns what; ``Keys`` the key space.
+``owners``/``owned_by``/``settled`` what it says of who owns what; ``Router`` seed 1's client (a key's partition and
+owner from a watch-backed copy of the partition table); ``Keys`` the key space.
 """
 
 from apportion.group._config import STRATEGIES, GroupConfig
@@ -34,6 +35,7 @@ from apportion.group._ownership import (
     default_planner,
 )
 from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember
+from apportion.group._router import Route, Router
 from apportion.group._static import StaticMember, StaticPhase, ordinal_from_hostname, set_replicas, validate_ordinal
 from apportion.group._status import (
     committed,
@@ -66,6 +68,8 @@ __all__ = [
     "ReplicaLags",
     "ReplicasCallback",
     "RoundsMember",
+    "Route",
+    "Router",
     "StaticMember",
     "StaticPhase",
     "TableState",
