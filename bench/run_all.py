@@ -10,7 +10,14 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ["assign_bench.py", "store_bench.py", "protocol_bench.py", "spark_bench.py", "stateful_bench.py"]
+SCRIPTS = [
+    "assign_bench.py",
+    "store_bench.py",
+    "router_bench.py",
+    "protocol_bench.py",
+    "spark_bench.py",
+    "stateful_bench.py",
+]
 
 
 def main() -> int:

@@ -14,6 +14,7 @@ from apportion.errors import (
     PlanViolation,
     StoreUnavailable,
 )
+from apportion.group import Router
 from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
 from apportion.store import Store, connect
 from apportion.worker import Group, PartitionLease, Worker
@@ -38,6 +39,7 @@ __all__ = [
     "PlanViolation",
     "PlanStats",
     "Resource",
+    "Router",
     "Store",
     "StoreUnavailable",
     "Worker",

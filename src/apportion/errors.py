@@ -12,7 +12,7 @@ pyspark) are mapped at the boundary with ``raise ... from exc``.
 - ``LeaseNotFound``    — the lease expired or was revoked (or never existed).
 - ``Compacted``        — a watch asked for history older than the store's compaction point.
 - ``Fenced``           — a commit carried a stale epoch: the partition now belongs to someone else.
-- ``NotEnoughMembers`` — the coordinator waits for the minimum cluster size before assigning.
+- ``NotEnoughMembers`` — a coordinator group is below its minimum cluster size (``Router.route``; exit 1).
 - ``PlanViolation``    — a strategy's plan broke one of its invariants (a bug, found by ``assign.check_or_raise``).
 - ``TimedOut``         — a wait for a condition passed its time limit (``waiting.wait_for``; names what it waited for).
 - ``WorkerExited``     — a worker process that a wait needs has exited (``fleet.Fleet.check``; the end of its log).

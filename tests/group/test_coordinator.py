@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from apportion.group import CoordinatorMember, Entry, TableState, decode
+from collections.abc import Mapping
+
+import pytest
+
+from apportion.errors import InvalidRequest
+from apportion.group import CoordinatorMember, Entry, GroupConfig, TableState, decode
 from apportion.group._coordinator import planned_moves, read_table, request_rebalance, table_changes
 from tests.group.modes_harness import ModeHarness
 
@@ -51,11 +56,20 @@ def test_killed_coordinator_mid_migration_is_finished_by_the_successor_without_d
     h.run(1.0)
     leader = coordinator_of(h)
     h.add_coordinated("c", max_in_flight=1)
-    # step until a migration is in flight, then kill the coordinator
+
+    # step member by member until a migration is in flight, then kill the coordinator (a sticky re-plan moves
+    # little: stepping everyone at once could start and finish a migration within one round of steps)
+    def migrating() -> bool:
+        return any(e.state is TableState.MIGRATING for e in table(h).values())
+
     for _ in range(200):
-        h.run(0.01)
-        if any(e.state is TableState.MIGRATING for e in table(h).values()):
+        for member in list(h.members.values()):
+            member.step(h.clock.now())
+            if migrating():
+                break
+        if migrating():
             break
+        h.clock.advance(0.01)
     assert any(e.state is TableState.MIGRATING for e in table(h).values()), "expected a migration in flight"
     h.crash(leader)
     for _ in range(600):
@@ -130,3 +144,176 @@ def test_automatic_policy_rebalances_when_a_member_joins() -> None:
     h.run(2.0)
     assert sorted(len(p) for p in h.assignment().values()) == [4, 4, 4]
     assert not [c for c in h.log.calls if c[0] == "lost"]
+
+
+SEED_NODES = ("athens", "byzantium", "cyrene")
+
+
+def holders(h: ModeHarness) -> dict[int, str | None]:
+    return {p: e.holder for p, e in table(h).items()}
+
+
+def seed_cluster(partitions: int) -> tuple[ModeHarness, list[dict[str, object]]]:
+    """The seed's example: athens, byzantium and cyrene hold ``partitions`` round-robin; ``traced`` collects the
+    coordinator's table decisions."""
+    h = ModeHarness(GroupConfig(partitions=partitions, strategy="round_robin", settle_s=0.5, min_interval_s=1.0))
+    traced: list[dict[str, object]] = []
+
+    def tracer(kind: str, fields: Mapping[str, object]) -> None:
+        if kind == "table":
+            traced.append(dict(fields))
+
+    for mid in SEED_NODES:
+        h.add_coordinated(mid, tracer=tracer, min_members=3)
+    h.run(1.0)
+    assert h.assignment()["athens"] == list(range(partitions))[::3]  # the first table is the seed's round robin
+    return h, traced
+
+
+@pytest.mark.parametrize(("partitions", "bound"), [(9, 2), (30, 7)])
+def test_a_joining_node_takes_only_the_surplus_in_the_seeds_example(partitions: int, bound: int) -> None:
+    """Seed 1: 30 partitions on three nodes, ephesus joins: the average is about 7, so only the surplus moves to it —
+    7 partitions (the lower bound), none between old nodes; round-robin again would move 21."""
+    h, traced = seed_cluster(partitions)
+    before = holders(h)
+    h.add_coordinated("ephesus")
+    h.run(3.0)
+    after = holders(h)
+    moved = {p: (before[p], after[p]) for p in before if before[p] != after[p]}
+    assert len(moved) == bound
+    assert {to for _, to in moved.values()} == {"ephesus"}  # only to the new node, never between old ones
+    replan = [t for t in traced if t["full"] and t["moves"]]
+    assert [(t["moves"], t["min_moves"]) for t in replan] == [(bound, bound)]  # reported: moves = the lower bound
+    counts = sorted(len(p) for p in h.assignment().values())
+    assert counts[-1] - counts[0] <= 1 and all(e.state is TableState.ONLINE for e in table(h).values())
+
+
+def test_a_failed_node_moves_only_its_own_partitions_in_a_round_robin_table() -> None:
+    h, _ = seed_cluster(30)
+    h.add_coordinated("ephesus")
+    h.run(3.0)
+    before = holders(h)
+    victim = next(m for m in SEED_NODES if m != coordinator_of(h))
+    h.crash(victim)
+    h.run(4.0)
+    after = holders(h)
+    assert {p for p in before if before[p] != after[p]} == {p for p, m in before.items() if m == victim}
+
+
+def test_the_coordinator_replans_a_round_robin_table_with_sticky_and_other_strategies_with_their_own() -> None:
+    from apportion.group._coordinator import replan_strategy
+
+    rr = GroupConfig(partitions=6, strategy="round_robin")
+    assert replan_strategy(rr, {}) == ("round_robin", {})
+    assert replan_strategy(rr, {0: Entry("a", None, TableState.ONLINE)}) == ("sticky", {})
+    ranged = GroupConfig(partitions=6, strategy="range")
+    assert replan_strategy(ranged, {0: Entry("a", None, TableState.ONLINE)})[0] == "range"
+
+
+def in_flight(entries: dict[int, Entry]) -> list[int]:
+    return [p for p, e in entries.items() if e.state is not TableState.ONLINE]
+
+
+def manual_group_with_moves_in_flight() -> ModeHarness:
+    """Manual policy: a and b hold 12 partitions, c joined; an operator's rebalance is being applied one migration at
+    a time (only the coordinator has stepped since: its moves are written, none is finished)."""
+    h = ModeHarness()
+    for mid in ("a", "b"):
+        h.add_coordinated(mid, rebalance="manual", max_in_flight=1)
+    h.run(1.0)
+    h.add_coordinated("c", rebalance="manual", max_in_flight=1)
+    h.run(1.0)
+    request_rebalance(h.store, "g", h.clock.now())
+    h.members[coordinator_of(h)].step(h.clock.now())
+    assert in_flight(table(h)), "expected moves in flight"
+    return h
+
+
+def test_a_rebalance_request_is_refused_while_moves_are_in_flight() -> None:
+    h = manual_group_with_moves_in_flight()
+    with pytest.raises(InvalidRequest, match=r"still moving \(partitions .*\): run it again once every partition"):
+        request_rebalance(h.store, "g", h.clock.now())
+    h.run(3.0)
+    assert not in_flight(table(h))
+    request_rebalance(h.store, "g", h.clock.now())  # accepted once every partition is ONLINE
+
+
+def test_a_request_racing_with_moves_in_flight_waits_until_they_are_done() -> None:
+    """A request written anyway (two operators at once) is queued: the coordinator finishes the moves in flight
+    before it re-plans, instead of redirecting migrations half done."""
+    h = manual_group_with_moves_in_flight()
+    targets = {p: e.target for p, e in table(h).items() if e.target is not None}
+    h.add_coordinated("d", rebalance="manual", max_in_flight=1)
+    h.store.put("/apportion/g/rebalance", b'{"requested_at": 0}')
+    while in_flight(table(h)):
+        h.run(0.01)
+        assert h.store.get("/apportion/g/rebalance") is not None, "the request was taken while moves were in flight"
+        assert all(table(h)[p].holder == t for p, t in targets.items()), "a move in flight was redirected"
+    assert h.assignment()["d"] == []
+    h.run(3.0)
+    assert h.store.get("/apportion/g/rebalance") is None
+    assert sorted(len(p) for p in h.assignment().values()) == [3, 3, 3, 3]
+
+
+def coordinated(*members: str) -> ModeHarness:
+    """A coordinator-mode group of ``members`` (12 partitions, round robin) after a second of virtual time."""
+    h = ModeHarness()
+    for mid in members:
+        h.add_coordinated(mid)
+    h.run(1.0)
+    return h
+
+
+def failed(h: ModeHarness) -> dict[str, dict[str, object]]:
+    from apportion.group import group_status
+
+    result: dict[str, dict[str, object]] = group_status(h.store, "g").get("failed", {})
+    return result
+
+
+def test_status_lists_a_member_whose_lease_expired_with_when_and_what_it_owned() -> None:
+    h = coordinated("a", "b", "c")
+    victim = next(m for m in ("a", "b", "c") if m != coordinator_of(h))
+    owned = h.members[victim].owned()
+    crashed_at = h.clock.now()
+    h.crash(victim)
+    h.run(4.0)  # ttl 3 s
+    record = failed(h)[victim]
+    assert record["partitions"] == owned and owned
+    assert crashed_at + 2.0 <= float(record["failed_at"]) <= crashed_at + 3.5  # when its lease ran out
+    assert record["detected_by"] == coordinator_of(h)
+    assert list(failed(h)) == [victim]
+
+
+def test_a_graceful_leave_is_not_a_failure() -> None:
+    h = coordinated("a", "b", "c")
+    leaver = next(m for m in ("a", "b", "c") if m != coordinator_of(h))
+    h.members[leaver].leave()
+    h.crash(leaver)
+    h.run(4.0)
+    assert failed(h) == {}
+    assert leaver not in h.store_owners().values()
+
+
+def test_a_failed_coordinator_is_recorded_by_its_successor() -> None:
+    h = coordinated("a", "b", "c")
+    leader = coordinator_of(h)
+    owned = h.members[leader].owned()
+    h.crash(leader)
+    h.run(4.0)
+    assert failed(h)[leader]["partitions"] == owned
+    assert failed(h)[leader]["detected_by"] == coordinator_of(h) != leader
+
+
+def test_failed_members_are_kept_for_the_retention_bound_only() -> None:
+    from apportion.group import FAILED_RETENTION_S
+
+    h = coordinated("a", "b")
+    victim = next(m for m in ("a", "b") if m != coordinator_of(h))
+    h.crash(victim)
+    h.run(4.0)
+    assert victim in failed(h)
+    h.clock.advance(FAILED_RETENTION_S - 10.0)
+    assert victim in failed(h)
+    h.clock.advance(20.0)
+    assert victim not in failed(h)  # its lease ended: the store dropped it, no coordinator needed

@@ -17,7 +17,7 @@ from apportion.errors import WorkerExited
 from apportion.fleet import Fleet, WorkerProcess, worker_args
 from apportion.group import history
 from apportion.group._coordinator import TableState, read_table
-from apportion.store import connect
+from apportion.store import EventType, connect
 from apportion.waiting import wait_for
 from tests.group.test_processes import balanced, owners
 
@@ -223,18 +223,18 @@ def test_coordinator_killed_mid_migration_is_finished_by_its_successor(url: str,
 
     leader = coordinator(url)
     assert leader is not None
-    workers["w3"] = start("w3")
-    # w3's start-up (a Python process, under the suite's load: a CI run beside other suites took over a minute)
-    # comes first; then its migrations start at once (the poll keeps one connection: no open per poll to miss them)
-    wait_for("w3 to register", lambda: "w3" in members(url), 180)
-    with connect(url) as store:
-        wait_for(
-            "a migration in flight",
-            lambda: any(e.state is TableState.MIGRATING for e, _ in read_table(store, "g").values()),
-            60,
-            poll_s=0.01,
-        )
-    workers[leader].proc.kill()  # SIGKILL mid-migration
+    with connect(url) as store, store.watch("/apportion/g/table/") as watch:
+        workers["w3"] = start("w3")
+
+        def moves_planned() -> bool:
+            return any(e.type is EventType.PUT and b'"ONLINE"' not in e.kv.value for e in watch.poll())
+
+        # w3's start-up (a Python process, under the suite's load: a CI run beside other suites took over a minute)
+        # comes first, no cost when fast.
+        # A sticky re-plan moves only 3 partitions, one at a time (--max-in-flight 1), each within milliseconds:
+        # the watch sees the coordinator's first write of them, which a poll of the table could miss
+        wait_for("the coordinator to plan moves to w3", moves_planned, 180)
+    workers[leader].proc.kill()  # SIGKILL mid-migration (the rest of its moves wait their turn)
     alive = set(workers) - {leader}
     wait_for("a new coordinator", lambda: coordinator(url) not in (None, leader), TTL_S + 10)
     wait_for(

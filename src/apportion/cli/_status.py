@@ -1,4 +1,5 @@
-"""`apportion status` — who owns what: members (alive, partitions) and partitions (owner, epoch, checkpoint).
+"""`apportion status` — who owns what: members (alive, partitions) and partitions (owner, epoch, checkpoint), and in
+coordinator mode the partition table and the members that failed within the last hour (when, what they owned).
 
 In static mode the title shows the replica count and an unowned partition ``waiting for ordinal N`` (its pod is down
 or not started: a StatefulSet keeps an ordinal's partitions for it).
@@ -9,6 +10,7 @@ object with an integer ``"offset"`` gets its own column (the store does not know
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from typing import Any
@@ -22,7 +24,7 @@ from apportion.cli._app import app
 from apportion.cli._common import group_option, store_option
 from apportion.cli._store import read_group
 from apportion.errors import InvalidRequest
-from apportion.group import group_status
+from apportion.group import FAILED_RETENTION_S, group_status
 
 
 @app.command()
@@ -50,6 +52,7 @@ def status(
             },
             "partitions": snapshot["partitions"],
             "round": snapshot["round"],
+            "failed": snapshot["failed"],
         }
         if "replicas" in snapshot:  # static mode
             out["replicas"] = snapshot["replicas"]["replicas"]
@@ -85,6 +88,13 @@ def _offset(checkpoint: str | None) -> int | None:
     return offset if isinstance(offset, int) and not isinstance(offset, bool) else None
 
 
+def _when(t: float) -> str:
+    """A store-clock time: the local date and time when it is a wall-clock reading, else seconds (a virtual clock)."""
+    if t > 1e9:
+        return datetime.datetime.fromtimestamp(t).isoformat(sep=" ", timespec="seconds")
+    return f"{t:.3f}"
+
+
 def _holders(holders: dict[str, int | None]) -> str:
     """``w2 (0) w4 (1,530)``: replica holders with the lag they reported (``?``: not reported yet)."""
     return " ".join(f"{m} ({'?' if lag is None else f'{lag:,}'})" for m, lag in holders.items()) or "-"
@@ -118,6 +128,14 @@ def render(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
             row += [_holders(info.get("standby", {})), _holders(info.get("learners", {}))]
         parts.add_row(*row)
     tables: list[RenderableType] = [members, parts]
+    if snapshot["failed"]:
+        failed = Table(title=f"failed members (lease ended without leaving; kept {FAILED_RETENTION_S / 3600:g} h)")
+        for column in ("member", "failed at", "owned then", "seen by"):
+            failed.add_column(column)
+        for mid, info in snapshot["failed"].items():
+            owned = " ".join(map(str, info["partitions"])) or "-"
+            failed.add_row(mid, _when(info["failed_at"]), owned, str(info["detected_by"] or "-"))
+        tables.append(failed)
     if snapshot["table"]:
         coordinator = snapshot.get("coordinator", {}).get("member", "-")
         table = Table(title=f"partition table — coordinator {coordinator}")

@@ -4,15 +4,18 @@
 coordinator and partition table, ``_coordinator``) and ``StaticMember`` (seed 3's StatefulSet ordinals, ``_static``)
 are stepped state machines; ``GroupConfig`` the resource definition; ``history`` the event history (kept
 ``history_retention_s``; ``history_expired_before`` says since when); ``group_status`` an operator's snapshot;
-``owners``/``owned_by``/``settled`` what it says of who owns what; ``Keys`` the key space.
+``owners``/``owned_by``/``settled`` what it says of who owns what; ``Router`` seed 1's client (a key's partition and
+owner from a watch-backed copy of the partition table); ``Keys`` the key space.
 """
 
 from apportion.group._config import STRATEGIES, GroupConfig
 from apportion.group._coordinator import (
+    FAILED_RETENTION_S,
     CoordinatorMember,
     CoordinatorPhase,
     Entry,
     TableState,
+    in_flight,
     planned_moves,
     read_table,
     request_rebalance,
@@ -32,6 +35,7 @@ from apportion.group._ownership import (
     default_planner,
 )
 from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember
+from apportion.group._router import Route, Router
 from apportion.group._static import (
     StaticMember,
     StaticPhase,
@@ -55,6 +59,7 @@ from apportion.group._status import (
 __all__ = [
     "DEFAULT_RETENTION_S",
     "EVENT_TYPES",
+    "FAILED_RETENTION_S",
     "STRATEGIES",
     "Callback",
     "CoordinatorMember",
@@ -71,6 +76,8 @@ __all__ = [
     "ReplicaLags",
     "ReplicasCallback",
     "RoundsMember",
+    "Route",
+    "Router",
     "StaticMember",
     "StaticPhase",
     "TableState",
@@ -84,6 +91,7 @@ __all__ = [
     "group_status",
     "history",
     "history_expired_before",
+    "in_flight",
     "ordinal_from_hostname",
     "owned_by",
     "owner_of",

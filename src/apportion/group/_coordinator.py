@@ -32,9 +32,27 @@ Member phases (``CoordinatorPhase``)::
     any --local lease deadline passed, or lease gone--> on_lost(all), lease revoked --> STARTING
     any --leave()--> on_revoked(all), release, lease revoked --> STOPPED
 
+Which strategy plans what (``replan_strategy``): the first table is laid out by the group's strategy; every later
+change starts from the current table. Seed 1 does exactly this with its default: round-robin for the first table,
+then "move only the surplus" to the new or underloaded nodes. A ``round_robin`` group (the coordinator's default)
+therefore re-plans with ``sticky`` (seed 4's constrained assignor: each holder keeps its partitions up to the
+floor/ceil quota, only the surplus moves; moves = the lower bound), since ``round_robin`` itself ignores the table
+and would move most partitions on every join (21 of 30 where 7 suffice, in the seed's own example). Any other
+strategy was chosen for its own placement (capacities, hashing, ranges) and plans every change itself.
+
 Rebalancing policy: ``automatic`` re-plans (full strategy run with the current holders as ``owned``) whenever the
 set of live members changes; ``manual`` only re-plans the partitions of dead members (to live members that already
 hold partitions) until an operator writes ``rebalance`` (``apportion rebalance``), then runs one full re-plan.
+``request_rebalance`` refuses while moves are in flight (``in_flight``: an entry not ONLINE), and a request that
+arrives anyway (a race with a join) waits in the store until every entry is ONLINE: a re-plan never redirects a
+migration that an operator's previous request started.
+
+Failed members (seed 1 keeps live and failed member lists): a member whose ``members/<id>`` is deleted without
+having said ``"left": true`` (what a graceful leave writes just before revoking its lease) failed: its lease
+expired, it lapsed, or ``--replace`` fenced it. Every member notes such a deletion with the partitions the table
+gave it (as of its last step); the coordinator writes ``failed/<id>`` ``{failed_at, partitions, detected_by}``
+(fenced like its other writes) bound to a lease of ``FAILED_RETENTION_S``, so a successor elected because the
+coordinator itself failed records that failure too. ``status`` lists them.
 
 Reads: a step runs on every watched event and at least every ttl/4, so it reads nothing the watch tells: the
 ``coordinator`` and ``rebalance`` keys and the ``members/`` and ``table/`` prefixes are tracked copies
@@ -61,9 +79,28 @@ from apportion.group._ownership import (
 )
 from apportion.group._tracked import TrackedKey, TrackedPrefix
 from apportion.model import AssignRequest, Member, Partition, Resource
-from apportion.store import Compare, Delete, Event, KeyValue, Op, Put, Store, absent, mod_revision_is, renew_interval_s
+from apportion.store import (
+    Compare,
+    Delete,
+    Event,
+    EventType,
+    KeyValue,
+    Op,
+    Put,
+    Store,
+    absent,
+    mod_revision_is,
+    renew_interval_s,
+)
 
 POLICIES = ("automatic", "manual")
+
+FAILED_RETENTION_S = 3600.0
+"""How long ``failed/<id>`` records stay (the lease they are bound to): an hour, the history's default retention, so
+``apportion report`` and ``explain`` still hold what a failed member did for as long as ``status`` lists it; long
+enough for an operator paged by a failure to look, and bounded so that a crash-looping fleet does not fill the store
+(one record per member id: a member that fails again replaces its record). The store drops them on time even when
+no coordinator is left."""
 
 
 class TableState(enum.Enum):
@@ -158,6 +195,39 @@ def _members(keys: Keys, kvs: Sequence[KeyValue]) -> list[str]:
     return sorted(kv.key[len(keys.members) :] for kv in kvs)
 
 
+def replan_strategy(config: GroupConfig, table: Mapping[int, Entry]) -> tuple[str, Mapping[str, object]]:
+    """The strategy (and its options) that plans the table: the group's for the first table, and for every later
+    change too, except that a ``round_robin`` table is re-planned by ``sticky`` (seed 1: round-robin first, then move
+    only the surplus; see the module docstring)."""
+    if table and config.strategy == "round_robin":
+        return "sticky", {}
+    return config.strategy, config.options
+
+
+def table_request(group: str, config: GroupConfig, members: Sequence[str], table: Mapping[int, Entry]) -> AssignRequest:
+    """The request a full re-plan of ``table`` over the live ``members`` makes: current holders as ``owned``."""
+    live = sorted(set(members))
+    holders = {p: e.holder for p, e in table.items()}
+    owned = {m: [p for p in sorted(holders) if holders[p] == m] for m in live}
+    strategy, options = replan_strategy(config, table)
+    return AssignRequest(
+        strategy,
+        (Resource(group, config.partitions),),
+        tuple(Member(m, owned=tuple(Partition(group, p) for p in owned[m])) for m in live),
+        options,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TablePlan:
+    """The desired holder of every partition, with the plan's moves (partitions taken from a live holder; a dead
+    member's partitions are placed, not moved) and the lower bound of those moves (the strategy's ``min_moves``)."""
+
+    desired: Mapping[int, str]
+    moves: int
+    min_moves: int
+
+
 def plan_table(
     group: str,
     config: GroupConfig,
@@ -166,23 +236,17 @@ def plan_table(
     *,
     full: bool,
     planner: Planner = default_planner,
-) -> dict[int, str]:
-    """The desired holder of every partition: a full strategy run (holders as ``owned``), or, when not ``full``,
-    the current holders with only the partitions of dead members moved to the least loaded live holders."""
+) -> TablePlan:
+    """A full strategy run (holders as ``owned``; ``replan_strategy``), or, when not ``full``, the current holders
+    with only the partitions of dead members moved to the least loaded live holders (no moves)."""
     live = sorted(set(members))
     if not live:
-        return {}
+        return TablePlan({}, 0, 0)
     holders = {p: e.holder for p, e in table.items()}
     if full or not table:
-        owned = {m: [p for p in sorted(holders) if holders[p] == m] for m in live}
-        request = AssignRequest(
-            config.strategy,
-            (Resource(group, config.partitions),),
-            tuple(Member(m, owned=tuple(Partition(group, p) for p in owned[m])) for m in live),
-            config.options,
-        )
-        plan = planner(request)
-        return {p.index: mid for mid, parts in sorted(plan.assignment.items()) for p in parts}
+        plan = planner(table_request(group, config, live, table))
+        placed = {p.index: mid for mid, parts in sorted(plan.assignment.items()) for p in parts}
+        return TablePlan(placed, plan.stats.moved, plan.stats.min_moves)
     desired: dict[int, str] = {}
     load: dict[str, int] = {}
     for p in range(config.partitions):
@@ -196,7 +260,7 @@ def plan_table(
             pick = min(hosts, key=lambda m: (load.get(m, 0), m))
             desired[p] = pick
             load[pick] = load.get(pick, 0) + 1
-    return desired
+    return TablePlan(desired, 0, 0)
 
 
 def table_changes(
@@ -237,7 +301,7 @@ def planned_moves(store: Store, group: str, planner: Planner = default_planner) 
     table = {p: e for p, (e, _) in read_table(store, group).items()}
     if not table:
         return []
-    desired = plan_table(group, config, live_members(store, group), table, full=True, planner=planner)
+    desired = plan_table(group, config, live_members(store, group), table, full=True, planner=planner).desired
     return [
         TableMove(p, table[p].holder if p in table else None, d)
         for p, d in sorted(desired.items())
@@ -245,8 +309,24 @@ def planned_moves(store: Store, group: str, planner: Planner = default_planner) 
     ]
 
 
+def in_flight(table: Mapping[int, Entry]) -> list[int]:
+    """The partitions whose last planned change is not finished: every entry that is not ONLINE (MIGRATING, or
+    ASSIGNED to a holder that has not claimed it yet)."""
+    return [p for p, e in sorted(table.items()) if e.state is not TableState.ONLINE]
+
+
 def request_rebalance(store: Store, group: str, now: float) -> None:
-    """Ask the coordinator for one full re-plan (manual policy)."""
+    """Ask the coordinator for one full re-plan (manual policy). Refused (``InvalidRequest``) while moves of the
+    last plan are in flight: a re-plan over them would redirect migrations half done; wait until every partition is
+    ONLINE. A request that races with a new plan anyway is queued by the coordinator until the table is ONLINE."""
+    pending = in_flight({p: e for p, (e, _) in read_table(store, group).items()})
+    if pending:
+        shown = ", ".join(map(str, pending[:10])) + (", ..." if len(pending) > 10 else "")
+        raise InvalidRequest(
+            "rebalance",
+            f"{len(pending)} partition(s) of group {group!r} are still moving (partitions {shown}): run it again "
+            "once every partition is ONLINE (apportion status shows the table)",
+        )
     store.txn([], [Put(Keys(group).rebalance, encode({"requested_at": now}))])
 
 
@@ -280,6 +360,8 @@ class CoordinatorMember(FencedMember):
         self._rebalance = TrackedKey(self.keys.rebalance)
         self._members = TrackedPrefix(self.keys.members)
         self._tables = TrackedPrefix(self.keys.tables)
+        self._left: set[str] = set()  # members whose registration says they are leaving gracefully
+        self._failed: dict[str, dict[str, Any]] = {}  # failures noticed and not recorded yet: id -> record
 
     @property
     def is_coordinator(self) -> bool:
@@ -314,9 +396,50 @@ class CoordinatorMember(FencedMember):
     def _on_event(self, event: Event) -> None:
         if event.kv.key == self.keys.resource and event.kv.mod_revision > self._config_revision:
             self.config, self._config_revision = GroupConfig.from_record(event.kv), event.kv.mod_revision
+        if event.kv.key.startswith(self.keys.members):
+            self._membership_event(event)
+        elif event.kv.key.startswith(self.keys.failures) and event.type is EventType.PUT:
+            self._failed.pop(event.kv.key[len(self.keys.failures) :], None)  # recorded (by me or a coordinator)
         for tracked in (self._coordinator, self._rebalance, self._members, self._tables):
             if tracked.on_event(event):
                 return
+
+    def _membership_event(self, event: Event) -> None:
+        """Note a member whose registration went without a graceful leave (see the module docstring)."""
+        mid = event.kv.key[len(self.keys.members) :]
+        if event.type is EventType.PUT:
+            try:
+                left = decode(event.kv.value, event.kv.key).get("left") is True
+            except CorruptRecord:  # a registration only informs: a corrupt one is not a leave
+                left = False
+            if left:
+                self._left.add(mid)
+            else:
+                self._left.discard(mid)
+            return
+        if mid in self._left or mid == self.id:
+            self._left.discard(mid)
+            return
+        now = self._clock.now()
+        held = [p for p, (e, _) in sorted(self._table.items()) if e.owner == mid or e.holds(mid)]
+        self._failed[mid] = {"failed_at": now, "partitions": held}
+        for old in [m for m, f in self._failed.items() if f["failed_at"] < now - FAILED_RETENTION_S]:
+            del self._failed[old]  # a follower's notes: never older than the records themselves would be
+
+    def _record_failures(self) -> None:
+        """Coordinator: write the failures noticed (one lease of FAILED_RETENTION_S for them), fenced."""
+        if not self._failed:
+            return
+        lease = self.store.grant(FAILED_RETENTION_S)
+        ops: list[Op] = [
+            Put(self.keys.failed(mid), encode({**record, "detected_by": self.id}), lease.id)
+            for mid, record in sorted(self._failed.items())
+        ]
+        if self.store.txn([mod_revision_is(self.keys.coordinator, self._coord_rev)], ops).succeeded:
+            self._trace("failed", members=sorted(self._failed))
+            self._failed.clear()
+        else:
+            self.store.revoke(lease)
 
     def _advance(self, now: float) -> float:
         self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
@@ -363,17 +486,20 @@ class CoordinatorMember(FencedMember):
             self._trace("coordinator", member=self.id)
 
     def _coordinate(self, now: float) -> None:
+        self._record_failures()
         live = _members(self.keys, self._members.items(self.store))
         stored = _table(self.keys, self._tables.items(self.store))
         table = {p: e for p, (e, _) in stored.items()}
         request = self._rebalance.get(self.store)
+        if request is not None and in_flight(table):
+            request = None  # queued: the operator's re-plan starts once the moves in flight are done
         if not table and len(live) < self.min_members:
             self._trace("waiting_for_members", live=len(live), min_members=self.min_members)
             return
         changed = tuple(live) != self._planned_for
         full = not table or request is not None or (self.rebalance == "automatic" and changed)
-        desired = plan_table(self.group, self.config, live, table, full=full, planner=self._planner)
-        changes = table_changes(table, desired, live, self.max_in_flight)
+        planned = plan_table(self.group, self.config, live, table, full=full, planner=self._planner)
+        changes = table_changes(table, planned.desired, live, self.max_in_flight)
         extra: list[Op] = []
         extra_compares: list[Compare] = []
         if request is not None:
@@ -410,7 +536,9 @@ class CoordinatorMember(FencedMember):
         if ok:
             self._planned_for = tuple(live)
             moving = [p for p in parts if changes[p].state is TableState.MIGRATING]
-            self._trace("table", full=full, changed=parts, migrating=moving)
+            self._trace(
+                "table", full=full, changed=parts, migrating=moving, moves=planned.moves, min_moves=planned.min_moves
+            )
 
     # -- following -----------------------------------------------------------------------------------------
 
@@ -449,17 +577,22 @@ class CoordinatorMember(FencedMember):
 
 
 __all__ = [
+    "FAILED_RETENTION_S",
     "POLICIES",
     "CoordinatorMember",
     "CoordinatorPhase",
     "Entry",
     "TableMove",
+    "TablePlan",
     "TableState",
+    "in_flight",
     "live_members",
     "plan_table",
     "planned_moves",
     "read_table",
+    "replan_strategy",
     "request_rebalance",
     "table_changes",
+    "table_request",
     "validate_settings",
 ]

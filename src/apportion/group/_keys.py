@@ -18,6 +18,8 @@
     table/<p>           coordinator mode: {owner, target, state (ASSIGNED|MIGRATING|ONLINE)} — the partition table
     migrations/<p>      coordinator mode: the move in flight for p: {from, to, state}
     rebalance           coordinator mode, manual policy: an operator's request to rebalance
+    failed/<id>         coordinator mode: a member whose lease ended without a graceful leave: {failed_at,
+                        partitions, detected_by}; bound to a lease of FAILED_RETENTION_S (kept an hour)
 
 The history's events live outside the watched prefix, under ``/apportion/.history/<group>/`` (see ``_history``):
 inside ``/apportion/``, so an etcd role limited to that prefix suffices, and in no group's prefix (group names start
@@ -134,6 +136,13 @@ class Keys:
     @property
     def rebalance(self) -> str:
         return self.prefix + "rebalance"
+
+    @property
+    def failures(self) -> str:
+        return self.prefix + "failed/"
+
+    def failed(self, member_id: str) -> str:
+        return f"{self.prefix}failed/{member_id}"
 
 
 def encode(value: dict[str, Any]) -> bytes:

@@ -471,8 +471,9 @@ class FencedMember:
         """Extra fields of this member's ``members/<id>`` record (hook)."""
         return {}
 
-    def _member_info(self, *, revoking: bool) -> dict[str, Any]:
-        return {"pid": os.getpid(), "host": socket.gethostname(), **self._registration(), "revoking": revoking}
+    def _member_info(self, *, revoking: bool, left: bool = False) -> dict[str, Any]:
+        info = {"pid": os.getpid(), "host": socket.gethostname(), **self._registration(), "revoking": revoking}
+        return {**info, "left": True} if left else info
 
     def _announce(self, *, revoking: bool) -> None:
         """Publish in ``members/<id>`` whether this member is inside ``on_revoked``: it cannot take part in a round
@@ -564,8 +565,14 @@ class FencedMember:
                 self._clean_up()
             lease = self._lease
             if lease is not None:
+                with contextlib.suppress(StoreUnavailable, LeaseNotFound):
+                    # members/<id> says "left" before it goes: its deletion is then not a failure (the coordinator
+                    # lists members whose lease ended otherwise)
+                    left = encode(self._member_info(revoking=False, left=True))
+                    ops: list[Op] = [Put(self.keys.member(self.id), left, lease.id)]
+                    ops += self._recorder.put("left", self._clock.now())
+                    self.store.txn([], ops)
                 with contextlib.suppress(StoreUnavailable):
-                    self._put_event("left", self._clock.now())
                     self.store.revoke(lease)
         finally:
             self._stop()

@@ -36,6 +36,11 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     In static mode (a ``replicas`` record), an unowned partition says which ordinal it is ``waiting_for``: the one
     whose range block holds it under the stored count (its pod is down or not started yet).
 
+    ``failed`` (coordinator mode; seed 1's failed member list): ``{id: {"failed_at", "partitions", "detected_by"}}``,
+    the members whose lease ended without a graceful leave within the last ``FAILED_RETENTION_S`` (an hour): when
+    the coordinator saw it go (its clock) and what the partition table gave it then. A member that came back is
+    listed both here and as alive. A corrupt record is skipped with a warning (it only informs).
+
     Stateful groups (seed 2) also list, per partition, its ``standby`` and ``learners`` holders of the latest plan
     with the lag each reported in that round (``{member: lag or None}``)."""
     keys = Keys(group)
@@ -52,6 +57,7 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     plan_kvs: dict[int, KeyValue] = {}
     record_kvs: dict[int, dict[str, KeyValue]] = {}  # round -> member -> participation record
     table: dict[str, dict[str, Any]] = {}
+    failed: dict[str, dict[str, Any]] = {}
     extra: dict[str, Any] = {}
     prefix = keys.prefix
     for kv in kvs:
@@ -77,6 +83,10 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
             field(commits[int(name)], kv.key, "checkpoint", str)
         elif kind == "table" and name.isdigit():
             table[name] = table_entry(kv)
+        elif kind == "failed" and name:
+            failure = _failure(kv)
+            if failure is not None:
+                failed[name] = failure
         elif rest == "coordinator":
             extra[rest] = decode(kv.value, kv.key)
             field(extra[rest], kv.key, "member", str)
@@ -134,6 +144,7 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
         "plan_round": latest_round,
         "resource": resource,
         "table": dict(sorted(table.items(), key=lambda item: int(item[0]))),
+        "failed": dict(sorted(failed.items(), key=lambda item: (-item[1]["failed_at"], item[0]))),
         **extra,
     }
 
@@ -180,6 +191,22 @@ def _capacity(kv: KeyValue) -> object:
     """A registration's capacity; a corrupt registration only loses it (the key's lease is what makes a member)."""
     try:
         return decode(kv.value, kv.key).get("capacity")
+    except CorruptRecord as exc:
+        log.warning("%s (skipped)", exc)
+        return None
+
+
+def _failure(kv: KeyValue) -> dict[str, Any] | None:
+    """A ``failed/<id>`` record ``{failed_at, partitions, detected_by}``; None (and a warning) when corrupt."""
+    try:
+        record = decode(kv.value, kv.key)
+        at = record.get("failed_at")
+        if isinstance(at, bool) or not isinstance(at, int | float):
+            raise CorruptRecord(kv.key, f"'failed_at' must be a time, got {at!r:.80}")
+        parts = field(record, kv.key, "partitions", list)
+        if not all(isinstance(p, int) and not isinstance(p, bool) for p in parts):
+            raise CorruptRecord(kv.key, "'partitions' must be a list of partition numbers")
+        return {"failed_at": float(at), "partitions": parts, "detected_by": record.get("detected_by")}
     except CorruptRecord as exc:
         log.warning("%s (skipped)", exc)
         return None
