@@ -103,3 +103,20 @@ def test_replanning_a_sticky_plan_with_the_same_members_moves_nothing(req: Assig
         tuple(Member(m.id, m.subscriptions, result.assignment[m.id], gen) for m in req.members),
     )
     assert plan(again).moves == ()
+
+
+@FAST
+@given(st.integers(1, 4), st.integers(0, 12), st.integers(1, 7), st.booleans())
+def test_sticky_from_scratch_gives_every_member_each_topic_as_its_quota_allows(
+    topics: int, size: int, members: int, subscribed: bool
+) -> None:
+    """Seed 4's interleaved order (t0-0, t1-0, t0-1, ...): with topics of equal size, a member holding ``c``
+    partitions holds floor(c / topics) or ceil(c / topics) of each topic, so one with c >= topics has all of them."""
+    resources = tuple(Resource(f"t{i}", size) for i in range(topics))
+    subs = frozenset(r.name for r in resources) if subscribed else None
+    req = AssignRequest("sticky", resources, tuple(Member(f"m{i}", subs) for i in range(members)))
+    result = plan(req)
+    assert check(req, result) == []
+    for parts in result.assignment.values():
+        per_topic = [sum(1 for p in parts if p.resource == r.name) for r in resources]
+        assert max(per_topic) - min(per_topic) <= 1, (parts, per_topic)

@@ -20,12 +20,12 @@ Previous ownership (documented once, used by every strategy and by :func:`apport
 from __future__ import annotations
 
 import gc
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
-from itertools import pairwise, repeat
+from itertools import chain, pairwise, repeat, zip_longest
 from operator import itemgetter
 from types import MappingProxyType
 from typing import NamedTuple
@@ -203,6 +203,29 @@ class Problem:
 
     def equal_subscriptions(self) -> bool:
         return all(s == self.subs[0] for s in self.subs)
+
+    def interleaved(self, ints: list[int]) -> list[int]:
+        """Sorted ``ints`` in seed 4's order "for data parallelism": by index, then resource (t0-0, t1-0, t0-1, t1-1,
+        ...). ``ints`` itself when they all belong to one resource (the order is then the same)."""
+        if not ints or self.resource_of(ints[0]) == self.resource_of(ints[-1]):
+            return ints
+        start = self.start
+        runs = []
+        for r in range(self.resource_of(ints[0]), self.resource_of(ints[-1]) + 1):
+            a, b = bisect_left(ints, start[r]), bisect_left(ints, start[r + 1])
+            if a < b:
+                runs.append((r, ints[a:b]))
+        first = runs[0][1][0] - start[runs[0][0]]
+        if all(run[-1] - run[0] == len(run) - 1 and run[0] - start[r] == first for r, run in runs):
+            # every resource's ints are consecutive indices from the same first one (as from scratch): deal them
+            return [p for p in chain.from_iterable(zip_longest(*(run for _, run in runs), fillvalue=-1)) if p >= 0]
+        nres = len(self.resources)
+        keys: list[int] = []  # index * nres + resource: sorting the keys sorts by (index, resource)
+        for r, run in runs:
+            base = start[r] * nres - r
+            keys.extend([p * nres - base for p in run])
+        keys.sort()  # one sorted run per resource: a merge
+        return [start[r] + i for i, r in map(divmod, keys, repeat(nres))]
 
     def ints_of(self, resources: Sequence[int]) -> list[int]:
         out: list[int] = []
