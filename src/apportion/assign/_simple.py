@@ -9,7 +9,8 @@ id order:
   starting at ``k * (P // N) + min(k, P % N)`` of length ``P // N + (1 if k < P % N else 0)`` — the first ``P % N``
   ordinals take one extra instead of the last one taking the whole remainder, so sizes differ by at most one.
 
-Both give max - min <= 1 within each group.
+Both give max - min <= 1 within each group. ``stats.min_moves`` is the fewest moves any plan balanced that way
+needs (``balanced_min_moves``); these layouts do not try to reach it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from apportion.assign._core import Problem, to_plan
+from apportion.assign._core import Problem, balanced_min_moves, to_plan
 from apportion.assign._options import StrategyOptions
 from apportion.model import AssignRequest, Plan
 
@@ -53,7 +54,13 @@ def round_robin(request: AssignRequest) -> Plan:
             assignment[m].extend(ints[k::n])
     for ints in assignment:
         ints.sort()
-    return to_plan(problem, assignment)
+    return to_plan(problem, assignment, None, balanced_min_moves(problem, problem.groups()))
+
+
+def layout_min_moves(request: AssignRequest) -> int:
+    """The lower bound of ``round_robin`` and ``range`` (the registry's): max - min <= 1 within each group."""
+    problem = Problem.of(request)
+    return balanced_min_moves(problem, problem.groups())
 
 
 def range_(request: AssignRequest) -> Plan:
@@ -66,4 +73,4 @@ def range_(request: AssignRequest) -> Plan:
             assignment[m].extend(ints[block.start : block.stop])
     for ints in assignment:
         ints.sort()
-    return to_plan(problem, assignment)
+    return to_plan(problem, assignment, None, balanced_min_moves(problem, problem.groups()))

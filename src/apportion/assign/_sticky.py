@@ -28,7 +28,10 @@ resource spreads over the subscribers; then member id); then, while some member 
 subscribes to from a member holding at least two more (Kafka's definition of unbalanced), one such partition moves
 from the most loaded to the least loaded member of such a pair — preferring a partition that returns to its
 previous owner, then one that was not previously owned by the giver. Each step lowers the sum of squared loads, so
-the loop ends, balanced by construction.
+the loop ends, balanced by construction. ``stats.min_moves`` is then a lower bound, not always reached: the forced
+moves plus the closed form above for every group of resources whose subscribers subscribe to nothing else (those
+members must be balanced among themselves, max - min <= 1, in any Kafka-balanced plan); the exact minimum over all
+Kafka-balanced plans is not computed.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import ClassVar
 
-from apportion.assign._core import MoveColumns, Problem, to_plan
+from apportion.assign._core import MoveColumns, Problem, balanced_min_moves, to_plan
 from apportion.assign._options import StrategyOptions
 from apportion.model import AssignRequest, Plan
 
@@ -59,15 +62,19 @@ def sticky(request: AssignRequest) -> Plan:
     return _general(problem)
 
 
-def constrained_min_moves(problem: Problem, universe_size: int) -> int:
-    """The closed form above for equal subscriptions."""
-    n = len(problem.members)
-    if n == 0:
-        return 0
-    q, r = divmod(universe_size, n)
-    owned = [len(problem.kept_claims(m)) for m in range(n)]
-    kept = sum(min(o, q) for o in owned) + min(r, sum(1 for o in owned if o > q))
-    return sum(owned) - kept
+def sticky_min_moves(request: AssignRequest) -> int:
+    """The lower bound of ``sticky`` (the registry's): see :func:`problem_min_moves`."""
+    return problem_min_moves(Problem.of(request))
+
+
+def problem_min_moves(problem: Problem) -> int:
+    """The forced moves plus the closed form of the module docstring for every group of resources whose subscribers
+    subscribe to nothing else (they are balanced among themselves, max - min <= 1, in every Kafka-balanced plan).
+
+    Exact with equal subscriptions (one such group). With mixed subscriptions a lower bound: beyond the forced
+    moves, nothing is counted for the members of the other groups."""
+    groups = [(rs, ms) for rs, ms in problem.groups() if all(len(problem.subs[m]) == len(rs) for m in ms)]
+    return balanced_min_moves(problem, groups)
 
 
 def _universe_mask(problem: Problem) -> tuple[bytearray, int]:
@@ -86,10 +93,10 @@ def _universe_mask(problem: Problem) -> tuple[bytearray, int]:
 def _constrained(problem: Problem) -> Plan:
     n = len(problem.members)
     if n == 0:
-        return to_plan(problem, [], [])
+        return to_plan(problem, [], [], 0)
     taken, size = _universe_mask(problem)
     q, r = divmod(size, n)
-    min_moves = constrained_min_moves(problem, size)
+    min_moves = problem_min_moves(problem)
     at_max = 0
     assignment: list[list[int]] = []
     dropped_from: dict[int, int] = {}
@@ -187,7 +194,7 @@ def _general(problem: Problem) -> Plan:
             heapq.heappush(heap, (count[m], h + 1, m))
     _rebalance(problem, holdings, count, prev)
     assignment = [sorted(p for ps in holdings[m] for p in ps) for m in range(n)]
-    return to_plan(problem, assignment, None, forced_moves(problem))
+    return to_plan(problem, assignment, None, problem_min_moves(problem))
 
 
 def _rebalance(problem: Problem, holdings: list[list[list[int]]], count: list[int], prev: list[int]) -> None:
@@ -219,17 +226,3 @@ def _rebalance(problem: Problem, holdings: list[list[list[int]]], count: list[in
         holdings[i][res].sort()
         count[j] -= 1
         count[i] += 1
-
-
-def forced_moves(problem: Problem) -> int:
-    """Previous partitions whose owner no longer subscribes to them but someone does: they must move."""
-    subscribed: set[int] = set()
-    for s in problem.subs:
-        subscribed |= s
-    total = 0
-    for m, claims in enumerate(problem.claims):
-        for p in claims:
-            res = problem.resource_of(p)
-            if res not in problem.subs[m] and res in subscribed:
-                total += 1
-    return total
