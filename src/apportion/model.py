@@ -107,12 +107,27 @@ class Move(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class PlanStats:
+    """Sizes and movement of a plan. Moves and their lower bound have one definition for every strategy, in
+    :mod:`apportion.assign._core`: ``moved`` counts partitions that had a (live) owner and get another one (first
+    placements are not moves); ``min_moves`` is the fewest moves any plan within the strategy's balance needs given
+    the previous plan (a lower bound where the strategy's docstring says it is not exact); ``deferred`` counts the
+    moves this plan leaves for later rounds (``high_availability``'s actives waiting for a ready replica on their
+    target; 0 for every other strategy)."""
+
     partitions: int
     members: int
     min: int
     max: int
     moved: int
     min_moves: int
+    deferred: int = 0
+
+
+def round_lower_bound(min_moves: int, deferred: int) -> int:
+    """The fewest moves a plan can make when reaching the balance takes ``min_moves`` and it leaves ``deferred`` for
+    later rounds: what one round of the simulator counts as its lower bound (for every strategy but
+    ``high_availability`` this is ``min_moves``)."""
+    return max(0, min_moves - deferred)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,4 +150,14 @@ class Plan:
         return {p: member for member, parts in self.assignment.items() for p in parts}
 
 
-__all__ = ["MAX_PARTITIONS", "AssignRequest", "Member", "Move", "Partition", "Plan", "PlanStats", "Resource"]
+__all__ = [
+    "MAX_PARTITIONS",
+    "AssignRequest",
+    "Member",
+    "Move",
+    "Partition",
+    "Plan",
+    "PlanStats",
+    "Resource",
+    "round_lower_bound",
+]

@@ -29,6 +29,20 @@ def test_sticky_reproduces_kafka_12464_worked_example() -> None:
     assert result.stats.moved == result.stats.min_moves == 3
 
 
+def test_sticky_deals_free_partitions_interleaved_across_topics_as_the_seed() -> None:
+    """Seed 4 sorts the unassigned partitions t0-0, t1-0, t0-1, t1-1, ... "for data parallelism"."""
+    result = planned(request("sticky", {"t0": 3, "t1": 3}, [Member("C0"), Member("C1")]))
+    assert names(result, "C0") == ["t0-0", "t0-1", "t1-0"]
+    assert names(result, "C1") == ["t0-2", "t1-1", "t1-2"]
+
+
+def test_sticky_general_path_spreads_each_topic_over_its_subscribers() -> None:
+    members = [Member("C0"), Member("C1", frozenset({"t0", "t1"}))]
+    result = planned(request("sticky", {"t0": 3, "t1": 3, "t2": 1}, members))
+    for member in ("C0", "C1"):
+        assert {p.resource for p in result.assignment[member]} >= {"t0", "t1"}
+
+
 def test_weighted_gives_exact_shares_of_seed_2() -> None:
     members = [Member(m, capacity=c) for m, c in zip("abcd", (5, 10, 10, 15), strict=True)]
     result = planned(request("weighted", {"tasks": 80}, members))

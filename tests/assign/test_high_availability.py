@@ -242,11 +242,11 @@ def test_plan_is_deterministic_whatever_the_order_of_members_and_resources(req: 
 
 @PROPERTY
 @given(requests(uniform=True))
-def test_probing_rounds_reach_the_weighted_balance_within_ceil_min_moves_over_max_warmup(req: AssignRequest) -> None:
-    """The bound: after the first plan, at most ceil(min_moves / max_warmup_replicas) probing rounds (learners caught
+def test_probing_rounds_reach_the_weighted_balance_within_ceil_deferred_over_max_warmup(req: AssignRequest) -> None:
+    """The bound: after the first plan, at most ceil(deferred / max_warmup_replicas) probing rounds (learners caught
     up, no churn) give a plan within the bands with no learner; the next round then moves nothing."""
     first = plan = high_availability(req)
-    bound = math.ceil(first.stats.min_moves / int(req.options["max_warmup_replicas"]))  # type: ignore[call-overload]
+    bound = math.ceil(first.stats.deferred / int(req.options["max_warmup_replicas"]))  # type: ignore[call-overload]
     current = req
     for _ in range(bound):
         if not any(plan.learners.values()):
@@ -256,7 +256,7 @@ def test_probing_rounds_reach_the_weighted_balance_within_ceil_min_moves_over_ma
     assert not any(plan.learners.values()), f"learners left after {bound} probing rounds"
     assert within_bands(req, plan, stateful=True) and within_bands(req, plan, stateful=False)
     start = previous_owner(req)
-    changed = sum(1 for p, m in plan.owner_of().items() if start.get(p) != m)
+    changed = sum(1 for p, m in plan.owner_of().items() if p in start and start[p] != m)
     assert changed >= first.stats.min_moves  # min_moves is a lower bound on reaching the bands
     again = high_availability(next_round(current, plan))
     assert again.moves == () and again.assignment == plan.assignment
@@ -270,7 +270,7 @@ def test_capacities_5_10_10_15_share_80_partitions_as_10_20_20_30(stateful: bool
     members = tuple(Member(f"m{i}", capacity=c) for i, c in enumerate((5, 10, 10, 15)))
     plan = high_availability(request((Resource("t", 80, stateful=stateful),), members))
     assert counts(plan) == {"m0": 10, "m1": 20, "m2": 20, "m3": 30}
-    assert plan.stats.min_moves == 80 and plan.stats.moved == 0 and len(plan.moves) == 80
+    assert plan.stats.min_moves == 0 and plan.stats.moved == 0 and len(plan.moves) == 80  # placements, not moves
 
 
 def seed_members(sizes: tuple[int, ...]) -> tuple[Member, ...]:
@@ -403,3 +403,14 @@ def test_defaults_match_the_documented_options() -> None:
     opts = HighAvailabilityOptions.parse({})
     assert (opts.num_standby_replicas, opts.max_warmup_replicas, opts.acceptable_recovery_lag) == (0, 2, 10_000)
     assert (opts.imbalance, opts.probing_rebalance_interval_s) == (0.0, 600.0)
+
+
+def test_a_fresh_plan_places_every_partition_without_a_move_and_reports_a_zero_lower_bound() -> None:
+    plan = high_availability(request((Resource("t", 8),), (Member("a"), Member("b"))))
+    assert plan.stats.moved == plan.stats.min_moves == plan.stats.deferred == 0 and len(plan.moves) == 8
+
+
+def test_the_lower_bound_counts_only_partitions_that_had_an_owner() -> None:
+    members = (Member("a", owned=parts("t", 0, 1, 2, 3)), Member("b"))  # t-4 .. t-7 had no owner
+    plan = high_availability(request((Resource("t", 8),), members))
+    assert plan.stats.min_moves == 0 and plan.stats.moved == 0  # b takes the four unowned partitions

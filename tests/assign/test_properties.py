@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from itertools import product
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from apportion.assign import check, min_moves, plan, plan_to_json
+from apportion.assign import STRATEGY_NAMES, check, min_moves, plan, plan_to_json
 from apportion.model import AssignRequest, Member, Partition, Resource
 
 OURS = ("round_robin", "range", "sticky", "weighted", "rendezvous", "bounded_load")
@@ -103,3 +105,102 @@ def test_replanning_a_sticky_plan_with_the_same_members_moves_nothing(req: Assig
         tuple(Member(m.id, m.subscriptions, result.assignment[m.id], gen) for m in req.members),
     )
     assert plan(again).moves == ()
+
+
+@FAST
+@given(st.integers(1, 4), st.integers(0, 12), st.integers(1, 7), st.booleans())
+def test_sticky_from_scratch_gives_every_member_each_topic_as_its_quota_allows(
+    topics: int, size: int, members: int, subscribed: bool
+) -> None:
+    """Seed 4's interleaved order (t0-0, t1-0, t0-1, ...): with topics of equal size, a member holding ``c``
+    partitions holds floor(c / topics) or ceil(c / topics) of each topic, so one with c >= topics has all of them."""
+    resources = tuple(Resource(f"t{i}", size) for i in range(topics))
+    subs = frozenset(r.name for r in resources) if subscribed else None
+    req = AssignRequest("sticky", resources, tuple(Member(f"m{i}", subs) for i in range(members)))
+    result = plan(req)
+    assert check(req, result) == []
+    for parts in result.assignment.values():
+        per_topic = [sum(1 for p in parts if p.resource == r.name) for r in resources]
+        assert max(per_topic) - min(per_topic) <= 1, (parts, per_topic)
+
+
+@st.composite
+def tiny_requests(draw: st.DrawFn, strategy: str) -> AssignRequest:
+    """At most 6 partitions over at most 3 members, one generation, no conflicts: small enough to try every plan."""
+    sizes = draw(st.lists(st.integers(0, 3), min_size=1, max_size=3).filter(lambda s: sum(s) <= 6))
+    resources = tuple(Resource(f"r{i}", n) for i, n in enumerate(sizes))
+    names = [r.name for r in resources]
+    ids = [f"m{i}" for i in range(draw(st.integers(1, 3)))]
+    equal = draw(st.booleans())
+    shared = frozenset(draw(st.lists(st.sampled_from(names), min_size=1)))
+    subs = {m: shared if equal else frozenset(draw(st.lists(st.sampled_from(names), min_size=1))) for m in ids}
+    owner = {Partition(r.name, i): draw(st.sampled_from([None, *ids])) for r in resources for i in range(r.partitions)}
+    members = tuple(Member(m, subs[m], tuple(p for p, o in owner.items() if o == m), 1) for m in ids)
+    return AssignRequest(strategy, resources, members)
+
+
+def fewest_moves(req: AssignRequest, balanced: Callable[[dict[str, list[Partition]]], bool]) -> int:
+    """The fewest moves over every assignment of the subscribed partitions that ``balanced`` accepts."""
+    previous = {p: m.id for m in req.members for p in m.owned}
+    parts = [Partition(r.name, i) for r in req.resources for i in range(r.partitions)]
+    choices = [[m.id for m in req.members if m.subscribes_to(p.resource)] for p in parts]
+    placed = [(p, c) for p, c in zip(parts, choices, strict=True) if c]
+    best = len(parts) + 1
+    for owners in product(*(c for _, c in placed)):
+        held: dict[str, list[Partition]] = {m.id: [] for m in req.members}
+        for (p, _), m in zip(placed, owners, strict=True):
+            held[m].append(p)
+        if balanced(held):
+            best = min(best, sum(1 for (p, _), m in zip(placed, owners, strict=True) if previous.get(p, m) != m))
+    return best
+
+
+def kafka_balanced(req: AssignRequest) -> Callable[[dict[str, list[Partition]]], bool]:
+    subs = {m.id: {r.name for r in req.resources if m.subscribes_to(r.name)} for m in req.members}
+
+    def balanced(held: dict[str, list[Partition]]) -> bool:
+        return not any(
+            len(held[j]) - len(held[i]) >= 2 and any(p.resource in subs[i] for p in held[j]) for i in held for j in held
+        )
+
+    return balanced
+
+
+@FAST
+@given(tiny_requests("sticky"))
+def test_sticky_lower_bound_is_at_most_the_fewest_moves_of_any_balanced_plan_and_exact_with_equal_subscriptions(
+    req: AssignRequest,
+) -> None:
+    result = plan(req)
+    fewest = fewest_moves(req, kafka_balanced(req))
+    assert result.stats.min_moves <= fewest <= result.stats.moved
+    if len({m.subscriptions for m in req.members}) == 1:
+        assert result.stats.min_moves == fewest == result.stats.moved
+
+
+@FAST
+@given(tiny_requests("round_robin"))
+def test_round_robin_lower_bound_is_the_fewest_moves_of_any_plan_balanced_within_each_group(req: AssignRequest) -> None:
+    def per_group(held: dict[str, list[Partition]]) -> bool:
+        for subscribers in {frozenset(m.id for m in req.members if m.subscribes_to(r.name)) for r in req.resources}:
+            group = {
+                r.name for r in req.resources if {m.id for m in req.members if m.subscribes_to(r.name)} == subscribers
+            }
+            sizes = [sum(1 for p in held[m] if p.resource in group) for m in subscribers]
+            if sizes and max(sizes) - min(sizes) > 1:
+                return False
+        return True
+
+    result = plan(req)
+    assert result.stats.min_moves == fewest_moves(req, per_group) <= result.stats.moved
+
+
+@FAST
+@given(requests(), st.sampled_from(STRATEGY_NAMES))
+def test_first_placements_are_not_moves_so_a_fresh_plan_reports_a_zero_lower_bound(
+    req: AssignRequest, strategy: str
+) -> None:
+    fresh = AssignRequest(strategy, req.resources, tuple(Member(m.id, m.subscriptions) for m in req.members))
+    result = plan(fresh)
+    assert result.stats.moved == result.stats.min_moves == min_moves(fresh) == 0
+    assert all(move.source is None for move in result.moves)

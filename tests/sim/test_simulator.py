@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from apportion.assign import STRATEGY_NAMES
 from apportion.sim import SimConfig, simulate
 
 SOAK = os.environ.get("APPORTION_SOAK") == "1"
@@ -103,3 +104,26 @@ def test_simulate_cli_prints_a_summary_and_fails_with_the_seed() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert '"moves_lower_bound"' in proc.stdout and '"unowned_partition_s"' in proc.stdout and '"rounds"' in proc.stdout
+
+
+@pytest.mark.parametrize("strategy", STRATEGY_NAMES)
+def test_simulate_reports_at_least_as_many_moves_as_its_lower_bound(strategy: str) -> None:
+    """`apportion simulate --strategy high_availability` printed 18 moves against a "lower bound" of 70: the bound
+    counted first placements, and every probing round counted again the moves still waiting for a ready learner."""
+    result = simulate(SimConfig(strategy=strategy))
+    assert result.ok, result.violations
+    assert result.moves >= result.min_moves, result.summary()
+    if strategy in ("sticky", "high_availability"):
+        assert result.moves == result.min_moves, result.summary()
+
+
+def test_a_stateful_simulation_reports_moves_that_waited_for_learners_once() -> None:
+    options = {"max_warmup_replicas": 2, "acceptable_recovery_lag": 100, "probing_rebalance_interval_s": 2.0}
+    config = SimConfig(
+        members=3, partitions=12, events=6, strategy="high_availability", stateful=True, options=options,
+        state_records=2_000, restore_rate=4_000.0,
+    )  # fmt: skip
+    result = simulate(config)
+    assert result.ok, result.violations
+    assert result.rounds > config.events  # probing rounds happened
+    assert 0 < result.min_moves <= result.moves, result.summary()

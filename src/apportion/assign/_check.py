@@ -11,7 +11,9 @@
   member holding >= 2 more (Kafka's definition); ``round_robin``/``range`` — max - min <= 1 within each group of
   resources with the same subscribers; ``weighted`` — each member within its band (see ``_weighted``);
   ``bounded_load`` — no member above ``ceil(load_factor * P / N)`` (equal subscriptions); ``rendezvous`` — none;
-- movement: ``sticky`` with equal subscriptions and unit-weight ``weighted`` — moves == :func:`min_moves`.
+- movement: ``stats.min_moves`` == :func:`min_moves` (the strategy's bound); ``stats.moved`` >= that bound less
+  ``stats.deferred`` (0 except for ``high_availability``); ``sticky`` with equal subscriptions and unit-weight
+  ``weighted`` — moves == :func:`min_moves`.
 """
 
 from __future__ import annotations
@@ -19,42 +21,22 @@ from __future__ import annotations
 from fractions import Fraction
 
 from apportion.assign._core import Problem, exact
-from apportion.assign._hashing import BoundedLoadOptions, bounded_capacity
-from apportion.assign._sticky import constrained_min_moves, forced_moves
+from apportion.assign._hashing import BoundedLoadOptions, problem_capacity
+from apportion.assign._registry import strategy_named
 from apportion.assign._weighted import EPS, WeightedOptions, shares, unit_bands
 from apportion.errors import InvalidRequest, PlanViolation
-from apportion.model import AssignRequest, Plan
+from apportion.model import AssignRequest, Plan, round_lower_bound
 
 
 def min_moves(request: AssignRequest) -> int:
-    """The least number of moves (owner changes between live members) a plan of this strategy can make.
+    """The fewest moves (owner changes between live members) any plan within the strategy's balance needs, given the
+    previous owners: the strategy's own bound from the registry, which its plans report as ``stats.min_moves``.
 
-    Exact for ``sticky`` with equal subscriptions and for unit-weight ``weighted``; for the others the forced moves
-    (previous partitions whose owner no longer subscribes to them) — a lower bound.
+    Exact for ``sticky`` with equal subscriptions, ``round_robin``, ``range``, unit-weight ``weighted``,
+    ``bounded_load`` with equal subscriptions and ``high_availability`` with equal subscriptions; a lower bound for
+    the others (see ``_core`` and each strategy's docstring).
     """
-    problem = Problem.of(request)
-    if request.strategy == "sticky" and problem.equal_subscriptions():
-        universe = sum(len(problem.ints_of(g[0])) for g in problem.groups())
-        return constrained_min_moves(problem, universe)
-    if request.strategy == "weighted" and problem.unit_weights():
-        return _weighted_min_moves(problem, request)
-    return forced_moves(problem)
-
-
-def _weighted_min_moves(problem: Problem, request: AssignRequest) -> int:
-    tolerance = exact(WeightedOptions.parse(request.options).tolerance)
-    total = forced_moves(problem)
-    for resources, subscribers in problem.groups():
-        ints = set(problem.ints_of(resources))
-        if not ints:
-            continue
-        bands = unit_bands(shares(problem, subscribers, Fraction(len(ints))), tolerance)
-        owned = [sum(1 for p in problem.kept_claims(m) if p in ints) for m in subscribers]
-        excess = sum(max(0, o - b[1]) for o, b in zip(owned, bands, strict=True))
-        deficit = sum(max(0, b[0] - min(o, b[1])) for o, b in zip(owned, bands, strict=True))
-        unclaimed = len(ints) - sum(owned)
-        total += max(excess, deficit - unclaimed)
-    return total
+    return strategy_named(request.strategy).min_moves(request)
 
 
 def check(request: AssignRequest, plan: Plan) -> list[str]:
@@ -99,13 +81,25 @@ def check(request: AssignRequest, plan: Plan) -> list[str]:
         return out
     out += _check_moves(problem, plan, owner)
     out += _check_balance(problem, request, plan, counts)
-    if (request.strategy == "sticky" and problem.equal_subscriptions()) or (
-        request.strategy == "weighted" and problem.unit_weights()
-    ):
-        least = min_moves(request)
-        if plan.stats.moved != least:
-            out.append(f"moves {plan.stats.moved} != the least possible {least}")
+    out += _check_bound(problem, request, plan)
     return out
+
+
+def _check_bound(problem: Problem, request: AssignRequest, plan: Plan) -> list[str]:
+    stats = plan.stats
+    least = min_moves(request)
+    if stats.min_moves != least:
+        return [f"stats.min_moves {stats.min_moves} != the strategy's lower bound {least}"]
+    if stats.deferred and request.strategy != "high_availability":
+        return [f"stats.deferred {stats.deferred}: only high_availability leaves moves for later"]
+    if stats.moved < round_lower_bound(least, stats.deferred):
+        return [f"moves {stats.moved} < the lower bound {least} (deferred {stats.deferred})"]
+    exact = (request.strategy == "sticky" and problem.equal_subscriptions()) or (
+        request.strategy == "weighted" and problem.unit_weights()
+    )
+    if exact and stats.moved != least:
+        return [f"moves {stats.moved} != the least possible {least}"]
+    return []
 
 
 def _check_moves(problem: Problem, plan: Plan, owner: dict[int, int]) -> list[str]:
@@ -152,9 +146,7 @@ def _check_balance(problem: Problem, request: AssignRequest, plan: Plan, counts:
     elif strategy == "weighted":
         out += _weighted_balance(problem, request, plan)
     elif strategy == "bounded_load" and problem.equal_subscriptions() and counts:
-        load_factor = BoundedLoadOptions.parse(request.options).load_factor
-        universe = sum(len(problem.ints_of(g[0])) for g in problem.groups())
-        cap = bounded_capacity(universe, len(counts), load_factor)
+        cap = problem_capacity(problem, BoundedLoadOptions.parse(request.options).load_factor)
         if max(counts) > cap:
             out.append(f"a member holds {max(counts)} > the bound {cap}")
     return out

@@ -13,19 +13,30 @@ Previous ownership (documented once, used by every strategy and by :func:`apport
 3. When several current-generation members claim the same partition, the member with the smallest id keeps the
    claim (ids compare as strings); the others' claims are ignored. A member listing a partition twice claims it once.
 4. The resulting owner is the partition's *previous owner*. A partition whose new owner differs from a previous
-   owner is a *move* (``source`` = previous owner); a partition without one is a placement (``source`` None).
-   Previously owned partitions of a resource the owner no longer subscribes to must move (forced moves).
+   owner is a *move* (``source`` = previous owner); a partition without one is a placement (``source`` None) and
+   is not a move. Previously owned partitions of a resource the owner no longer subscribes to must move (forced
+   moves, :func:`forced_moves`), when anybody subscribes to it.
+
+Moves and their lower bound — one definition for every strategy (``PlanStats``, :func:`apportion.assign.check`,
+the simulator): ``stats.moved`` counts the moves; ``stats.min_moves`` is the fewest moves that any plan within the
+strategy's balance (as :mod:`apportion.assign._check` states it) needs given the previous owners — the same number
+:func:`apportion.assign.min_moves` computes from the request, through the strategy's ``min_moves`` in the
+registry. Where the balance is "max - min <= 1 among a group's members over the group's partitions" (``sticky``,
+``round_robin``, ``range``), :func:`balanced_min_moves` gives it exactly; ``sticky`` with mixed subscriptions,
+``weighted`` with partition weights, ``rendezvous`` and ``high_availability`` with uneven subscriptions report a
+lower bound (each strategy's docstring says which). ``high_availability`` may leave moves for later rounds:
+``stats.deferred``; one round then moves at least ``model.round_lower_bound(min_moves, deferred)``.
 """
 
 from __future__ import annotations
 
 import gc
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
-from itertools import pairwise, repeat
+from itertools import chain, pairwise, repeat, zip_longest
 from operator import itemgetter
 from types import MappingProxyType
 from typing import NamedTuple
@@ -204,6 +215,29 @@ class Problem:
     def equal_subscriptions(self) -> bool:
         return all(s == self.subs[0] for s in self.subs)
 
+    def interleaved(self, ints: list[int]) -> list[int]:
+        """Sorted ``ints`` in seed 4's order "for data parallelism": by index, then resource (t0-0, t1-0, t0-1, t1-1,
+        ...). ``ints`` itself when they all belong to one resource (the order is then the same)."""
+        if not ints or self.resource_of(ints[0]) == self.resource_of(ints[-1]):
+            return ints
+        start = self.start
+        runs = []
+        for r in range(self.resource_of(ints[0]), self.resource_of(ints[-1]) + 1):
+            a, b = bisect_left(ints, start[r]), bisect_left(ints, start[r + 1])
+            if a < b:
+                runs.append((r, ints[a:b]))
+        first = runs[0][1][0] - start[runs[0][0]]
+        if all(run[-1] - run[0] == len(run) - 1 and run[0] - start[r] == first for r, run in runs):
+            # every resource's ints are consecutive indices from the same first one (as from scratch): deal them
+            return [p for p in chain.from_iterable(zip_longest(*(run for _, run in runs), fillvalue=-1)) if p >= 0]
+        nres = len(self.resources)
+        keys: list[int] = []  # index * nres + resource: sorting the keys sorts by (index, resource)
+        for r, run in runs:
+            base = start[r] * nres - r
+            keys.extend([p * nres - base for p in run])
+        keys.sort()  # one sorted run per resource: a merge
+        return [start[r] + i for i, r in map(divmod, keys, repeat(nres))]
+
     def ints_of(self, resources: Sequence[int]) -> list[int]:
         out: list[int] = []
         for r in resources:
@@ -240,6 +274,45 @@ class Problem:
         return out
 
 
+def forced_moves(problem: Problem) -> int:
+    """Previous partitions whose owner no longer subscribes to them but someone does: every plan moves them."""
+    subscribed = frozenset().union(*problem.subs)
+    total = 0
+    for m, claims in enumerate(problem.claims):
+        if claims:
+            for r in subscribed - problem.subs[m]:
+                total += _count_in(problem, claims, r)
+    return total
+
+
+def balanced_min_moves(problem: Problem, groups: Sequence[tuple[Sequence[int], Sequence[int]]]) -> int:
+    """The forced moves plus, for each group (resources, members), the fewest moves that leave every member with
+    ``q`` or ``q + 1`` of the group's ``P`` partitions (``q, r = divmod(P, members)``)::
+
+        sum(o_i) - (sum(min(o_i, q)) + min(r, #{i : o_i > q}))
+
+    ``o_i`` counting member ``i``'s previous partitions in the group: each member keeps at most ``q`` of them, and
+    at most ``r`` members keep a ``q + 1``-th; the constrained algorithm of seed 4 keeps exactly that many."""
+    total = forced_moves(problem)
+    everything = len(problem.resources)
+    for resources, members in groups:
+        if not members:
+            continue
+        q, r = divmod(sum(problem.start[x + 1] - problem.start[x] for x in resources), len(members))
+        if len(resources) == everything:
+            owned = [len(problem.claims[m]) for m in members]
+        else:
+            owned = [sum(_count_in(problem, problem.claims[m], x) for x in resources) for m in members]
+        kept = sum(min(o, q) for o in owned) + min(r, sum(1 for o in owned if o > q))
+        total += sum(owned) - kept
+    return total
+
+
+def _count_in(problem: Problem, claims: list[int], resource: int) -> int:
+    """How many of the sorted ``claims`` are partitions of ``resource``."""
+    return bisect_left(claims, problem.start[resource + 1]) - bisect_left(claims, problem.start[resource])
+
+
 def moves_of(problem: Problem, assignment: Sequence[Sequence[int]]) -> list[tuple[int, int, int]]:
     """(partition, previous owner or -1, new owner) for every partition whose owner changed, by partition."""
     prev = problem.prev()
@@ -274,11 +347,11 @@ def _fast_moves(parts: tuple[Partition, ...], sources: list[str | None], targets
 def to_plan(
     problem: Problem,
     assignment: list[list[int]],
-    moves: list[tuple[int, int, int]] | MoveColumns | None = None,
-    min_moves: int = 0,
+    moves: list[tuple[int, int, int]] | MoveColumns | None,
+    min_moves: int,
 ) -> Plan:
     """Build the Plan from per-member sorted ints; ``moves`` as rows from :func:`moves_of` (computed when None) or
-    as :class:`MoveColumns`."""
+    as :class:`MoveColumns`; ``min_moves`` the strategy's lower bound (see the module docstring)."""
     if moves is None:
         moves = moves_of(problem, assignment)
     columns = moves if isinstance(moves, MoveColumns) else MoveColumns.of_rows(moves)

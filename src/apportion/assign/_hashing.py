@@ -12,6 +12,10 @@ big-endian unsigned int. It is the same in every process and on every platform (
   fewer than ``ceil(load_factor * P / N)`` partitions (``load_factor`` option, default 1.25, at least 1). So no
   member holds more than that bound. With mixed subscriptions, a partition whose subscribers are all full goes to
   its least loaded subscriber (the bound then holds per subscriber set only).
+
+``stats.min_moves``: for ``rendezvous`` (no balance to reach) the forced moves; for ``bounded_load`` with equal
+subscriptions the forced moves plus every member's previous partitions above the bound (exact), with mixed
+subscriptions the forced moves (a lower bound). Neither strategy tries to reach it.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
-from apportion.assign._core import Problem, exact, to_plan
+from apportion.assign._core import Problem, exact, forced_moves, to_plan
 from apportion.assign._options import StrategyOptions, integer_option, number_option
 from apportion.model import AssignRequest, Plan
 
@@ -76,7 +80,12 @@ def rendezvous(request: AssignRequest) -> Plan:
             assignment[subscribers[best]].append(p)
     for ints in assignment:  # groups of resources interleave: restore (resource, index) order
         ints.sort()
-    return to_plan(problem, assignment)
+    return to_plan(problem, assignment, None, forced_moves(problem))
+
+
+def rendezvous_min_moves(request: AssignRequest) -> int:
+    """The lower bound of ``rendezvous`` (the registry's): the forced moves."""
+    return forced_moves(Problem.of(request))
 
 
 def bounded_capacity(partitions: int, members: int, load_factor: float) -> int:
@@ -91,12 +100,12 @@ def bounded_load(request: AssignRequest) -> Plan:
     n = len(problem.members)
     assignment: list[list[int]] = [[] for _ in range(n)]
     if n == 0:
-        return to_plan(problem, assignment)
+        return to_plan(problem, assignment, None, 0)
     ring = sorted((stable_hash(f"{problem.ids[m]}\0{k}"), m) for m in range(n) for k in range(vnodes))
     points = [h for h, _ in ring]
     owners = [m for _, m in ring]
     groups = problem.groups()
-    cap = bounded_capacity(sum(len(problem.ints_of(g[0])) for g in groups), n, load_factor)
+    cap = problem_capacity(problem, load_factor)
     load = [0] * n
     names = _names(problem)
     for resources, subscribers in groups:
@@ -115,4 +124,23 @@ def bounded_load(request: AssignRequest) -> Plan:
             assignment[chosen].append(p)
     for ints in assignment:  # groups of resources interleave: restore (resource, index) order
         ints.sort()
-    return to_plan(problem, assignment)
+    return to_plan(problem, assignment, None, _bounded_min_moves(problem, cap))
+
+
+def bounded_load_min_moves(request: AssignRequest) -> int:
+    """The lower bound of ``bounded_load`` (the registry's); see the module docstring."""
+    problem = Problem.of(request)
+    return _bounded_min_moves(problem, problem_capacity(problem, BoundedLoadOptions.parse(request.options).load_factor))
+
+
+def problem_capacity(problem: Problem, load_factor: float) -> int:
+    """The bound of ``bounded_load`` for ``problem``: over the partitions somebody subscribes to and every member."""
+    universe = sum(len(problem.ints_of(g[0])) for g in problem.groups())
+    return bounded_capacity(universe, len(problem.members), load_factor)
+
+
+def _bounded_min_moves(problem: Problem, cap: int) -> int:
+    forced = forced_moves(problem)
+    if not problem.equal_subscriptions():
+        return forced
+    return forced + sum(max(0, len(problem.kept_claims(m)) - cap) for m in range(len(problem.members)))

@@ -34,14 +34,18 @@ on a conflict the smallest member id keeps the claim.
 
 Convergence bound: when every member subscribes to every resource and nothing churns after the first plan, feeding
 each plan back as the next input with its learners caught up (lag 0), the plan reaches the bands with no learner left
-after at most ``ceil(m / max_warmup_replicas)`` probing rounds, ``m`` being ``stats.min_moves`` of the first plan.
+after at most ``ceil(d / max_warmup_replicas)`` probing rounds, ``d`` being ``stats.deferred`` of the first plan (the
+actives it leaves away from their target; at most ``stats.min_moves`` plus the partitions without a previous owner).
 Why: each probing round moves the ``max_warmup_replicas`` actives whose learners got ready, and the target stays the
 same from round to round because releases, extra keeps and placements all prefer the partitions already being
 learned. That argument is not a proof; the bound is checked by hypothesis (tests, and 30,000 extra examples once).
 
-``stats.min_moves`` = the partitions minus the most previous owners any assignment within the bands keeps, summed
-over both kinds: a lower bound on the moves of every plan that reaches the bands (exact when every member subscribes
-to every resource). ``stats.moved`` counts this round's moves away from a live previous owner (as every strategy).
+Moves as for every strategy (``_core``): ``stats.moved`` counts this round's actives that leave a live previous
+owner; a first placement is not a move. ``stats.min_moves`` = the partitions with a previous owner minus the most of
+them any assignment within the bands leaves with that owner, summed over both kinds: the fewest moves of any plan
+that reaches the bands (a lower bound only when members subscribe to different resources). ``stats.deferred`` counts
+the actives this plan leaves away from their target (waiting for a ready replica), so this round moves at least
+``stats.min_moves - stats.deferred``: the moves made now and the ones deferred reach the bands.
 
 Tags (seed 2) are derived from the plan by :func:`tags`: ``Plan.learners`` are the isLearner replicas, an active is
 beingLearned when some member holds a learner of it, and ``Plan.ready`` lists the isReady standby/learner replicas.
@@ -289,18 +293,32 @@ def _target(inp: _Input, parts: list[Partition], x: Fraction) -> _Target:
     return _Target(owner, kept)
 
 
+def _targets(
+    inp: _Input, opts: HighAvailabilityOptions, everything: list[Partition]
+) -> tuple[dict[Partition, str], int]:
+    """The target of both kinds of partitions, and ``stats.min_moves`` (see the module docstring)."""
+    target: dict[Partition, str] = {}
+    min_moves = 0
+    for stateful in (True, False):
+        t = _target(inp, [p for p in everything if inp.stateful[p.resource] == stateful], exact(opts.imbalance))
+        target.update(t.owner)
+        min_moves += sum(1 for p in t.owner if p in inp.owner) - t.kept
+    return target, min_moves
+
+
+def high_availability_min_moves(request: AssignRequest) -> int:
+    """The lower bound of ``high_availability`` (the registry's): ``stats.min_moves`` of its plan."""
+    opts = HighAvailabilityOptions.parse(request.options)
+    inp = _Input(request, opts)
+    return _targets(inp, opts, inp.partitions())[1]
+
+
 def high_availability(request: AssignRequest) -> Plan:
     """Plan actives, learners and standbys for ``request``; see the module docstring for the rules."""
     opts = HighAvailabilityOptions.parse(request.options)
     inp = _Input(request, opts)
     everything = inp.partitions()
-    x = exact(opts.imbalance)
-    target: dict[Partition, str] = {}
-    min_moves = 0
-    for stateful in (True, False):
-        t = _target(inp, [p for p in everything if inp.stateful[p.resource] == stateful], x)
-        target.update(t.owner)
-        min_moves += len(t.owner) - t.kept
+    target, min_moves = _targets(inp, opts, everything)
 
     # actives
     active: dict[Partition, str] = {}
@@ -357,7 +375,7 @@ def high_availability(request: AssignRequest) -> Plan:
             replicas[m] += 1
         standby_of[p] = chosen
 
-    return _plan(inp, opts, everything, active, learner_of, standby_of, min_moves)
+    return _plan(inp, opts, everything, active, learner_of, standby_of, (min_moves, len(waiting)))
 
 
 def _plan(
@@ -367,8 +385,9 @@ def _plan(
     active: dict[Partition, str],
     learner_of: dict[Partition, str],
     standby_of: dict[Partition, list[str]],
-    min_moves: int,
+    bounds: tuple[int, int],
 ) -> Plan:
+    """The Plan; ``bounds`` = (``stats.min_moves``, ``stats.deferred``)."""
     assignment: dict[str, list[Partition]] = {m: [] for m in inp.ids}
     learners: dict[str, list[Partition]] = {m: [] for m in inp.ids}
     standby: dict[str, list[Partition]] = {m: [] for m in inp.ids}
@@ -397,7 +416,8 @@ def _plan(
         min=min(sizes, default=0),
         max=max(sizes, default=0),
         moved=sum(1 for move in moves if move.source is not None),
-        min_moves=min_moves,
+        min_moves=bounds[0],
+        deferred=bounds[1],
     )
 
     def frozen(table: dict[str, list[Partition]]) -> Mapping[str, tuple[Partition, ...]]:
@@ -436,4 +456,4 @@ def tags(plan: Plan) -> dict[Partition, dict[str, dict[str, bool]]]:
     return out
 
 
-__all__ = ["HighAvailabilityOptions", "high_availability", "tags"]
+__all__ = ["HighAvailabilityOptions", "high_availability", "high_availability_min_moves", "tags"]

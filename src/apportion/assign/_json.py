@@ -219,6 +219,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             "max": plan.stats.max,
             "moved": plan.stats.moved,
             "min_moves": plan.stats.min_moves,
+            "deferred": plan.stats.deferred,
         },
     }
     if plan.standby:

@@ -10,7 +10,8 @@ id order:
   ``P % N`` ordinals take one extra, so sizes differ by at most one (10 over 4: 3,3,2,2), where seed 3 gives the
   whole remainder to the last ordinal (2,2,2,4: up to N - 1 extra on one member).
 
-Both give max - min <= 1 within each group.
+Both give max - min <= 1 within each group. ``stats.min_moves`` is the fewest moves any plan balanced that way
+needs (``balanced_min_moves``); these layouts do not try to reach it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from apportion.assign._core import Problem, to_plan
+from apportion.assign._core import Problem, balanced_min_moves, to_plan
 from apportion.assign._options import StrategyOptions
 from apportion.model import AssignRequest, Plan
 
@@ -54,7 +55,13 @@ def round_robin(request: AssignRequest) -> Plan:
             assignment[m].extend(ints[k::n])
     for ints in assignment:
         ints.sort()
-    return to_plan(problem, assignment)
+    return to_plan(problem, assignment, None, balanced_min_moves(problem, problem.groups()))
+
+
+def layout_min_moves(request: AssignRequest) -> int:
+    """The lower bound of ``round_robin`` and ``range`` (the registry's): max - min <= 1 within each group."""
+    problem = Problem.of(request)
+    return balanced_min_moves(problem, problem.groups())
 
 
 def range_(request: AssignRequest) -> Plan:
@@ -67,4 +74,4 @@ def range_(request: AssignRequest) -> Plan:
             assignment[m].extend(ints[block.start : block.stop])
     for ints in assignment:
         ints.sort()
-    return to_plan(problem, assignment)
+    return to_plan(problem, assignment, None, balanced_min_moves(problem, problem.groups()))

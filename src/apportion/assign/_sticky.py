@@ -6,9 +6,11 @@ may hold ``q + 1``):
 
 1. In member-id order, each member keeps its previous partitions (lowest first): all of them when it has at most
    ``q``; ``q + 1`` when it has more and fewer than ``r`` members kept ``q + 1`` so far; else ``q``.
-2. The other partitions, in (resource, index) order, fill the members below ``q`` in id order — up to ``q + 1``
+2. The other partitions, in the seed's order "for data parallelism" — by index, then resource: t0-0, t1-0, t0-1,
+   t1-1, ... — fill the members below ``q`` in id order (each takes the next ones off that list) — up to ``q + 1``
    while fewer than ``r`` members hold ``q + 1``, else up to ``q`` — then one each to members at ``q`` (id order)
-   until none is left.
+   until none is left. So with several resources every member gets partitions of each where its quota allows
+   (t0: 3 and t1: 3 over two members: t0-0, t0-1, t1-0 and t0-2, t1-1, t1-2, not all of t0 and all of t1).
 
 Every member ends with ``q`` or ``q + 1``, and the number of moves equals the minimum over all balanced assignments::
 
@@ -20,11 +22,16 @@ even spread of ``P`` over ``N`` members therefore moves ``P // (N + 1)`` or one 
 leaver's partitions.
 
 Mixed subscriptions — the general path: each member keeps all its previous partitions it still subscribes to; free
-partitions go, resource group by resource group (fewest subscribers first), to the least loaded subscriber (ties:
-member id); then, while some member could take a partition it subscribes to from a member holding at least two more
-(Kafka's definition of unbalanced), one such partition moves from the most loaded to the least loaded member of
-such a pair — preferring a partition that returns to its previous owner, then one that was not previously owned by
-the giver. Each step lowers the sum of squared loads, so the loop ends, balanced by construction.
+partitions go, resource group by resource group (fewest subscribers first; within a group in the seed's order t0-0,
+t1-0, t0-1, ...), to the least loaded subscriber (ties: the one holding fewest partitions of that resource, so each
+resource spreads over the subscribers; then member id); then, while some member could take a partition it
+subscribes to from a member holding at least two more (Kafka's definition of unbalanced), one such partition moves
+from the most loaded to the least loaded member of such a pair — preferring a partition that returns to its
+previous owner, then one that was not previously owned by the giver. Each step lowers the sum of squared loads, so
+the loop ends, balanced by construction. ``stats.min_moves`` is then a lower bound, not always reached: the forced
+moves plus the closed form above for every group of resources whose subscribers subscribe to nothing else (those
+members must be balanced among themselves, max - min <= 1, in any Kafka-balanced plan); the exact minimum over all
+Kafka-balanced plans is not computed.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import ClassVar
 
-from apportion.assign._core import MoveColumns, Problem, to_plan
+from apportion.assign._core import MoveColumns, Problem, balanced_min_moves, to_plan
 from apportion.assign._options import StrategyOptions
 from apportion.model import AssignRequest, Plan
 
@@ -55,15 +62,19 @@ def sticky(request: AssignRequest) -> Plan:
     return _general(problem)
 
 
-def constrained_min_moves(problem: Problem, universe_size: int) -> int:
-    """The closed form above for equal subscriptions."""
-    n = len(problem.members)
-    if n == 0:
-        return 0
-    q, r = divmod(universe_size, n)
-    owned = [len(problem.kept_claims(m)) for m in range(n)]
-    kept = sum(min(o, q) for o in owned) + min(r, sum(1 for o in owned if o > q))
-    return sum(owned) - kept
+def sticky_min_moves(request: AssignRequest) -> int:
+    """The lower bound of ``sticky`` (the registry's): see :func:`problem_min_moves`."""
+    return problem_min_moves(Problem.of(request))
+
+
+def problem_min_moves(problem: Problem) -> int:
+    """The forced moves plus the closed form of the module docstring for every group of resources whose subscribers
+    subscribe to nothing else (they are balanced among themselves, max - min <= 1, in every Kafka-balanced plan).
+
+    Exact with equal subscriptions (one such group). With mixed subscriptions a lower bound: beyond the forced
+    moves, nothing is counted for the members of the other groups."""
+    groups = [(rs, ms) for rs, ms in problem.groups() if all(len(problem.subs[m]) == len(rs) for m in ms)]
+    return balanced_min_moves(problem, groups)
 
 
 def _universe_mask(problem: Problem) -> tuple[bytearray, int]:
@@ -82,10 +93,10 @@ def _universe_mask(problem: Problem) -> tuple[bytearray, int]:
 def _constrained(problem: Problem) -> Plan:
     n = len(problem.members)
     if n == 0:
-        return to_plan(problem, [], [])
+        return to_plan(problem, [], [], 0)
     taken, size = _universe_mask(problem)
     q, r = divmod(size, n)
-    min_moves = constrained_min_moves(problem, size)
+    min_moves = problem_min_moves(problem)
     at_max = 0
     assignment: list[list[int]] = []
     dropped_from: dict[int, int] = {}
@@ -107,8 +118,10 @@ def _constrained(problem: Problem) -> Plan:
             pass
         assignment.append(kept)
     free = list(compress(range(problem.total), taken.translate(_INVERT)))
-    # Phase 2: fill members below q (up to q + 1 while allowed), then one each to members at q. Free partitions
-    # are handed out in order, so the moves, by partition, are free[:pos] with the targets in hand-out order.
+    order = problem.interleaved(free)  # the seed's order: t0-0, t1-0, t0-1, t1-1, ...
+    # Phase 2: fill members below q (up to q + 1 while allowed), then one each to members at q, popping partitions
+    # off ``order``. With one resource ``order`` is ``free``: the moves, by partition, are free[:pos] with the
+    # targets in hand-out order; else the targets are looked up by partition.
     pos = 0
     fresh: list[list[int]] = [[] for _ in range(n)]
     targets: list[int] = []
@@ -118,22 +131,31 @@ def _constrained(problem: Problem) -> Plan:
             want = q + 1 if at_max < r else q
             if want > q:
                 at_max += 1
-            fresh[m] = free[pos : pos + want - have]
+            fresh[m] = order[pos : pos + want - have]
             targets.extend(repeat(m, len(fresh[m])))
             pos += len(fresh[m])
     for m in range(n):
-        if at_max >= r or pos >= len(free):
+        if at_max >= r or pos >= len(order):
             break
         if len(assignment[m]) + len(fresh[m]) == q:
-            fresh[m].append(free[pos])
+            fresh[m].append(order[pos])
             targets.append(m)
             pos += 1
             at_max += 1
+    moved = free[:pos]
+    if order is not free:
+        target_of = [-1] * problem.total
+        target_setter = target_of.__setitem__
+        for m, new in enumerate(fresh):
+            for _ in map(target_setter, new, repeat(m)):
+                pass
+            new.sort()
+        moved = free if pos == len(free) else sorted(order[:pos])
+        targets = list(map(target_of.__getitem__, moved))
     for m in range(n):
         new = fresh[m]
         if new:
             assignment[m] = sorted(assignment[m] + new) if assignment[m] else new
-    moved = free[:pos]
     sources = list(map(dropped_from.get, moved, repeat(-1))) if dropped_from else [-1] * pos
     moves = MoveColumns(moved, sources, targets)
     return to_plan(problem, assignment, moves, min_moves)
@@ -154,23 +176,25 @@ def _general(problem: Problem) -> Plan:
         count[m] = sum(map(len, holdings[m]))
     groups = sorted(problem.groups(), key=lambda g: (len(g[1]), g[0][0]))
     for resources, subscribers in groups:
-        heap = [(count[m], m) for m in subscribers]
-        heapq.heapify(heap)
-        for res in resources:
-            for p in range(problem.start[res], problem.start[res + 1]):
-                if taken[p]:
-                    continue
-                while True:
-                    c, m = heapq.heappop(heap)
-                    if c == count[m]:
-                        break
-                    heapq.heappush(heap, (count[m], m))
-                holdings[m][res].append(p)
-                count[m] += 1
-                heapq.heappush(heap, (count[m], m))
+        # one heap per resource of (load, partitions of that resource held, member); keys only grow, so a stale
+        # entry is re-pushed when it comes to the top
+        heaps = {res: [(count[m], len(holdings[m][res]), m) for m in subscribers] for res in resources}
+        for heap in heaps.values():
+            heapq.heapify(heap)
+        for p in problem.interleaved([p for p in problem.ints_of(resources) if not taken[p]]):
+            res = problem.resource_of(p)
+            heap = heaps[res]
+            while True:
+                c, h, m = heapq.heappop(heap)
+                if c == count[m] and h == len(holdings[m][res]):
+                    break
+                heapq.heappush(heap, (count[m], len(holdings[m][res]), m))
+            holdings[m][res].append(p)
+            count[m] += 1
+            heapq.heappush(heap, (count[m], h + 1, m))
     _rebalance(problem, holdings, count, prev)
     assignment = [sorted(p for ps in holdings[m] for p in ps) for m in range(n)]
-    return to_plan(problem, assignment, None, forced_moves(problem))
+    return to_plan(problem, assignment, None, problem_min_moves(problem))
 
 
 def _rebalance(problem: Problem, holdings: list[list[list[int]]], count: list[int], prev: list[int]) -> None:
@@ -202,17 +226,3 @@ def _rebalance(problem: Problem, holdings: list[list[list[int]]], count: list[in
         holdings[i][res].sort()
         count[j] -= 1
         count[i] += 1
-
-
-def forced_moves(problem: Problem) -> int:
-    """Previous partitions whose owner no longer subscribes to them but someone does: they must move."""
-    subscribed: set[int] = set()
-    for s in problem.subs:
-        subscribed |= s
-    total = 0
-    for m, claims in enumerate(problem.claims):
-        for p in claims:
-            res = problem.resource_of(p)
-            if res not in problem.subs[m] and res in subscribed:
-                total += 1
-    return total

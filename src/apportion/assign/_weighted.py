@@ -16,7 +16,7 @@ missing partitions below band bottoms and ``U`` the group's partitions without a
 With per-partition weights the band widens by the heaviest partition ``w``: ``[s_i (1 - t) - w, s_i (1 + t) + w]``.
 Members keep previous partitions while under the top, free partitions go heaviest first to the member whose relative
 load after taking it is lowest, then members under the bottom take the lightest partitions of the members furthest
-above their share.
+above their share. ``stats.min_moves`` is then only the forced moves (a lower bound, not computed exactly).
 """
 
 from __future__ import annotations
@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import ClassVar, Self
 
-from apportion.assign._core import Problem, exact, to_plan
+from apportion.assign._core import Problem, exact, forced_moves, to_plan
 from apportion.assign._options import StrategyOptions, number_option
-from apportion.assign._sticky import forced_moves
 from apportion.errors import InvalidRequest
 from apportion.model import AssignRequest, Plan
 
@@ -67,14 +66,37 @@ def weighted(request: AssignRequest) -> Plan:
     n = len(problem.members)
     holdings: list[list[int]] = [[] for _ in range(n)]
     unit = problem.unit_weights()
-    lower = forced_moves(problem)
     for resources, subscribers in problem.groups():
         ints = problem.ints_of(resources)
         if unit:
-            lower += _unit_group(problem, ints, subscribers, tolerance, holdings)
+            _unit_group(problem, ints, subscribers, tolerance, holdings)
         else:
             _weighted_group(problem, ints, subscribers, float(tolerance), holdings)
-    return to_plan(problem, [sorted(h) for h in holdings], None, lower)
+    return to_plan(problem, [sorted(h) for h in holdings], None, problem_min_moves(problem, tolerance))
+
+
+def weighted_min_moves(request: AssignRequest) -> int:
+    """The lower bound of ``weighted`` (the registry's): see :func:`problem_min_moves`."""
+    return problem_min_moves(Problem.of(request), exact(WeightedOptions.parse(request.options).tolerance))
+
+
+def problem_min_moves(problem: Problem, tolerance: Fraction) -> int:
+    """The forced moves plus, with unit weights, ``max(E, D - U)`` per group (exact, see the module docstring); with
+    partition weights the forced moves alone (a lower bound)."""
+    total = forced_moves(problem)
+    if not problem.unit_weights():
+        return total
+    for resources, subscribers in problem.groups():
+        ints = set(problem.ints_of(resources))
+        if not ints:
+            continue
+        bands = unit_bands(shares(problem, subscribers, Fraction(len(ints))), tolerance)
+        owned = [sum(1 for p in problem.kept_claims(m) if p in ints) for m in subscribers]
+        excess = sum(max(0, o - b[1]) for o, b in zip(owned, bands, strict=True))
+        deficit = sum(max(0, b[0] - min(o, b[1])) for o, b in zip(owned, bands, strict=True))
+        unclaimed = len(ints) - sum(owned)
+        total += max(excess, deficit - unclaimed)
+    return total
 
 
 def group_claims(problem: Problem, ints: list[int], subscribers: list[int]) -> dict[int, list[int]]:
@@ -85,22 +107,18 @@ def group_claims(problem: Problem, ints: list[int], subscribers: list[int]) -> d
 
 def _unit_group(
     problem: Problem, ints: list[int], subscribers: list[int], tolerance: Fraction, holdings: list[list[int]]
-) -> int:
-    """Place one group with unit weights; return the group's least number of moves (max(E, D - U))."""
+) -> None:
+    """Place one group with unit weights, moving the group's least number of moves (max(E, D - U))."""
     if not ints:
-        return 0
+        return
     bands = unit_bands(shares(problem, subscribers, Fraction(len(ints))), tolerance)
     claims = group_claims(problem, ints, subscribers)
     kept: dict[int, list[int]] = {}
     taken: set[int] = set()
-    excess = 0
     for k, m in enumerate(subscribers):
-        own = claims[m]
-        kept[m] = own[: bands[k][1]]
-        excess += max(0, len(own) - bands[k][1])
+        kept[m] = claims[m][: bands[k][1]]
         taken.update(kept[m])
     free = [p for p in ints if p not in taken]
-    unclaimed = len(free) - excess
     deficit = sum(max(0, bands[k][0] - len(kept[m])) for k, m in enumerate(subscribers))
     # Take from the members furthest above their share when the free partitions cannot fill every band bottom.
     shortfall = deficit - len(free)
@@ -136,7 +154,6 @@ def _unit_group(
             heapq.heappush(heap2, ((len(kept[m]) + 1) / caps[k], k))
     for m in subscribers:
         holdings[m].extend(kept[m])
-    return max(excess, deficit - unclaimed)
 
 
 def _weighted_group(

@@ -40,7 +40,7 @@ def render_table(result: Plan) -> Table:
     s = result.stats
     table = Table(
         title=f"{result.strategy}: {s.partitions} partitions, {s.members} members",
-        caption=f"load {s.min}..{s.max}, moved {s.moved} (least possible {s.min_moves})",
+        caption=f"load {s.min}..{s.max}, moved {s.moved} (lower bound {s.min_moves})",
     )
     for column in ("member", "load", "in", "out", "partitions"):
         table.add_column(column, justify="right" if column in ("load", "in", "out") else "left")

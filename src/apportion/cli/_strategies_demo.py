@@ -40,7 +40,7 @@ def _table(result: Plan, members: dict[str, float]) -> Table:
     for mv in result.moves:
         if mv.source is not None:
             gained[mv.target] = gained.get(mv.target, 0) + 1
-    table = Table(caption=f"moved {result.stats.moved} (least possible {result.stats.min_moves})")
+    table = Table(caption=f"moved {result.stats.moved} (lower bound {result.stats.min_moves})")
     for column in ("member", "capacity", "load", "moved in"):
         table.add_column(column, justify="left" if column == "member" else "right")
     for member, parts in sorted(result.assignment.items()):

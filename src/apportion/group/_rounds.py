@@ -450,7 +450,7 @@ class RoundsMember(FencedMember):
         replicas: dict[str, Any] = {}
         if kept and previous is not None:
             assignment = {mid: list(previous["assignment"].get(mid, [])) for mid in ids}
-            moves = min_moves = 0
+            moves = min_moves = deferred = 0
             strategy = str(previous.get("strategy", config.strategy))
             replicas = {k: previous[k] for k in ("standby", "learners") if k in previous}
         else:
@@ -459,7 +459,8 @@ class RoundsMember(FencedMember):
             resource = Resource(self.group, config.partitions, stateful=config.stateful)
             plan = self._planner(AssignRequest(config.strategy, (resource,), members, config.options))
             assignment = {mid: sorted(p.index for p in plan.assignment.get(mid, ())) for mid in ids}
-            moves, min_moves, strategy = plan.stats.moved, plan.stats.min_moves, plan.strategy
+            moves, min_moves, deferred = plan.stats.moved, plan.stats.min_moves, plan.stats.deferred
+            strategy = plan.strategy
             for name, table in (("standby", plan.standby), ("learners", plan.learners)):
                 if any(table.values()):
                     replicas[name] = {mid: sorted(p.index for p in parts) for mid, parts in table.items() if parts}
@@ -473,6 +474,7 @@ class RoundsMember(FencedMember):
             "kept": kept,
             "moves": moves,
             "min_moves": min_moves,
+            "deferred": deferred,
             "closer": self.id,
             "closed_at": now,
             "resource_revision": self._config_revision,
@@ -481,9 +483,8 @@ class RoundsMember(FencedMember):
         }
         ops: list[Op] = [Put(self.keys.plan(rnd), encode(value)), Put(self.keys.latest, encode({"round": rnd}))]
         ops += [Delete(self.keys.round(old), prefix=True) for old in sorted(older)]
-        ops += self._recorder.put(
-            "round_closed", now, round=rnd, participants=ids, moves=moves, min_moves=min_moves, kept=kept
-        )
+        movement = {"moves": moves, "min_moves": min_moves, "deferred": deferred, "kept": kept}
+        ops += self._recorder.put("round_closed", now, round=rnd, participants=ids, **movement)
         compares = [
             absent(self.keys.plan(rnd)),
             mod_revision_is(self.keys.joined(rnd), joined_rev),
@@ -492,7 +493,7 @@ class RoundsMember(FencedMember):
         result = self.store.txn(compares, ops)
         self._plan_unread = True
         if result.succeeded:
-            self._trace("round_closed", round=rnd, participants=len(ids), moves=moves, min_moves=min_moves, kept=kept)
+            self._trace("round_closed", round=rnd, participants=len(ids), **movement)
         else:
             self._current.forget()  # the race may have been a new round
         return True  # closed by me, or the txn lost a race: re-read at once

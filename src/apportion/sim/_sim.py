@@ -67,6 +67,7 @@ from apportion.group import (
     set_replicas,
     stored_replicas,
 )
+from apportion.model import round_lower_bound
 from apportion.sim._checks import belief_intervals, check_liveness, check_static, check_trace, unowned_seconds
 from apportion.sim._faults import DriftClock, FlakyStore
 from apportion.store import Event, EventType, MemoryStore, Store, Watch, renew_interval_s
@@ -157,7 +158,7 @@ class SimResult:
     violations: list[str]
     rounds: int
     moves: int
-    min_moves: int
+    min_moves: int  # the lower bound on ``moves``: model.round_lower_bound summed over the rounds
     unowned_s: float
     end_s: float
     settle_by_s: float
@@ -606,7 +607,7 @@ class Simulation:
             if kind == "round_closed":
                 rounds += 1
                 moves += int(fields.get("moves", 0))
-                min_moves += int(fields.get("min_moves", 0))
+                min_moves += round_lower_bound(int(fields.get("min_moves", 0)), int(fields.get("deferred", 0)))
         return SimResult(
             config=self.config,
             trace=self.trace,
