@@ -80,6 +80,7 @@ def test_on_a_standalone_cluster_a_killed_spark_worker_a_killed_and_a_frozen_app
         engine=("--spark", server.url, "--transform", "tests.spark.gated_transform:gated"),
         env={"APPORTION_TEST_GATE": str(gate)},
         first_batches=kill_the_spark_worker_under_a_running_task,
+        records=80_000,  # a first batch per partition to hold and kill under, then the rest (make test's time)
     )
     assert killed, "no Spark worker was killed"
     assert "Lost executor" in server.log_path.read_text(errors="replace"), "Spark never saw its executor die"

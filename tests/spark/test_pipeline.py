@@ -167,6 +167,7 @@ def survive_kill_zombie_and_late_join(
     engine: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
     first_batches: Callable[[], None] | None = None,
+    records: int = RECORDS,
 ) -> tuple[str, Path, Path]:
     """Two workers start; ``first_batches()`` (if given) runs while their first batches are under way; the first to
     pause before its commit is killed, the other frozen there (a zombie), a third joins late and takes over, the
@@ -174,9 +175,9 @@ def survive_kill_zombie_and_late_join(
     the workers' Spark arguments (default: a JVM each). Returns the store URL and the log and output directories."""
     log_dir, out_dir, url = tmp_path / "log", tmp_path / "out", f"sqlite:///{tmp_path / 'store.db'}"
     produce = ["pipeline", "produce", "--input", str(log_dir), "--resource", "r"]
-    assert main([*produce, "--partitions", str(PARTITIONS), "--records", str(RECORDS), "--seed", "7"]) == 0
+    assert main([*produce, "--partitions", str(PARTITIONS), "--records", str(records), "--seed", "7"]) == 0
     log = PartitionedLog(log_dir)
-    assert sum(log.end_offset("r", p) for p in range(PARTITIONS)) == RECORDS
+    assert sum(log.end_offset("r", p) for p in range(PARTITIONS)) == records
 
     # Two workers start; both pause in their first batch between write and commit. The first to pause is killed
     # with SIGKILL mid-batch, the second is frozen with SIGSTOP in the same window (a zombie with written output).
@@ -249,7 +250,7 @@ def survive_kill_zombie_and_late_join(
     assert main(["pipeline", "verify", "--store", url, "--group", "g", "--input", str(log_dir), "--output",
                  str(out_dir), "--resource", "r", "--json"]) == 0  # fmt: skip
     report = json.loads(capsys.readouterr().out)
-    assert report["ok"] and report["output_records"] == RECORDS and report["duplicates"] == report["missing"] == 0
+    assert report["ok"] and report["output_records"] == records and report["duplicates"] == report["missing"] == 0
     with connect(url) as store:
         assert_per_key_offset_order(read_committed_arrow(store, "g", out_dir))
     return url, log_dir, out_dir
