@@ -67,7 +67,9 @@ class Member:
 
     ``subscriptions`` None means every resource. ``owned`` are the partitions it held in ``generation``.
     ``lag`` (partition -> offsets behind its changelog end), ``standby`` and ``learners`` (warm-up replicas it holds)
-    serve the high-availability strategy.
+    serve the high-availability strategy. ``join_revision`` is the store revision at which the member joined (in
+    rounds mode the creation revision of its participation record: seed 0's versionstamp); ``round_robin`` deals
+    partitions in that order (ties by id) when every member has one, in id order when none has.
     """
 
     id: str
@@ -79,6 +81,7 @@ class Member:
     standby: tuple[Partition, ...] = ()
     learners: tuple[Partition, ...] = ()
     lag: Mapping[Partition, int] = field(default_factory=lambda: MappingProxyType({}))
+    join_revision: int | None = None
 
     def subscribes_to(self, resource: str) -> bool:
         return self.subscriptions is None or resource in self.subscriptions

@@ -20,6 +20,8 @@ EXAMPLE = {
     "options": {},
 }
 
+MIXED = {"strategy": "round_robin", "resources": {"t": 2}}
+
 
 def run(payload: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -78,6 +80,8 @@ def test_table_format_prints_a_table() -> None:
         (json.dumps({**EXAMPLE, "options": {"tolerance": 0.1}}), "options.tolerance"),
         (json.dumps({**EXAMPLE, "options": {"bogus": 1}}), "options.bogus"),
         (json.dumps({**EXAMPLE, "members": {"C0": {"capacity": "big"}}}), "members.C0.capacity"),
+        (json.dumps({**EXAMPLE, "members": {"C0": {"join_revision": -1}}}), "members.C0.join_revision"),
+        (json.dumps({**MIXED, "members": {"a": {"join_revision": 3}, "b": {}}}), "members.b.join_revision"),
         (json.dumps([1, 2]), "request"),
     ],
 )
@@ -95,6 +99,14 @@ def test_zero_members_and_more_members_than_partitions_are_valid() -> None:
         run(json.dumps({"strategy": "sticky", "resources": {"t": 1}, "members": {"a": {}, "b": {}}})).stdout
     )
     assert many["assignment"] == {"a": ["t-0"], "b": []}
+
+
+def test_round_robin_deals_in_join_order_given_join_revisions_and_in_id_order_without() -> None:
+    members = {"a": {"join_revision": 9}, "b": {"join_revision": 5}, "c": {"join_revision": 7}}
+    joined = json.loads(run(json.dumps({"strategy": "round_robin", "resources": {"t": 4}, "members": members})).stdout)
+    assert joined["assignment"] == {"a": ["t-2"], "b": ["t-0", "t-3"], "c": ["t-1"]}
+    plain = {"strategy": "round_robin", "resources": {"t": 4}, "members": {"a": {}, "b": {}, "c": {}}}
+    assert json.loads(run(json.dumps(plain)).stdout)["assignment"] == {"a": ["t-0", "t-3"], "b": ["t-1"], "c": ["t-2"]}
 
 
 def test_output_is_byte_identical_under_different_hash_seeds() -> None:

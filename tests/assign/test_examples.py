@@ -107,6 +107,20 @@ def test_round_robin_is_seed_1_partition_table() -> None:
     assert names(result, "n2") == ["p-1", "p-4"]
 
 
+def test_round_robin_deals_in_join_order_when_every_member_has_a_join_revision() -> None:
+    """Seed 0: the lowest versionstamp is participant 1 (n3 joined first, n1 last)."""
+    joined = [Member("n1", join_revision=30), Member("n2", join_revision=20), Member("n3", join_revision=10)]
+    result = planned(request("round_robin", {"p": 7}, joined))
+    assert names(result, "n3") == ["p-0", "p-3", "p-6"]
+    assert names(result, "n2") == ["p-1", "p-4"]
+    assert names(result, "n1") == ["p-2", "p-5"]
+
+
+def test_round_robin_refuses_join_revisions_for_some_members_only() -> None:
+    with pytest.raises(InvalidRequest, match=r"members\.n2\.join_revision"):
+        plan(request("round_robin", {"p": 3}, [Member("n1", join_revision=1), Member("n2")]))
+
+
 @pytest.mark.parametrize("strategy", STRATEGY_NAMES)
 def test_zero_members_give_an_empty_assignment(strategy: str) -> None:
     result = planned(request(strategy, {"t": 5}, []))

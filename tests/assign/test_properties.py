@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from itertools import product
 
 from hypothesis import HealthCheck, given, settings
@@ -204,3 +205,30 @@ def test_first_placements_are_not_moves_so_a_fresh_plan_reports_a_zero_lower_bou
     result = plan(fresh)
     assert result.stats.moved == result.stats.min_moves == min_moves(fresh) == 0
     assert all(move.source is None for move in result.moves)
+
+
+@st.composite
+def joined_members(draw: st.DrawFn) -> tuple[Member, ...]:
+    """Members with join revisions drawn from a few values, so that ties (impossible in a store) are common."""
+    ids = draw(st.lists(st.sampled_from([f"m{i}" for i in range(9)]), min_size=1, max_size=7, unique=True))
+    return tuple(Member(mid, join_revision=draw(st.integers(0, 3))) for mid in ids)
+
+
+@FAST
+@given(joined_members(), st.integers(0, 20))
+def test_round_robin_deals_partition_i_to_member_i_mod_n_in_join_order_with_ties_by_id(
+    members: tuple[Member, ...], partitions: int
+) -> None:
+    result = plan(AssignRequest("round_robin", (Resource("t", partitions),), members))
+    order = [m.id for m in sorted(members, key=lambda m: (m.join_revision, m.id))]
+    owner = result.owner_of()
+    assert [owner[Partition("t", i)] for i in range(partitions)] == [order[i % len(order)] for i in range(partitions)]
+
+
+@FAST
+@given(st.sampled_from([s for s in STRATEGY_NAMES if s != "round_robin"]), st.data())
+def test_join_revisions_change_no_strategy_but_round_robin(strategy: str, data: st.DataObject) -> None:
+    req = data.draw(requests(strategy))
+    revisions = data.draw(st.lists(st.integers(0, 3), min_size=len(req.members), max_size=len(req.members)))
+    joined = tuple(replace(m, join_revision=r) for m, r in zip(req.members, revisions, strict=True))
+    assert plan_to_json(plan(replace(req, members=joined))) == plan_to_json(plan(req))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from apportion.errors import Fenced, InvalidRequest
-from apportion.group import GroupConfig, history
+from apportion.group import GroupConfig, Keys, history
 from tests.group.harness import FAST, Harness
 
 
@@ -247,3 +247,47 @@ def test_a_member_busy_longer_than_ttl_past_the_settle_time_is_left_out_of_the_r
     others = {h.members[m].plan_round for m in ("m0", "m2", "m3", "m4")}
     assert len(others) == 1 and "m1" not in h.members["m0"]._participants  # closed without the stuck member
     assert h.members["m0"].plan_round > 0 and h.clock.now() - opened < FAST.settle_s + FAST.ttl_s + 2.0
+
+
+def _participation_order(h: Harness, rnd: int) -> list[str]:
+    """The members of round ``rnd`` by the revision that created their participation records (seed 0's order)."""
+    prefix = Keys(h.group).round(rnd)
+    records = [kv for kv in h.store.range(prefix) if kv.key.rsplit("/", 1)[1] not in ("joined", "plan")]
+    return [kv.key.rsplit("/", 1)[1] for kv in sorted(records, key=lambda kv: kv.create_revision)]
+
+
+def _round_robin_joined_in_order(partitions: int, order: tuple[str, ...]) -> Harness:
+    """A settled round_robin group whose members started, and joined the first round, in ``order``."""
+    h = Harness(GroupConfig(partitions=partitions, strategy="round_robin", settle_s=0.5, min_interval_s=1.0))
+    for mid in order:
+        h.add(mid)
+        h.run(0.1)  # each one joins the open round before the next one starts
+    h.run(2.0)
+    return h
+
+
+def _dealt_in(order: list[str], partitions: int) -> dict[str, list[int]]:
+    return {mid: list(range(k, partitions, len(order))) for k, mid in enumerate(order)}
+
+
+def test_round_robin_deals_partitions_to_the_members_in_the_order_they_joined_the_round() -> None:
+    """Seed 0: participant k (by the versionstamp of its participation) gets partitions k, k + N, ...; here the
+    members join in the order c, a, b, which is not their id order."""
+    h = _round_robin_joined_in_order(7, ("c", "a", "b"))
+    rnd = h.members["a"].plan_round
+    assert {m.plan_round for m in h.members.values()} == {rnd}
+    assert _participation_order(h, rnd) == ["c", "a", "b"]
+    assert h.assignment() == _dealt_in(["c", "a", "b"], 7) == {"c": [0, 3, 6], "a": [1, 4], "b": [2, 5]}
+
+
+def test_round_robin_deals_each_new_round_in_that_rounds_participation_order() -> None:
+    """The order is per round, as in seed 0: a newcomer's round deals by the revisions of ITS participation records."""
+    h = _round_robin_joined_in_order(9, ("c", "a", "b"))
+    first = h.members["a"].plan_round
+    h.add("d")
+    h.run(4.0)
+    rnd = h.members["d"].plan_round
+    assert rnd > first and {m.plan_round for m in h.members.values()} == {rnd}
+    order = _participation_order(h, rnd)
+    assert sorted(order) == ["a", "b", "c", "d"]
+    assert h.assignment() == _dealt_in(order, 9)

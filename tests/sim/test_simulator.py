@@ -39,6 +39,20 @@ def test_one_thousand_seeds_keep_exclusivity_fencing_and_liveness(block: int) ->
     assert not failures, f"failing seeds (replay with apportion simulate --seed N): {failures[:5]}"
 
 
+def test_round_robin_in_join_order_keeps_exclusivity_fencing_liveness_and_balance_in_rounds_mode() -> None:
+    """``round_robin`` deals each round in its participation order (seed 0), which churn and faults reshuffle."""
+    failures = []
+    for seed in range(150):
+        base = small(seed)
+        config = SimConfig(
+            members=base.members, partitions=base.partitions, events=base.events, seed=seed, strategy="round_robin"
+        )
+        result = simulate(config)
+        if not result.ok:
+            failures.append((seed, result.violations[:2]))
+    assert not failures, f"failing seeds (apportion simulate --strategy round_robin --seed N): {failures[:5]}"
+
+
 @pytest.mark.slow
 def test_soak_many_seeds_with_every_strategy() -> None:
     seeds = SOAK_SEEDS if SOAK else 200

@@ -10,6 +10,8 @@ Request::
 
 ``options`` are the strategy's own (``{"tolerance": 0.1}`` for ``weighted``; see ``validate_options``): another
 strategy's option is an error. Every member field is optional (subscriptions default to every resource).
+``"join_revision": 17`` (an integer >= 0) puts ``round_robin``'s members in join order (see ``_simple``): give it to
+every member or to none.
 Partitions are ``<resource>-<index>``, split at the last hyphen. Every problem raises :class:`InvalidRequest` naming
 the field, e.g. ``members.C0.owned[2]: 't1-12' is out of range (t1 has 10 partitions)``.
 """
@@ -27,7 +29,7 @@ from apportion.errors import InvalidRequest
 from apportion.model import MAX_PARTITIONS, AssignRequest, Member, Partition, Plan, Resource
 
 _TOP = ("strategy", "resources", "members", "options")
-_MEMBER = ("subscriptions", "owned", "generation", "capacity", "rack", "standby", "learners", "lag")
+_MEMBER = ("subscriptions", "owned", "generation", "capacity", "rack", "standby", "learners", "lag", "join_revision")
 
 
 def loads_request(text: str) -> AssignRequest:
@@ -161,9 +163,12 @@ def _member(mid: str, value: object, resources: Mapping[str, Resource]) -> Membe
     rack = obj.get("rack")
     if rack is not None and not isinstance(rack, str):
         raise InvalidRequest(f"{field}.rack", f"must be a string, got {rack!r}")
+    join_revision = obj.get("join_revision")
+    if join_revision is not None and (not _is_int(join_revision) or join_revision < 0):
+        raise InvalidRequest(f"{field}.join_revision", f"must be an integer >= 0, got {join_revision!r}")
     return Member(
         mid, subscriptions, tuple(owned), generation, float(capacity), rack, tuple(standby), tuple(learners),
-        MappingProxyType(lag),
+        MappingProxyType(lag), join_revision,
     )  # fmt: skip
 
 

@@ -23,7 +23,8 @@ opener's clock). Member phases (``Phase``)::
 
 Opening is ``txn([current.mod_revision == R], [put current])``: of many members racing, one wins and the others join
 its round. Joining is ``txn([absent(round/R/plan)], [put round/R/<id> (lease-bound), put round/R/joined])``.
-Closing reads ``round/R/``, computes the plan with the group's strategy from the cut, and writes it in ONE txn
+Closing reads ``round/R/``, computes the plan with the group's strategy from the cut (each participant's join
+revision is its record's creation revision: ``round_robin`` deals in that order, seed 0's), and writes it in ONE txn
 ``[absent(plan), round/R/joined.mod_revision unchanged, current == R] -> [put plan, put latest, delete older
 rounds]``: the cut is exactly the participation records written before the close revision (a later join fails on
 ``absent(plan)``; a join between the read and the write changes ``joined`` and the close retries). Participation
@@ -402,7 +403,7 @@ class RoundsMember(FencedMember):
 
     def _close(self, now: float, rnd: int) -> bool:
         """Try to write the cut and plan of ``rnd``; True when the round has a plan now (mine or another's)."""
-        records: dict[str, bytes] = {}  # decoded only once the round can close
+        records: dict[str, KeyValue] = {}  # decoded only once the round can close
         joined_rev = 0
         older: set[int] = set()
         for kv in self.store.range(self.keys.rounds):
@@ -418,7 +419,7 @@ class RoundsMember(FencedMember):
                     self._plan_unread = True
                     return True
                 else:
-                    records[name] = kv.value
+                    records[name] = kv
             elif other < rnd:
                 older.add(other)
         if not records:
@@ -433,9 +434,9 @@ class RoundsMember(FencedMember):
         if self._awaited(previous, records, now):
             return False
         participants: dict[str, dict[str, Any]] = {}
-        for name, raw in records.items():
+        for name, record in records.items():
             try:
-                participants[name] = decode(raw, self.keys.participation(rnd, name))
+                participants[name] = decode(record.value, record.key)
             except CorruptRecord as exc:  # it only informs the cut: that member takes no part in this round
                 log.warning("round %d: %s; member %s left out of the cut", rnd, exc, name)
         if not participants:
@@ -455,7 +456,7 @@ class RoundsMember(FencedMember):
             replicas = {k: previous[k] for k in ("standby", "learners") if k in previous}
         else:
             part = _partitions(self.group).__getitem__
-            members = tuple(_member(mid, participants[mid], part) for mid in ids)
+            members = tuple(_member(mid, participants[mid], part, records[mid].create_revision) for mid in ids)
             resource = Resource(self.group, config.partitions, stateful=config.stateful)
             plan = self._planner(AssignRequest(config.strategy, (resource,), members, config.options))
             assignment = {mid: sorted(p.index for p in plan.assignment.get(mid, ())) for mid in ids}
@@ -558,8 +559,17 @@ class RoundsMember(FencedMember):
             self._on_replicas(list(standby), list(learners))
 
 
-def _member(mid: str, record: Mapping[str, Any], part: Callable[[int], Partition]) -> Member:
-    """A strategy's view of one participation record."""
+def _member(mid: str, record: Mapping[str, Any], part: Callable[[int], Partition], joined: int) -> Member:
+    """A strategy's view of one participation record, created at revision ``joined``.
+
+    ``joined`` is the member's join revision (``round_robin`` deals in that order): seed 0 numbers a round's
+    participants by the versionstamps of their participation writes in the round's subspace ("if you wrote the lowest
+    versionstamp, you're participant 1"), and ``round/<R>/<id>`` is that subspace with the store revision as the
+    versionstamp. Not the ``members/<id>`` registration: the seed has none (it is apportion's lease), and it is not
+    part of the cut (a second read, re-created after a lapse), so a member verifying the plan from the round's
+    records could not recompute it. The order is thus per round, as in the seed: whoever joined a round first deals
+    first (a re-planned round may reorder members; ``sticky`` is the strategy that keeps partitions in place).
+    """
     lag = record.get("lag") or {}
     return Member(
         mid,
@@ -570,6 +580,7 @@ def _member(mid: str, record: Mapping[str, Any], part: Callable[[int], Partition
         standby=tuple(map(part, record.get("standby", []))),
         learners=tuple(map(part, record.get("learners", []))),
         lag={part(int(p)): int(n) for p, n in lag.items()},
+        join_revision=joined,
     )
 
 
