@@ -201,6 +201,8 @@ def write_batch(df: DataFrame, output_dir: Path, resource: str, tasks: Sequence[
     one Spark partition) into the task's own directory ``output_relpath(...)`` under ``output_dir``; dynamic
     partition overwrite replaces exactly those directories (a retry of the same range and epoch: its own attempt).
 
+    The shuffle goes to as many Spark partitions as the batch has tasks, not to the session's shuffle partitions
+    (1 for a pipeline worker): one Spark task per apportion partition, so a cluster's executors write in parallel.
     The sort is by (p, batch, offset): a partitioned write needs its rows ordered by its partition columns and sorts
     them itself otherwise — an unstable sort that would lose the offset order within a directory."""
     from pyspark.sql import functions as F
@@ -212,7 +214,7 @@ def write_batch(df: DataFrame, output_dir: Path, resource: str, tasks: Sequence[
     (
         df.withColumn(PARTITION_COLUMN, F.col("partition"))
         .withColumn(BATCH_COLUMN, names[F.col("partition")])
-        .repartition(PARTITION_COLUMN)
+        .repartition(len(tasks), PARTITION_COLUMN)  # a task per partition (hash permitting): the cluster's cores
         .sortWithinPartitions(PARTITION_COLUMN, BATCH_COLUMN, "offset")  # the writer's order (p, batch) + offsets
         .write.mode("overwrite")
         .option("partitionOverwriteMode", "dynamic")
