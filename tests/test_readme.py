@@ -133,3 +133,12 @@ def test_the_readme_documents_static_scaling_and_the_probes() -> None:
         "`/readyz`",
     ):
         assert needed in text, f"the README does not say {needed!r}"
+
+
+def test_the_readme_documents_the_mode_of_every_command_that_runs_members() -> None:
+    """`worker`, `pipeline run` and `simulate` take `--mode` (issue 17, "every mode everywhere"): each one's row in
+    the command table says so."""
+    text = (ROOT / "README.md").read_text()
+    for command in ("apportion worker", "apportion pipeline produce / run / verify", "apportion simulate"):
+        row = re.search(rf"^\| `{re.escape(command)}[^|]*\| .*$", text, flags=re.M)
+        assert row is not None and "--mode rounds|coordinator|static" in row.group(0), command

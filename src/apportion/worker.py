@@ -27,7 +27,7 @@ import signal
 import threading
 from collections.abc import Callable, Mapping
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, TypedDict
 
 from apportion.clock import SYSTEM_CLOCK, Clock
 from apportion.errors import InvalidRequest, StoreUnavailable
@@ -57,7 +57,18 @@ log = logging.getLogger("apportion.worker")
 
 _MAX_WAIT_S = 0.1
 _RETRY_S = 0.1
-MODES = ("rounds", "coordinator", "static")
+
+
+class ModeOptions(TypedDict, total=False):
+    """:class:`Group`'s keyword arguments that pick the protocol and tune it (see :class:`Group`), for a caller that
+    passes them through (``run_pipeline_worker(..., **mode)``)."""
+
+    mode: str
+    ordinal: int | None
+    replicas: int | None
+    min_members: int
+    rebalance: str
+    max_in_flight: int
 
 
 class Worker:
@@ -373,8 +384,7 @@ class Group:
         rebalance: str = "automatic",
         max_in_flight: int = 4,
     ) -> None:
-        if mode not in MODES:
-            raise InvalidRequest("mode", f"{mode!r} is not one of {', '.join(MODES)}")
+        default_strategy = GroupConfig.default_strategy(mode)  # InvalidRequest for an unknown mode
         if mode == "static":
             if ordinal is None:
                 raise InvalidRequest("ordinal", "static mode needs an ordinal")
@@ -388,7 +398,7 @@ class Group:
         self.rebalance = rebalance
         self.max_in_flight = max_in_flight
         if strategy is None:
-            strategy = "round_robin" if mode == "coordinator" else GroupConfig.DEFAULT_STRATEGY
+            strategy = default_strategy
         self.store = store
         self.name = validate_group(name)
         self.clock: Clock = clock or getattr(store, "clock", None) or SYSTEM_CLOCK
@@ -496,4 +506,4 @@ class Group:
             worker.stop()
 
 
-__all__ = ["Group", "PartitionLease", "Tracer", "Worker"]
+__all__ = ["Group", "ModeOptions", "PartitionLease", "Tracer", "Worker"]

@@ -158,7 +158,7 @@ STORES = [
 COMMANDS: dict[tuple[str, ...], list[str]] = {
     ("assign",): ["--format", "--input"],
     ("simulate",): ["--members", "--partitions", "--events", "--seed", "--strategy", "--option", "--no-faults",
-                    "--stateful", "--trace"],
+                    "--stateful", "--trace", "--mode", "--max-in-flight"],
     ("status",): ["--store", "--group", "--json", "--interval"],
     ("explain",): ["--store", "--group", "--json"],
     ("route",): ["--store", "--group"],
@@ -188,6 +188,8 @@ def command_lines(draw: st.DrawFn) -> list[str]:
             args.append(draw(st.sampled_from(["-1", "0", "1", "3", "x", "inf", "1000001", "99999999999999999999"])))
         elif option == "--input" and command == ("assign",):
             args.append(draw(st.sampled_from(["/proc", "/dev/null", "/nonexistent", "/etc/hostname"])))
+        elif option == "--mode" and command == ("simulate",):
+            args.append(draw(st.sampled_from(["rounds", "coordinator", "static", "x"])))
         elif option == "--input":
             args.append(draw(st.sampled_from(["log", "/proc/x", "/dev/null"])))
         else:

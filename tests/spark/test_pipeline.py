@@ -10,21 +10,22 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from apportion.assign import range_block
 from apportion.cli import main
 from apportion.fleet import Fleet, WorkerProcess, pipeline_args
-from apportion.group import owned_by
+from apportion.group import group_status, owned_by
 from apportion.log import PartitionedLog, Producer
-from apportion.spark import Pipeline, read_committed, read_committed_arrow, verify
+from apportion.spark import Checkpoint, Pipeline, read_committed, read_committed_arrow, verify
 from apportion.spark._output import committed_checkpoints, uncommitted_records
 from apportion.spark._pipeline import joined
-from apportion.store import connect
+from apportion.store import Store, connect
 from apportion.waiting import wait_for
 from apportion.worker import Group
 
@@ -115,6 +116,21 @@ TIMINGS = ["--settle", "0.3", "--min-interval", "0.6", "--ttl", "2"]
 PAUSE_S = 5.0  # every worker's first batch pauses between writing its output and committing it
 
 
+def pipeline_fleet(
+    url: str, log_dir: Path, out_dir: Path, env: dict[str, str] | None = None, *, extra: tuple[str, ...] = ()
+) -> Fleet:
+    """`apportion pipeline run` workers of group g over resource r, each in its own session (signals reach its JVM
+    too), with ``extra`` options; their logs in ``<log_dir>/../logs``."""
+    args = pipeline_args(url, "g", log_dir, out_dir, "r", "--batch-records", str(BATCH), "--driver-memory", "512m",
+                         "--idle", "0.1", *TIMINGS, *extra)  # fmt: skip
+    return Fleet(log_dir.parent / "logs", args, env)
+
+
+def pause_args(pause_s: float) -> tuple[str, ...]:
+    """The worker's first batch pauses ``pause_s`` between writing its output and committing it."""
+    return ("--pause-before-commit", str(pause_s)) if pause_s else ()
+
+
 def pipeline_process(
     url: str,
     log_dir: Path,
@@ -125,11 +141,8 @@ def pipeline_process(
     extra: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
 ) -> WorkerProcess:
-    """`apportion pipeline run` in its own session (signals reach its JVM too); its log in ``<log_dir>/../logs``."""
-    args = pipeline_args(url, "g", log_dir, out_dir, "r", "--batch-records", str(BATCH), "--driver-memory", "512m",
-                         "--idle", "0.1", *TIMINGS)  # fmt: skip
-    pause = ("--pause-before-commit", str(pause_s)) if pause_s else ()
-    return Fleet(log_dir.parent / "logs", args, env).start(worker_id, *pause, *extra)
+    """One worker of :func:`pipeline_fleet`."""
+    return pipeline_fleet(url, log_dir, out_dir, env).start(worker_id, *pause_args(pause_s), *extra)
 
 
 def timeline(processes: list[WorkerProcess]) -> str:
@@ -159,6 +172,112 @@ def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_o
         assertDataFrameEqual(actual, expected_output(spark, PartitionedLog(log_dir), "r"))
 
 
+# The coordinator and static variants: the same faults on a fifth of the records (one batch per partition), with thin
+# workers on the suite's one Spark Connect server (``connect_server``: no JVM per worker, so a late joiner or a
+# restarted pod starts in seconds; the fencing and the commits stay in the worker, as with a JVM of its own), so that
+# the three modes together stay within the suite's budget; the pauses and the ttl are the rounds test's.
+MODE_RECORDS = 40_000
+COORDINATOR = ("--mode", "coordinator", "--min-members", "2", "--max-in-flight", "2")
+REPLICAS = 2
+
+
+@pytest.mark.slow  # 88 s on a 2-core machine at load 14 (Spark ~4x slower than idle), the Connect server up
+def test_coordinator_mode_pipeline_survives_kill_zombie_and_late_join_with_exactly_once_output(
+    tmp_path: Path, processes: list[WorkerProcess], capsys: pytest.CaptureFixture[str], connect_server: Any
+) -> None:
+    """Seed 1's coordinator steers the pipeline: the table is laid out once both first workers are live
+    (--min-members 2), the killed one's and the zombie's entries are re-planned to the late joiner, and the zombie's
+    return moves partitions back by migrations (--max-in-flight 2). Fencing does the rest: exactly once."""
+    url, _, _ = survive_kill_zombie_and_late_join(
+        tmp_path, processes, capsys, engine=("--spark", connect_server.url), records=MODE_RECORDS, mode=COORDINATOR
+    )
+    assert {e["mode"] for w in processes for e in w.of("started")} == {"coordinator"}
+    with connect(url) as store:
+        assert len(group_status(store, "g")["table"]) == PARTITIONS  # the coordinator's partition table
+
+
+def ordinal(pod: WorkerProcess) -> int:
+    return int(pod.id.rsplit("-", 1)[1])
+
+
+def static_pod(fleet: Fleet, o: int, *extra: str) -> WorkerProcess:
+    """Pod c-<o> of a StatefulSet of ``REPLICAS`` replicas (the template's --replicas)."""
+    return fleet.start(f"c-{o}", "--hostname", f"c-{o}", *extra)
+
+
+def waiting_for(store: Store) -> dict[int, int | None]:
+    """Each partition's ordinal when it is unowned, waiting for that ordinal's pod (`apportion status`)."""
+    return {int(p): info.get("waiting_for") for p, info in group_status(store, "g")["partitions"].items()}
+
+
+@pytest.mark.slow  # 45 s on a 2-core machine at load 14, the Connect server up
+def test_static_mode_pipeline_restarts_a_killed_ordinal_and_fences_a_frozen_one_with_exactly_once_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], connect_server: Any
+) -> None:
+    """Seed 3's StatefulSet semantics under the pipeline: ordinals 0 and 1 both pause in their first batch between
+    write and commit; the first to pause is killed (kill -9) and restarted at once, as a StatefulSet does (same pod
+    name, same ordinal): it claims its range with a new epoch and processes it from the commit. The other is frozen
+    (SIGSTOP) past its ttl: its range waits for its ordinal, the live pod leaves it alone; when it resumes, its late
+    commits are fenced and it claims its range again. Every record is committed exactly once, in per-key order."""
+    log_dir, out_dir, url = tmp_path / "log", tmp_path / "out", f"sqlite:///{tmp_path / 'store.db'}"
+    log = produce(log_dir, MODE_RECORDS)
+    blocks = {o: set(range_block(o, REPLICAS, PARTITIONS)) for o in range(REPLICAS)}
+    template = ("--spark", connect_server.url, "--mode", "static", "--replicas", str(REPLICAS))  # the pod template
+    with pipeline_fleet(url, log_dir, out_dir, extra=template) as fleet, connect(url) as store:
+        pods = [static_pod(fleet, o, *pause_args(PAUSE_S)) for o in range(REPLICAS)]
+        wait_for(
+            "a first batch to pause before its commit",
+            lambda: any(pod.of("pausing") for pod in pods),
+            300,  # Spark's start-up and warm-up (see survive_kill_zombie_and_late_join)
+            context=lambda: timeline(fleet.started),
+        )
+        killed = next(pod for pod in pods if pod.of("pausing"))
+        frozen = next(pod for pod in pods if pod is not killed)
+        killed.signal(signal.SIGKILL)
+        assert killed.proc.wait(10) == -signal.SIGKILL
+        restarted = static_pod(fleet, ordinal(killed))  # the StatefulSet's restart: same pod name, same ordinal
+        wait_for(
+            f"{frozen.id} to pause before its commit",
+            lambda: bool(frozen.of("pausing")),
+            180,
+            context=lambda: timeline(fleet.started),
+        )
+        frozen.signal(signal.SIGSTOP)
+        killed_files = [e["file"] for e in killed.own_events() if e.get("event") == "written"]
+        zombie_files = [e["file"] for e in frozen.of("written")]
+        zombie_partitions = {e["partition"] for e in frozen.of("written")}
+        assert killed_files and zombie_files
+
+        # The frozen pod's lease lapses: its range waits for its ordinal, the live pods leave it alone.
+        wait_for(
+            f"{frozen.id}'s range to wait for ordinal {ordinal(frozen)} (`waiting for ordinal N`)",
+            lambda: all(waiting_for(store)[p] == ordinal(frozen) for p in blocks[ordinal(frozen)]),
+            60,
+            context=lambda: f"{waiting_for(store)}\n{timeline(fleet.started)}",
+        )
+        wait_for(
+            f"the restarted {restarted.id} to commit its whole range",
+            lambda: all(uncommitted_records(store, "g", log, "r").get(p, 0) == 0 for p in blocks[ordinal(killed)]),
+            300,  # its Spark starts meanwhile
+            context=lambda: timeline(fleet.started),
+        )
+        still = waiting_for(store)
+        assert all(still[p] == ordinal(frozen) for p in blocks[ordinal(frozen)]), f"the frozen range was taken: {still}"
+
+        resume_zombie_until_all_committed(frozen, store, log, fleet.started)
+        checkpoints = committed_checkpoints(store, "g")
+        assert fleet.stop_all(60) == {restarted.id: 0, frozen.id: 0}, timeline(fleet.started)
+
+    if os.environ.get("APPORTION_TIMELINE"):
+        with capsys.disabled():
+            print(timeline(fleet.started))
+    assert {e["mode"] for e in [*killed.of("started"), *frozen.of("started")]} == {"static"}
+    assert_stale_output_discarded(checkpoints, out_dir, [*killed_files, *zombie_files])
+    assert zombie_partitions <= {e["partition"] for e in frozen.of("fenced")}
+    assert {e["partition"] for e in restarted.own_events() if e.get("event") == "commit"} == blocks[ordinal(killed)]
+    assert_exactly_once(url, log_dir, out_dir, MODE_RECORDS, capsys)
+
+
 def survive_kill_zombie_and_late_join(
     tmp_path: Path,
     processes: list[WorkerProcess],
@@ -168,20 +287,20 @@ def survive_kill_zombie_and_late_join(
     env: dict[str, str] | None = None,
     first_batches: Callable[[], None] | None = None,
     records: int = RECORDS,
+    mode: tuple[str, ...] = (),
 ) -> tuple[str, Path, Path]:
     """Two workers start; ``first_batches()`` (if given) runs while their first batches are under way; the first to
     pause before its commit is killed, the other frozen there (a zombie), a third joins late and takes over, the
     zombie resumes and is fenced. Then every record must be committed exactly once, in per-key order. ``engine``:
-    the workers' Spark arguments (default: a JVM each). Returns the store URL and the log and output directories."""
+    the workers' Spark arguments (default: a JVM each); ``mode``: their ``--mode`` and its options (default rounds).
+    Returns the store URL and the log and output directories."""
     log_dir, out_dir, url = tmp_path / "log", tmp_path / "out", f"sqlite:///{tmp_path / 'store.db'}"
-    produce = ["pipeline", "produce", "--input", str(log_dir), "--resource", "r"]
-    assert main([*produce, "--partitions", str(PARTITIONS), "--records", str(records), "--seed", "7"]) == 0
-    log = PartitionedLog(log_dir)
-    assert sum(log.end_offset("r", p) for p in range(PARTITIONS)) == records
+    log = produce(log_dir, records)
+    extra = (*engine, *mode)
 
     # Two workers start; both pause in their first batch between write and commit. The first to pause is killed
     # with SIGKILL mid-batch, the second is frozen with SIGSTOP in the same window (a zombie with written output).
-    processes += [pipeline_process(url, log_dir, out_dir, w, pause_s=PAUSE_S, extra=engine, env=env)
+    processes += [pipeline_process(url, log_dir, out_dir, w, pause_s=PAUSE_S, extra=extra, env=env)
                   for w in ("w1", "w2")]  # fmt: skip
     if first_batches is not None:
         first_batches()
@@ -194,7 +313,7 @@ def survive_kill_zombie_and_late_join(
     killed = next(w for w in processes if w.of("pausing"))
     killed.signal(signal.SIGKILL)
     # a third worker joins late (its Spark starts meanwhile)
-    late = pipeline_process(url, log_dir, out_dir, "w3", extra=engine, env=env)
+    late = pipeline_process(url, log_dir, out_dir, "w3", extra=extra, env=env)
     frozen = next(w for w in processes if w is not killed)
     processes.append(late)
     wait_for(
@@ -217,19 +336,7 @@ def survive_kill_zombie_and_late_join(
             300,  # w3's Spark starts meanwhile: a minute or more on a loaded CI machine
             context=lambda: timeline(processes),
         )
-        frozen.signal(signal.SIGCONT)
-        wait_for(
-            f"{frozen.id}'s stale commits to be fenced",
-            lambda: bool(frozen.of("fenced")),
-            120,
-            context=lambda: timeline(processes),
-        )
-        wait_for(
-            "all input to be committed",
-            lambda: sum(uncommitted_records(store, "g", log, "r").values()) == 0,
-            300,
-            context=lambda: timeline(processes),
-        )
+        resume_zombie_until_all_committed(frozen, store, log, processes)
         checkpoints = committed_checkpoints(store, "g")
     for w in (frozen, late):
         w.signal(signal.SIGTERM)
@@ -240,12 +347,52 @@ def survive_kill_zombie_and_late_join(
     if os.environ.get("APPORTION_TIMELINE"):
         with capsys.disabled():
             print(timeline(processes))
-    committed = {rel for c in checkpoints.values() for rel in c.outputs}
-    assert not committed & {*killed_files, *zombie_files}, "uncommitted output of a dead or fenced writer was listed"
-    assert not any((out_dir / f).exists() for f in [*killed_files, *zombie_files]), "stale output was not discarded"
+    assert_stale_output_discarded(checkpoints, out_dir, [*killed_files, *zombie_files])
     assert zombie_partitions <= {e["partition"] for e in frozen.of("fenced")}
     assert late.of("commit"), f"the late joiner committed nothing:\n{late.tail(40)}"
+    assert_exactly_once(url, log_dir, out_dir, records, capsys)
+    return url, log_dir, out_dir
 
+
+def resume_zombie_until_all_committed(
+    frozen: WorkerProcess, store: Store, log: PartitionedLog, processes: list[WorkerProcess]
+) -> None:
+    """SIGCONT to the frozen worker: its stale commits are fenced; then every record gets committed."""
+    frozen.signal(signal.SIGCONT)
+    wait_for(
+        f"{frozen.id}'s stale commits to be fenced",
+        lambda: bool(frozen.of("fenced")),
+        120,
+        context=lambda: timeline(processes),
+    )
+    wait_for(
+        "all input to be committed",
+        lambda: sum(uncommitted_records(store, "g", log, "r").values()) == 0,
+        300,
+        context=lambda: timeline(processes),
+    )
+
+
+def produce(log_dir: Path, records: int) -> PartitionedLog:
+    """``records`` seeded records in resource r of ``PARTITIONS`` partitions (`apportion pipeline produce`)."""
+    args = ["pipeline", "produce", "--input", str(log_dir), "--resource", "r", "--partitions", str(PARTITIONS)]
+    assert main([*args, "--records", str(records), "--seed", "7"]) == 0
+    log = PartitionedLog(log_dir)
+    assert sum(log.end_offset("r", p) for p in range(PARTITIONS)) == records
+    return log
+
+
+def assert_stale_output_discarded(checkpoints: Mapping[int, Checkpoint], out_dir: Path, stale: list[str]) -> None:
+    """No checkpoint lists the output of a killed or fenced writer, and that output is deleted."""
+    committed = {rel for c in checkpoints.values() for rel in c.outputs}
+    assert not committed & set(stale), "uncommitted output of a dead or fenced writer was listed"
+    assert not any((out_dir / f).exists() for f in stale), "stale output was not discarded"
+
+
+def assert_exactly_once(
+    url: str, log_dir: Path, out_dir: Path, records: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`apportion pipeline verify`: every record committed once (no duplicate, none missing); per-key order kept."""
     capsys.readouterr()
     assert main(["pipeline", "verify", "--store", url, "--group", "g", "--input", str(log_dir), "--output",
                  str(out_dir), "--resource", "r", "--json"]) == 0  # fmt: skip
@@ -253,4 +400,3 @@ def survive_kill_zombie_and_late_join(
     assert report["ok"] and report["output_records"] == records and report["duplicates"] == report["missing"] == 0
     with connect(url) as store:
         assert_per_key_offset_order(read_committed_arrow(store, "g", out_dir))
-    return url, log_dir, out_dir

@@ -1,4 +1,5 @@
-"""The options several commands share, each declared once with one help text: ``--store``, ``--group``, the timings.
+"""The options several commands share, each declared once with one help text: ``--store``, ``--group``, the timings,
+``--mode`` and each mode's options (:func:`member_mode_options`: `apportion worker` and `apportion pipeline run`).
 
 Every decorator takes ``env=True`` for a command whose options also read ``APPORTION_<LONG_NAME>`` from the
 environment (``apportion worker``: ``--min-interval`` reads APPORTION_MIN_INTERVAL); :func:`option` is that rule for
@@ -7,16 +8,23 @@ any other option. Timing defaults come from :class:`apportion.group.GroupConfig`
 
 from __future__ import annotations
 
+import functools
+import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from apportion.cli._app import remember_url
 from apportion.errors import InvalidRequest
 from apportion.group import GroupConfig
+from apportion.group import ordinal_from_hostname as parse_ordinal
+from apportion.worker import ModeOptions
 
 FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
+R = TypeVar("R")
 
 ENV_PREFIX = "APPORTION"
 STORE_HELP = "Store URL: memory://[name], sqlite:///relative.db, sqlite:////absolute.db, etcd://[user:pw@]host:port"
@@ -62,13 +70,175 @@ def timing_options(*, env: bool = False) -> Callable[[FC], FC]:
             help=f"Member lease TTL (s); default {GroupConfig.DEFAULT_TTL_S:g}, or 5 on etcd.",
         ),
     ]  # fmt: skip
+    return _stack(decorators)
+
+
+def _stack(decorators: list[Callable[[FC], FC]]) -> Callable[[FC], FC]:
+    """One decorator applying ``decorators`` so that ``--help`` lists their options in this order."""
 
     def apply(f: FC) -> FC:
-        for decorator in reversed(decorators):  # so that --help lists them in this order
+        for decorator in reversed(decorators):
             f = decorator(f)
         return f
 
     return apply
+
+
+def strategy_option(*, env: bool = False) -> Callable[[FC], FC]:
+    """``--strategy NAME`` when the command creates the group (default: ``GroupConfig.default_strategy(mode)``)."""
+    return option(
+        "--strategy", env=env, default=None, help="Strategy when creating the group [sticky; coordinator: round_robin]."
+    )
+
+
+def mode_option(*, env: bool = False) -> Callable[[FC], FC]:
+    """``--mode rounds|coordinator|static`` (default rounds): the group protocol (``apportion.Group``'s ``mode``)."""
+    return option(
+        "--mode", env=env, type=click.Choice(GroupConfig.MODES), default="rounds", show_default=True,
+        help="Protocol: rounds (seed 0), coordinator (seed 1) or static (seed 3).",
+    )  # fmt: skip
+
+
+def max_in_flight_option(*, env: bool = False) -> Callable[[FC], FC]:
+    """``--max-in-flight N`` (coordinator mode)."""
+    return option(
+        "--max-in-flight", env=env, type=int, default=4, show_default=True,
+        help="coordinator: migrations in flight at most.",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMode:
+    """What ``--mode`` and its options ask for (:func:`member_mode_options`): :meth:`definition` is
+    ``apportion.Group``'s keyword arguments for it; ``hostname`` a static member's pod name (its default id)."""
+
+    mode: str
+    ordinal: int | None
+    hostname: str | None
+    replicas: int | None
+    min_members: int
+    rebalance: str
+    max_in_flight: int
+
+    def definition(self) -> ModeOptions:
+        """``Group(..., **definition)``: the mode and that mode's options (the others keep Group's defaults)."""
+        if self.mode == "static":
+            return {"mode": self.mode, "ordinal": self.ordinal, "replicas": self.replicas}
+        if self.mode == "coordinator":
+            return {
+                "mode": self.mode, "min_members": self.min_members, "rebalance": self.rebalance,
+                "max_in_flight": self.max_in_flight,
+            }  # fmt: skip
+        return {"mode": self.mode}
+
+
+# each mode's options: (parameter name, the option as typed, the mode it belongs to)
+_MODE_PARAMETERS = (
+    ("ordinal", "--ordinal", "static"),
+    ("hostname", "--hostname", "static"),
+    ("ordinal_from_hostname", "--ordinal-from-hostname", "static"),
+    ("replicas", "--replicas", "static"),
+    ("min_members", "--min-members", "coordinator"),
+    ("rebalance", "--rebalance", "coordinator"),
+    ("max_in_flight", "--max-in-flight", "coordinator"),
+)
+
+
+def member_mode_options(*, env: bool = False) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """``--mode`` and every mode's options (static: ``--ordinal``, ``--hostname``, ``--ordinal-from-hostname``,
+    ``--replicas``; coordinator: ``--min-members``, ``--rebalance``, ``--max-in-flight``). The command receives them
+    as one ``mode: MemberMode`` argument, checked by :func:`member_mode`."""
+    decorators: list[Callable[[Any], Any]] = [
+        mode_option(env=env),
+        option("--ordinal", env=env, type=int, default=None, help="static: this member's ordinal (0, 1, ...)."),
+        option(
+            "--hostname", env=env, default=None,
+            help="static: a StatefulSet pod name <name>-<ordinal> (instead of --ordinal).",
+        ),
+        option(
+            "--ordinal-from-hostname", env=env, is_flag=True,
+            help="static: read this machine's host name <name>-<ordinal>, as a StatefulSet pod (instead of --ordinal).",
+        ),
+        option(
+            "--replicas", env=env, type=int, default=None,
+            help="static: the replica count a new group starts with (default ordinal+1); `apportion scale` sets it.",
+        ),
+        option(
+            "--min-members", env=env, type=int, default=1, show_default=True,
+            help="coordinator: members needed before the table is created.",
+        ),
+        option(
+            "--rebalance", env=env, type=click.Choice(["automatic", "manual"]), default="automatic",
+            show_default=True, help="coordinator: re-plan on every membership change, or on `apportion rebalance`.",
+        ),
+        max_in_flight_option(env=env),
+    ]  # fmt: skip
+
+    def apply(f: Callable[..., R]) -> Callable[..., R]:
+        @functools.wraps(f)
+        def command(**kwargs: Any) -> R:
+            given = {name: kwargs.pop(name) for name in ("mode", *(p[0] for p in _MODE_PARAMETERS))}
+            return f(mode=member_mode(click.get_current_context(), **given), **kwargs)
+
+        decorated: Callable[..., R] = _stack(decorators)(command)
+        return decorated
+
+    return apply
+
+
+def member_mode(
+    ctx: click.Context,
+    *,
+    mode: str,
+    ordinal: int | None,
+    hostname: str | None,
+    ordinal_from_hostname: bool,
+    replicas: int | None,
+    min_members: int,
+    rebalance: str,
+    max_in_flight: int,
+) -> MemberMode:
+    """The options of :func:`member_mode_options` as a :class:`MemberMode`. InvalidRequest (exit 2) for a mode's
+    option given (command line, environment or config file) with another ``--mode``, static mode without an
+    ordinal, and what :func:`static_identity` refuses."""
+    refuse_other_modes_options(ctx, mode)
+    hostname, ordinal = static_identity(hostname, ordinal, from_machine=ordinal_from_hostname)
+    if mode == "static" and ordinal is None:
+        raise InvalidRequest(
+            "mode", "static mode needs --ordinal, --hostname name-<ordinal> or --ordinal-from-hostname"
+        )
+    return MemberMode(mode, ordinal, hostname, replicas, min_members, rebalance, max_in_flight)
+
+
+def refuse_other_modes_options(ctx: click.Context, mode: str) -> None:
+    """InvalidRequest (exit 2) when the command was given (command line, environment or config file) an option of
+    another mode than ``mode``: ``--ordinal`` is static mode's, ``--max-in-flight`` coordinator mode's."""
+    for name, flag, owner in _MODE_PARAMETERS:
+        if name not in ctx.params or mode == owner or ctx.params[name] is False:
+            continue  # a flag is given when it is set (APPORTION_ORDINAL_FROM_HOSTNAME=false sets nothing)
+        if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT):
+            raise InvalidRequest(flag, f"only with --mode {owner} (this is --mode {mode})")
+
+
+def static_identity(hostname: str | None, ordinal: int | None, *, from_machine: bool) -> tuple[str | None, int | None]:
+    """``(hostname, ordinal)`` from ``--hostname``, ``--ordinal`` or ``--ordinal-from-hostname`` (this machine's host
+    name, as a StatefulSet pod reads it); at most one of them. InvalidRequest for a host name that is not
+    ``<name>-<ordinal>``."""
+    if sum((hostname is not None, ordinal is not None, from_machine)) > 1:
+        raise InvalidRequest("hostname", "give one of --ordinal, --hostname and --ordinal-from-hostname")
+    if from_machine:
+        hostname = socket.gethostname()
+    if hostname is not None:
+        ordinal = parse_ordinal(hostname)
+    return hostname, ordinal
+
+
+def member_id(worker_id: str | None, mode: MemberMode) -> str:
+    """``--id``, or a static member's ``--hostname`` (a pod's name); InvalidRequest when there is neither."""
+    found = worker_id or mode.hostname
+    if found is None:
+        raise InvalidRequest("id", "give --id (or --hostname / --ordinal-from-hostname in static mode)")
+    return found
 
 
 def directory_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -128,11 +298,20 @@ def spark_master(master: str | None, spark_url: str | None, default: str) -> str
 __all__ = [
     "ENV_PREFIX",
     "STORE_HELP",
+    "MemberMode",
     "directory_url",
     "group_option",
+    "max_in_flight_option",
+    "member_id",
+    "member_mode",
+    "member_mode_options",
+    "mode_option",
     "option",
+    "refuse_other_modes_options",
     "spark_master",
     "spark_options",
+    "static_identity",
     "store_option",
+    "strategy_option",
     "timing_options",
 ]

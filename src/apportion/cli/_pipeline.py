@@ -1,7 +1,8 @@
 """`apportion pipeline produce|run|verify` — the Spark data pipeline from the command line.
 
 - ``produce``: append K seeded random keyed records to a resource of the partitioned log (progress bar on stderr).
-- ``run``: one worker of the group with its own Spark session (``--master``, default local[1]) or a session on a
+- ``run``: one worker of the group (``--mode rounds|coordinator|static`` with the mode's options, as `apportion
+  worker`) with its own Spark session (``--master``, default local[1]) or a session on a
   shared Spark Connect server (``--spark sc://host:port``, ``apportion spark serve``: no JVM in the worker),
   processing the partitions it owns in fenced micro-batches (``apportion.spark.run_pipeline_worker``); several
   processes form the group. SIGTERM/SIGINT leave gracefully.
@@ -25,10 +26,20 @@ import sys
 import click
 
 from apportion.cli._app import app
-from apportion.cli._common import directory_url, group_option, spark_master, spark_options, store_option, timing_options
+from apportion.cli._common import (
+    MemberMode,
+    directory_url,
+    group_option,
+    member_id,
+    member_mode_options,
+    spark_master,
+    spark_options,
+    store_option,
+    strategy_option,
+    timing_options,
+)
 from apportion.cli._options import parse_options
 from apportion.errors import InvalidRequest
-from apportion.group import GroupConfig
 from apportion.spark import readable_dir, run_pipeline_worker, writable_dir
 from apportion.store import connect
 
@@ -105,17 +116,18 @@ def produce(
 @pipeline.command()
 @store_option()
 @group_option()
-@click.option("--id", "worker_id", required=True, help="This worker's id (unique in the group).")
+@click.option("--id", "worker_id", default=None, help="This worker's id (unique in the group; default: --hostname).")
 @input_option
 @output_option
 @click.option("--resource", default=None, help="Log resource to process (default: the group name).")
 @click.option("--partitions", type=int, default=None, help="Partition count (default: the log's).")
-@click.option("--strategy", default=GroupConfig.DEFAULT_STRATEGY, help="Assignment strategy when creating the group.")
+@strategy_option()
 @click.option("--batch-records", type=int, default=10_000, help="Max records per partition per micro-batch.")
 @click.option("--transform", "transform_spec", default=None, help="module:function replacing the default transform.")
 @spark_options("local[1]")
 @click.option("--driver-memory", default="1g", help="Spark driver memory.")
 @timing_options()
+@member_mode_options()
 @click.option(
     "--revoke-timeout",
     "revoke_timeout_s",
@@ -150,12 +162,12 @@ def produce(
 def run(
     store_url: str,
     group_name: str,
-    worker_id: str,
+    worker_id: str | None,
     input_dir: str,
     output_dir: str,
     resource: str | None,
     partitions: int | None,
-    strategy: str,
+    strategy: str | None,
     batch_records: int,
     transform_spec: str | None,
     master: str | None,
@@ -165,6 +177,7 @@ def run(
     min_interval_s: float,
     heartbeat_s: float,
     ttl_s: float | None,
+    mode: MemberMode,
     revoke_timeout_s: float,
     idle_s: float,
     state_dir: str | None,
@@ -175,12 +188,13 @@ def run(
     pause_s: float,
     pause_batches: int,
 ) -> None:
-    """Run one pipeline worker until SIGTERM/SIGINT (graceful leave) or --exit-when-idle."""
+    """Run one pipeline worker until SIGTERM/SIGINT (graceful leave) or --exit-when-idle; --mode picks the group
+    protocol as for `apportion worker`."""
     configure_logging()
     run_pipeline_worker(
         store_url,
         group_name,
-        worker_id,
+        member_id(worker_id, mode),
         input_dir,
         output_dir,
         resource=resource,
@@ -203,6 +217,7 @@ def run(
         restore_rate=restore_rate,
         pause_before_commit_s=pause_s,
         pause_batches=pause_batches,
+        **mode.definition(),
     )
 
 

@@ -1,4 +1,5 @@
-"""`apportion simulate` — a seeded churn scenario on the deterministic simulator; prints a summary."""
+"""`apportion simulate` — a seeded churn scenario on the deterministic simulator in any mode (``--mode``, as
+``SimConfig.mode``); prints a summary."""
 
 from __future__ import annotations
 
@@ -8,9 +9,17 @@ import time
 import click
 
 from apportion.cli._app import app
-from apportion.cli._common import spark_master, spark_options
+from apportion.cli._common import (
+    max_in_flight_option,
+    mode_option,
+    refuse_other_modes_options,
+    spark_master,
+    spark_options,
+    strategy_option,
+)
 from apportion.cli._options import parse_options
-from apportion.errors import ApportionError
+from apportion.errors import ApportionError, InvalidRequest
+from apportion.group import GroupConfig
 from apportion.model import MAX_PARTITIONS
 from apportion.sim import SimConfig
 from apportion.sim import simulate as run_simulation
@@ -29,7 +38,9 @@ class SimulationFailed(ApportionError):
 @click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), default=20, help="Partitions of the resource.")
 @click.option("--events", type=click.IntRange(0, MAX_EVENTS), default=20, help="Churn and fault events.")
 @click.option("--seed", type=int, default=1, help="Seed of the one random generator (same seed, same trace).")
-@click.option("--strategy", default="sticky", help="Assignment strategy.")
+@strategy_option()
+@mode_option()
+@max_in_flight_option()
 @click.option("--no-faults", is_flag=True, help="Only joins, leaves and crashes.")
 @click.option("--stateful", is_flag=True, help="Stateful partitions: replicas restore in virtual time (seed 2).")
 @click.option(
@@ -48,7 +59,9 @@ def simulate(
     partitions: int,
     events: int,
     seed: int,
-    strategy: str,
+    strategy: str | None,
+    mode: str,
+    max_in_flight: int,
     no_faults: bool,
     stateful: bool,
     strategy_options: tuple[str, ...],
@@ -59,8 +72,12 @@ def simulate(
     spark_url: str | None,
 ) -> None:
     """Simulate a group under churn and faults; print moves vs lower bound, unowned time, rounds, violations.
+    --mode runs the members in that protocol (static: ordinals 0..members-1, --members the replica count).
     With --grid: every scenario of the grid as a Spark task, one comparison table and chart in --out."""
+    refuse_other_modes_options(click.get_current_context(), mode)
     if grid_file is not None:
+        if mode != "rounds":
+            raise InvalidRequest("--mode", "a --grid's scenarios run in the rounds mode")
         from apportion.spark import simulate_grid
 
         grid_result = simulate_grid(grid_file, out_dir, spark_master(master, spark_url, "local[2]"))
@@ -73,12 +90,14 @@ def simulate(
         partitions=partitions,
         events=events,
         seed=seed,
-        strategy=strategy,
+        strategy=GroupConfig.default_strategy(mode) if strategy is None else strategy,
+        mode=mode,
+        max_in_flight=max_in_flight,
         faults=not no_faults,
         stateful=stateful,
         options=parse_options(strategy_options),
     )
-    config.group_config()  # validates strategy and options before the run
+    config.group_config()  # validates the mode, strategy and options before the run
     started = time.process_time()
     result = run_simulation(config)
     summary = result.summary()

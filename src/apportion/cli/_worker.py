@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
 import sys
 import tomllib
 from collections.abc import Callable
@@ -18,10 +17,18 @@ import click
 
 from apportion import events
 from apportion.cli._app import app
-from apportion.cli._common import group_option, option, store_option, timing_options
+from apportion.cli._common import (
+    MemberMode,
+    group_option,
+    member_id,
+    member_mode_options,
+    option,
+    store_option,
+    strategy_option,
+    timing_options,
+)
 from apportion.errors import InvalidRequest
 from apportion.group import DEFAULT_RETENTION_S
-from apportion.group import ordinal_from_hostname as parse_ordinal
 from apportion.runner import DEFAULT_CONNECT_TIMEOUT_S, run_worker
 
 FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
@@ -89,19 +96,6 @@ def _toml_kind(value: object) -> str:
     return kinds.get(type(value), "a table" if isinstance(value, dict) else f"a {type(value).__name__}")
 
 
-def static_identity(hostname: str | None, ordinal: int | None, *, from_machine: bool) -> tuple[str | None, int | None]:
-    """``(hostname, ordinal)`` from ``--hostname``, ``--ordinal`` or ``--ordinal-from-hostname`` (this machine's host
-    name, as a StatefulSet pod reads it); at most one of them. InvalidRequest for a host name that is not
-    ``<name>-<ordinal>``."""
-    if sum((hostname is not None, ordinal is not None, from_machine)) > 1:
-        raise InvalidRequest("hostname", "give one of --ordinal, --hostname and --ordinal-from-hostname")
-    if from_machine:
-        hostname = socket.gethostname()
-    if hostname is not None:
-        ordinal = parse_ordinal(hostname)
-    return hostname, ordinal
-
-
 def _finite(name: str, value: float, *, positive: bool) -> None:
     """``--capacity``/``--commit-every``: a finite number (``inf`` or ``nan`` would break the arithmetic later)."""
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
@@ -125,29 +119,13 @@ def _finite(name: str, value: float, *, positive: bool) -> None:
 @group_option(env=True)
 @_option("--id", "worker_id", default=None, help="This worker's id (unique in the group; default: --hostname).")
 @_option("--partitions", type=int, default=None, help="Partition count (default: the stored definition).")
-@_option("--strategy", default=None, help="Strategy when creating the group [sticky; coordinator: round_robin].")
+@strategy_option(env=True)
 @timing_options(env=True)
 @_option("--capacity", type=float, default=1.0, help="Capacity weight of this worker.")
 @_option("--update", is_flag=True, help="Overwrite the stored group definition with these settings.")
 @_option("--replace", is_flag=True, help="Fence a live member with the same --id and take its place.")
 @_option("--commit-every", type=float, default=0.0, help="Commit a checkpoint for owned partitions every N s.")
-@_option("--mode", type=click.Choice(["rounds", "coordinator", "static"]), default="rounds", help="Protocol.")
-@_option("--ordinal", type=int, default=None, help="static: this member's ordinal (0, 1, ...).")
-@_option("--hostname", default=None, help="static: a StatefulSet pod name <name>-<ordinal> (instead of --ordinal).")
-@_option(
-    "--ordinal-from-hostname",
-    is_flag=True,
-    help="static: read this machine's host name <name>-<ordinal>, as a StatefulSet pod (instead of --ordinal).",
-)
-@_option(
-    "--replicas",
-    type=int,
-    default=None,
-    help="static: the replica count a new group starts with (default ordinal+1); then `apportion scale` sets it.",
-)
-@_option("--min-members", type=int, default=1, help="coordinator: members needed before the table is created.")
-@_option("--rebalance", type=click.Choice(["automatic", "manual"]), default="automatic", help="coordinator.")
-@_option("--max-in-flight", type=int, default=4, help="coordinator: migrations in flight at most.")
+@member_mode_options(env=True)
 @_option(
     "--history-retention",
     "history_retention_s",
@@ -190,14 +168,7 @@ def worker(
     update: bool,
     replace: bool,
     commit_every: float,
-    mode: str,
-    ordinal: int | None,
-    hostname: str | None,
-    ordinal_from_hostname: bool,
-    replicas: int | None,
-    min_members: int,
-    rebalance: str,
-    max_in_flight: int,
+    mode: MemberMode,
     history_retention_s: float,
     connect_timeout_s: float,
     metrics_port: int | None,
@@ -212,19 +183,11 @@ def worker(
     _finite("capacity", capacity, positive=True)
     _finite("commit-every", commit_every, positive=False)
     _finite("connect-timeout", connect_timeout_s, positive=True)
-    hostname, ordinal = static_identity(hostname, ordinal, from_machine=ordinal_from_hostname)
-    worker_id = worker_id or hostname
-    if worker_id is None:
-        raise InvalidRequest("id", "give --id (or --hostname / --ordinal-from-hostname in static mode)")
-    if mode == "static" and ordinal is None:
-        raise InvalidRequest(
-            "mode", "static mode needs --ordinal, --hostname name-<ordinal> or --ordinal-from-hostname"
-        )
 
     run_worker(
         store_url,
         group_name,
-        worker_id,
+        member_id(worker_id, mode),
         emit=events.emit,
         capacity=capacity,
         commit_every_s=commit_every,
@@ -240,10 +203,5 @@ def worker(
         heartbeat_s=heartbeat_s,
         ttl_s=ttl_s,
         update=update,
-        mode=mode,
-        ordinal=ordinal,
-        replicas=replicas,
-        min_members=min_members,
-        rebalance=rebalance,
-        max_in_flight=max_in_flight,
+        **mode.definition(),
     )

@@ -51,6 +51,7 @@ class GroupConfig:
     DEFAULT_MIN_INTERVAL_S: ClassVar[float] = 1.0
     DEFAULT_HEARTBEAT_S: ClassVar[float] = 30.0
     DEFAULT_TTL_S: ClassVar[float] = 3.0
+    MODES: ClassVar[tuple[str, ...]] = ("rounds", "coordinator", "static")  # the protocols (``apportion.Group``)
 
     partitions: int
     strategy: str = DEFAULT_STRATEGY
@@ -78,6 +79,14 @@ class GroupConfig:
         if not isinstance(self.stateful, bool):
             raise InvalidRequest("stateful", f"must be true or false, got {self.stateful!r}")
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+    @classmethod
+    def default_strategy(cls, mode: str) -> str:
+        """The strategy of a group of ``mode`` that names none: ``round_robin`` in coordinator mode (seed 1's table),
+        else ``DEFAULT_STRATEGY``; InvalidRequest for a mode that is not one of ``MODES``."""
+        if mode not in cls.MODES:
+            raise InvalidRequest("mode", f"{mode!r} is not one of {', '.join(cls.MODES)}")
+        return "round_robin" if mode == "coordinator" else cls.DEFAULT_STRATEGY
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -55,7 +55,7 @@ from typing import Any
 
 from apportion.assign import HighAvailabilityOptions, range_block, validate_options
 from apportion.clock import VirtualClock
-from apportion.errors import Fenced, StoreUnavailable
+from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
 from apportion.group import (
     CoordinatorMember,
     DelayHook,
@@ -66,6 +66,7 @@ from apportion.group import (
     Tracer,
     set_replicas,
     stored_replicas,
+    validate_settings,
 )
 from apportion.model import round_lower_bound
 from apportion.sim._checks import belief_intervals, check_liveness, check_static, check_trace, unowned_seconds
@@ -74,7 +75,6 @@ from apportion.store import Event, EventType, MemoryStore, Store, Watch, renew_i
 
 FAULTS = ("crash", "freeze", "slow", "unavailable", "drift", "hang")
 STATIC_CHURN = ("scale_up", "scale_down", "restart", "return")  # a script's static-mode kinds (the docstring)
-MODES = ("rounds", "coordinator", "static")
 _THREADS = {"step": "step", "resume": "step", "keepalive": "keepalive", "work": "work"}
 _BROADCAST = frozenset(("current", "latest", "resource", "coordinator", "replicas", "rebalance"))
 
@@ -110,6 +110,13 @@ class SimConfig:
     script: tuple[tuple[float, str] | tuple[float, str, float], ...] = ()
 
     def group_config(self) -> GroupConfig:
+        """The group's definition; InvalidRequest for an unknown mode, ``max_in_flight`` < 1 or ``stateful`` outside
+        the rounds mode (standby and learner replicas exist only there)."""
+        GroupConfig.default_strategy(self.mode)  # the mode's name
+        if self.mode == "coordinator":
+            validate_settings(1, "automatic", self.max_in_flight)
+        if self.stateful and self.mode != "rounds":
+            raise InvalidRequest("stateful", "standby and learner replicas exist only in the rounds mode")
         return GroupConfig(
             partitions=self.partitions,
             strategy=self.strategy,
@@ -172,6 +179,7 @@ class SimResult:
     def summary(self) -> dict[str, Any]:
         return {
             "seed": self.config.seed,
+            "mode": self.config.mode,
             "members": self.config.members,
             "partitions": self.config.partitions,
             "events": self.config.events,

@@ -6,7 +6,8 @@ fenced micro-batches (``apportion.spark._pipeline``) until SIGTERM/SIGINT (a gra
 ``exit_idle_s`` passes without work. With ``state_dir`` the group is stateful (seed 2): per-key aggregates per
 partition in local stores backed by a fenced changelog (``apportion.spark._stateful``).
 
-Events (one ``emit(event, **fields)`` each): ``started`` (after the warm-up, before joining), every event of the
+Events (one ``emit(event, **fields)`` each): ``started`` (after the warm-up, before joining; with the group's
+``mode``), every event of the
 ``Pipeline``, then ``stopped`` with the batches and records it committed.
 
 Imports are light (no pyarrow, no pyspark until a worker runs), so the CLI can use the directory checks anywhere.
@@ -22,7 +23,7 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 from apportion.errors import InvalidRequest
 from apportion.group import GroupConfig
@@ -31,6 +32,7 @@ from apportion.store import connect
 
 if TYPE_CHECKING:
     from apportion.spark._pipeline import Transform
+    from apportion.worker import ModeOptions
 
 Emit = Callable[..., None]
 
@@ -62,7 +64,7 @@ def run_pipeline_worker(
     *,
     resource: str | None = None,
     partitions: int | None = None,
-    strategy: str = GroupConfig.DEFAULT_STRATEGY,
+    strategy: str | None = None,
     options: Mapping[str, object] | None = None,
     settle_s: float = GroupConfig.DEFAULT_SETTLE_S,
     min_interval_s: float = GroupConfig.DEFAULT_MIN_INTERVAL_S,
@@ -83,11 +85,14 @@ def run_pipeline_worker(
     emit: Emit | None = None,
     stop: threading.Event | None = None,
     signals: bool = True,
+    **mode: Unpack[ModeOptions],
 ) -> None:
     """Run one pipeline worker (see the module docstring) in this process and return when it has left the group.
 
-    ``resource`` defaults to the group name and ``partitions`` to the log's (given, it must match). ``strategy``,
-    ``options`` and the timings define the group when it does not exist yet. ``transform`` is a function
+    ``resource`` defaults to the group name and ``partitions`` to the log's (given, it must match). ``strategy``
+    (default: the mode's), ``options`` and the timings define the group when it does not exist yet; ``mode``
+    (``mode="coordinator"``, ``min_members=2``, ...: :class:`apportion.worker.ModeOptions`) picks the protocol, as
+    for ``apportion.Group``. Stateful partitions (``state_dir``) need the rounds mode. ``transform`` is a function
     ``f(df) -> df`` or its ``"module:function"`` name (default ``apportion.spark.transform``). ``emit`` receives every
     event (default: one JSON log line on ``apportion.pipeline``). ``signals``: SIGINT and SIGTERM set ``stop`` (main
     thread only; the handlers stay installed, so a signal during the process's exit is ignored too)."""
@@ -98,6 +103,8 @@ def run_pipeline_worker(
     from apportion.spark._stateful import StatefulPartitions
     from apportion.worker import Group
 
+    if state_dir is not None and mode.get("mode", "rounds") != "rounds":
+        raise InvalidRequest("state-dir", "stateful partitions (standby and learner replicas) need the rounds mode")
     resource = resource or group
     readable_dir(input_dir, "input")
     writable_dir(output_dir, "output")
@@ -127,6 +134,7 @@ def run_pipeline_worker(
             ttl_s=ttl_s,
             options=options,
             stateful=state_dir is not None,
+            **mode,
         )
         if defined.config.partitions != n:
             raise InvalidRequest("group", f"{group!r} has {defined.config.partitions} partitions, the log has {n}")
@@ -149,8 +157,8 @@ def run_pipeline_worker(
         emit = processor.emit
         warm_s = warm_up(spark, function)
         emit(
-            "started", worker=worker_id, group=group, resource=resource, partitions=n, warm_up_s=round(warm_s, 2),
-            spark=_engine(master),
+            "started", worker=worker_id, group=group, mode=defined.mode, resource=resource, partitions=n,
+            warm_up_s=round(warm_s, 2), spark=_engine(master),
         )  # fmt: skip
         try:
             with joined(defined, worker_id, processor, revoke_timeout_s=revoke_timeout_s):
