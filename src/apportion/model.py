@@ -67,7 +67,9 @@ class Member:
 
     ``subscriptions`` None means every resource. ``owned`` are the partitions it held in ``generation``.
     ``lag`` (partition -> offsets behind its changelog end), ``standby`` and ``learners`` (warm-up replicas it holds)
-    serve the high-availability strategy. ``join_revision`` is the store revision at which the member joined (in
+    serve the high-availability strategy; ``ready`` are the replicas the previous plan called ready (its
+    ``Plan.ready`` for this member): ``high_availability`` keeps them ready within a wider lag band (hysteresis).
+    ``join_revision`` is the store revision at which the member joined (in
     rounds mode the creation revision of its participation record: seed 0's versionstamp); ``round_robin`` deals
     partitions in that order (ties by id) when every member has one, in id order when none has.
     """
@@ -82,6 +84,7 @@ class Member:
     learners: tuple[Partition, ...] = ()
     lag: Mapping[Partition, int] = field(default_factory=lambda: MappingProxyType({}))
     join_revision: int | None = None
+    ready: tuple[Partition, ...] = ()
 
     def subscribes_to(self, resource: str) -> bool:
         return self.subscriptions is None or resource in self.subscriptions

@@ -126,20 +126,27 @@ def next_round(req: AssignRequest, plan: Plan) -> AssignRequest:
         for p in plan.standby[m.id]:
             before = 0 if owner.get(p) == m.id else m.lag.get(p)
             lag[p] = ACCEPTABLE + 1 if before is None else before
-        members.append(
-            Member(
-                m.id,
-                subscriptions=m.subscriptions,
-                owned=plan.assignment[m.id],
-                generation=generation,
-                capacity=m.capacity,
-                rack=m.rack,
-                standby=plan.standby[m.id],
-                learners=plan.learners[m.id],
-                lag=MappingProxyType(lag),
-            )
-        )
+        members.append(holding(m, plan, generation, lag))
     return AssignRequest(req.strategy, req.resources, tuple(members), req.options)
+
+
+def holding(
+    m: Member, plan: Plan, generation: int, lag: Mapping[Partition, int], *, hysteresis: bool = False
+) -> Member:
+    """``m`` in the round after ``plan``: it holds what the plan gives it, with ``lag`` (and, with ``hysteresis``,
+    the replicas the plan called ready as ``Member.ready``)."""
+    return Member(
+        m.id,
+        subscriptions=m.subscriptions,
+        owned=plan.assignment[m.id],
+        generation=generation,
+        capacity=m.capacity,
+        rack=m.rack,
+        standby=plan.standby[m.id],
+        learners=plan.learners[m.id],
+        lag=MappingProxyType(dict(lag)),
+        ready=plan.ready[m.id] if hysteresis else (),
+    )
 
 
 # -- properties ---------------------------------------------------------------------------------------------------
@@ -260,6 +267,74 @@ def test_probing_rounds_reach_the_weighted_balance_within_ceil_deferred_over_max
     assert changed >= first.stats.min_moves  # min_moves is a lower bound on reaching the bands
     again = high_availability(next_round(current, plan))
     assert again.moves == () and again.assignment == plan.assignment
+
+
+def noisy_round(req: AssignRequest, plan: Plan, rnd: st.DataObject) -> tuple[AssignRequest, AssignRequest]:
+    """A probing round without churn, twice: the plan becomes the members' holdings (``Member.ready`` = its
+    ``Plan.ready``). In the first request every replica the plan called ready reports a lag anywhere up to
+    ``acceptable_recovery_lag * (1 + recovery_lag_band)`` (noise); in the second, the same round at rest, it reports
+    0. Every other replica reports the same lag above the acceptable lag in both."""
+    options = HighAvailabilityOptions.parse(req.options)
+    high = int(options.acceptable_recovery_lag * (1 + options.recovery_lag_band))
+    generation = max((m.generation for m in req.members), default=0) + 1
+    noisy, calm = [], []
+    for m in req.members:
+        ready = set(plan.ready[m.id])
+        lag = {
+            p: rnd.draw(st.integers(0, high) if p in ready else st.integers(ACCEPTABLE + 1, 6 * ACCEPTABLE))
+            for p in (*plan.standby[m.id], *plan.learners[m.id])
+        }
+        noisy.append(holding(m, plan, generation, lag, hysteresis=True))
+        calm.append(holding(m, plan, generation, {p: 0 if p in ready else n for p, n in lag.items()}, hysteresis=True))
+    return (
+        AssignRequest(req.strategy, req.resources, tuple(noisy), req.options),
+        AssignRequest(req.strategy, req.resources, tuple(calm), req.options),
+    )
+
+
+@PROPERTY
+@given(requests(uniform=True), st.data())
+def test_the_target_holds_while_lags_fluctuate_within_the_band(req: AssignRequest, rnd: st.DataObject) -> None:
+    """Hysteresis: in probing rounds whose ready replicas' lags jump anywhere within the band above the acceptable
+    lag, the actives and learners (the target) are those of the same rounds with those lags at 0."""
+    plan = high_availability(req)
+    for _ in range(3):
+        noisy, calm = noisy_round(req, plan, rnd)
+        again, rest = high_availability(noisy), high_availability(calm)
+        assert again.assignment == rest.assignment
+        assert again.learners == rest.learners
+        assert again.ready == rest.ready
+        req, plan = noisy, again
+
+
+def test_a_ready_standby_stays_ready_within_the_band_and_a_learner_keeps_its_partition() -> None:
+    """a owns 0-2 and must give c one; b's standbys of 0 and 1 are ready. c learns 0; b's lag of 0 then jumps into
+    the band (120 > 100 <= 150) while its standby of 1 stays ready: c keeps learning 0 (before: it switched to 1)."""
+    s = Resource("s", 6, stateful=True)
+    p0, p1 = Partition("s", 0), Partition("s", 1)
+    options = {"acceptable_recovery_lag": 100, "num_standby_replicas": 1, "recovery_lag_band": 0.5}
+
+    def members(lag0: int, ready: tuple[Partition, ...]) -> tuple[Member, ...]:
+        return (
+            Member("a", owned=parts("s", 0, 1, 2), generation=1),
+            Member(
+                "b",
+                owned=parts("s", 3, 4, 5),
+                generation=1,
+                standby=(p0, p1),
+                lag=MappingProxyType({p0: lag0, p1: 10}),
+                ready=ready,
+            ),
+            Member("c", generation=1, learners=(p0,), lag=MappingProxyType({p0: 5_000})),
+        )
+
+    first = high_availability(request((s,), members(10, (p0, p1)), **options))
+    assert p0 in first.learners["c"] and p1 not in first.learners["c"]
+    assert p0 in first.ready["b"]
+    second = high_availability(request((s,), members(120, first.ready["b"]), **options))
+    assert second.learners["c"] == first.learners["c"] and p0 in second.ready["b"]
+    above = high_availability(request((s,), members(151, first.ready["b"]), **options))
+    assert p0 not in above.ready["b"]  # beyond the band: unready again
 
 
 # -- the seed's examples and the main function's order ----------------------------------------------------------

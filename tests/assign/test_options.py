@@ -33,6 +33,7 @@ OWN: dict[str, dict[str, object]] = {
         "acceptable_recovery_lag": 5,
         "probing_rebalance_interval_s": 2.0,
         "imbalance": 0.1,
+        "recovery_lag_band": 0.25,
     },
 }
 VALID = {name: value for options in OWN.values() for name, value in options.items()}
@@ -123,6 +124,7 @@ BAD_VALUES = [
     ("high_availability", "max_warmup_replicas", 0, "must be an integer >= 1, got 0"),
     ("high_availability", "imbalance", 2, "must be a fraction in [0, 1] (0.2 is +-20%), got 2"),
     ("high_availability", "probing_rebalance_interval_s", "5", "must be a finite number > 0, got '5'"),
+    ("high_availability", "recovery_lag_band", -0.5, "must be a finite number >= 0, got -0.5"),
 ]
 
 

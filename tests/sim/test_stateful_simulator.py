@@ -110,3 +110,29 @@ def test_soak_stateful_groups_with_standbys_and_learners() -> None:
         if not result.ok:
             failures.append((seed, result.violations[:2]))
     assert not failures, f"failing seeds: {failures[:5]}"
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_after_a_join_the_group_settles_within_bounded_probing_rounds_under_lag_noise(seed: int) -> None:
+    """Lags jump around the acceptable lag (each report adds up to 140 to a lag of 100 allowed: a restored replica
+    flips between ready and not): the joiner keeps learning the partitions it was first given until it owns them,
+    no active moves between old members, and the group settles within ceil(min_moves / max_warmup_replicas) rounds
+    that move actives plus a few rounds that wait for a learner's noisy report to come in below the acceptable lag."""
+    options = {**HA_OPTIONS, "num_standby_replicas": 1, "probing_rebalance_interval_s": 1.0}
+    sim = Simulation(stateful(seed=seed, partitions=8, options=options, lag_noise=140, script=((0.0, "join"),)))
+    result = sim.run()
+    assert result.ok, result.violations
+    joiner = "m3"
+    spawned = next(t for t, mid, kind, _ in sim.records if kind == "spawn" and mid == joiner)
+    after = [f for t, _, kind, f in sim.records if kind == "round_closed" and t > spawned]
+    learned: set[int] = set()
+    for _, mid, kind, fields in sim.records:
+        if mid == joiner and kind == "replicas":
+            learned |= set(fields["learners"])
+    owned = sorted(sim.members[joiner].member.owned())
+    assert sorted(learned) == owned, f"{joiner} learned {sorted(learned)} but owns {owned}: the target changed"
+    assert sum(f["moves"] for f in after) == after[0]["min_moves"] == 2  # 8 over 4: only the joiner's 2 moves
+    bound = math.ceil(after[0]["min_moves"] / options["max_warmup_replicas"]) + 6
+    assert len(after) <= 1 + bound, [(f["moves"], f["deferred"]) for f in after]
+    counts = sorted(len(s.member.owned()) for s in sim.members.values() if s.live)
+    assert counts == [2, 2, 2, 2]

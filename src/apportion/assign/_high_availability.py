@@ -10,10 +10,11 @@ A pure function of the request, in three steps. Ties are always broken by member
    their upper bound while the ``N - sum(lower)`` partitions above the lower bounds last, handed out one at a time to
    the partition costliest to move (no ready replica elsewhere, then by member id) so that a partition whose learner
    is waiting is the one released in every round. An overloaded member releases first the partitions whose move is
-   cheapest (a ready learner elsewhere, then a ready standby, then an existing learner). Released and unowned
-   partitions are placed where the lower bounds still can be met, preferring a ready learner, then a ready replica
-   (standby), then the member already learning it, then the least loaded member relative to capacity (new members
-   first, standby holders on ties). Partition weights are not used: the band is on partition counts.
+   cheapest or already under way: a ready learner elsewhere, then any learner elsewhere (seed 2: "keep existing
+   learner tasks' assignment unchanged"; a learner is the previous plan's target), then a ready standby. Released
+   and unowned partitions are placed where the lower bounds still can be met, preferring a ready learner, then a
+   ready replica (standby), then the member already learning it, then the least loaded member relative to capacity
+   (new members first, standby holders on ties). Partition weights are not used: the band is on partition counts.
 2. **Actives** (the seed's main function) — stateless partitions go to their target at once. A stateful partition's
    active goes to its target when the target is ready (its lag <= ``acceptable_recovery_lag``; that covers the ready
    learner and the previous owner). Otherwise it stays with a ready member: the previous owner, else a ready learner,
@@ -28,6 +29,17 @@ A pure function of the request, in three steps. Ties are always broken by member
 
 Lag: the previous owner of a partition has lag 0; a standby or learner replica has the lag its member reports in
 ``Member.lag`` (unknown: not ready); a member without a replica of a partition has an unknown (infinite) lag.
+
+Readiness has hysteresis (issue #18): a replica is ready when its lag is <= ``acceptable_recovery_lag``; a replica
+the previous plan called ready (``Plan.ready``, fed back as ``Member.ready``) stays ready until its lag exceeds
+``acceptable_recovery_lag * (1 + recovery_lag_band)`` (default band 0.5). Why: a replica's lag is not a settled
+number but the changelog written since its last restore, and it jumps around the threshold from one report to the
+next; with one threshold a standby's readiness flipped every probing round, the release order and placements above
+changed with it, and the target (so the learners, and the actives that follow them) never settled. With the band
+and the learner-first release order, lags that fluctuate within the band leave every input of the target as it was,
+so the plan is the same. A learner becomes ready (and takes the active) only at or below the threshold itself, so
+an active still moves only to a replica within ``acceptable_recovery_lag``; it is kept as the target while it warms
+up whatever its lag. The state is in the request, so the plan stays a pure function of it.
 Previous ownership follows the rules of every strategy (``_core``): owned partitions of members with a generation
 below the highest are ignored (such a member's claims count as replicas of unknown lag unless it reports one), and
 on a conflict the smallest member id keeps the claim.
@@ -83,6 +95,7 @@ class HighAvailabilityOptions(StrategyOptions):
     acceptable_recovery_lag: int = 10_000
     probing_rebalance_interval_s: float = 600.0
     imbalance: float = 0.0
+    recovery_lag_band: float = 0.5
 
     @classmethod
     def _read(cls, options: Mapping[str, object]) -> Self:
@@ -94,6 +107,7 @@ class HighAvailabilityOptions(StrategyOptions):
                 options, "probing_rebalance_interval_s", "must be a finite number > 0", lambda x: 0 < x < math.inf
             ),
             number_option(options, "imbalance", "must be a fraction in [0, 1] (0.2 is +-20%)", lambda x: 0 <= x <= 1),
+            number_option(options, "recovery_lag_band", "must be a finite number >= 0", lambda x: 0 <= x < math.inf),
         )
 
 
@@ -102,6 +116,7 @@ class _Input:
 
     def __init__(self, request: AssignRequest, opts: HighAvailabilityOptions) -> None:
         self.acceptable = opts.acceptable_recovery_lag
+        self.still_acceptable = opts.acceptable_recovery_lag * (1 + exact(opts.recovery_lag_band))
         self.resources = sorted(request.resources, key=lambda r: r.name)
         self.size: dict[str, int] = {}
         for res in self.resources:
@@ -132,6 +147,7 @@ class _Input:
         # replicas of stateful partitions: partition -> member -> lag (None: unknown)
         self.lags: dict[Partition, dict[str, int | None]] = {}
         self.learning: dict[Partition, list[str]] = {}
+        self.was_ready = {(m.id, p) for m in self.members for p in m.ready}
         for m in self.members:
             replicas = [p for p in (*m.owned, *m.standby, *m.learners) if self.owner.get(p) != m.id]
             for p in replicas:
@@ -154,8 +170,11 @@ class _Input:
         return self.lags.get(p, {}).get(m)
 
     def ready(self, m: str, p: Partition) -> bool:
+        """Within the acceptable lag; a replica the previous plan called ready stays so within the wider band."""
         lag = self.lag(m, p)
-        return lag is not None and lag <= self.acceptable
+        if lag is None:
+            return False
+        return lag <= self.acceptable or ((m, p) in self.was_ready and lag <= self.still_acceptable)
 
     def category(self, m: str, p: Partition) -> int:
         """How well ``m`` suits as the active of ``p``: ready learner, ready replica, learner, anyone else."""
@@ -212,8 +231,9 @@ def _target(inp: _Input, parts: list[Partition], x: Fraction) -> _Target:
     owner: dict[Partition, str] = {}
 
     def release_rank(p: Partition, m: str) -> tuple[int, Partition]:
-        others = [o for o in inp.eligible[p.resource] if o != m]
-        return min((inp.category(o, p) for o in others), default=_OTHER), p
+        """0: a ready learner elsewhere, 1: a learner elsewhere (the previous target: kept), 2: a ready standby."""
+        found = {inp.category(o, p) for o in inp.eligible[p.resource] if o != m}
+        return next((rank for rank, c in enumerate((_READY_LEARNER, _LEARNER, _READY)) if c in found), 3), p
 
     mine: dict[str, list[Partition]] = {m: [] for m in members}
     for p in placeable:

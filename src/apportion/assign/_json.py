@@ -11,7 +11,8 @@ Request::
 ``options`` are the strategy's own (``{"tolerance": 0.1}`` for ``weighted``; see ``validate_options``): another
 strategy's option is an error. Every member field is optional (subscriptions default to every resource).
 ``"join_revision": 17`` (an integer >= 0) puts ``round_robin``'s members in join order (see ``_simple``): give it to
-every member or to none.
+every member or to none. ``"standby"``, ``"learners"``, ``"lag"`` (``{"t1-3": 120}``) and ``"ready"`` (the replicas
+the previous plan's ``"ready"`` listed for the member) feed ``high_availability`` (see ``_high_availability``).
 Partitions are ``<resource>-<index>``, split at the last hyphen. Every problem raises :class:`InvalidRequest` naming
 the field, e.g. ``members.C0.owned[2]: 't1-12' is out of range (t1 has 10 partitions)``.
 """
@@ -29,7 +30,9 @@ from apportion.errors import InvalidRequest
 from apportion.model import MAX_PARTITIONS, AssignRequest, Member, Partition, Plan, Resource
 
 _TOP = ("strategy", "resources", "members", "options")
-_MEMBER = ("subscriptions", "owned", "generation", "capacity", "rack", "standby", "learners", "lag", "join_revision")
+_MEMBER = (
+    "subscriptions", "owned", "generation", "capacity", "rack", "standby", "learners", "lag", "join_revision", "ready",
+)  # fmt: skip
 
 
 def loads_request(text: str) -> AssignRequest:
@@ -154,6 +157,7 @@ def _member(mid: str, value: object, resources: Mapping[str, Resource]) -> Membe
     standby = _partition_list(obj.get("standby", []), f"{field}.standby", resources)
     learners = _partition_list(obj.get("learners", []), f"{field}.learners", resources)
     lag = _lag(obj.get("lag", {}), f"{field}.lag", resources)
+    ready = _partition_list(obj.get("ready", []), f"{field}.ready", resources)
     generation = obj.get("generation", 0)
     if not _is_int(generation) or generation < 0:
         raise InvalidRequest(f"{field}.generation", f"must be an integer >= 0, got {generation!r}")
@@ -168,7 +172,7 @@ def _member(mid: str, value: object, resources: Mapping[str, Resource]) -> Membe
         raise InvalidRequest(f"{field}.join_revision", f"must be an integer >= 0, got {join_revision!r}")
     return Member(
         mid, subscriptions, tuple(owned), generation, float(capacity), rack, tuple(standby), tuple(learners),
-        MappingProxyType(lag), join_revision,
+        MappingProxyType(lag), join_revision, tuple(ready),
     )  # fmt: skip
 
 

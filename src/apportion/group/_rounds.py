@@ -46,8 +46,11 @@ A plan may also give a member standby and learner (warm-up) replicas of partitio
 them through ``on_replicas(standby, learners)`` (learners include the partitions the plan gives it that it has not
 claimed yet: they keep warming up until their previous owner releases them) and reports, in its next participation
 record, the replicas it holds and each one's lag (``replica_lags()``: partition -> offsets behind the partition's
-changelog end). While a plan has learners, every member wants a probing round ``probe_after_s`` (the strategy's
-``probing_rebalance_interval_s``) after the plan: the strategy then moves the actives whose learners are ready.
+changelog end). The plan also lists the replicas it found ready (``ready``); the next close passes them back to the
+strategy (``Member.ready``) so that a ready replica stays ready within a wider lag band (high_availability's
+hysteresis: a pure function of the cut and the previous plan). While a plan has learners, every member wants a
+probing round ``probe_after_s`` (the strategy's ``probing_rebalance_interval_s``) after the plan: the strategy then
+moves the actives whose learners are ready.
 
 Ownership (epochs are fencing tokens)
 -------------------------------------
@@ -62,7 +65,7 @@ import enum
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack
 
 from apportion.errors import CorruptRecord, InvalidRequest
@@ -453,16 +456,20 @@ class RoundsMember(FencedMember):
             assignment = {mid: list(previous["assignment"].get(mid, [])) for mid in ids}
             moves = min_moves = deferred = 0
             strategy = str(previous.get("strategy", config.strategy))
-            replicas = {k: previous[k] for k in ("standby", "learners") if k in previous}
+            replicas = {k: previous[k] for k in ("standby", "learners", "ready") if k in previous}
         else:
             part = _partitions(self.group).__getitem__
-            members = tuple(_member(mid, participants[mid], part, records[mid].create_revision) for mid in ids)
+            was_ready = (previous or {}).get("ready", {})  # the hysteresis of high_availability's readiness
+            members = tuple(
+                _member(mid, participants[mid], part, records[mid].create_revision, was_ready.get(mid, ()))
+                for mid in ids
+            )
             resource = Resource(self.group, config.partitions, stateful=config.stateful)
             plan = self._planner(AssignRequest(config.strategy, (resource,), members, config.options))
             assignment = {mid: sorted(p.index for p in plan.assignment.get(mid, ())) for mid in ids}
             moves, min_moves, deferred = plan.stats.moved, plan.stats.min_moves, plan.stats.deferred
             strategy = plan.strategy
-            for name, table in (("standby", plan.standby), ("learners", plan.learners)):
+            for name, table in (("standby", plan.standby), ("learners", plan.learners), ("ready", plan.ready)):
                 if any(table.values()):
                     replicas[name] = {mid: sorted(p.index for p in parts) for mid, parts in table.items() if parts}
             if plan.probe_after_s is not None:
@@ -559,8 +566,11 @@ class RoundsMember(FencedMember):
             self._on_replicas(list(standby), list(learners))
 
 
-def _member(mid: str, record: Mapping[str, Any], part: Callable[[int], Partition], joined: int) -> Member:
-    """A strategy's view of one participation record, created at revision ``joined``.
+def _member(
+    mid: str, record: Mapping[str, Any], part: Callable[[int], Partition], joined: int, was_ready: Sequence[int] = ()
+) -> Member:
+    """A strategy's view of one participation record, created at revision ``joined``; ``was_ready`` are the replicas
+    the previous plan called ready for this member (``Member.ready``: high_availability's hysteresis).
 
     ``joined`` is the member's join revision (``round_robin`` deals in that order): seed 0 numbers a round's
     participants by the versionstamps of their participation writes in the round's subspace ("if you wrote the lowest
@@ -581,6 +591,7 @@ def _member(mid: str, record: Mapping[str, Any], part: Callable[[int], Partition
         learners=tuple(map(part, record.get("learners", []))),
         lag={part(int(p)): int(n) for p, n in lag.items()},
         join_revision=joined,
+        ready=tuple(map(part, was_ready)),
     )
 
 

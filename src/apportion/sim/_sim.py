@@ -106,6 +106,9 @@ class SimConfig:
     options: Mapping[str, object] = field(default_factory=dict)
     state_records: int = 10_000
     restore_rate: float = 5_000.0
+    # lag noise: each reported lag is what is left to restore plus a draw in [0, lag_noise] (a changelog that keeps
+    # growing between restores), from a generator seeded by (seed, member): 0 draws nothing and changes no trace
+    lag_noise: int = 0
     # fixed churn instead of random events: (seconds after start, kind) or (seconds after start, kind, duration)
     script: tuple[tuple[float, str] | tuple[float, str, float], ...] = ()
 
@@ -143,10 +146,11 @@ class SimConfig:
 
 class _ReplicaModel:
     """A member's standby/learner replicas in virtual time: each restores at ``rate`` records/s from the moment a
-    plan gives it; its lag is what is left of ``records``."""
+    plan gives it; its lag is what is left of ``records``, plus a seeded draw in [0, ``noise``] per report."""
 
-    def __init__(self, clock: VirtualClock, records: int, rate: float) -> None:
-        self._clock, self._records, self._rate = clock, records, rate
+    def __init__(self, clock: VirtualClock, records: int, rate: float, noise: int = 0, seed: str = "") -> None:
+        self._clock, self._records, self._rate, self._noise = clock, records, rate, noise
+        self._rng = random.Random(seed)
         self._since: dict[int, float] = {}
 
     def on_replicas(self, standby: list[int], learners: list[int]) -> None:
@@ -155,7 +159,10 @@ class _ReplicaModel:
 
     def lags(self) -> dict[int, int]:
         now = self._clock.now()
-        return {p: max(0, self._records - int(self._rate * (now - t))) for p, t in self._since.items()}
+        lags = {p: max(0, self._records - int(self._rate * (now - t))) for p, t in self._since.items()}
+        if self._noise:
+            lags = {p: lag + self._rng.randint(0, self._noise) for p, lag in lags.items()}
+        return lags
 
 
 @dataclass
@@ -294,7 +301,8 @@ class Simulation:
             return CoordinatorMember(
                 store, self.group, mid, self.gconfig, max_in_flight=self.config.max_in_flight, **common
             )
-        model = _ReplicaModel(self.clock, self.config.state_records, self.config.restore_rate)
+        cfg = self.config
+        model = _ReplicaModel(self.clock, cfg.state_records, cfg.restore_rate, cfg.lag_noise, f"{cfg.seed}:{mid}")
         return RoundsMember(
             store, self.group, mid, self.gconfig, replica_lags=model.lags, on_replicas=model.on_replicas, **common
         )
