@@ -264,12 +264,16 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
     assert w4_learned, f"w4 was never given learners:\n{timeline_text}"
     moved_up = [h for h in up if h["target"] == "w4"]
     assert len(moved_up) == 2, f"{moved_up}\n{timeline_text}"
+    slowest = {w.id: w.log.slowest_batch_s() for w in processes}
     for h in [*moved_up, *down]:
         # warm: the new owner replays only the tail (<= the acceptable lag at its last report plus the batches
         # committed until the revocation), never the whole state, so the partition is without an active for one
-        # handoff (the batch in flight, release, claim) and a short restore
+        # handoff (the batch in flight, release, claim) and a short restore. A batch takes seconds on a loaded
+        # machine (a CI run beside other suites saw a 13.9 s gap against a fixed 10 s bound): the bound grows with
+        # the slowest batches the two workers ran
+        limit = 10.0 + 2 * (slowest[h["source"]] + slowest[h["target"]])
         assert h["records"] < h["committed"] / 2, h
-        assert h["gap_s"] < 10.0, h
+        assert h["gap_s"] < limit, (h, limit)
     assert down, "w1's partitions were not taken over"
 
     capsys.readouterr()
