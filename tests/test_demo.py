@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-SPARK = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]  # the demo's own processes
+# the demo's own processes (one Connect server, thin workers): its own xdist group, beside the Spark group's tests
+SPARK = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("demo")]
 
 
 def _spark(test: Any) -> Any:

@@ -65,7 +65,8 @@ def test_on_a_standalone_cluster_a_killed_spark_worker_a_killed_and_a_frozen_app
             300,
             context=lambda: timeline(processes),
         )
-        python_worker = int(sorted(gate.glob("running-*"))[0].read_text())
+        # the pid is in the marker's name (its content could be read half-written: a CI run read '')
+        python_worker = int(sorted(gate.glob("running-*"))[0].name.removeprefix("running-"))
         lineage = _ancestors(python_worker)
         index = next(i for i in range(cluster.workers) if cluster.worker_pid(i) in lineage)
         cluster.kill_worker(index)

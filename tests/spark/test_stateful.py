@@ -174,7 +174,8 @@ def moves(workers: list[Any]) -> list[dict[str, Any]]:
     return handoffs({**e, "worker": w.id} for w in workers for e in list(w.events))
 
 
-@pytest.mark.slow  # four worker JVMs on a 2-core machine: ~90 s
+@pytest.mark.slow  # four worker JVMs on a 2-core machine: ~90 s idle, ~4 min in make test
+@pytest.mark.xdist_group("stateful")  # its own processes only: beside the Spark group (make test's longest), not in it
 def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
     tmp_path: Path, processes: list[Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
