@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,19 +48,13 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     pytest.importorskip("grpc", reason="Spark Connect needs the spark extra's grpcio")
     from apportion.spark._serve import ConnectServer
 
-    server = ConnectServer("local[2]", free_port(), log_path=tmp_path_factory.mktemp("connect") / "server.log")
+    server = ConnectServer("local[2]", port=0, log_path=tmp_path_factory.mktemp("connect") / "server.log")
     try:
         server.start()
         server.check_session()
         yield server
     finally:
         server.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

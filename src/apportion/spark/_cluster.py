@@ -61,8 +61,8 @@ class StandaloneCluster:
         return f"spark://{LOCALHOST}:{self.port}"
 
     def executor_config(self) -> dict[str, str]:
-        """Settings for a driver on this cluster: one executor per worker, using all of its cores and most of its
-        memory, every core of the cluster."""
+        """Settings for a driver on this cluster: one executor per worker with all of its cores and 512 MiB (the
+        workers' default 1 GiB leaves room for its Python workers), every core of the cluster."""
         return {
             "spark.executor.cores": str(self.cores),
             "spark.executor.memory": "512m",
