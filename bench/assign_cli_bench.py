@@ -6,8 +6,10 @@ The request: one resource of P partitions, N members that owned a balanced plan 
 member left: its partitions are spread over the others (the "dry run of a big cluster" case). Each repeat runs, in
 this order and in fresh processes: `apportion assign --input FILE` (wall time and peak RSS of the child), the naive
 baseline (bench/naive_sticky.py behind stdlib json: read the same file, assign, write the assignment), and in-process
-phases (read + parse_request, plan(), plan_to_json + dumps) in one child. Medians over the repeats; the ratios are
-of medians from the same run.
+phases (read + loads_request, plan(), dumps_plan; then parse_request of the stdlib-decoded value) in one child.
+With ``--before DIR`` (a ``src/`` exported from an earlier commit, e.g. ``git archive 5c31e40 src | tar -x -C
+/tmp/before``) the same command runs with that source too, and must print the same plan. Medians over the repeats;
+the ratios are of medians from the same run.
 """
 
 from __future__ import annotations
@@ -37,8 +39,7 @@ sys.stdout.write(json.dumps({{"assignment": out}}) + "\\n")
 
 PHASES = """
 import json, resource, sys, time
-from apportion.assign import loads_request, plan
-from apportion.assign import dumps_plan
+from apportion.assign import dumps_plan, loads_request, parse_request, plan
 t0 = time.perf_counter()
 text = open(sys.argv[1], encoding="utf-8").read()
 req = loads_request(text)
@@ -47,8 +48,13 @@ result = plan(req)
 t2 = time.perf_counter()
 out = dumps_plan(result)
 t3 = time.perf_counter()
-print(json.dumps({"parse": t1 - t0, "plan": t2 - t1, "output": t3 - t2, "bytes": len(out),
-                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+del req, result, out
+obj = json.loads(text)
+t4 = time.perf_counter()
+parse_request(obj)
+t5 = time.perf_counter()
+print(json.dumps({"parse": t1 - t0, "plan": t2 - t1, "output": t3 - t2, "parse_request": t5 - t4, "rss_mib": rss}))
 """
 
 
@@ -65,11 +71,12 @@ def write_request(path: Path, partitions: int, members: int) -> None:
     path.write_text(json.dumps(req), encoding="utf-8")
 
 
-def run_rss(argv: list[str]) -> tuple[float, float, bytes]:
-    """Wall seconds, the child's own peak RSS (MiB, from wait4) and its stdout."""
+def run_rss(argv: list[str], pythonpath: str) -> tuple[float, float, bytes]:
+    """Wall seconds, the child's own peak RSS (MiB, from wait4) and its stdout; ``apportion`` from ``pythonpath``."""
+    env = {**os.environ, "PYTHONPATH": pythonpath}
     t = time.perf_counter()
     with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
-        pid = os.posix_spawn(argv[0], argv, dict(os.environ), file_actions=[
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=[
             (os.POSIX_SPAWN_DUP2, out_file.fileno(), 1),
             (os.POSIX_SPAWN_DUP2, err_file.fileno(), 2),
         ])  # fmt: skip
@@ -89,51 +96,63 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--request", type=Path, help="reuse this request file (written if missing)")
+    parser.add_argument("--before", type=Path, help="a src/ directory of an earlier apportion, run the same way")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="assign-cli-bench-"))
     path = args.request or tmp / "request.json"
     if not path.exists():
         write_request(path, args.partitions, args.members)
     python = sys.executable
-    apportion = str(Path(python).parent / "apportion")
     naive_py = tmp / "naive_cli.py"
     naive_py.write_text(NAIVE_CLI.format(here=str(HERE)))
     phases_py = tmp / "phases.py"
     phases_py.write_text(PHASES)
-    cli_runs: list[tuple[float, float]] = []
-    naive_runs: list[tuple[float, float]] = []
+    src = str(HERE.parent / "src")
+    cli = [python, "-m", "apportion.cli", "assign", "--input", str(path)]
+    runs: dict[str, list[tuple[float, float]]] = {"cli": [], "before": [], "naive": []}
     phase_runs: list[dict[str, float]] = []
     for _ in range(args.repeat):
-        wall, rss, out = run_rss([apportion, "assign", "--input", str(path)])
-        cli_runs.append((wall, rss))
+        wall, rss, out = run_rss(cli, src)
+        runs["cli"].append((wall, rss))
         assert out.startswith(b'{"assignment":'), out[:100]
-        wall, rss, _ = run_rss([python, str(naive_py), str(path)])
-        naive_runs.append((wall, rss))
-        _, _, out = run_rss([python, str(phases_py), str(path)])
+        if args.before:
+            wall, rss, before = run_rss(cli, str(args.before))
+            runs["before"].append((wall, rss))
+            assert json.loads(before) == json.loads(out), "the plan differs from the one before"
+        wall, rss, _ = run_rss([python, str(naive_py), str(path)], src)
+        runs["naive"].append((wall, rss))
+        _, _, out = run_rss([python, str(phases_py), str(path)], src)
         phase_runs.append(json.loads(out))
-    cli_s = statistics.median(w for w, _ in cli_runs)
-    naive_s = statistics.median(w for w, _ in naive_runs)
-    phase = {k: statistics.median(r[k] for r in phase_runs) for k in ("parse", "plan", "output", "rss_mib")}
+    cli_s = statistics.median(w for w, _ in runs["cli"])
+    naive_s = statistics.median(w for w, _ in runs["naive"])
+    keys = ("parse", "plan", "output", "parse_request", "rss_mib")
+    phase = {k: statistics.median(r[k] for r in phase_runs) for k in keys}
     load = os.getloadavg()[0]
+    before = f" --before {args.before}" if args.before else ""
     print(f"command: .venv/bin/python bench/assign_cli_bench.py --partitions {args.partitions} "
-          f"--members {args.members} --repeat {args.repeat}")  # fmt: skip
+          f"--members {args.members} --repeat {args.repeat}{before}")  # fmt: skip
     print(f"python {sys.version.split()[0]}, request {path.stat().st_size / 1e6:.0f} MB, load average {load:.1f} "
           f"on {os.cpu_count()} cores; medians of {args.repeat} alternating runs")  # fmt: skip
     print()
     print("| what | wall (median) | runs | peak RSS |")
     print("|---|---:|---|---:|")
 
-    def row(name: str, runs: list[tuple[float, float]]) -> None:
-        walls = ", ".join(f"{w:.2f}" for w, _ in runs)
-        rss = statistics.median(r for _, r in runs)
-        print(f"| {name} | {statistics.median(w for w, _ in runs):.2f} s | {walls} | {rss:.0f} MiB |")
+    def row(name: str, measured: list[tuple[float, float]]) -> None:
+        walls = ", ".join(f"{w:.2f}" for w, _ in measured)
+        rss = statistics.median(r for _, r in measured)
+        print(f"| {name} | {statistics.median(w for w, _ in measured):.2f} s | {walls} | {rss:.0f} MiB |")
 
-    row("`apportion assign --input FILE` (JSON in -> JSON out)", cli_runs)
-    row("naive greedy sticky behind stdlib json (same file)", naive_runs)
+    row("`apportion assign --input FILE` (JSON in -> JSON out)", runs["cli"])
+    if args.before:
+        row(f"the same command with the source at {args.before}", runs["before"])
+    row("naive greedy sticky behind stdlib json (same file)", runs["naive"])
     print(f"| in process: read + `loads_request` | {phase['parse']:.2f} s | | |")
     print(f"| in process: `plan()` | {phase['plan']:.2f} s | | |")
     print(f"| in process: `dumps_plan` | {phase['output']:.2f} s | | {phase['rss_mib']:.0f} MiB (whole child) |")
+    print(f"| in process: `parse_request(json.loads(text))`, the parse alone | {phase['parse_request']:.2f} s | | |")
     print()
+    if args.before:
+        print(f"before / now = {statistics.median(w for w, _ in runs['before']) / cli_s:.2f}x; ", end="")
     print(f"CLI / plan() = {cli_s / phase['plan']:.2f}x (goal <= 2x); naive / CLI = {naive_s / cli_s:.2f}x "
           "(goal >= 4x)")  # fmt: skip
 

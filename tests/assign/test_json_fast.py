@@ -65,6 +65,29 @@ def test_a_big_valid_list_in_any_order_of_several_resources_parses_as_the_walk_d
 
 
 @pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("t-16543", -1, "members.C0.lag.t-16543: must be an integer >= 0, got -1"),
+        ("t-16543", True, "members.C0.lag.t-16543: must be an integer >= 0, got True"),
+        ("t-x", 5, "members.C0.lag.t-x: 't-x' is not <resource>-<index> (index in ASCII digits)"),
+        ("t-20000", 5, "members.C0.lag.t-20000: 't-20000' is out of range (t has 20000 partitions)"),
+    ],
+)
+def test_a_bad_lag_deep_in_a_big_map_is_named_by_its_exact_path(key: str, value: object, message: str) -> None:
+    lag: dict[str, Any] = {f"t-{i}": i for i in range(BIG)}
+    del lag["t-16543"]
+    lag[key] = value
+    text = json.dumps({"strategy": "high_availability", "resources": {"t": BIG}, "members": {"C0": {"lag": lag}}})
+    assert error_of(text) == message
+
+
+def test_a_big_lag_map_parses_as_the_walk_does() -> None:
+    lag = {f"t-{i}": i * 7 for i in range(BIG - 1, -1, -2)} | {"t-0000002": 3}
+    text = json.dumps({"strategy": "high_availability", "resources": {"t": BIG}, "members": {"C0": {"lag": lag}}})
+    assert loads_request(text).members[0].lag == {Partition.parse(k): v for k, v in lag.items()}
+
+
+@pytest.mark.parametrize(
     "text",
     [
         '{"strategy": "sticky", "members": {"a": {}, "a": {}}}',

@@ -323,6 +323,10 @@ def _walk(raw: list[Any], field: str, resources: Mapping[str, Resource]) -> list
 def _lag(raw: object, field: str, resources: Mapping[str, Resource]) -> dict[Partition, int]:
     """``{"t1-0": 120, ...}``: offsets behind the partition's changelog end (high availability)."""
     obj = _object(raw, field)
+    if obj and set(map(type, obj.values())) == {int} and min(obj.values()) >= 0:
+        parts = _columnar(list(obj), resources)  # None: a bad or twice-named partition, which the walk words
+        if parts is not None:
+            return dict(zip(parts, obj.values(), strict=True))
     out: dict[Partition, int] = {}
     for text, value in obj.items():
         where = f"{field}.{text}"
