@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -71,9 +72,15 @@ def write_request(path: Path, partitions: int, members: int) -> None:
     path.write_text(json.dumps(req), encoding="utf-8")
 
 
+PYCACHE = tempfile.mkdtemp(prefix="assign-cli-bench-pycache-")
+
+
 def run_rss(argv: list[str], pythonpath: str) -> tuple[float, float, bytes]:
-    """Wall seconds, the child's own peak RSS (MiB, from wait4) and its stdout; ``apportion`` from ``pythonpath``."""
-    env = {**os.environ, "PYTHONPATH": pythonpath}
+    """Wall seconds, the child's own peak RSS (MiB, from wait4) and its stdout; ``apportion`` from ``pythonpath``.
+    Bytecode is cached (in a temporary prefix) as an installed package has it, whatever PYTHONDONTWRITEBYTECODE says:
+    compiling every module on every run would add ~0.5 s to each command."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env |= {"PYTHONPATH": pythonpath, "PYTHONPYCACHEPREFIX": PYCACHE}
     t = time.perf_counter()
     with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
         pid = os.posix_spawn(argv[0], argv, env, file_actions=[
@@ -88,6 +95,50 @@ def run_rss(argv: list[str], pythonpath: str) -> tuple[float, float, bytes]:
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{argv} failed: {err.decode()[-2000:]}")
     return wall, usage.ru_maxrss / 1024, out
+
+
+def libraries(path: Path, repeat: int) -> None:
+    """Decode and encode of the request itself with the standard library, orjson and msgspec (medians, alternating):
+    what chose msgspec. orjson is not a dependency: ``pip install orjson`` to include it."""
+    import msgspec
+
+    text = path.read_text(encoding="utf-8")
+    data = path.read_bytes()
+
+    def no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        out = dict(pairs)
+        if len(out) != len(pairs):
+            raise ValueError("duplicate key")
+        return out
+
+    cases: dict[str, Callable[[], object]] = {
+        "json.loads": lambda: json.loads(text),
+        "json.loads with the duplicate-key hook (as before)": lambda: json.loads(text, object_pairs_hook=no_duplicates),
+        "msgspec.json.decode": lambda: msgspec.json.decode(data),
+    }
+    value = json.loads(text)
+    encoders: dict[str, Callable[[], object]] = {
+        "json.dumps": lambda: json.dumps(value),
+        "msgspec.json.encode": lambda: msgspec.json.encode(value),
+    }
+    try:
+        import orjson
+
+        cases["orjson.loads"] = lambda: orjson.loads(data)
+        encoders["orjson.dumps"] = lambda: orjson.dumps(value)
+    except ImportError:
+        pass
+    times: dict[str, list[float]] = {name: [] for name in [*cases, *encoders]}
+    for _ in range(repeat):
+        for name, fn in [*cases.items(), *encoders.items()]:
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    print()
+    print("| decode / encode the request (in process) | median |")
+    print("|---|---:|")
+    for name, measured in times.items():
+        print(f"| `{name}` | {statistics.median(measured) * 1000:.0f} ms |")
 
 
 def main() -> None:
@@ -111,6 +162,10 @@ def main() -> None:
     cli = [python, "-m", "apportion.cli", "assign", "--input", str(path)]
     runs: dict[str, list[tuple[float, float]]] = {"cli": [], "before": [], "naive": []}
     phase_runs: list[dict[str, float]] = []
+    for warm_up in ([python, "-c", "import apportion.cli"], [python, "-c", "import json"]):  # bytecode caches
+        run_rss(warm_up, src)
+        if args.before:
+            run_rss(warm_up, str(args.before))
     for _ in range(args.repeat):
         wall, rss, out = run_rss(cli, src)
         runs["cli"].append((wall, rss))
@@ -153,6 +208,8 @@ def main() -> None:
     print()
     if args.before:
         print(f"before / now = {statistics.median(w for w, _ in runs['before']) / cli_s:.2f}x; ", end="")
+    libraries(path, args.repeat)
+    print()
     print(f"CLI / plan() = {cli_s / phase['plan']:.2f}x (goal <= 2x); naive / CLI = {naive_s / cli_s:.2f}x "
           "(goal >= 4x)")  # fmt: skip
 

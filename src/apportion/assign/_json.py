@@ -17,8 +17,8 @@ Partitions are ``<resource>-<index>``, split at the last hyphen. Every problem r
 the field, e.g. ``members.C0.owned[2]: 't1-12' is out of range (t1 has 10 partitions)``.
 
 Speed (a request of a million partitions is ~12 MB): the text is decoded by msgspec when it can vouch for the result
-(no backslash escapes, no duplicate key: see :func:`_decode_fast`), else by the standard library, which also words
-every syntax error. Each partition list is first checked as a column (every string at once, by C-level passes:
+(no duplicate key was dropped: see :func:`_decode_fast`), else by the standard library, which also words every
+syntax error. Each partition list is first checked as a column (every string at once, by C-level passes:
 :func:`_columnar`); only a list that fails those checks is walked one partition at a time, and that walk raises the
 exact error (field path and value) or accepts what the column checks were too strict for (e.g. ``t-00000001``).
 """
@@ -50,6 +50,7 @@ _MEMBER = (
 _DECODER = msgspec.json.Decoder()
 _third = operator.itemgetter(2)
 _ENCODER = msgspec.json.Encoder()
+_INT_LIST = msgspec.json.Decoder(list[int])
 _PARTITION_FORMAT = "%s-%s"  # Partition.__str__, applied to the (resource, index) tuple without a Python call
 _KEY_END = re.compile(r'"[ \t\n\r]*:')
 
@@ -286,16 +287,26 @@ def _columnar(raw: list[Any], resources: Mapping[str, Resource]) -> list[Partiti
 
 
 def _one_resource(raw: list[str], prefix: str) -> list[int] | None:
-    """The indices when every string is ``prefix`` then digits, else None (``prefix`` holds no newline).
+    """The indices when every string is ``prefix`` then ASCII digits, else None (``prefix`` holds no newline).
 
-    One split does it: with the strings joined by newlines behind a newline, splitting at newline + prefix leaves
-    exactly one piece per string, each all digits, only when every string is prefix + digits (a string without the
-    prefix leaves a newline in a piece; one holding newline + prefix, an extra piece)."""
-    pieces = ("\n" + "\n".join(raw)).split("\n" + prefix)
-    if len(pieces) != len(raw) + 1 or pieces[0]:
+    The strings joined behind newlines, with each newline + prefix replaced by a comma, are the indices as a JSON
+    list, decoded in C. That holds only when every string is prefix + digits: the joined text has no comma of its
+    own, so the n commas of the result are n replacements, and a result of digits and commas alone has no newline
+    left, so each string was prefix + digits (an empty or zero-led index is no JSON number: None)."""
+    joined = "\n" + "\n".join(raw)
+    if "," in joined:
         return None
-    del pieces[0]
-    return _indices(pieces)
+    numbers = joined.replace("\n" + prefix, ",")
+    if numbers.count(",") != len(raw) or not numbers.startswith(","):
+        return None
+    digits = numbers.replace(",", "")
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    try:
+        ints: list[int] = _INT_LIST.decode(f"[{numbers[1:]}]")
+    except msgspec.DecodeError:
+        return None
+    return ints
 
 
 def _partition_list(raw: object, field: str, resources: Mapping[str, Resource]) -> list[Partition]:
@@ -342,12 +353,13 @@ def _names(parts: Sequence[Partition]) -> list[str]:
 
 
 def _raw_names(parts: Sequence[Partition]) -> msgspec.Raw:
-    """The JSON text of ``_names(parts)``; for one resource, its escaped prefix joined with the indices."""
+    """The JSON text of ``_names(parts)``. For one resource: its indices encoded as a JSON list of ints (in C), each
+    comma then widened to ``","<resource>-``."""
     if len(set(map(_first, parts))) != 1:
         return msgspec.Raw(_ENCODER.encode(_names(parts)))
-    quoted = _ENCODER.encode(f"{parts[0][0]}-")[:-1].decode()  # '"t-'
-    indices = ('",' + quoted).join(map(str, map(_second, parts)))
-    return msgspec.Raw(f'[{quoted}{indices}"]')
+    quoted = _ENCODER.encode(f"{parts[0][0]}-")[:-1]  # b'"t-'
+    indices = _ENCODER.encode(list(map(_second, parts)))[1:-1].replace(b",", b'",' + quoted)
+    return msgspec.Raw(b"[" + quoted + indices + b'"]')
 
 
 def plan_to_json(plan: Plan, names: Callable[[Sequence[Partition]], object] = _names) -> dict[str, Any]:
