@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import pickle
 import threading
 
@@ -65,3 +66,26 @@ def test_plan_moves_read_by_many_threads_at_once_are_the_same_tuple() -> None:
     for t in threads:
         t.join()
     assert seen == [expected] * 8
+
+
+def test_planning_leaves_the_callers_gc_switch_and_frozen_objects_as_they_were() -> None:
+    def big_plan() -> Plan:
+        return plan(request("sticky", {"t": 20_000}, [Member(f"m{i}") for i in range(10)]))
+
+    assert gc.isenabled()
+    frozen_before = gc.get_freeze_count()
+    try:
+        gc.disable()
+        tuple(big_plan().moves)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    tuple(big_plan().moves)
+    assert gc.isenabled() and gc.get_freeze_count() == frozen_before
+    gc.freeze()  # a pre-fork server froze its objects: planning must not unfreeze them
+    try:
+        frozen = gc.get_freeze_count()
+        tuple(big_plan().moves)
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

@@ -37,6 +37,7 @@ Kafka-balanced plans is not computed.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import ClassVar
@@ -98,7 +99,7 @@ def _constrained(problem: Problem) -> Plan:
     q, r = divmod(size, n)
     min_moves = problem_min_moves(problem)
     at_max = 0
-    assignment: list[list[int]] = []
+    assignment: list[Sequence[int]] = []
     dropped_from: dict[int, int] = {}
     setter = taken.__setitem__
     # Phase 1: keep previous partitions up to the quota, honouring how many members may hold q + 1.
@@ -117,13 +118,16 @@ def _constrained(problem: Problem) -> Plan:
         for _ in map(setter, kept, repeat(1)):
             pass
         assignment.append(kept)
-    free = list(compress(range(problem.total), taken.translate(_INVERT)))
+    # From scratch (nothing kept) ``free`` is a range: no million int objects, and each member's share is a range.
+    free: Sequence[int] = range(problem.total)
+    if taken.find(1) >= 0:
+        free = list(compress(free, taken.translate(_INVERT)))
     order = problem.interleaved(free)  # the seed's order: t0-0, t1-0, t0-1, t1-1, ...
     # Phase 2: fill members below q (up to q + 1 while allowed), then one each to members at q, popping partitions
     # off ``order``. With one resource ``order`` is ``free``: the moves, by partition, are free[:pos] with the
     # targets in hand-out order; else the targets are looked up by partition.
     pos = 0
-    fresh: list[list[int]] = [[] for _ in range(n)]
+    fresh: list[Sequence[int]] = [[] for _ in range(n)]
     targets: list[int] = []
     for m in range(n):
         have = len(assignment[m])
@@ -138,7 +142,7 @@ def _constrained(problem: Problem) -> Plan:
         if at_max >= r or pos >= len(order):
             break
         if len(assignment[m]) + len(fresh[m]) == q:
-            fresh[m].append(order[pos])
+            fresh[m] = [*fresh[m], order[pos]]
             targets.append(m)
             pos += 1
             at_max += 1
@@ -149,13 +153,13 @@ def _constrained(problem: Problem) -> Plan:
         for m, new in enumerate(fresh):
             for _ in map(target_setter, new, repeat(m)):
                 pass
-            new.sort()
+            fresh[m] = sorted(new)
         moved = free if pos == len(free) else sorted(order[:pos])
         targets = list(map(target_of.__getitem__, moved))
     for m in range(n):
         new = fresh[m]
         if new:
-            assignment[m] = sorted(assignment[m] + new) if assignment[m] else new
+            assignment[m] = sorted([*assignment[m], *new]) if assignment[m] else new
     sources = list(map(dropped_from.get, moved, repeat(-1))) if dropped_from else [-1] * pos
     moves = MoveColumns(moved, sources, targets)
     return to_plan(problem, assignment, moves, min_moves)
