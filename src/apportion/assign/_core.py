@@ -436,7 +436,12 @@ class _MoveSource:
             indices = map(sub, parts, map(start.__getitem__, rs))
             move_parts = map(_new_tuple, repeat(Partition), zip(map(names.__getitem__, rs), indices, strict=True))
         source_names: list[str | None] = [None, *self.ids]  # index owner + 1: -1 (nobody) -> None
-        sources = map(source_names.__getitem__, map((1).__add__, self.columns.sources))
+        column = self.columns.sources
+        sources: Iterable[str | None] = (
+            repeat(None, len(column))  # placements only (from scratch)
+            if column.count(-1) == len(column)
+            else map(source_names.__getitem__, map((1).__add__, column))
+        )
         targets = map(self.ids.__getitem__, self.columns.targets)
         # tuple.__new__(Move, row) over zipped columns runs entirely in C
         return tuple(map(_new_tuple, repeat(Move), zip(move_parts, sources, targets, strict=True)))
