@@ -225,7 +225,9 @@ class Worker:
         return None
 
     def stop(self, timeout_s: float | None = None) -> None:
-        """Leave gracefully (on_revoked, release, delete membership) and wait; re-raise a callback error."""
+        """Leave gracefully and wait; re-raise a callback error. Rounds mode first has a round planned without this
+        worker and hands its partitions over as that plan says (up to MRI + RST, at most MRI + RST + ttl; the
+        partitions stay owned meanwhile); then on_revoked for what is left, release, delete membership."""
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)

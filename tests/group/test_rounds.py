@@ -109,6 +109,36 @@ def test_planned_leave_hands_each_partition_over_at_its_release_not_a_round_late
     assert {e["partition"] for e in releases} == set(before["c"])
 
 
+def test_a_planned_leave_costs_one_round_even_when_others_hear_of_its_end_with_its_plan() -> None:
+    h = Harness()
+    for mid in ("a", "b", "c"):
+        h.add(mid)
+    h.run(2.0)
+    leaver = h.members["c"]
+    leaver.begin_leave(h.clock.now())
+
+    def closed() -> int:
+        return sum(1 for e in history(h.store, "g") if e["type"] == "round_closed")
+
+    before = closed()
+    while closed() == before:  # step one member at a time; stop at the close, before anyone applies the plan
+        h.clock.advance(0.01)
+        for member in h.members.values():
+            member.keepalive(h.clock.now())
+            member.step(h.clock.now())
+            if closed() > before:
+                break
+    while not leaver.leave_ready(h.clock.now()):  # the leaver alone hands over and leaves
+        h.clock.advance(0.01)
+        leaver.step(h.clock.now())
+    leaver.leave()
+    del h.members["c"]
+    h.run(3.0)  # a and b hear the plan and the leaver's end in one step
+    assert closed() == before + 1, "the leaver's end asked for another round after the plan made without it"
+    assert all(m.stable() for m in h.members.values())
+    assert sorted(h.owners()) == list(range(12))
+
+
 def test_immediate_leave_leaves_the_partitions_unowned_for_a_round() -> None:
     h = Harness()
     for mid in ("a", "b", "c"):

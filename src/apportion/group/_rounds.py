@@ -333,8 +333,14 @@ class RoundsMember(FencedMember):
                 self._leaving.add(mid)
             else:
                 self._leaving.discard(mid)
-            if (announced or not alive) and mid != self.id and mid in self._participants:
-                self._need(event.revision)
+            if (announced or not alive) and mid != self.id and mid in self._participants and not self._newer_plan():
+                self._need(event.revision)  # (a newer plan is checked against _dead and _leaving when applied)
+
+    def _newer_plan(self) -> bool:
+        """A plan newer than the applied one has been seen: a departure is judged against that plan's participants
+        when it is applied (a leaver's end heard with the plan made without it asks for no further round)."""
+        seen = self._plan_event
+        return seen is not None and seen[0] > self._plan_round
 
     def _need(self, revision: int) -> None:
         self._need_since = revision if self._need_since is None else min(self._need_since, revision)
