@@ -64,6 +64,14 @@ def test_graceful_leave_moves_only_the_leavers_partitions() -> None:
         assert set(before[mid]) <= set(after[mid])
 
 
+def _settled(*members: str) -> Harness:
+    h = Harness()
+    for mid in members:
+        h.add(mid)
+    h.run(2.0)
+    return h
+
+
 def _leave_planned(h: Harness, mid: str, limit_s: float) -> float:
     """Begin ``mid``'s planned leave, step everyone until it is ready, then leave; return how long it took."""
     member = h.members[mid]
@@ -87,10 +95,7 @@ def _handoff_gaps(h: Harness, leaver: str) -> dict[int, float]:
 
 
 def test_planned_leave_hands_each_partition_over_at_its_release_not_a_round_later() -> None:
-    h = Harness()
-    for mid in ("a", "b", "c"):
-        h.add(mid)
-    h.run(2.0)
+    h = _settled("a", "b", "c")
     before = h.assignment()
     h.log.calls.clear()
     took = _leave_planned(h, "c", FAST.min_interval_s + FAST.settle_s + FAST.ttl_s)
@@ -110,10 +115,7 @@ def test_planned_leave_hands_each_partition_over_at_its_release_not_a_round_late
 
 
 def test_a_planned_leave_costs_one_round_even_when_others_hear_of_its_end_with_its_plan() -> None:
-    h = Harness()
-    for mid in ("a", "b", "c"):
-        h.add(mid)
-    h.run(2.0)
+    h = _settled("a", "b", "c")
     leaver = h.members["c"]
     leaver.begin_leave(h.clock.now())
 
@@ -140,10 +142,7 @@ def test_a_planned_leave_costs_one_round_even_when_others_hear_of_its_end_with_i
 
 
 def test_immediate_leave_leaves_the_partitions_unowned_for_a_round() -> None:
-    h = Harness()
-    for mid in ("a", "b", "c"):
-        h.add(mid)
-    h.run(2.0)
+    h = _settled("a", "b", "c")
     h.log.calls.clear()
     h.members["c"].leave()
     del h.members["c"]
@@ -152,27 +151,19 @@ def test_immediate_leave_leaves_the_partitions_unowned_for_a_round() -> None:
 
 
 def test_members_leaving_together_or_alone_do_not_wait_for_a_plan() -> None:
-    h = Harness()
-    for mid in ("a", "b", "c"):
-        h.add(mid)
-    h.run(2.0)
+    h = _settled("a", "b", "c")
     for member in h.members.values():
         member.begin_leave(h.clock.now())
     h.run(0.05)  # each hears that the others leave too: nobody is left to plan for
     assert all(m.leave_ready(h.clock.now()) for m in h.members.values())
-    alone = Harness()
-    alone.add("a")
-    alone.run(2.0)
+    alone = _settled("a")
     assert alone.members["a"].owned()
     alone.members["a"].begin_leave(alone.clock.now())
     assert alone.members["a"].leave_ready(alone.clock.now())
 
 
 def test_planned_leave_gives_up_waiting_at_its_bound_when_no_plan_comes() -> None:
-    h = Harness()
-    h.add("a")
-    h.add("b")
-    h.run(2.0)
+    h = _settled("a", "b")
     h.frozen.add("b")  # b never joins the leave's round, but its lease lives on: keep it alive
     leaver = h.members["a"]
     started = h.clock.now()
