@@ -634,7 +634,10 @@ class RoundsMember(FencedMember):
 
 
 def _says_leaving(kv: KeyValue) -> bool:
-    """A ``members/<id>`` record announces a planned leave (a corrupt one announces nothing)."""
+    """A ``members/<id>`` record announces a planned leave (a corrupt one announces nothing). Every member hears
+    every registration (O(members²) events in a large group): only a record that mentions the key is decoded."""
+    if b'"leaving"' not in kv.value:
+        return False
     try:
         return bool(decode(kv.value, kv.key).get("leaving"))
     except CorruptRecord:
