@@ -26,8 +26,9 @@ Member lifecycle shared by all protocols: ``step`` starts the member when it has
 create the resource definition, grant the lease, register ``members/<id>`` lease-bound if no other registration
 holds the id: a holder that is dead lets go within its ttl, a live one makes this member fail after 1.5 ttl unless
 ``replace`` fences it), then hands over to the
-protocol's ``_advance``; ``leave`` revokes everything (on_revoked), releases and revokes the lease; a lapse (local
-deadline or lease gone) calls on_lost for everything and starts over.
+protocol's ``_advance``; ``leave`` revokes everything (on_revoked), releases and revokes the lease (a protocol may
+first plan the handoff: ``begin_leave``, step until ``leave_ready``, then ``leave``); a lapse (local deadline or
+lease gone) calls on_lost for everything and starts over.
 """
 
 from __future__ import annotations
@@ -541,6 +542,15 @@ class FencedMember:
 
     def _reset(self) -> None:
         """Forget the protocol state after a lapse; the member starts over (hook)."""
+
+    def begin_leave(self, now: float) -> None:
+        """Start a planned leave (hook): a protocol that can plan the handoff first (rounds) keeps its partitions
+        until a plan without this member moves them, so that each one is unowned only from its release to its new
+        owner's claim; keep stepping until ``leave_ready``, then call ``leave``."""
+
+    def leave_ready(self, now: float) -> bool:
+        """True once ``leave`` may run: the planned handoff is done, or could not be planned in time (hook)."""
+        return True
 
     def leave(self) -> None:
         """Graceful leave: on_revoked for everything, commit is the callback's job, release, drop membership."""
