@@ -274,8 +274,9 @@ class FencedMember:
         self._trace("renew", deadline=deadline)
         return True
 
-    def commit(self, partition: int, checkpoint: str, *, epoch: int | None = None) -> None:
-        """Record ``checkpoint`` for ``partition`` if this member still owns it with ``epoch``; else raise Fenced."""
+    def commit(self, partition: int, checkpoint: str, *, epoch: int | None = None) -> int:
+        """Record ``checkpoint`` for ``partition`` if this member still owns it with ``epoch``; else raise Fenced.
+        Returns the store revision of the commit's transaction."""
         if not isinstance(checkpoint, str):
             raise InvalidRequest("checkpoint", "must be a string")
         now = self._clock.now()
@@ -287,8 +288,9 @@ class FencedMember:
             raise Fenced(f"partition {partition} is not owned by {self.id}")
         if current == use and left > 0:
             with self.store.time_limit(left):
-                if self.commit_txn(partition, checkpoint, use, now):
-                    return
+                revision = self.commit_txn(partition, checkpoint, use, now)
+                if revision:
+                    return revision
                 rejected = True
         else:
             rejected = False  # refused here: the belief in (partition, epoch) has ended; no store call
@@ -303,16 +305,17 @@ class FencedMember:
                 self._put_event("fenced", now, partitions=[partition], epochs=[use])
         raise Fenced(f"partition {partition}: epoch {use} of {self.id} is no longer the owner's")
 
-    def commit_txn(self, partition: int, checkpoint: str, epoch: int, now: float) -> bool:
+    def commit_txn(self, partition: int, checkpoint: str, epoch: int, now: float) -> int:
         """The fence itself, without the local-deadline check: ``txn([owner/p == (me, epoch)], [put commit/p])``.
-        True when the store accepted the commit."""
+        The store revision of the accepted commit; 0 when the store refused it."""
         record = encode({"checkpoint": checkpoint, "epoch": epoch, "member": self.id})
         ops: list[Op] = [Put(self.keys.commit(partition), record)]
         ops += self._recorder.put("commit", now, partitions=[partition], epochs=[epoch], checkpoint=checkpoint)
         result = self.store.txn([value_is(self.keys.owner(partition), self._owner_value(epoch))], ops)
-        if result.succeeded:
-            self._trace("commit", partition=partition, epoch=epoch)
-        return result.succeeded
+        if not result.succeeded:
+            return 0
+        self._trace("commit", partition=partition, epoch=epoch, revision=result.revision)
+        return result.revision
 
     @property
     def claiming(self) -> int:
