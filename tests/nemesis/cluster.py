@@ -33,6 +33,7 @@ import httpx
 from apportion.store import connect
 from apportion.waiting import wait_for
 from tests.etcd_server import EtcdServer
+from tests.nemesis.checker import read_jsonl
 from tests.nemesis.netns import Host, Network
 
 PARTITIONS = 12
@@ -98,19 +99,6 @@ class WorkerProcess:
 
     def events(self) -> list[dict[str, Any]]:
         return read_jsonl(self.history)
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The JSON-object lines of ``path`` (others, e.g. a line cut by kill -9, are skipped)."""
-    out: list[dict[str, Any]] = []
-    if not path.exists():
-        return out
-    for line in path.read_text(errors="replace").splitlines():
-        with contextlib.suppress(ValueError):
-            value = json.loads(line)
-            if isinstance(value, dict):
-                out.append(value)
-    return out
 
 
 class Deployment:
