@@ -120,12 +120,18 @@ def check(
     _check_durability(workers, committed, report)
     beliefs = _beliefs(workers, journal)
     _check_beliefs(beliefs, report, slack_s, set(skewed))
-    times = [float(e["time"]) for events in workers.values() for e in events if "time" in e]
+    times = [_t(e) for events in workers.values() for e in events if "time" in e]
     times += [float(e["time"]) for e in journal]
     ends = [float(e["time"]) for e in journal if e.get("event") == "end"]  # the harness stopped observing
     if times:
         _availability(beliefs, workers, journal, partitions, min(times), min(ends or [max(times)]), report)
     return report
+
+
+def _t(event: Mapping[str, Any]) -> float:
+    """When a worker's event happened: ``seen`` (the harness's real clock as the line arrived) when the harness
+    stamped it, else the worker's own ``time``."""
+    return float(event.get("seen", event.get("time", 0.0)))
 
 
 def _partition(key: str, kind: str) -> int | None:
@@ -223,8 +229,8 @@ def _beliefs(
                 if start is not None:
                     out[p].append((start, at, member))
 
-        for event in sorted(events, key=lambda e: float(e.get("time", 0.0))):
-            t, kind = float(event.get("time", 0.0)), event.get("event")
+        for event in sorted(events, key=lambda e: _t(e)):
+            t, kind = _t(event), event.get("event")
             while kills and kills[0] < t:  # the process died before this event: beliefs ended then
                 close(list(held), kills.pop(0))
             if kind == "assigned":
@@ -296,8 +302,8 @@ def _availability(
             cursor = max(cursor, e)
     for events in workers.values():
         for event in events:
-            kind = fault_at(float(event.get("time", 0.0)))
-            if kind is None or float(event.get("time", 0.0)) > end:
+            kind = fault_at(_t(event))
+            if kind is None or _t(event) > end:
                 continue
             if event.get("event") == "fenced":
                 stats[kind]["fenced"] += 1

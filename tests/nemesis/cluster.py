@@ -23,8 +23,9 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,6 +41,7 @@ PARTITIONS = 12
 COMMIT_EVERY_S = 0.2
 CLIENT_PORT, PEER_PORT = 2379, 2380
 APPORTION = str(Path(sys.executable).with_name("apportion"))
+SKEWED_CLOCK = Path(__file__).with_name("skewed_clock")
 
 
 class Journal:
@@ -58,20 +60,51 @@ class Journal:
 
 
 class WorkerProcess:
-    """One `apportion worker` on its own host; stdout appended to its history file."""
+    """One `apportion worker` on its own host. Its stdout is read by a thread of the harness, which adds ``seen``
+    (the harness's real clock when the line arrived) to each event line and appends it to the history file: a worker
+    under ``faketime`` stamps ``time`` with its own faked clock, and the checker orders beliefs by ``seen``.
 
-    def __init__(self, name: str, host: Host, store_url: str, group: str, directory: Path, ttl_s: float) -> None:
+    ``clock``: ``"<offset s> x<rate>"`` (``"-20 x0.9"``: 20 s behind, running 10 % slow) for the worker's wall
+    clock, the one its lease deadlines use (tests/nemesis/skewed_clock/sitecustomize.py; why not libfaketime: there)."""
+
+    def __init__(
+        self, name: str, host: Host, store_url: str, group: str, directory: Path, ttl_s: float, clock: str | None = None
+    ) -> None:
         self.name, self.host, self.store_url, self.group, self.ttl_s = name, host, store_url, group, ttl_s
+        self.clock = clock
         self.history = directory / "history" / f"{name}.jsonl"
         self.log = directory / "logs" / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
 
-    def start(self) -> None:
+    def start(self, *, replace: bool = False) -> None:
+        """``replace``: fence a live member of the same id (a restart after kill -9, before its lease expired)."""
         args = [APPORTION, "worker", "--store", self.store_url, "--group", self.group, "--id", self.name,
                 "--partitions", str(PARTITIONS), "--commit-every", str(COMMIT_EVERY_S), "--ttl", str(self.ttl_s),
-                "--connect-timeout", "3600"]  # fmt: skip
-        with self.history.open("ab") as out, self.log.open("ab") as err:
-            self.process = subprocess.Popen(self.host.command(*args), stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+                "--connect-timeout", "3600", *(["--replace"] if replace else [])]  # fmt: skip
+        if self.clock is not None:
+            args = ["env", f"PYTHONPATH={SKEWED_CLOCK}", f"APPORTION_TEST_CLOCK={self.clock}", *args]
+        if self._reader is not None:
+            self._reader.join(10)  # the previous incarnation's lines are all written
+        with self.log.open("ab") as err:
+            self.process = subprocess.Popen(
+                self.host.command(*args), stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL
+            )
+        self._reader = threading.Thread(target=self._read, args=(self.process,), daemon=True)
+        self._reader.start()
+
+    def _read(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        with self.history.open("a") as out:
+            for raw in process.stdout:
+                seen = round(time.time(), 3)
+                try:
+                    value = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(value, dict):
+                    out.write(json.dumps({**value, "seen": seen}) + "\n")
+                    out.flush()
 
     @property
     def running(self) -> bool:
@@ -91,11 +124,15 @@ class WorkerProcess:
             self.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.kill()
+        if self._reader is not None:
+            self._reader.join(10)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
+        if self._reader is not None:
+            self._reader.join(10)
 
     def events(self) -> list[dict[str, Any]]:
         return read_jsonl(self.history)
@@ -111,6 +148,7 @@ class Deployment:
         self.ttl_s = ttl_s
         self.etcd: dict[str, EtcdServer] = {}
         self.workers: dict[str, WorkerProcess] = {}
+        self.expected: set[str] = set()  # workers started and not stopped or killed since
         self.journal = Journal(directory / "history" / "nemesis.jsonl")
 
     @property
@@ -120,8 +158,16 @@ class Deployment:
     @classmethod
     @contextlib.contextmanager
     def create(
-        cls, etcd_binary: str, directory: Path, workers: Sequence[str], *, spares: int = 1, ttl_s: float = 5.0
+        cls,
+        etcd_binary: str,
+        directory: Path,
+        workers: Sequence[str],
+        *,
+        spares: int = 1,
+        ttl_s: float = 5.0,
+        clocks: Mapping[str, str] | None = None,
     ) -> Iterator[Deployment]:
+        """``clocks``: worker name -> libfaketime spec (see :class:`WorkerProcess`)."""
         (directory / "history").mkdir(parents=True, exist_ok=True)
         (directory / "logs").mkdir(parents=True, exist_ok=True)
         spare_names = [f"w{len(workers) + i}" for i in range(spares)]
@@ -133,7 +179,7 @@ class Deployment:
                 for name in [*workers, *spare_names]:
                     host = network[name]
                     deployment.workers[name] = WorkerProcess(
-                        name, host, deployment.store_url, deployment.group, directory, ttl_s
+                        name, host, deployment.store_url, deployment.group, directory, ttl_s, (clocks or {}).get(name)
                     )
                 for name in workers:
                     deployment.start_worker(name)
@@ -158,17 +204,34 @@ class Deployment:
 
     # -- processes -----------------------------------------------------------------------------------------
 
-    def start_worker(self, name: str) -> None:
+    def start_worker(self, name: str, *, replace: bool = False) -> None:
         self.journal("start", target=name)
-        self.workers[name].start()
+        self.workers[name].start(replace=replace)
+        self.expected.add(name)
 
     def stop_worker(self, name: str) -> None:
+        self.expected.discard(name)
         self.workers[name].stop()
         self.journal("stop", target=name)
 
     def kill_worker(self, name: str) -> None:
+        self.expected.discard(name)
         self.workers[name].kill()
         self.journal("kill", target=name)
+
+    def check_workers(self) -> None:
+        """Every worker the harness started and has not stopped is still running; else AssertionError with its log."""
+        for name in sorted(self.expected):
+            worker = self.workers[name]
+            if not worker.running:
+                tail = "\n".join(worker.log.read_text(errors="replace").splitlines()[-15:])
+                code = worker.process.returncode if worker.process is not None else None
+                raise AssertionError(f"worker {name} exited by itself (exit {code}):\n{tail}")
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        """Hold a fault for ``seconds`` (its length, not a synchronisation)."""
+        time.sleep(seconds)
 
     def leader(self, deadline_s: float = 30.0) -> str:
         """The etcd member that the reachable members agree is leader (polled until there is one)."""

@@ -13,8 +13,8 @@ Fault kinds (the journal's ``fault`` events carry them; ``heal`` ends each):
 - ``kill-worker``: kill -9 of a worker, restarted (same id) after the hold.
 - ``leave-join``: a worker leaves gracefully (SIGTERM) and another joins (a spare host, or the same one back).
 
-After each fault the nemesis waits (deadline ``recover_s``) until every partition has an owner record of a running,
-reachable worker; a run that does not recover fails with the fault that caused it.
+After each fault the nemesis waits (deadline ``recover_s``) until every partition has an owner record of a running
+worker; a run that does not recover, or whose worker exits by itself, fails naming the fault.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def run(config: NemesisConfig, etcd_binary: str, say: Callable[[str], None] = pr
     outcome = Outcome()
     plan = schedule(config)
     with Deployment.create(etcd_binary, config.directory, list(config.workers), ttl_s=config.ttl_s) as dep:
-        _wait_recovered(dep, config.recover_s, "the start")
+        wait_recovered(dep, config.recover_s, "the start")
         started = time.monotonic()
         for planned in plan:
             if time.monotonic() - started > config.budget_s:
@@ -98,7 +98,7 @@ def run(config: NemesisConfig, etcd_binary: str, say: Callable[[str], None] = pr
             target = _inject(dep, planned)
             outcome.injected.append((planned.kind, target))
             t0 = time.monotonic()
-            _wait_recovered(dep, config.recover_s, f"{planned.kind} of {target}")
+            wait_recovered(dep, config.recover_s, f"{planned.kind} of {target}")
             outcome.recovery_s.append(time.monotonic() - t0)
             took = outcome.recovery_s[-1]
             say(f"  {planned.kind:<22} {target:<4} held {planned.hold_s:.1f} s, recovered in {took:.1f} s")
@@ -154,7 +154,7 @@ def _inject(dep: Deployment, planned: Planned) -> str:
     elif kind == "kill-worker":
         dep.kill_worker(target)
         time.sleep(planned.hold_s)
-        dep.start_worker(target)
+        dep.start_worker(target, replace=True)  # as a supervisor restarts it: its old lease may not have expired
     elif kind == "leave-join":
         dep.stop_worker(target)
         idle = sorted(n for n in dep.workers if not dep.workers[n].running and n != target)
@@ -164,18 +164,21 @@ def _inject(dep: Deployment, planned: Planned) -> str:
     return target
 
 
-def _wait_recovered(dep: Deployment, deadline_s: float, after: str) -> None:
-    """Every partition has an owner record of a running worker (read from the store by the control host)."""
+def wait_recovered(dep: Deployment, deadline_s: float, after: str, *, require: str | None = None) -> None:
+    """Every partition has an owner record of a running worker (read from the store by the control host), and
+    ``require``, if given, owns one of them."""
     last: dict[int, str] = {}
 
     def recovered() -> bool:
         nonlocal last
+        dep.check_workers()
         try:
             last = dep.owners()
         except ApportionError:
             return False
         running = {name for name, w in dep.workers.items() if w.running}
-        return sorted(last) == list(range(PARTITIONS)) and set(last.values()) <= running
+        owners = set(last.values())
+        return sorted(last) == list(range(PARTITIONS)) and owners <= running and (require is None or require in owners)
 
     wait_for(f"every partition owned by a running worker after {after}", recovered, deadline_s, poll_s=0.2,
              context=lambda: f"owners: {last}")  # fmt: skip
