@@ -49,6 +49,8 @@ def unavailable() -> str | None:
     """Why network namespaces cannot be made here, or None when they can (root, iproute2, a bridge and a veth)."""
     if shutil.which("ip") is None:
         return "the ip command (iproute2) is not installed: apt-get install -y iproute2"
+    if shutil.which("iptables") is None and not Path("/usr/sbin/iptables").exists():
+        return "iptables is not installed (scripts/ensure-test-tools.sh: apt-get install -y iptables)"
     if os.geteuid() != 0:
         return "network namespaces need root (ip netns add); run as root, as CI does"
     probe = f"{PREFIX}{os.getpid()}z"
