@@ -48,7 +48,7 @@ def _run(tmp_path: Path, etcd_bin: str, faults: int, budget_s: float, capsys: py
     assert report.violations == [], "\n".join(report.violations[:20]) + "\n" + context
     assert len(outcome.injected) >= min(faults, 3), context
     assert report.store_commits >= report.worker_commits > 0, context
-    assert set(report.availability) == set(range(12)) and min(report.availability.values()) > 0.5, context
+    assert set(report.availability) == set(range(12)) and min(report.availability.values()) > 0.25, context
 
 
 def test_the_schedule_is_a_function_of_the_seed_and_covers_every_kind_before_repeating(tmp_path: Path) -> None:
