@@ -523,8 +523,11 @@ class FencedMember:
         it), then drop the lease and start over; revoking the lease (frees the owner records now instead of at
         expiry) and recording the loss are left to ``_clean_up``, retried until done."""
         with self._lock:
-            held = dict(sorted(self._owned.items()))
+            # partitions a commit refused at the deadline (moved to _fenced by the committer's thread) end here too:
+            # their on_lost must not wait for the fenced branch, which runs only once the store answers again
+            held = dict(sorted({**self._fenced, **self._owned}.items()))
             self._owned.clear()
+            self._fenced, self._fenced_deadline = {}, -INF
             lease, self._lease = self._lease, None
             self._belief_ended = min(now, self._deadline)
             self._deadline = -INF
