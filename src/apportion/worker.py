@@ -173,11 +173,13 @@ class Worker:
         """The ownership lease (partition, epoch, member) of an owned partition; raises Fenced if not owned."""
         return self._member.lease(partition)
 
-    def commit(self, partition: int, checkpoint: str, *, epoch: int | None = None) -> None:
+    def commit(self, partition: int, checkpoint: str, *, epoch: int | None = None) -> int:
         """Fenced commit: succeeds only while this worker owns ``partition`` with ``epoch`` (default: the current
-        lease's). Raises Fenced otherwise; the partition is then reported through on_lost."""
-        self._member.commit(partition, checkpoint, epoch=epoch)
+        lease's) and returns the store revision of the commit. Raises Fenced otherwise; the partition is then
+        reported through on_lost."""
+        revision = self._member.commit(partition, checkpoint, epoch=epoch)
         self._member_wake()
+        return revision
 
     def checkpoint(self, partition: int) -> str | None:
         """The last committed checkpoint of ``partition``, whoever wrote it."""
