@@ -210,6 +210,7 @@ class RoundsMember(FencedMember):
         self._current = TrackedKey(self.keys.current)
         self._plan_event: tuple[int, KeyValue] | None = None
         self._plan_unread = True  # the current round's plan may exist unseen: read it once
+        self._latest_round = 0  # the newest round a ``latest`` event named
 
     # -- public, thread-safe -------------------------------------------------------------------------------
 
@@ -291,6 +292,8 @@ class RoundsMember(FencedMember):
             deadlines.append(open_at)
         if self._to_release:
             deadlines.append(now + self.claim_retry_s)
+        if self._leave_by is not None:
+            deadlines.append(self._leave_by)  # a planned leave's bound: step then, so that it ends
         return min(deadlines)
 
     def _plan_kv(self, rnd: int) -> KeyValue | None:
@@ -310,6 +313,8 @@ class RoundsMember(FencedMember):
             self._current.on_event(event)
         elif key == self.keys.latest:
             self._plan_unread = True
+            if event.type is EventType.PUT:
+                self._latest_round = max(self._latest_round, _round_of(event.kv))
         elif key.startswith(self.keys.rounds) and key.endswith("/plan") and event.type is EventType.PUT:
             head = key[len(self.keys.rounds) : -len("/plan")]
             if head.isdigit():
@@ -337,10 +342,11 @@ class RoundsMember(FencedMember):
                 self._need(event.revision)  # (a newer plan is checked against _dead and _leaving when applied)
 
     def _newer_plan(self) -> bool:
-        """A plan newer than the applied one has been seen: a departure is judged against that plan's participants
-        when it is applied (a leaver's end heard with the plan made without it asks for no further round)."""
+        """A plan newer than the applied one has been seen (its event, or ``latest`` naming its round): a departure
+        is judged against that plan's participants when it is applied (a leaver's end heard with the plan made
+        without it asks for no further round)."""
         seen = self._plan_event
-        return seen is not None and seen[0] > self._plan_round
+        return max(self._latest_round, 0 if seen is None else seen[0]) > self._plan_round
 
     def _need(self, revision: int) -> None:
         self._need_since = revision if self._need_since is None else min(self._need_since, revision)
@@ -631,6 +637,15 @@ class RoundsMember(FencedMember):
         self._trace("replicas", standby=list(standby), learners=list(learners))
         if self._on_replicas is not None:
             self._on_replicas(list(standby), list(learners))
+
+
+def _round_of(kv: KeyValue) -> int:
+    """The round a ``latest`` record names (0 for a corrupt one: it names nothing)."""
+    try:
+        value = decode(kv.value, kv.key).get("round")
+    except CorruptRecord:
+        return 0
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _says_leaving(kv: KeyValue) -> bool:
