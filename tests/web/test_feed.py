@@ -24,6 +24,7 @@ from apportion.waiting import wait_for
 from apportion.web import Feed, dashboard_app
 from tests.cli.run import cli
 from tests.group.harness import FAST, Harness
+from tests.group.modes_harness import RR, ModeHarness
 
 DEADLINE_S = 20.0
 
@@ -99,6 +100,40 @@ def test_the_state_shows_a_member_dying_its_partitions_moving_and_the_rounds() -
         assert fault["failover_s"] >= FAST.ttl_s * 0.5  # from its last heartbeat: at least most of a lease
         w2_segments = [s for s in feed.state()["timeline"] if s["member"] == "w2"]
         assert w2_segments and all(s["end"] is not None for s in w2_segments)
+
+
+@pytest.mark.parametrize("mode", ["coordinator", "static"])
+def test_the_state_follows_the_coordinator_and_static_modes_through_a_crash(mode: str) -> None:
+    url = f"memory://{uuid.uuid4().hex}"
+    h = ModeHarness()
+    h.store = connect(url, clock=h.clock)
+    for i, mid in enumerate(("w0", "w1", "w2")):
+        if mode == "static":
+            h.add_static(mid, ordinal=i, replicas=3)
+        else:
+            h.add_coordinated(mid)
+    h.run(8.0)
+    with following(url, now=h.clock.now, refresh_s=0.1) as feed:
+        state = until(feed, "every partition owned", lambda s: s["partitions"] and all(
+            p["owner"] for p in s["partitions"]))  # fmt: skip
+        assert state["mode"] == mode and state["plans"] == []
+        if mode == "static":
+            assert state["replicas"] == 3
+        else:
+            assert state["coordinator"] in ("w0", "w1", "w2")
+            assert all(p["table"]["state"] == "ONLINE" for p in state["partitions"])
+        had = [p["partition"] for p in state["partitions"] if p["owner"] == "w2"]
+        h.crash("w2")
+        h.run(RR.ttl_s + 6.0)
+        state = until(feed, "w2 dead", lambda s: not next(m for m in s["members"] if m["id"] == "w2")["alive"])
+        fault = next(f for f in state["faults"] if f["type"] == "expired")
+        assert fault["member"] == "w2" and fault["partitions"] == had
+        if mode == "static":  # its ordinal's partitions wait for it (a StatefulSet keeps them)
+            assert all(state["partitions"][p]["waiting_for"] == 2 for p in had)
+        else:
+            state = until(feed, "w2's partitions taken over", lambda s: all(
+                s["partitions"][p]["owner"] in ("w0", "w1") for p in had))  # fmt: skip
+            assert "w2" in state["failed"]
 
 
 def make_store(path: Path) -> str:
