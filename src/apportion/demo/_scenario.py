@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -67,6 +68,11 @@ def _remaining(store: Store, log_dir: Path) -> int:
     return sum(uncommitted_records(store, GROUP, PartitionedLog(log_dir), GROUP).values())
 
 
+def dashboard_command(store_url: str) -> str:
+    """The one command that serves the live dashboard of the demo's group (``apportion dashboard``)."""
+    return f"apportion dashboard --store {shlex.quote(store_url)} --group {GROUP}"
+
+
 def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
     """Run the main job; return its checks (the caller turns a failed check into a non-zero exit)."""
     console = console or Console(stderr=False)
@@ -74,7 +80,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
     d.mkdir(parents=True, exist_ok=True)
     log_dir, output_dir = d / "log", d / "output"
     store_url = f"sqlite:///{d / 'apportion.db'}"
-    result = DemoResult()
+    result = DemoResult(dashboard=dashboard_command(store_url))
     began = time.monotonic()
 
     def step(text: str) -> None:
@@ -124,6 +130,7 @@ def _run_scenario(
             f"started {len(first)} pipeline workers ({', '.join(first)}), sticky strategy, stateful (per-key "
             "aggregates per partition backed by a fenced changelog)"
         )
+        step(f"watch it live in a browser (another terminal): {result.dashboard}")
 
         def running(*wids: str) -> Callable[[], None]:
             return lambda: fleet.check(wids)
@@ -274,7 +281,7 @@ def _run_scenario(
 
         result.checks.extend(check_output(store, log_dir, output_dir, step))
         if config.report:
-            result.report_path, overlap_check = report(store, d, spark_url, step)
+            result.report_path, overlap_check = report(store, d, spark_url, step, result.checks)
             result.checks.append(overlap_check)
 
 
