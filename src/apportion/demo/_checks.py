@@ -70,7 +70,7 @@ def print_checks(result: DemoResult, console: Console) -> None:
     if result.report_path is not None:
         console.print(f"HTML report: {result.report_path}")
     if result.dashboard is not None:
-        console.print(f"Live dashboard (during a demo, or now to look back): {result.dashboard}")
+        console.print(f"Live dashboard (during a demo, or now to look back): {result.dashboard}", soft_wrap=True)
     console.print("[green]all checks passed[/]" if result.ok else "[red]some checks failed[/]")
 
 

@@ -84,7 +84,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
     began = time.monotonic()
 
     def step(text: str) -> None:
-        console.print(f"[bold cyan][{time.monotonic() - began:6.1f}s][/] {text}")
+        console.print(f"[bold cyan][{time.monotonic() - began:6.1f}s][/] {text}", soft_wrap=True)  # copyable lines
 
     step(f"working directory {d}")
     source = RecordSource(config, log_dir)
@@ -130,7 +130,6 @@ def _run_scenario(
             f"started {len(first)} pipeline workers ({', '.join(first)}), sticky strategy, stateful (per-key "
             "aggregates per partition backed by a fenced changelog)"
         )
-        step(f"watch it live in a browser (another terminal): {result.dashboard}")
 
         def running(*wids: str) -> Callable[[], None]:
             return lambda: fleet.check(wids)
@@ -147,6 +146,7 @@ def _run_scenario(
         )
         pace.startup_s = took
         step(f"all {config.partitions} partitions owned after {took:.1f} s: {_load(store)}")
+        step(f"watch it live in a browser (another terminal): {result.dashboard}")  # the group exists from here
 
         columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
         with Progress(*columns, console=console, transient=True) as progress:
