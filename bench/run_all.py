@@ -14,6 +14,7 @@ SCRIPTS = [
     "assign_bench.py",
     "store_bench.py",
     "router_bench.py",
+    "dashboard_bench.py",
     "protocol_bench.py",
     "spark_bench.py",
     "stateful_bench.py",
