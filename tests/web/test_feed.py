@@ -21,7 +21,7 @@ import uvicorn
 from apportion.group import GroupConfig, Keys, encode
 from apportion.store import connect
 from apportion.waiting import wait_for
-from apportion.web import Feed, dashboard_app
+from apportion.web import Feed, allowed_hosts, dashboard_app
 from tests.cli.run import cli
 from tests.group.harness import FAST, Harness
 from tests.group.modes_harness import RR, ModeHarness
@@ -55,7 +55,8 @@ def server(feed: Feed) -> Iterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
-    config = uvicorn.Config(dashboard_app(feed), log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
+    app = dashboard_app(feed, allowed_hosts("127.0.0.1"))
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
     running = uvicorn.Server(config)
     thread = threading.Thread(target=running.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -177,6 +178,9 @@ def test_the_dashboard_never_writes_and_serves_state_events_and_explain(tmp_path
         assert why.status_code == 200 and why.json()["decision"]["kind"] == "unowned"
         wrong = httpx.get(f"{base}/api/explain/9", timeout=10)
         assert wrong.status_code == 400 and "not a partition" in wrong.json()["error"]
+        rebound = httpx.get(f"{base}/api/state", headers={"Host": "attacker.example"}, timeout=10)
+        assert rebound.status_code == 400  # a DNS name rebound to 127.0.0.1 by another site's page gets nothing
+        assert httpx.get(base.replace("127.0.0.1", "localhost"), timeout=10).status_code == 200
     with connect(url, read_only=True) as store:
         assert store.revision() == revision  # the dashboard wrote nothing, not even the expiry of w1's lease
     with connect(url) as store:  # a writer expires the lease: the revision moves (so the check above could fail)
@@ -205,6 +209,18 @@ def test_the_state_says_store_unreachable_while_etcd_is_down_and_recovers(tmp_pa
             etcd.start()
             etcd.wait_ready()
             until(feed, "the feed to recover", lambda s: s["status"] == "ok" and s["problem"] is None)
+
+
+def test_a_corrupt_owner_record_is_a_store_error_until_it_is_mended(tmp_path: Path) -> None:
+    url = make_store(tmp_path / "s.db")
+    with connect(url) as store:
+        store.put(Keys("g").owner(1), b"not json")
+    with following(url, refresh_s=0.1) as feed:
+        state = until(feed, "the store error", lambda s: s["status"] == "error")
+        assert "is corrupt" in state["problem"] and Keys("g").owner(1) in state["problem"]
+        with connect(url) as store:
+            store.delete(Keys("g").owner(1))
+        until(feed, "the feed to recover", lambda s: s["status"] == "ok")
 
 
 def test_an_unknown_group_is_exit_2_before_anything_listens(tmp_path: Path) -> None:

@@ -6,6 +6,6 @@ runs it on uvicorn. Needs the ``dashboard`` extra (starlette, uvicorn).
 """
 
 from apportion.web._feed import Feed
-from apportion.web._server import dashboard_app, page, serve
+from apportion.web._server import allowed_hosts, dashboard_app, page, serve
 
-__all__ = ["Feed", "dashboard_app", "page", "serve"]
+__all__ = ["Feed", "allowed_hosts", "dashboard_app", "page", "serve"]

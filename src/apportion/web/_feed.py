@@ -22,7 +22,9 @@ States of the feed::
 
     CONNECTING --store opened, watches open, history read--> FOLLOWING
     FOLLOWING --a read or a watch fails (StoreUnavailable, Compacted, ...)--> UNREACHABLE (published at once)
-    UNREACHABLE --RETRY_S later: store opened again, watches reopened (the history's from where it stopped)--> FOLLOWING
+    FOLLOWING --a record that decides ownership is corrupt (CorruptRecord)--> ERROR (published at once)
+    UNREACHABLE, ERROR --RETRY_S later: store opened again, watches reopened (the history's from where it
+        stopped)--> FOLLOWING
     any --close()--> CLOSED
 
 The published ``store`` is the URL with its password masked; error texts are masked the same way.
@@ -90,6 +92,7 @@ class Feed:
         self._history_revision = 0  # the last history event taken in
         self._started = now()
         self._problem: str | None = None
+        self._status = "ok"
         self._snapshot: dict[str, Any] | None = None
         self._revision = 0
         self._members: dict[str, dict[str, Any]] = {}
@@ -135,6 +138,7 @@ class Feed:
                 self._follow()
             except ApportionError as exc:
                 self._problem = self._clean(str(exc))
+                self._status = "error" if isinstance(exc, CorruptRecord) else "unreachable"
                 log.warning("dashboard for group %s: %s", self.group, self._problem)
                 self._disconnect()
                 self._publish()
@@ -298,6 +302,7 @@ class Feed:
             registrations = {kv.key[len(self.keys.members) :]: kv for kv in store.range(self.keys.members)}
             heartbeats = self._read_heartbeats(store, registrations, snapshot)
         self._problem = None
+        self._status = "ok"
         self._revision = revision
         self._snapshot = snapshot
         now = self._now()
@@ -421,7 +426,7 @@ class Feed:
         state: dict[str, Any] = {
             "group": self.group,
             "store": redact_url(self.url),
-            "status": "ok" if self._problem is None else "unreachable",
+            "status": self._status,
             "problem": self._problem,
             "now": now,
             "started": self._started,

@@ -21,6 +21,8 @@ from typing import Any
 import anyio
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -39,8 +41,17 @@ def page() -> str:
     return resources.files("apportion.web").joinpath("page.html").read_text(encoding="utf-8")
 
 
-def dashboard_app(feed: Feed) -> Starlette:
-    """The ASGI application serving ``feed``'s group."""
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def allowed_hosts(host: str) -> list[str]:
+    """The ``Host`` headers the server answers when bound to ``host``: only loopback names when it listens on
+    loopback, so that a web page elsewhere cannot read it through a DNS name rebound to 127.0.0.1; any otherwise."""
+    return list(LOOPBACK_NAMES) if host in LOOPBACK_NAMES or host.startswith("127.") else ["*"]
+
+
+def dashboard_app(feed: Feed, hosts: list[str] | None = None) -> Starlette:
+    """The ASGI application serving ``feed``'s group; ``hosts``: the ``Host`` headers it answers (default any)."""
     html = page()
     secrets = url_secrets(feed.url)
 
@@ -87,15 +98,16 @@ def dashboard_app(feed: Feed) -> Starlette:
             Route("/api/state", state),
             Route("/api/events", events),
             Route("/api/explain/{partition:int}", why),
-        ]
+        ],
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts or ["*"])],
     )
 
 
 def serve(sock: socket.socket, feed: Feed) -> None:
-    """Serve ``feed``'s dashboard on the bound, listening ``sock`` until SIGINT/SIGTERM; the feed is closed after."""
-    config = uvicorn.Config(
-        dashboard_app(feed), log_level="warning", lifespan="off", timeout_graceful_shutdown=1, access_log=False
-    )
+    """Serve ``feed``'s dashboard on the bound, listening ``sock`` until SIGINT/SIGTERM; the feed is closed after.
+    Bound to loopback, it answers only requests addressed to a loopback name (``allowed_hosts``)."""
+    app = dashboard_app(feed, allowed_hosts(str(sock.getsockname()[0])))
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1, access_log=False)
     server = uvicorn.Server(config)
     try:
         server.run(sockets=[sock])
@@ -103,4 +115,4 @@ def serve(sock: socket.socket, feed: Feed) -> None:
         feed.close()
 
 
-__all__ = ["dashboard_app", "page", "serve"]
+__all__ = ["allowed_hosts", "dashboard_app", "page", "serve"]
