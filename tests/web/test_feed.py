@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -248,3 +250,15 @@ def test_a_store_password_is_never_in_the_state() -> None:
         _, payload = feed.wait_newer(0, 0.0)
     assert state["store"] == f"etcd://root:***@127.0.0.1:{port}?timeout=0.5"
     assert "s3cret-pw" not in payload and state["problem"]
+
+
+def test_without_the_dashboard_extra_the_command_says_how_to_install_it(tmp_path: Path) -> None:
+    url = make_store(tmp_path / "s.db")
+    code = "import sys; sys.modules['starlette'] = None; from apportion.cli import main; sys.exit(main(sys.argv[1:]))"
+    argv = ["dashboard", "--store", url, "--group", "g", "--port", "0"]
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        "apportion: error: this command needs the dashboard extra (starlette is not installed): "
+        "pip install 'apportion[dashboard]'\n"
+    )
