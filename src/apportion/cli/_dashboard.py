@@ -54,7 +54,7 @@ def listen(host: str, port: int) -> socket.socket:
 def dashboard(store_url: str, group_name: str, host: str, port: int, refresh_s: float, window_s: float) -> None:
     """Serve a live web dashboard of the group (read-only) until Ctrl-C."""
     require_extra("dashboard")
-    from apportion.web import Feed, serve
+    from apportion.web import Feed, allowed_hosts, serve
 
     with read_group(store_url, group_name):
         pass  # exit 2 for an unknown store or group, before anything listens
@@ -65,4 +65,7 @@ def dashboard(store_url: str, group_name: str, host: str, port: int, refresh_s: 
         f"apportion dashboard of group {group_name} on {redact_url(store_url)}: http://{shown}:{bound_port}/ "
         "(Ctrl-C stops)"
     )
+    if allowed_hosts(str(bound_host)) == ["*"]:
+        warning = f"the page has no login: whoever reaches port {bound_port} here can read it"
+        click.echo(f"apportion: warning: {warning}", err=True)
     serve(sock, Feed(store_url, group_name, refresh_s=refresh_s, window_s=window_s).start())
