@@ -96,7 +96,7 @@ def test_the_state_shows_a_member_dying_its_partitions_moving_and_the_rounds() -
         dead = next(m for m in state["members"] if m["id"] == "w2")
         assert dead["gone_at"] is not None
         assert state["plan_round"] > round_before
-        assert state["plans"][0]["participants"] == ["w1", "w3"]
+        until(feed, "the plan of w1 and w3", lambda s: s["plans"][0]["participants"] == ["w1", "w3"])
         fault = until(feed, "w2's failover time", lambda s: any(
             f["type"] == "expired" and f["failover_s"] is not None for f in s["faults"]))["faults"][0]  # fmt: skip
         assert fault["member"] == "w2" and fault["partitions"] == had

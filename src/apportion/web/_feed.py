@@ -96,7 +96,8 @@ class Feed:
         self._snapshot: dict[str, Any] | None = None
         self._revision = 0
         self._members: dict[str, dict[str, Any]] = {}
-        self._heartbeats: dict[str, tuple[float, float | None]] = {}  # member -> (read at, seconds since renewal)
+        # member -> (read at: monotonic, and the feed's clock; seconds since its lease was renewed)
+        self._heartbeats: dict[str, tuple[float, float, float | None]] = {}
         self._segments: list[dict[str, Any]] = []
         self._open: dict[int, dict[str, Any]] = {}  # partition -> its open timeline segment
         self._plans: list[dict[str, Any]] = []
@@ -136,10 +137,13 @@ class Feed:
         while not self._closed.is_set():
             try:
                 self._follow()
-            except ApportionError as exc:
-                self._problem = self._clean(str(exc))
-                self._status = "error" if isinstance(exc, CorruptRecord) else "unreachable"
-                log.warning("dashboard for group %s: %s", self.group, self._problem)
+            except Exception as exc:  # the page must say so, never freeze on its last state
+                ours = isinstance(exc, ApportionError)
+                problem = self._clean(str(exc) if ours else f"{type(exc).__name__}: {exc}")
+                if problem != self._problem:  # once per new problem, not at every retry
+                    log.warning("dashboard for group %s: %s", self.group, problem, exc_info=not ours)
+                self._problem = problem
+                self._status = "unreachable" if ours and not isinstance(exc, CorruptRecord) else "error"
                 self._disconnect()
                 self._publish()
                 self._closed.wait(RETRY_S)
@@ -164,7 +168,7 @@ class Feed:
             if (changed and since >= MIN_GAP_S) or since >= self.refresh_s:
                 self._read(store)
                 last = time.monotonic()
-            elif changed:  # too soon: read at the next turn whatever the watch says
+            elif changed:  # too soon after the last read: wait out the gap, then read
                 self._closed.wait(MIN_GAP_S - since)
                 self._read(store)
                 last = time.monotonic()
@@ -322,12 +326,12 @@ class Feed:
         """Seconds since each member last renewed its lease (its heartbeat): the lease's ttl minus what is left.
         Read at most once per ``refresh_s`` per member (a lease call each)."""
         ttl = (snapshot.get("resource") or {}).get("ttl_s")
-        now = time.monotonic()
+        tick, now = time.monotonic(), self._now()
         out: dict[str, float | None] = {}
         for mid, kv in registrations.items():
             cached = self._heartbeats.get(mid)
-            if cached is not None and now - cached[0] < self.refresh_s:
-                out[mid] = None if cached[1] is None else cached[1] + (now - cached[0])
+            if cached is not None and tick - cached[0] < self.refresh_s:
+                out[mid] = None if cached[2] is None else cached[2] + (now - cached[1])
                 continue
             age: float | None = None
             if kv.lease and isinstance(ttl, int | float):
@@ -335,7 +339,7 @@ class Feed:
                     age = max(0.0, float(ttl) - store.time_to_live(kv.lease))
                 except LeaseNotFound:
                     age = None
-            self._heartbeats[mid] = (now, age)
+            self._heartbeats[mid] = (tick, now, age)
             out[mid] = age
         for mid in set(self._heartbeats) - set(registrations):
             del self._heartbeats[mid]
