@@ -16,6 +16,7 @@ SCRIPTS = [
     "hash_bench.py",
     "store_bench.py",
     "router_bench.py",
+    "dashboard_bench.py",
     "protocol_bench.py",
     "spark_bench.py",
     "stateful_bench.py",

@@ -46,6 +46,7 @@ from apportion.group._static import (
     validate_replicas,
 )
 from apportion.group._status import (
+    checkpoint_offset,
     committed,
     group_status,
     owned_by,
@@ -82,6 +83,7 @@ __all__ = [
     "StaticPhase",
     "TableState",
     "Tracer",
+    "checkpoint_offset",
     "committed",
     "decode",
     "decode_owner",
