@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The tests run real tools: an etcd server (Debian's etcd-server) and a CPU hog for the nemesis (stress-ng).
+# The tests run real tools: an etcd server (Debian's etcd-server), a CPU hog for the nemesis (stress-ng), and for the
+# multi-host nemesis (tests/nemesis) iproute2's ip (network namespaces) and iptables (partial partitions).
 # Install the missing ones when we may (root with apt-get); otherwise say so (CI fails instead of skipping tests).
 set -uo pipefail
 missing=()
 { command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ]; } || missing+=(etcd-server)
 command -v stress-ng >/dev/null 2>&1 || missing+=(stress-ng)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "apportion: installing ${missing[*]} for the tests (apt-get)..."
