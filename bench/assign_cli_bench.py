@@ -206,12 +206,13 @@ def main() -> None:
     print(f"| in process: `dumps_plan` | {phase['output']:.2f} s | | {phase['rss_mib']:.0f} MiB (whole child) |")
     print(f"| in process: `parse_request(json.loads(text))`, the parse alone | {phase['parse_request']:.2f} s | | |")
     print()
+    before_ratio = ""
     if args.before:
-        print(f"before / now = {statistics.median(w for w, _ in runs['before']) / cli_s:.2f}x; ", end="")
+        before_ratio = f"before / now = {statistics.median(w for w, _ in runs['before']) / cli_s:.2f}x; "
     libraries(path, args.repeat)
     print()
-    print(f"CLI / plan() = {cli_s / phase['plan']:.2f}x (goal <= 2x); naive / CLI = {naive_s / cli_s:.2f}x "
-          "(goal >= 4x)")  # fmt: skip
+    print(f"{before_ratio}CLI / plan() = {cli_s / phase['plan']:.2f}x (goal <= 2x); "
+          f"naive / CLI = {naive_s / cli_s:.2f}x (goal >= 4x)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -9,8 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from apportion.assign import dumps_plan, loads_request, plan
-from apportion.assign._core import gc_paused
+from apportion.assign import dumps_plan, gc_paused, loads_request, plan
 from apportion.cli._app import app
 from apportion.errors import InvalidRequest
 from apportion.model import Partition, Plan
