@@ -5,8 +5,9 @@ implementation: it imports nothing of apportion.
 
 Inputs (JSON lines, see tests/nemesis/cluster.py): the store's own MVCC history of the group (every put and delete,
 by revision), each worker's event lines (its own ``time`` stamps; beliefs are ordered by ``seen``, the harness's
-real clock as each line arrived, when present: a worker's own clock may be skewed) and the harness's journal (``fault`` with its ``kind``,
-``kill``/``stop`` of a worker, ``end`` when it stopped observing, before shutting the workers down).
+real clock as each line arrived, when present: a worker's own clock may be skewed) and the harness's journal
+(``fault`` with its ``kind``, ``kill``/``stop`` of a worker, ``end`` when it stopped observing, before shutting the
+workers down).
 
 Safety (each breach is one line in ``Report.violations``):
 
