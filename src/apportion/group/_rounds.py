@@ -62,15 +62,17 @@ Partitions kept across rounds are not revoked (cooperative, KIP-429).
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack
 
+from apportion.assign import check as check_plan
 from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.group._config import GroupConfig
-from apportion.group._keys import decode, encode
+from apportion.group._keys import Keys, PartitionId, decode, encode, subscribed, validate_member_id
 from apportion.group._ownership import (
     INF,
     FencedMember,
@@ -81,13 +83,17 @@ from apportion.group._ownership import (
     default_planner,
 )
 from apportion.group._tracked import TrackedKey
-from apportion.model import AssignRequest, Member, Partition, Resource
+from apportion.model import AssignRequest, Member, Partition, Plan
 from apportion.store import Delete, Event, EventType, KeyValue, Op, Put, Store, absent, mod_revision_is
 
-ReplicaLags = Callable[[], Mapping[int, int]]
-"""partition -> lag of the replica (standby or learner) this member holds of it; called when joining a round."""
-ReplicasCallback = Callable[[list[int], list[int]], None]
+ReplicaLags = Callable[[], Mapping[Any, int]]
+"""partition id -> lag of the replica (standby or learner) this member holds of it; called when joining a round."""
+ReplicasCallback = Callable[[list[Any], list[Any]], None]
 """``on_replicas(standby, learners)``: the replicas the current plan gives this member (called when they change)."""
+
+Checker = Callable[[AssignRequest, Plan], list[str]]
+"""``check(request, plan)``: the violations of the strategy's invariants (``apportion.assign.check``), run on every
+plan a round's closer writes; a violation is logged and kept in the plan (``violations``), never expected."""
 
 log = logging.getLogger(__name__)
 
@@ -104,15 +110,16 @@ _PLAN_CACHE: weakref.WeakKeyDictionary[Store, dict[tuple[str, int], dict[str, An
 _PLAN_CACHE_LOCK = threading.Lock()
 
 
-class _Partitions(dict[int, Partition]):
-    """``Partition(group, p)`` values of one group, made once (closing a round builds one per owned partition)."""
+class _Partitions(dict[PartitionId, Partition]):
+    """The ``Partition`` of each id of one group, made once (closing a round builds one per owned partition):
+    ``Partition(group, p)`` for an int (a one-resource group), parsed ``<resource>-<index>`` for a str."""
 
     def __init__(self, group: str) -> None:
         super().__init__()
         self.group = group
 
-    def __missing__(self, index: int) -> Partition:
-        part = self[index] = Partition(self.group, index)
+    def __missing__(self, pid: PartitionId) -> Partition:
+        part = self[pid] = Partition.parse(pid) if isinstance(pid, str) else Partition(self.group, pid)
         return part
 
 
@@ -157,22 +164,30 @@ class RoundsMember(FencedMember):
         capacity: float = 1.0,
         rack: str | None = None,
         planner: Planner = default_planner,
+        checker: Checker = check_plan,
         replica_lags: ReplicaLags | None = None,
         on_replicas: ReplicasCallback | None = None,
+        subscriptions: Sequence[str] | None = None,
         **options: Unpack[MemberOptions],
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int | float) or not capacity > 0:
             raise InvalidRequest("capacity", f"must be a positive number, got {capacity!r}")
         super().__init__(store, group, member_id, config, **options)
         self.capacity = float(capacity)
+        # the resources this member consumes (None: all); a change waits in _resubscribe for the stepping thread
+        self.subscriptions = config.subscriptions(None if subscriptions is None else list(subscriptions))
+        self._own_subscriptions = self.subscriptions  # what an operator's record replaces while it exists
+        self._resubscribe: tuple[frozenset[str] | None] | None = None
+        self._subscription_key = self.keys.subscription(member_id)
         self.rack = rack
         self._planner = planner
+        self._checker = checker
         self._replica_lags = replica_lags
         self._on_replicas = on_replicas
-        self._standby: tuple[int, ...] = ()
-        self._learners: tuple[int, ...] = ()
-        self._plan_standby: tuple[int, ...] = ()
-        self._plan_learners: frozenset[int] = frozenset()
+        self._standby: tuple[PartitionId, ...] = ()
+        self._learners: tuple[PartitionId, ...] = ()
+        self._plan_standby: tuple[PartitionId, ...] = ()
+        self._plan_learners: frozenset[PartitionId] = frozenset()
         self._probe_after_s: float | None = None
         # round state
         self.phase = Phase.STARTING
@@ -183,7 +198,7 @@ class RoundsMember(FencedMember):
         self._joined_round = 0
         self._plan_round = 0
         self._participants: tuple[str, ...] = ()
-        self._assignment: frozenset[int] = frozenset()
+        self._assignment: frozenset[PartitionId] = frozenset()
         self._in_plan = False
         self._need_since: int | None = None
         self._alive: dict[str, bool] = {}
@@ -218,11 +233,24 @@ class RoundsMember(FencedMember):
         return self._plan_round
 
     @property
-    def assignment(self) -> list[int]:
+    def assignment(self) -> list[PartitionId]:
         return sorted(self._assignment)
 
+    def subscribe(self, subscriptions: Sequence[str] | None) -> None:
+        """Consume ``subscriptions`` (None: every resource) from now on. Thread-safe: the stepping thread revokes at
+        once what this member holds of resources it no longer subscribes to (``on_revoked``, release), then wants
+        a new round, as for any membership change (the plan moves as few partitions as it can)."""
+        wanted = self.config.subscriptions(None if subscriptions is None else list(subscriptions))
+        self._own_subscriptions = wanted
+        with self._lock:
+            self._resubscribe = (wanted,)
+
+    def subscribes(self, pid: PartitionId) -> bool:
+        """True when this member consumes the resource of partition ``pid`` (always in a one-resource group)."""
+        return subscribed(self.subscriptions, pid)
+
     @property
-    def replicas(self) -> tuple[list[int], list[int]]:
+    def replicas(self) -> tuple[list[PartitionId], list[PartitionId]]:
         """(standby, learners): the replicas the current plan gives this member."""
         return list(self._standby), list(self._learners)
 
@@ -230,6 +258,8 @@ class RoundsMember(FencedMember):
 
     def _advance(self, now: float) -> float:
         self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
+        if self._resubscribe is not None and self._apply_subscriptions():
+            return self._clock.now() if self._busy_until is None else self._busy_until
         cur = self._current.get(self.store)
         if cur is None:
             self._open(now, 0)
@@ -296,6 +326,8 @@ class RoundsMember(FencedMember):
             head = key[len(self.keys.rounds) : -len("/plan")]
             if head.isdigit():
                 self._plan_event = (int(head), event.kv)
+        elif key == self._subscription_key:
+            self._operator_subscriptions(event.kv if event.type is EventType.PUT else None)
         elif key == self.keys.resource:
             if event.type is EventType.PUT and event.kv.mod_revision > self._config_revision:
                 self._config_revision = event.kv.mod_revision
@@ -339,12 +371,49 @@ class RoundsMember(FencedMember):
     # -- membership ----------------------------------------------------------------------------------------
 
     def _registration(self) -> dict[str, Any]:
-        return {"capacity": self.capacity, "rack": self.rack}
+        info: dict[str, Any] = {"capacity": self.capacity, "rack": self.rack}
+        return info if self.subscriptions is None else {**info, "subscriptions": sorted(self.subscriptions)}
+
+    def _operator_subscriptions(self, kv: KeyValue | None) -> None:
+        """An operator's ``subscriptions/<id>`` record (``apportion subscribe``) replaces this member's own
+        subscriptions while it exists; one that does not fit the group is ignored with a warning."""
+        try:
+            wanted = self._own_subscriptions
+            if kv is not None:
+                record = decode(kv.value, kv.key)
+                wanted = self.config.subscriptions(record.get("subscriptions"))
+        except (CorruptRecord, InvalidRequest) as exc:
+            log.warning("member %s: %s (operator's subscriptions ignored)", self.id, exc)
+            return
+        with self._lock:
+            self._resubscribe = (wanted,)
+
+    def _apply_subscriptions(self) -> bool:
+        """Take up a subscription change (``subscribe``): revoke what no longer fits, announce the new subscriptions
+        in ``members/<id>`` and want a new round. True when something was revoked (the step ends there)."""
+        with self._lock:
+            pending, self._resubscribe = self._resubscribe, None
+        if pending is None or pending[0] == self.subscriptions:
+            return False
+        self.subscriptions = pending[0]
+        self._trace("subscribed", subscriptions=None if pending[0] is None else sorted(pending[0]))
+        self._announce(revoking=False)
+        self._need(self._round)
+        self._assignment = frozenset(p for p in self._assignment if self.subscribes(p))
+        self._claiming = {p for p in self._claiming if self.subscribes(p)}
+        with self._lock:
+            revoke = sorted(p for p in self._owned if not self.subscribes(p))
+        if revoke:
+            self._revoke(revoke)
+        return bool(revoke)
 
     def _started(self, now: float, revision: int) -> None:
         self._current.forget()
         self._plan_unread = True
         self._start_revision = revision
+        kv = self.store.get(self._subscription_key)
+        if kv is not None:
+            self._operator_subscriptions(kv)
         self._alive[self.id] = True
         self._dead.discard(self.id)
         self.phase = Phase.WAITING
@@ -386,8 +455,11 @@ class RoundsMember(FencedMember):
             "capacity": self.capacity,
             "rack": self.rack,
         }
+        if self.subscriptions is not None:
+            record["subscriptions"] = sorted(self.subscriptions)
         if self._replica_lags is not None:
-            lags = {int(p): int(lag) for p, lag in self._replica_lags().items() if int(p) not in self._assignment}
+            given = ((self.config.parse_pid(p, "replica_lags"), lag) for p, lag in self._replica_lags().items())
+            lags = {p: int(lag) for p, lag in given if p not in self._assignment}
             record["standby"] = [p for p in self._standby if p in lags]
             record["learners"] = [p for p in self._learners if p in lags]
             record["lag"] = {str(p): lag for p, lag in sorted(lags.items())}
@@ -445,9 +517,11 @@ class RoundsMember(FencedMember):
         if not participants:
             return False
         ids = sorted(participants)
+        subscriptions = {m: participants[m]["subscriptions"] for m in ids if "subscriptions" in participants[m]}
         kept = (
             previous is not None
             and previous.get("participants") == ids
+            and previous.get("subscriptions", {}) == subscriptions
             and previous.get("resource_revision") == self._config_revision
             and previous.get("probe_after_s") is None
         )
@@ -464,14 +538,19 @@ class RoundsMember(FencedMember):
                 _member(mid, participants[mid], part, records[mid].create_revision, was_ready.get(mid, ()))
                 for mid in ids
             )
-            resource = Resource(self.group, config.partitions, stateful=config.stateful)
-            plan = self._planner(AssignRequest(config.strategy, (resource,), members, config.options))
-            assignment = {mid: sorted(p.index for p in plan.assignment.get(mid, ())) for mid in ids}
+            request = AssignRequest(config.strategy, config.resources_of(self.group), members, config.options)
+            plan = self._planner(request)
+            violations = self._checker(request, plan)
+            if violations:  # never expected: the strategies are property-tested against this very check
+                log.error("round %d: the plan breaks its strategy's invariants: %s", rnd, "; ".join(violations[:5]))
+                replicas["violations"] = violations[:10]
+            pid = config.pid
+            assignment = {mid: [pid(p) for p in plan.assignment.get(mid, ())] for mid in ids}
             moves, min_moves, deferred = plan.stats.moved, plan.stats.min_moves, plan.stats.deferred
             strategy = plan.strategy
             for name, table in (("standby", plan.standby), ("learners", plan.learners), ("ready", plan.ready)):
                 if any(table.values()):
-                    replicas[name] = {mid: sorted(p.index for p in parts) for mid, parts in table.items() if parts}
+                    replicas[name] = {mid: [pid(p) for p in parts] for mid, parts in table.items() if parts}
             if plan.probe_after_s is not None:
                 replicas["probe_after_s"] = plan.probe_after_s
         value = {
@@ -487,6 +566,7 @@ class RoundsMember(FencedMember):
             "closed_at": now,
             "resource_revision": self._config_revision,
             "partitions": config.partitions,
+            **({"subscriptions": subscriptions} if subscriptions else {}),
             **replicas,
         }
         ops: list[Op] = [Put(self.keys.plan(rnd), encode(value)), Put(self.keys.latest, encode({"round": rnd}))]
@@ -531,7 +611,8 @@ class RoundsMember(FencedMember):
 
     def _apply_plan(self, now: float, rnd: int, plan: Mapping[str, Any]) -> None:
         participants = tuple(plan["participants"])
-        mine = frozenset(int(p) for p in plan["assignment"].get(self.id, ()))
+        parse = functools.partial(self.config.parse_pid, field_name="plan", known=False)
+        mine = frozenset(p for p in map(parse, plan["assignment"].get(self.id, ())) if self.subscribes(p))
         self._plan_round = rnd
         self._participants = participants
         in_plan = self.id in participants and self._joined_round == rnd
@@ -545,8 +626,9 @@ class RoundsMember(FencedMember):
         with self._lock:
             revoke = sorted(p for p in self._owned if p not in self._assignment)
             self._claiming = {p for p in self._assignment if p not in self._owned}
-        self._plan_standby = tuple(plan.get("standby", {}).get(self.id, ())) if in_plan else ()
-        self._plan_learners = frozenset(plan.get("learners", {}).get(self.id, ())) if in_plan else frozenset()
+        standby, learners = (plan.get(name, {}).get(self.id, ()) if in_plan else () for name in ("standby", "learners"))
+        self._plan_standby = tuple(map(parse, standby))
+        self._plan_learners = frozenset(map(parse, learners))
         self._refresh_replicas()
         self._trace(
             "plan", round=rnd, in_plan=in_plan, assigned=sorted(self._assignment), revoke=revoke, kept=plan.get("kept")
@@ -566,8 +648,26 @@ class RoundsMember(FencedMember):
             self._on_replicas(list(standby), list(learners))
 
 
+def set_subscriptions(store: Store, group: str, member_id: str, subscriptions: Sequence[str] | None) -> None:
+    """An operator's subscriptions for ``member_id`` (``apportion subscribe``): they replace the member's own while
+    the record exists; ``None`` deletes it (the member goes back to its own). Checked against the group's resources
+    (InvalidRequest); the member need not be live (it takes them up when it starts)."""
+    validate_member_id(member_id)
+    key = Keys(group).subscription(member_id)
+    if subscriptions is None:
+        store.delete(key)
+        return
+    config = GroupConfig.load(store, group)
+    wanted = config.subscriptions(list(subscriptions))
+    store.put(key, encode({"subscriptions": sorted(wanted or ())}))
+
+
 def _member(
-    mid: str, record: Mapping[str, Any], part: Callable[[int], Partition], joined: int, was_ready: Sequence[int] = ()
+    mid: str,
+    record: Mapping[str, Any],
+    part: Callable[[PartitionId], Partition],
+    joined: int,
+    was_ready: Sequence[PartitionId] = (),
 ) -> Member:
     """A strategy's view of one participation record, created at revision ``joined``; ``was_ready`` are the replicas
     the previous plan called ready for this member (``Member.ready``: high_availability's hysteresis).
@@ -581,15 +681,17 @@ def _member(
     first (a re-planned round may reorder members; ``sticky`` is the strategy that keeps partitions in place).
     """
     lag = record.get("lag") or {}
+    subscriptions = record.get("subscriptions")
     return Member(
         mid,
+        subscriptions=frozenset(map(str, subscriptions)) if isinstance(subscriptions, list) else None,
         owned=tuple(map(part, record.get("owned", []))),
         generation=int(record.get("generation", 0)),
         capacity=float(record.get("capacity", 1.0)),
         rack=record.get("rack"),
         standby=tuple(map(part, record.get("standby", []))),
         learners=tuple(map(part, record.get("learners", []))),
-        lag={part(int(p)): int(n) for p, n in lag.items()},
+        lag={part(int(p) if p.isdigit() else p): int(n) for p, n in lag.items()},  # JSON keys are strings
         join_revision=joined,
         ready=tuple(map(part, was_ready)),
     )
@@ -605,4 +707,5 @@ __all__ = [
     "RoundsMember",
     "default_planner",
     "read_plan",
+    "set_subscriptions",
 ]

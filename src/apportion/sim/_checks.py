@@ -29,12 +29,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from apportion.assign import range_block
+from apportion.group import PartitionId
 
 BALANCED_STRATEGIES = ("round_robin", "range", "sticky", "high_availability")
 
 
 def check_liveness(
-    owned: Mapping[str, Sequence[int]],
+    owned: Mapping[str, Sequence[PartitionId]],
     partitions: int,
     now: float,
     strategy: str,
@@ -42,7 +43,7 @@ def check_liveness(
 ) -> list[str]:
     """Check 3 at ``now``: ``owned`` holds what every live, unfrozen member believes it owns; ``blocks``, in static
     mode, each one's range block."""
-    believed: dict[int, list[str]] = {}
+    believed: dict[PartitionId, list[str]] = {}
     for mid, parts in owned.items():
         for p in parts:
             believed.setdefault(p, []).append(mid)

@@ -61,6 +61,7 @@ from apportion.group import (
     DelayHook,
     FencedMember,
     GroupConfig,
+    PartitionId,
     RoundsMember,
     StaticMember,
     Tracer,
@@ -232,7 +233,7 @@ class _Sim:
     left: bool = False
     frozen_until: float = -math.inf
     slow_next: float = 0.0
-    frozen_owned: dict[int, int] = field(default_factory=dict)
+    frozen_owned: dict[PartitionId, int] = field(default_factory=dict)
     in_flight: bool = False  # the member's commits now are ones it sent before a freeze (a zombie's)
 
     @property
