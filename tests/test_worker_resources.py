@@ -84,3 +84,26 @@ def test_worker_command_refuses_a_malformed_resource_list_before_opening_the_sto
     result = cli("worker", "--store", f"sqlite:///{db}", "--group", "g", "--id", "w1", "--resources", "orders:x")
     assert result.code == 2 and "<name>:<partitions>" in result.one_error_line()
     assert not db.exists()
+
+
+def test_route_and_explain_name_the_resource_of_a_partition(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with apportion.connect(url) as store:
+        group = apportion.Group(store, "g", resources=RESOURCES, settle_s=0.1, min_interval_s=0.2)
+        with group.join("w1", subscriptions=["orders"]), group.join("w2"):
+            wait_for("settled", lambda: settled(store, "g", ["w1", "w2"]), 15)
+            routed = cli("route", "--store", url, "--group", "g", "--resource", "orders", "key-42")
+            assert routed.code == 0, routed.stderr
+            found = json.loads(routed.stdout)
+            assert found["partition"].startswith("orders-") and found["owner"] in ("w1", "w2")
+            with apportion.Router(store, "g", follow=False) as router:
+                assert router.route("key-42", "orders").partition == found["partition"]
+            told = cli("explain", "--store", url, "--group", "g", "--json", "payments-1")
+            assert told.code == 0, told.stderr
+            assert json.loads(told.stdout)["owner"] == "w2"  # w1 does not subscribe to payments
+    unnamed = cli("route", "--store", url, "--group", "g", "key-42")
+    assert unnamed.code == 2 and "name one of orders, payments, refunds" in unnamed.one_error_line()
+    beyond = cli("explain", "--store", url, "--group", "g", "payments-9")
+    assert beyond.code == 2 and "not a partition of payments (0..1)" in beyond.one_error_line()
+    number = cli("explain", "--store", url, "--group", "g", "3")
+    assert number.code == 2 and "<resource>-<index>" in number.one_error_line()

@@ -23,7 +23,16 @@ from apportion.group._coordinator import (
 )
 from apportion.group._explain import explain
 from apportion.group._history import DEFAULT_RETENTION_S, EVENT_TYPES, history, history_expired_before
-from apportion.group._keys import Keys, PartitionId, decode, decode_owner, encode, validate_group, validate_member_id
+from apportion.group._keys import (
+    Keys,
+    PartitionId,
+    decode,
+    decode_owner,
+    encode,
+    subscribed,
+    validate_group,
+    validate_member_id,
+)
 from apportion.group._ownership import (
     Callback,
     DelayHook,
@@ -105,6 +114,7 @@ __all__ = [
     "set_subscriptions",
     "settled",
     "stored_replicas",
+    "subscribed",
     "table_entry",
     "table_entry_of",
     "validate_group",

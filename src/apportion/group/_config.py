@@ -155,6 +155,20 @@ class GroupConfig:
             raise InvalidRequest(field_name, f"{value!r}: the group has no resource {part.resource!r}")
         return f"{part.resource}-{part.index}"
 
+    def check_pid(self, value: object, field_name: str = "partition") -> PartitionId:
+        """``parse_pid`` of one of this group's partitions (its index in range); InvalidRequest naming the group's
+        partitions otherwise."""
+        pid = self.parse_pid(value, field_name)
+        if isinstance(pid, int):
+            if pid >= self.partitions:
+                raise InvalidRequest(field_name, f"{pid} is not a partition of the group (0..{self.partitions - 1})")
+            return pid
+        part = Partition.parse(pid)
+        count = next(r.partitions for r in self.resources if r.name == part.resource)
+        if part.index >= count:
+            raise InvalidRequest(field_name, f"{pid} is not a partition of {part.resource} (0..{count - 1})")
+        return pid
+
     def subscriptions(self, names: object) -> frozenset[str] | None:
         """A member's subscriptions (None: every resource), checked against the group's resources."""
         if names is None:
