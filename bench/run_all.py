@@ -12,6 +12,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPTS = [
     "assign_bench.py",
+    "check_bench.py",
     "store_bench.py",
     "router_bench.py",
     "protocol_bench.py",

@@ -107,3 +107,18 @@ def test_route_and_explain_name_the_resource_of_a_partition(tmp_path: Path) -> N
     assert beyond.code == 2 and "not a partition of payments (0..1)" in beyond.one_error_line()
     number = cli("explain", "--store", url, "--group", "g", "3")
     assert number.code == 2 and "<resource>-<index>" in number.one_error_line()
+
+
+def test_pipeline_run_over_several_resources_refuses_a_single_resource_option_and_an_unknown_subscription(
+    tmp_path: Path,
+) -> None:
+    from apportion.log import PartitionedLog
+
+    PartitionedLog(tmp_path / "log").create("clicks", 2)
+    base = ["pipeline", "run", "--store", f"sqlite:///{tmp_path / 's.db'}", "--group", "g", "--id", "w1",
+            "--input", str(tmp_path / "log"), "--output", str(tmp_path / "out"), "--resources", "clicks"]  # fmt: skip
+    both = cli(*base, "--resource", "clicks")
+    assert both.code == 2 and "several log resources take no --resource" in both.one_error_line()
+    unknown = cli(*base, "--subscribe", "orders")
+    assert unknown.code == 2 and "not among the group's resources" in unknown.one_error_line()
+    assert not (tmp_path / "s.db").exists()

@@ -77,6 +77,7 @@ from apportion.group._ownership import (
     chunks,
     default_planner,
 )
+from apportion.group._subscriptions import Subscriptions
 from apportion.group._tracked import TrackedKey, TrackedPrefix
 from apportion.model import AssignRequest, Member, Partition
 from apportion.store import (
@@ -221,7 +222,7 @@ def table_request(
     config: GroupConfig,
     members: Sequence[str],
     table: Mapping[PartitionId, Entry],
-    subscriptions: Subscriptions | None = None,
+    subscriptions: SubscriptionsOf | None = None,
 ) -> AssignRequest:
     """The request a full re-plan of ``table`` over the live ``members`` makes: current holders as ``owned``, each
     member's ``subscriptions`` (from its registration; absent: every resource)."""
@@ -241,11 +242,11 @@ def table_request(
     )
 
 
-Subscriptions = Mapping[str, frozenset[str] | None]
+SubscriptionsOf = Mapping[str, frozenset[str] | None]
 """member id -> the resources it consumes (None: every one), from its ``members/<id>`` registration."""
 
 
-def _subscribes(subscriptions: Subscriptions, member: str, pid: PartitionId) -> bool:
+def _subscribes(subscriptions: SubscriptionsOf, member: str, pid: PartitionId) -> bool:
     return subscribed(subscriptions.get(member), pid)
 
 
@@ -267,7 +268,7 @@ def plan_table(
     *,
     full: bool,
     planner: Planner = default_planner,
-    subscriptions: Subscriptions | None = None,
+    subscriptions: SubscriptionsOf | None = None,
 ) -> TablePlan:
     """A full strategy run (holders as ``owned``; ``replan_strategy``), or, when not ``full``, the current holders
     with only the partitions of dead members (or of members that no longer subscribe to their resource) moved to the
@@ -391,8 +392,7 @@ class CoordinatorMember(FencedMember):
     ) -> None:
         validate_settings(min_members, rebalance, max_in_flight)
         super().__init__(store, group, member_id, config, **options)
-        self.subscriptions = config.subscriptions(None if subscriptions is None else list(subscriptions))
-        self._resubscribe: tuple[frozenset[str] | None] | None = None
+        self._subs = Subscriptions(config, self.keys, member_id, subscriptions)
         self.min_members = min_members
         self.rebalance = rebalance
         self.max_in_flight = max_in_flight
@@ -420,7 +420,7 @@ class CoordinatorMember(FencedMember):
     def stable(self) -> bool:
         with self._lock:
             table = self.table
-            mine = {p for p, e in table.items() if e.holds(self.id) and subscribed(self.subscriptions, p)}
+            mine = {p for p, e in table.items() if e.holds(self.id) and self._subs.allows(p)}
             return (
                 self.phase in (CoordinatorPhase.FOLLOWING, CoordinatorPhase.COORDINATING)
                 and bool(table)
@@ -433,17 +433,23 @@ class CoordinatorMember(FencedMember):
     def _started(self, now: float, revision: int) -> None:
         self._forget()
         self.phase = CoordinatorPhase.FOLLOWING
+        kv = self.store.get(self._subs.key)
+        if kv is not None:
+            self._subs.on_record(self.config, kv)
 
     def _registration(self) -> dict[str, Any]:
-        return {} if self.subscriptions is None else {"subscriptions": sorted(self.subscriptions)}
+        return self._subs.record()
+
+    @property
+    def subscriptions(self) -> frozenset[str] | None:
+        """The resources this member consumes now (None: every one)."""
+        return self._subs.current
 
     def subscribe(self, subscriptions: Sequence[str] | None) -> None:
         """Consume ``subscriptions`` (None: every resource) from now on. Thread-safe: the stepping thread revokes
         at once what no longer fits and announces them in ``members/<id>``; the coordinator re-plans (automatic
         policy) or places only what this member gave up (manual)."""
-        wanted = self.config.subscriptions(None if subscriptions is None else list(subscriptions))
-        with self._lock:
-            self._resubscribe = (wanted,)
+        self._subs.subscribe(self.config, subscriptions)
 
     def _forget(self) -> None:
         for tracked in (self._coordinator, self._rebalance, self._members, self._tables):
@@ -452,6 +458,8 @@ class CoordinatorMember(FencedMember):
     def _on_event(self, event: Event) -> None:
         if event.kv.key == self.keys.resource and event.kv.mod_revision > self._config_revision:
             self.config, self._config_revision = GroupConfig.from_record(event.kv), event.kv.mod_revision
+        if event.kv.key == self._subs.key:
+            self._subs.on_record(self.config, event.kv if event.type is EventType.PUT else None)
         if event.kv.key.startswith(self.keys.members):
             self._membership_event(event)
         elif event.kv.key.startswith(self.keys.failures) and event.type is EventType.PUT:
@@ -500,11 +508,9 @@ class CoordinatorMember(FencedMember):
     def _advance(self, now: float) -> float:
         self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
         deadlines = [self._lapse_at(), now + renew_interval_s(self.config.ttl_s)]
-        with self._lock:
-            pending, self._resubscribe = self._resubscribe, None
-        if pending is not None and pending[0] != self.subscriptions:
-            self.subscriptions = pending[0]
-            self._trace("subscribed", subscriptions=None if pending[0] is None else sorted(pending[0]))
+        changed = self._subs.take()
+        if changed is not None:
+            self._trace("subscribed", subscriptions=Subscriptions.shown(changed[0]))
             self._announce(revoking=False)
             self._members.forget()
         self._elect(now)
@@ -611,8 +617,7 @@ class CoordinatorMember(FencedMember):
     # -- following -----------------------------------------------------------------------------------------
 
     def _follow(self, now: float) -> None:
-        subs = self.subscriptions
-        should: set[PartitionId] = {p for p, (e, _) in self._table.items() if e.holds(self.id) and subscribed(subs, p)}
+        should: set[PartitionId] = {p for p, (e, _) in self._table.items() if e.holds(self.id) and self._subs.allows(p)}
         with self._lock:
             owned = set(self._owned)
         revoke = sorted(owned - should)

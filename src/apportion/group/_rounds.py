@@ -18,6 +18,8 @@ opener's clock). Member phases (``Phase``)::
     SETTLED(R) --current changes to R2--> join R2 --> JOINED(R2)
     SETTLED(R) --a plan participant's members/<id> deleted (lease expiry), resource changed (ext. 2),
                  or seen(R) + HBI passed--> open a new round at max(now, seen(R) + MRI)
+    any      --its subscriptions changed (``subscribe``, the operator's ``subscriptions/<id>``: ``_subscriptions``)-->
+                 revoke what no longer fits at once, then open a new round at max(now, seen(R) + MRI)
     any --local lease deadline passed, or lease gone--> on_lost(all), lease revoked --> STARTING
     any --leave()--> on_revoked(all), release, lease revoked --> STOPPED
 
@@ -57,6 +59,14 @@ Ownership (epochs are fencing tokens)
 The ownership state machine (claim, on_assigned, revoke, release, fenced commit, lapse) is ``FencedMember``'s in
 ``apportion.group._ownership``; this protocol fills ``_claiming`` from the plan and revokes what a plan moves away.
 Partitions kept across rounds are not revoked (cooperative, KIP-429).
+
+Several resources and subscriptions (issue 20)
+----------------------------------------------
+In a group over named resources a participation record carries the member's ``subscriptions`` (absent: every
+resource); the closer plans the group's resources with them (the strategy's general path when they differ), runs
+``assign.check`` on the plan (a violation is logged and kept in the plan as ``violations``), and keeps the previous
+plan (extension 1) only when the participants' subscriptions are those of the previous plan too. A member claims
+only partitions of resources it subscribes to, whatever a plan says.
 """
 
 from __future__ import annotations
@@ -72,7 +82,7 @@ from typing import Any, Unpack
 from apportion.assign import check as check_plan
 from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.group._config import GroupConfig
-from apportion.group._keys import Keys, PartitionId, decode, encode, subscribed, validate_member_id
+from apportion.group._keys import Keys, PartitionId, decode, encode, validate_member_id
 from apportion.group._ownership import (
     INF,
     FencedMember,
@@ -82,6 +92,7 @@ from apportion.group._ownership import (
     Planner,
     default_planner,
 )
+from apportion.group._subscriptions import Subscriptions
 from apportion.group._tracked import TrackedKey
 from apportion.model import AssignRequest, Member, Partition, Plan
 from apportion.store import Delete, Event, EventType, KeyValue, Op, Put, Store, absent, mod_revision_is
@@ -174,11 +185,7 @@ class RoundsMember(FencedMember):
             raise InvalidRequest("capacity", f"must be a positive number, got {capacity!r}")
         super().__init__(store, group, member_id, config, **options)
         self.capacity = float(capacity)
-        # the resources this member consumes (None: all); a change waits in _resubscribe for the stepping thread
-        self.subscriptions = config.subscriptions(None if subscriptions is None else list(subscriptions))
-        self._own_subscriptions = self.subscriptions  # what an operator's record replaces while it exists
-        self._resubscribe: tuple[frozenset[str] | None] | None = None
-        self._subscription_key = self.keys.subscription(member_id)
+        self._subs = Subscriptions(config, self.keys, member_id, subscriptions)
         self.rack = rack
         self._planner = planner
         self._checker = checker
@@ -240,14 +247,16 @@ class RoundsMember(FencedMember):
         """Consume ``subscriptions`` (None: every resource) from now on. Thread-safe: the stepping thread revokes at
         once what this member holds of resources it no longer subscribes to (``on_revoked``, release), then wants
         a new round, as for any membership change (the plan moves as few partitions as it can)."""
-        wanted = self.config.subscriptions(None if subscriptions is None else list(subscriptions))
-        self._own_subscriptions = wanted
-        with self._lock:
-            self._resubscribe = (wanted,)
+        self._subs.subscribe(self.config, subscriptions)
+
+    @property
+    def subscriptions(self) -> frozenset[str] | None:
+        """The resources this member consumes now (None: every one)."""
+        return self._subs.current
 
     def subscribes(self, pid: PartitionId) -> bool:
         """True when this member consumes the resource of partition ``pid`` (always in a one-resource group)."""
-        return subscribed(self.subscriptions, pid)
+        return self._subs.allows(pid)
 
     @property
     def replicas(self) -> tuple[list[PartitionId], list[PartitionId]]:
@@ -258,7 +267,7 @@ class RoundsMember(FencedMember):
 
     def _advance(self, now: float) -> float:
         self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
-        if self._resubscribe is not None and self._apply_subscriptions():
+        if self._subs.waiting and self._apply_subscriptions():
             return self._clock.now() if self._busy_until is None else self._busy_until
         cur = self._current.get(self.store)
         if cur is None:
@@ -326,8 +335,8 @@ class RoundsMember(FencedMember):
             head = key[len(self.keys.rounds) : -len("/plan")]
             if head.isdigit():
                 self._plan_event = (int(head), event.kv)
-        elif key == self._subscription_key:
-            self._operator_subscriptions(event.kv if event.type is EventType.PUT else None)
+        elif key == self._subs.key:
+            self._subs.on_record(self.config, event.kv if event.type is EventType.PUT else None)
         elif key == self.keys.resource:
             if event.type is EventType.PUT and event.kv.mod_revision > self._config_revision:
                 self._config_revision = event.kv.mod_revision
@@ -371,32 +380,15 @@ class RoundsMember(FencedMember):
     # -- membership ----------------------------------------------------------------------------------------
 
     def _registration(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"capacity": self.capacity, "rack": self.rack}
-        return info if self.subscriptions is None else {**info, "subscriptions": sorted(self.subscriptions)}
-
-    def _operator_subscriptions(self, kv: KeyValue | None) -> None:
-        """An operator's ``subscriptions/<id>`` record (``apportion subscribe``) replaces this member's own
-        subscriptions while it exists; one that does not fit the group is ignored with a warning."""
-        try:
-            wanted = self._own_subscriptions
-            if kv is not None:
-                record = decode(kv.value, kv.key)
-                wanted = self.config.subscriptions(record.get("subscriptions"))
-        except (CorruptRecord, InvalidRequest) as exc:
-            log.warning("member %s: %s (operator's subscriptions ignored)", self.id, exc)
-            return
-        with self._lock:
-            self._resubscribe = (wanted,)
+        return {"capacity": self.capacity, "rack": self.rack, **self._subs.record()}
 
     def _apply_subscriptions(self) -> bool:
         """Take up a subscription change (``subscribe``): revoke what no longer fits, announce the new subscriptions
         in ``members/<id>`` and want a new round. True when something was revoked (the step ends there)."""
-        with self._lock:
-            pending, self._resubscribe = self._resubscribe, None
-        if pending is None or pending[0] == self.subscriptions:
+        changed = self._subs.take()
+        if changed is None:
             return False
-        self.subscriptions = pending[0]
-        self._trace("subscribed", subscriptions=None if pending[0] is None else sorted(pending[0]))
+        self._trace("subscribed", subscriptions=Subscriptions.shown(changed[0]))
         self._announce(revoking=False)
         self._need(self._round)
         self._assignment = frozenset(p for p in self._assignment if self.subscribes(p))
@@ -411,9 +403,9 @@ class RoundsMember(FencedMember):
         self._current.forget()
         self._plan_unread = True
         self._start_revision = revision
-        kv = self.store.get(self._subscription_key)
+        kv = self.store.get(self._subs.key)
         if kv is not None:
-            self._operator_subscriptions(kv)
+            self._subs.on_record(self.config, kv)
         self._alive[self.id] = True
         self._dead.discard(self.id)
         self.phase = Phase.WAITING
@@ -455,8 +447,7 @@ class RoundsMember(FencedMember):
             "capacity": self.capacity,
             "rack": self.rack,
         }
-        if self.subscriptions is not None:
-            record["subscriptions"] = sorted(self.subscriptions)
+        record.update(self._subs.record())
         if self._replica_lags is not None:
             given = ((self.config.parse_pid(p, "replica_lags"), lag) for p, lag in self._replica_lags().items())
             lags = {p: int(lag) for p, lag in given if p not in self._assignment}
