@@ -16,15 +16,18 @@ import pytest
 
 from apportion.cli import main
 from apportion.fleet import Fleet, WorkerProcess
-from apportion.group import owned_by
+from apportion.group import GroupConfig, history, owned_by, parse_resources
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline, verify
+from apportion.spark._analytics import partition_numbers
 from apportion.spark._output import uncommitted_records
 from apportion.spark._pipeline import run_batches
+from apportion.spark._report import write_report
 from apportion.spark._resources import joined_resources, split
 from apportion.store import connect
 from apportion.waiting import wait_for
 from apportion.worker import Group
+from tests.group.harness import Harness
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 
@@ -135,3 +138,20 @@ def test_pipeline_workers_over_two_resources_survive_kill_9_a_zombie_and_a_late_
                      str(out_dir), "--resource", name, "--json"]) == 0  # fmt: skip
         report = json.loads(capsys.readouterr().out)
         assert report["ok"] and report["output_records"] == RECORDS and report["duplicates"] == report["missing"] == 0
+
+
+def test_the_analytics_number_named_partitions_in_resource_order() -> None:
+    events = [{"partition": "orders-10"}, {"partition": "clicks-1"}, {"partition": "orders-2"}, {"type": "x"}]
+    assert partition_numbers(events) == {"clicks-1": 0, "orders-2": 1, "orders-10": 2}
+    assert partition_numbers([{"partition": 3}]) == {}
+
+
+@pytest.mark.slow  # a report's Spark jobs: about a minute on a loaded 2-core machine
+def test_the_report_of_a_group_over_several_resources_labels_its_rows_by_resource(spark: Any, tmp_path: Path) -> None:
+    h = Harness(GroupConfig(resources=parse_resources("clicks:2,orders:3"), settle_s=0.5, min_interval_s=1.0))
+    for mid, subs in (("a", None), ("b", ["orders"])):
+        h.add(mid, subscriptions=subs)
+    h.run(3.0)
+    summary = write_report(spark, history(h.store, "g"), tmp_path / "report")
+    assert summary.overlaps == 0 and summary.partitions == 5
+    assert (tmp_path / "report" / "timeline.png").exists()
