@@ -13,6 +13,7 @@ from apportion.assign import check
 from apportion.errors import InvalidRequest
 from apportion.group import CoordinatorMember, GroupConfig, Keys, set_subscriptions
 from apportion.group._config import parse_resources
+from apportion.group._coordinator import plan_table
 from apportion.group._keys import PartitionId
 from apportion.group._rounds import read_plan
 from apportion.group._static import static_block
@@ -249,3 +250,15 @@ def test_the_coordinator_plans_mixed_subscriptions_and_replans_when_an_operator_
         _held_within_subscriptions(h, subs)
     assert sorted(h.owners(), key=str) == sorted(ALL, key=str)
     assert _balanced_by_kafka(h, subs) == []
+
+
+def test_the_coordinators_plan_check_reports_a_plan_that_breaks_its_strategys_balance() -> None:
+    def lopsided(request: AssignRequest) -> Plan:
+        parts = tuple(p for r in request.resources for p in r.all_partitions())
+        placed = tuple(Move(p, None, "a") for p in parts)
+        stats = PlanStats(len(parts), 2, 0, len(parts), 0, 0)
+        return Plan(request.strategy, {"a": parts, "b": ()}, placed, stats)
+
+    planned = plan_table("g", THREE, ["a", "b"], {}, full=True, planner=lopsided, checker=check)
+    assert planned.violations and "unbalanced" in " ".join(planned.violations)
+    assert plan_table("g", THREE, ["a", "b"], {}, full=True, checker=check).violations == ()

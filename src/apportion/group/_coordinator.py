@@ -63,6 +63,7 @@ comparing them failed, and otherwise kept current by their events.
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
@@ -77,6 +78,7 @@ from apportion.group._ownership import (
     chunks,
     default_planner,
 )
+from apportion.group._rounds import Checker, check_plan
 from apportion.group._subscriptions import Subscriptions
 from apportion.group._tracked import TrackedKey, TrackedPrefix
 from apportion.model import AssignRequest, Member, Partition
@@ -93,6 +95,8 @@ from apportion.store import (
     mod_revision_is,
     renew_interval_s,
 )
+
+log = logging.getLogger(__name__)
 
 POLICIES = ("automatic", "manual")
 
@@ -258,6 +262,7 @@ class TablePlan:
     desired: Mapping[PartitionId, str]
     moves: int
     min_moves: int
+    violations: tuple[str, ...] = ()
 
 
 def plan_table(
@@ -269,19 +274,26 @@ def plan_table(
     full: bool,
     planner: Planner = default_planner,
     subscriptions: SubscriptionsOf | None = None,
+    checker: Checker | None = None,
 ) -> TablePlan:
     """A full strategy run (holders as ``owned``; ``replan_strategy``), or, when not ``full``, the current holders
     with only the partitions of dead members (or of members that no longer subscribe to their resource) moved to the
-    least loaded live holders that subscribe to it (no moves). A partition nobody subscribes to gets no holder."""
+    least loaded live holders that subscribe to it (no moves). A partition nobody subscribes to gets no holder.
+    ``checker`` (the coordinator's: ``assign.check``) checks a full run's plan; a violation is logged and returned
+    in ``TablePlan.violations`` (never expected: the strategies are property-tested against it)."""
     live = sorted(set(members))
     subs = subscriptions or {}
     if not live:
         return TablePlan({}, 0, 0)
     holders = {p: e.holder for p, e in table.items()}
     if full or not table:
-        plan = planner(table_request(group, config, live, table, subs))
+        request = table_request(group, config, live, table, subs)
+        plan = planner(request)
+        violations = () if checker is None else tuple(checker(request, plan)[:10])
+        if violations:
+            log.error("group %s: the table's plan breaks its strategy's invariants: %s", group, "; ".join(violations))
         placed = {config.pid(p): mid for mid, parts in sorted(plan.assignment.items()) for p in parts}
-        return TablePlan(placed, plan.stats.moved, plan.stats.min_moves)
+        return TablePlan(placed, plan.stats.moved, plan.stats.min_moves, violations)
     desired: dict[PartitionId, str] = {}
     load: dict[str, int] = {}
     ids = config.partition_ids()
@@ -388,6 +400,7 @@ class CoordinatorMember(FencedMember):
         max_in_flight: int = 4,
         planner: Planner = default_planner,
         subscriptions: Sequence[str] | None = None,
+        checker: Checker | None = check_plan,
         **options: Unpack[MemberOptions],
     ) -> None:
         validate_settings(min_members, rebalance, max_in_flight)
@@ -397,6 +410,7 @@ class CoordinatorMember(FencedMember):
         self.rebalance = rebalance
         self.max_in_flight = max_in_flight
         self._planner = planner
+        self._checker = checker
         self.phase = CoordinatorPhase.STARTING
         self._coord_rev = 0  # mod_revision of my coordinator record while COORDINATING
         self._planned_for: tuple[tuple[str, tuple[str, ...] | None], ...] | None = None  # members, subscriptions
@@ -571,7 +585,14 @@ class CoordinatorMember(FencedMember):
         changed = roster != self._planned_for  # a member came, went or changed its subscriptions
         full = not table or request is not None or (self.rebalance == "automatic" and changed)
         planned = plan_table(
-            self.group, self.config, live, table, full=full, planner=self._planner, subscriptions=subscriptions
+            self.group,
+            self.config,
+            live,
+            table,
+            full=full,
+            planner=self._planner,
+            subscriptions=subscriptions,
+            checker=self._checker,
         )
         changes = table_changes(table, planned.desired, live, self.max_in_flight)
         extra: list[Op] = []

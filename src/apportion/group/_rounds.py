@@ -690,6 +690,8 @@ def _member(
 
 __all__ = [
     "INF",
+    "Checker",
+    "check_plan",
     "PartitionLease",
     "Ownership",
     "Phase",

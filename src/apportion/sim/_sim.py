@@ -325,14 +325,14 @@ class Simulation:
             return StaticMember(store, self.group, mid, self.gconfig, ordinal=ordinal, replicas=template, **common)
         if self.gconfig.named:
             common["subscriptions"] = self._subscriptions[mid] = self._draw_subscriptions()
+        else:  # its own checks cover a one-resource group; assign.check would double a plan's cost
+            common["checker"] = _unchecked
         if self.config.mode == "coordinator":
             return CoordinatorMember(
                 store, self.group, mid, self.gconfig, max_in_flight=self.config.max_in_flight, **common
             )
         cfg = self.config
         model = _ReplicaModel(self.clock, cfg.state_records, cfg.restore_rate, cfg.lag_noise, f"{cfg.seed}:{mid}")
-        if not self.gconfig.named:  # its own checks cover a one-resource group; assign.check would double a close
-            common["checker"] = _unchecked
         return RoundsMember(
             store, self.group, mid, self.gconfig, replica_lags=model.lags, on_replicas=model.on_replicas, **common
         )
