@@ -1,15 +1,23 @@
 """Benchmark of apportion.assign: sticky at scale, join/leave, baselines, moves vs the lower bound.
 
-Run: .venv/bin/python bench/assign_bench.py [--quick]
+Run: .venv/bin/python bench/assign_bench.py [--quick] [--against REV [--repeat K]]
 Each case runs in a fresh process so its peak RSS (ru_maxrss) is its own. Prints a Markdown table.
+``--against REV`` also times sticky from scratch at the largest size with the ``src/`` of git revision ``REV``
+(exported with ``git archive``), alternating K fresh interpreters of each, and prints the medians and their ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
+import os
 import resource
+import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -142,6 +150,75 @@ def case_strategy(strategy: str, partitions: int, members: int) -> dict[str, obj
     }
 
 
+# Run by a fresh interpreter with PYTHONPATH set to the src/ under test: plan() from scratch, then read every move.
+_SCRATCH_SCRIPT = """
+import json, resource, sys, time
+from apportion.assign import plan
+from apportion.model import AssignRequest, Member, Resource
+p, n = int(sys.argv[1]), int(sys.argv[2])
+req = AssignRequest("sticky", (Resource("t", p),), tuple(Member(f"m{i:05d}") for i in range(n)))
+w0, c0 = time.perf_counter(), time.process_time()
+result = plan(req)
+w1, c1 = time.perf_counter(), time.process_time()
+count = sum(1 for _ in result.moves)
+w2, c2 = time.perf_counter(), time.process_time()
+print(json.dumps({"plan_s": w1 - w0, "plan_cpu_s": c1 - c0, "read_moves_s": w2 - w1, "read_moves_cpu_s": c2 - c1,
+                  "placed": count, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def scratch_in(src: Path, partitions: int, members: int) -> dict[str, float]:
+    """One fresh interpreter importing apportion from ``src``: sticky from scratch, times and peak RSS."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    args = [sys.executable, "-c", _SCRATCH_SCRIPT, str(partitions), str(members)]
+    out = subprocess.run(args, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def export_src(rev: str, into: Path) -> Path:
+    """``src/`` of git revision ``rev`` of this repository, extracted under ``into``."""
+    repo = Path(__file__).resolve().parent.parent
+    archive = into / "src.tar"
+    with archive.open("wb") as f:
+        subprocess.run(["git", "-C", str(repo), "archive", rev, "src"], check=True, stdout=f)
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    return into / "src"
+
+
+def against(rev: str, partitions: int, members: int, repeat: int) -> list[str]:
+    """Sticky from scratch with this checkout's src/ and with ``rev``'s, alternating; Markdown rows of medians."""
+    ours_src = Path(__file__).resolve().parent.parent / "src"
+    runs: dict[str, list[dict[str, float]]] = {"this checkout": [], rev: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        theirs_src = export_src(rev, Path(tmp))
+        for _ in range(repeat):
+            runs["this checkout"].append(scratch_in(ours_src, partitions, members))
+            runs[rev].append(scratch_in(theirs_src, partitions, members))
+
+    def med(name: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[name])
+
+    rows = [
+        f"Sticky from scratch, {partitions:,} x {members:,}: medians of {repeat} alternating fresh interpreters "
+        f"(load average before: {os.getloadavg()[0]:.1f})",
+        "",
+        "| src | plan() wall | plan() CPU | then reading every move (wall / CPU) | peak RSS |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name in runs:
+        rows.append(
+            f"| {name} | {med(name, 'plan_s') * 1000:.0f} ms | {med(name, 'plan_cpu_s') * 1000:.0f} ms "
+            f"| {med(name, 'read_moves_s') * 1000:.0f} / {med(name, 'read_moves_cpu_s') * 1000:.0f} ms "
+            f"| {med(name, 'rss_mib'):.0f} MiB |"
+        )
+    ratio = med(rev, "plan_s") / med("this checkout", "plan_s")
+    cpu_ratio = med(rev, "plan_cpu_s") / med("this checkout", "plan_cpu_s")
+    rows.append("")
+    rows.append(f"Ratio {rev} / this checkout, plan(): {ratio:.2f}x wall, {cpu_ratio:.2f}x CPU.")
+    return rows
+
+
 def _child(conn: object, fn: Callable[..., dict[str, object]], args: tuple[object, ...]) -> None:
     conn.send(fn(*args))  # type: ignore[attr-defined]
 
@@ -158,11 +235,21 @@ def isolated(fn: Callable[..., dict[str, object]], *args: object) -> dict[str, o
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="10x smaller (a smoke run)")
+    parser.add_argument("--against", metavar="REV", help="also time sticky from scratch with git revision REV's src/")
+    parser.add_argument("--repeat", type=int, default=5, help="alternating runs per side for --against (default 5)")
+    parser.add_argument("--only-against", action="store_true", help="with --against: skip the other cases")
     args = parser.parse_args()
     big_p, big_n, mid_p, mid_n, small_p, small_n = 1_000_000, 10_000, 100_000, 1_000, 10_000, 100
     if args.quick:
         big_p, big_n, mid_p, mid_n = big_p // 10, big_n // 10, mid_p // 10, mid_n // 10
     rows: list[str] = []
+    if args.against:
+        rows.extend(against(args.against, big_p, big_n, args.repeat))
+        rows.append("")
+    if args.only_against:
+        print(f"command: .venv/bin/python bench/assign_bench.py {' '.join(sys.argv[1:])}")
+        print("\n".join(rows))
+        return
     rows.append("| case | size (P x N) | time | peak RSS | moves | lower bound | goal |")
     rows.append("|---|---|---:|---:|---:|---:|---|")
 
@@ -211,7 +298,7 @@ def main() -> None:
             f"| {strategy}{' (2,500 x 25)' if strategy == 'rendezvous' else ''} | {float(r['seconds']) * 1000:.0f} ms "  # type: ignore[arg-type]
             f"| {r['moved']} | {r['bound']} | {r['min']}..{r['max']} |"
         )
-    print("command: .venv/bin/python bench/assign_bench.py" + (" --quick" if args.quick else ""))
+    print(f"command: .venv/bin/python bench/assign_bench.py {' '.join(sys.argv[1:])}".rstrip())
     print(f"python {sys.version.split()[0]}, one process per case")
     print()
     print("\n".join(rows))

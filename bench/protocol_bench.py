@@ -5,7 +5,8 @@
 1. Failover (SQLite, real `apportion worker` processes): kill -9 one worker, time until all its partitions are owned
    again (polling the store). Goal: <= ttl + RST + 1 s.
 2. Planned handoff gap: from the group's history, for every partition that moved because a worker joined or left
-   gracefully, the time between the old owner's release and the new owner's claim. Goal: p99 <= 200 ms.
+   gracefully, the time between the old owner's release and the new owner's claim. Goal: p99 <= 200 ms. Also split
+   by cause (join, leave), with the slowest handoff attributed to the protocol steps between its release and claim.
 3. Simulator speed: members x partitions x churn events on one core (goal for 1,000 x 100,000 x 100: <= 60 s).
 """
 
@@ -80,20 +81,66 @@ def bench_processes(workers: int, partitions: int, rounds: int) -> dict[str, Any
             wait_for("the group to settle", lambda: _settled(url, alive), 30, poll_s=0.01)
         with connect(url) as store:
             events = history(store, "bench")
-    released: dict[int, float] = {}
-    gaps: list[float] = []
-    for e in events:
-        if e["type"] == "release":
-            released[e["partition"]] = e["time"]
-        elif e["type"] == "claim" and e.get("partition") in released:
-            gaps.append(e["time"] - released.pop(e["partition"]))
+    gaps = handoff_gaps(events)
     return {
         "workers": workers,
         "partitions": partitions,
         "failover_s": {"p50": statistics.median(failover), "max": max(failover), "n": len(failover)},
         "failover_goal_s": TTL_S + SETTLE_S + 1.0,
-        "handoff_gap_ms": {"p50": 1000 * _pct(gaps, 0.5), "p99": 1000 * _pct(gaps, 0.99), "n": len(gaps)},
+        "handoff_gap_ms": _summary([g["gap_ms"] for g in gaps]),
+        "handoff_gap_ms_by_cause": {
+            cause: _summary([g["gap_ms"] for g in gaps if g["cause"] == cause]) for cause in ("join", "leave")
+        },
+        "slowest_handoff": max(gaps, key=lambda g: g["gap_ms"], default=None),
     }
+
+
+def _summary(gaps_ms: list[float]) -> dict[str, float]:
+    return {"p50": round(_pct(gaps_ms, 0.5), 1), "p99": round(_pct(gaps_ms, 0.99), 1), "n": len(gaps_ms)}
+
+
+def handoff_gaps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every planned handoff in the group's history (a partition released, then claimed): its unowned gap (release
+    -> claim, two processes' clocks) and its cause: ``leave`` when the releasing member's next event other than a
+    release is its ``left``, else ``join`` (a plan moved the partition away from a member that stays). Each gap is
+    attributed to the protocol steps between the release and the claim, from the same history (``steps_ms``): how
+    long after the release a round was opened (``->round_opened``), then closed (``->round_closed``), and the rest up
+    to the claim (``->claim``, the whole gap when no round happened in between)."""
+    next_of: dict[int, str] = {}  # index of a release -> type of the same member's next event that is not one
+    pending: dict[str, list[int]] = {}
+    for i, e in enumerate(events):
+        if e["type"] == "release":
+            pending.setdefault(e["member"], []).append(i)
+        else:
+            for j in pending.pop(e["member"], []):
+                next_of[j] = e["type"]
+    released: dict[int, int] = {}
+    gaps: list[dict[str, Any]] = []
+    for i, e in enumerate(events):
+        if e["type"] == "release":
+            released[e["partition"]] = i
+        elif e["type"] == "claim" and e.get("partition") in released:
+            j = released.pop(e["partition"])
+            release = events[j]
+            steps: dict[str, float] = {}
+            last = release["time"]
+            for kind in ("round_opened", "round_closed"):
+                found = next((x for x in events[j:i] if x["type"] == kind), None)
+                if found is not None:
+                    steps[f"->{kind}"] = round(1000 * (found["time"] - last), 1)
+                    last = found["time"]
+            steps["->claim"] = round(1000 * (e["time"] - last), 1)
+            gaps.append(
+                {
+                    "gap_ms": round(1000 * (e["time"] - release["time"]), 1),
+                    "cause": "leave" if next_of.get(j) == "left" else "join",
+                    "partition": e["partition"],
+                    "from": release["member"],
+                    "to": e["member"],
+                    "steps_ms": steps,
+                }
+            )
+    return gaps
 
 
 def bench_simulator(members: int, partitions: int, events: int) -> dict[str, Any]:

@@ -13,8 +13,11 @@ HERE = Path(__file__).resolve().parent
 SCRIPTS = [
     "assign_bench.py",
     "check_bench.py",
+    "assign_cli_bench.py",
+    "hash_bench.py",
     "store_bench.py",
     "router_bench.py",
+    "dashboard_bench.py",
     "protocol_bench.py",
     "spark_bench.py",
     "stateful_bench.py",

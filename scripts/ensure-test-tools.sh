@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# The tests run real tools: an etcd server (Debian's etcd-server) and a CPU hog for the nemesis (stress-ng).
+# The tests run real tools: an etcd server (Debian's etcd-server), a CPU hog for the nemesis (stress-ng), for the
+# multi-host nemesis (tests/nemesis) iproute2's ip (network namespaces) and iptables (partial partitions), and a
+# headless browser for the dashboard's test (Debian's chromium, driven by playwright: playwright's own browser
+# download does not work on a machine without a network).
 # Install the missing ones when we may (root with apt-get); otherwise say so (CI fails instead of skipping tests).
 set -uo pipefail
 missing=()
 { command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ]; } || missing+=(etcd-server)
 command -v stress-ng >/dev/null 2>&1 || missing+=(stress-ng)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
+{ command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; } || missing+=(chromium)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "apportion: installing ${missing[*]} for the tests (apt-get)..."

@@ -65,8 +65,14 @@ class EtcdServer:
         initial_cluster: str,
         tls: TlsFiles | None = None,
         raft_args: Sequence[str] = RAFT_ARGS,
+        *,
+        host: str = "127.0.0.1",
+        wrap: Sequence[str] = (),
     ) -> None:
+        """``host``: the address it listens on; ``wrap``: a command prefix (``ip netns exec NS``: another host)."""
         self.binary = binary
+        self.host = host
+        self.wrap = tuple(wrap)
         self.data_dir = data_dir
         self.name = name
         self.client_port = client_port
@@ -81,11 +87,11 @@ class EtcdServer:
 
     @property
     def client_url(self) -> str:
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.client_port}"
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
 
     @property
     def url(self) -> str:
@@ -104,13 +110,14 @@ class EtcdServer:
             raise RuntimeError(f"{self.name} is already running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [
+            *self.wrap,
             self.binary,
             "--name", self.name,
             "--data-dir", str(self.data_dir),
             "--listen-client-urls", self.client_url,
             "--advertise-client-urls", self.client_url,
-            "--listen-peer-urls", f"http://127.0.0.1:{self.peer_port}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_port}",
+            "--listen-peer-urls", f"http://{self.host}:{self.peer_port}",
+            "--initial-advertise-peer-urls", f"http://{self.host}:{self.peer_port}",
             "--initial-cluster", self.initial_cluster,
             "--initial-cluster-state", "new",
             "--initial-cluster-token", "apportion-test",

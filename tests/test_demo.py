@@ -41,6 +41,12 @@ def test_small_demo_passes_every_check_and_writes_its_report(tmp_path: Path) -> 
     } <= names
     assert summary["failover_s"] is not None
     assert Path(summary["report"]).exists()
+    page = Path(summary["report"]).read_text().split("<body>", 1)[1]
+    assert "✓</span> <b>exactly once (count, checksum, order)</b>" in page  # the report's headline verdict
+    assert str(directory) not in page  # no file-system path on the page
+    store = f"sqlite:///{directory.resolve() / 'apportion.db'}"
+    assert summary["dashboard"] == f"apportion dashboard --store {store} --group orders"
+    assert "watch it live in a browser" in proc.stdout
     # one shared Spark engine: every worker was a thin Connect client (no JVM of its own)
     engines = {}
     for log in sorted((directory / "logs").glob("w*.log")):

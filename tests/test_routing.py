@@ -9,7 +9,7 @@ import struct
 
 import pytest
 import xxhash
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apportion.errors import InvalidRequest
@@ -46,12 +46,19 @@ def test_xxh64_equals_the_xxhash_package_for_any_bytes_and_seed(data: bytes, see
 
 @given(st.text())
 def test_strings_hash_as_their_utf8_bytes_with_seed_42(key: str) -> None:
-    assert spark_xxhash64(key) == _signed(xxhash.xxh64_intdigest(key.encode("utf-8"), SPARK_SEED))
+    assert spark_xxhash64(key) == _signed(xxh64(key.encode("utf-8"), SPARK_SEED))  # the pure-Python reference
 
 
 @given(INT64)
 def test_ints_hash_as_8_byte_little_endian_longs(key: int) -> None:
-    assert spark_xxhash64(key) == _signed(xxhash.xxh64_intdigest(struct.pack("<q", key), SPARK_SEED))
+    assert spark_xxhash64(key) == _signed(xxh64(struct.pack("<q", key), SPARK_SEED))
+
+
+@settings(deadline=None)  # the first call imports numpy
+@given(st.lists(KEYS, max_size=100), st.integers(min_value=1, max_value=500))
+def test_the_batch_path_equals_the_pure_python_reference_hash(keys: list[str | int | bytes], n: int) -> None:
+    data = [k.encode() if isinstance(k, str) else k if isinstance(k, bytes) else struct.pack("<q", k) for k in keys]
+    assert partitions_for(keys, n) == [_signed(xxh64(d, SPARK_SEED)) % n for d in data]
 
 
 @given(KEYS, st.integers(min_value=1, max_value=10_000))

@@ -43,3 +43,8 @@ def test_run_worker_emits_its_assignment_and_commits_until_the_caller_stops_it()
     assert sorted(p for parts in assigned for p in parts) == [0, 1, 2, 3]
     assert events[-1] == ("stopped", {})
     assert committed is not None and committed.startswith("w1:")  # the stand-in committer's checkpoint
+    commits = [f for e, f in events if e == "commit"]  # the history: each accepted commit, its epoch and revision
+    assert commits and all(f["revision"] > 0 and f["epoch"] >= 1 for f in commits), commits
+    revisions = [f["revision"] for f in commits]
+    assert revisions == sorted(set(revisions)), f"each commit is its own transaction, in order: {revisions}"
+    assert committed in {f["checkpoint"] for f in commits}

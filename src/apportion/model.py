@@ -7,7 +7,7 @@ Identities are strings compared as strings; nothing here relies on ``hash()`` of
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
@@ -142,7 +142,7 @@ class Plan:
 
     strategy: str
     assignment: Mapping[str, tuple[Partition, ...]]
-    moves: tuple[Move, ...]
+    moves: Sequence[Move]  # by partition; a tuple, or (strategies on assign's to_plan) a lazy sequence equal to one
     stats: PlanStats
     standby: Mapping[str, tuple[Partition, ...]] = field(default_factory=lambda: MappingProxyType({}))
     learners: Mapping[str, tuple[Partition, ...]] = field(default_factory=lambda: MappingProxyType({}))

@@ -3,8 +3,9 @@
 ``run_worker(url, group, worker_id, emit=..., partitions=..., ...)`` is the command without its option parsing;
 ``run_member(group, worker_id, emit=...)`` runs an already defined :class:`apportion.Group` the same way. Each
 change is one ``emit(kind, partitions=[...])`` call (``assigned``, ``revoked``, ``lost``; the committer's
-``fenced`` and ``commit_failed`` add ``error``) and ``emit("stopped")`` ends the run; emit is called from several
-threads.
+``commit`` adds ``epoch``, the store ``revision`` of the transaction and ``checkpoint``, its ``fenced`` adds ``epoch``
+and ``error``, ``commit_failed`` adds ``error``) and ``emit("stopped")`` ends the run; emit is called from several
+threads. These lines are the worker's history that tests/nemesis/checker.py reads.
 
 Start-up and a store that cannot be reached (:class:`StartUp`)::
 
@@ -308,13 +309,16 @@ def _committer(holder: list[Worker], worker_id: str, every_s: float, stopping: t
         retry: dict[PartitionId, int] = {}
         for p, epoch in sorted(leases.items()):
             n += 1
+            checkpoint = f"{worker_id}:{n}"
             try:
-                w.commit(p, f"{worker_id}:{n}", epoch=epoch)
+                revision = w.commit(p, checkpoint, epoch=epoch)
             except Fenced as exc:
-                emit("fenced", partitions=[p], error=str(exc))
+                emit("fenced", partitions=[p], epoch=epoch, error=str(exc))
             except StoreUnavailable as exc:
                 emit("commit_failed", partitions=[p], error=str(exc))
                 retry[p] = epoch
+            else:
+                emit("commit", partitions=[p], epoch=epoch, revision=revision, checkpoint=checkpoint)
         leases = retry
         for p in w.owned():
             with contextlib.suppress(Fenced):

@@ -5,14 +5,17 @@ seed 0), :class:`apportion.group.CoordinatorMember` (``mode="coordinator"``, see
 :class:`apportion.group.StaticMember` (``mode="static"``, seed 3); all share ``FencedMember``'s ownership::
 
     worker thread:    loop { deadline = member.step(now); member.wait_events(until deadline, at most 0.1 s) }
-                      then member.leave() (on_revoked, release, lease revoked) when stopped
+                      when stopped: member.begin_leave(), the same loop until member.leave_ready() (rounds: a
+                      plan without this worker has moved its partitions, at most MRI + RST + ttl), then
+                      member.leave() (on_revoked and release of what is left, lease revoked)
     keepalive thread: every ttl/4 (0.5 s on etcd): member.keepalive(request time)  — so a slow callback does not
                       lose the lease, unless a revocation overruns ``revoke_timeout_s`` (then renewal stops and the
                       lease lapses)
 
 Worker states::
 
-    RUNNING --stop() / SIGINT / SIGTERM (run)--> LEAVING (revoke, commit, release, delete membership) --> STOPPED
+    RUNNING --stop() / SIGINT / SIGTERM (run)--> LEAVING (rounds: announce it, wait for a plan without this worker
+            and hand over as it says; then revoke, commit, release what is left, delete membership) --> STOPPED
     RUNNING --a callback raises--> FAILED (no further callbacks, lease revoked) --> STOPPED; the error is re-raised
             by ``stop()``, the ``with`` block and ``Group.run``
 
@@ -189,11 +192,13 @@ class Worker:
         """The ownership lease (partition, epoch, member) of an owned partition; raises Fenced if not owned."""
         return self._member.lease(partition)
 
-    def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> None:
+    def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> int:
         """Fenced commit: succeeds only while this worker owns ``partition`` with ``epoch`` (default: the current
-        lease's). Raises Fenced otherwise; the partition is then reported through on_lost."""
-        self._member.commit(partition, checkpoint, epoch=epoch)
+        lease's) and returns the store revision of the commit. Raises Fenced otherwise; the partition is then
+        reported through on_lost."""
+        revision = self._member.commit(partition, checkpoint, epoch=epoch)
         self._member_wake()
+        return revision
 
     def checkpoint(self, partition: PartitionId) -> str | None:
         """The last committed checkpoint of ``partition``, whoever wrote it."""
@@ -241,7 +246,9 @@ class Worker:
         return None
 
     def stop(self, timeout_s: float | None = None) -> None:
-        """Leave gracefully (on_revoked, release, delete membership) and wait; re-raise a callback error."""
+        """Leave gracefully and wait; re-raise a callback error. Rounds mode first has a round planned without this
+        worker and hands its partitions over as that plan says (up to MRI + RST, at most MRI + RST + ttl; the
+        partitions stay owned meanwhile); then on_revoked for what is left, release, delete membership."""
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)
@@ -281,8 +288,15 @@ class Worker:
 
     def _run(self) -> None:
         member = self._member
+        leaving = False
         try:
-            while not self._stop.is_set():
+            while True:
+                if self._stop.is_set():  # a planned leave: step on until the handoff is planned (bounded)
+                    if not leaving:
+                        member.begin_leave(self._clock.now())
+                        leaving = True
+                    if member.leave_ready(self._clock.now()):
+                        break
                 deadline = member.step(self._clock.now())
                 self._member_wake()
                 wait = min(deadline - self._clock.now(), _MAX_WAIT_S)
@@ -350,6 +364,9 @@ class Worker:
             )
         elif kind == "renew_recovered":
             log.warning("worker %s renewed its lease again; belief until %s", self.id, _clock_time(fields["deadline"]))
+        elif kind == "leaving":
+            log.info("worker %s leaving: handing its partitions over by a plan without it (by %s at the latest)",
+                     self.id, _clock_time(fields["until"]))  # fmt: skip
         elif kind in ("plan", "round_opened", "round_closed", "fenced"):
             log.debug("worker %s %s %s", self.id, kind, dict(fields))
 

@@ -260,3 +260,32 @@ def test_one_leave_moves_only_the_leavers_partitions() -> None:
     after = planned(request("sticky", {"t": 100}, rest))
     assert after.stats.moved == 0
     assert {m.partition for m in after.moves} == set(start.assignment["m3"])
+
+
+def test_mixed_subscriptions_keep_a_partition_where_kafkas_balance_allows_an_uneven_load() -> None:
+    """c3 keeps t1-0: one of c1, c2 (t1 only) may stay empty while t1's holders hold one each, and c0 (t0 only)
+    takes two (kafka-python's plan moves nothing either; an even spread of one each moves t1-0)."""
+    members = [
+        Member("c0", frozenset({"t0"}), parts("t0-1"), 1),
+        Member("c1", frozenset({"t1"}), (), 1),
+        Member("c2", frozenset({"t1"}), (), 1),
+        Member("c3", frozenset({"t0", "t1"}), parts("t1-0"), 1),
+        Member("n0", frozenset({"t0"})),
+        Member("n1", frozenset({"t0", "t1"})),
+    ]
+    result = planned(request("sticky", {"t0": 4, "t1": 2}, members))
+    assert result.stats.moved == 0 and names(result, "c3") == ["t1-0"]
+
+
+def test_mixed_subscriptions_give_up_the_partition_only_one_member_can_take_to_keep_the_others() -> None:
+    """c3 held six; keeping three of t0 and giving its t1-0 to c0 moves three (kafka-python's plan), where an
+    even spread of two each would move four."""
+    members = [
+        Member("c0", frozenset({"t0", "t1"}), parts("t0-1"), 1),
+        Member("c1", frozenset({"t0"})),
+        Member("c3", frozenset({"t0", "t1"}), parts("t0-2 t0-3 t0-5 t0-6 t0-7 t1-0"), 1),
+        Member("n0", frozenset({"t1"})),
+        Member("n1", frozenset({"t0"})),
+    ]
+    result = planned(request("sticky", {"t0": 8, "t1": 2}, members))
+    assert result.stats.moved == 3 and len(result.assignment["c3"]) == 3

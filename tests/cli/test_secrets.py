@@ -82,6 +82,7 @@ def test_connect_errors_never_hold_the_password(url: str) -> None:
         ["route", "--group", "g", "k"],
         ["rebalance", "--group", "g", "--dry-run"],
         ["worker", "--group", "g", "--id", "w"],
+        ["dashboard", "--group", "g", "--port", "0"],
     ],
     ids=lambda c: c[0],
 )

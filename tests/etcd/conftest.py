@@ -8,21 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI, etcd_binary
 from tests.etcd_server import EtcdCluster, EtcdServer, TlsFiles
 
 pytestmark = pytest.mark.etcd
-
-
-@pytest.fixture
-def etcd_bin() -> str:
-    """The etcd server binary; a clear skip on a developer machine without it, a failure in CI."""
-    binary = etcd_binary()
-    if binary is None:
-        if IN_CI:
-            pytest.fail("etcd is not installed: run scripts/ensure-test-tools.sh (apt-get install -y etcd-server)")
-        pytest.skip("etcd is not installed (apt-get install -y etcd-server); CI installs it and runs these tests")
-    return binary
 
 
 @pytest.fixture

@@ -57,6 +57,32 @@ def test_a_commit_with_the_lost_epoch_is_refused_after_on_lost_even_if_the_store
     assert record is None or record.lease != old_record.lease, "the lapsed lease was never revoked"
 
 
+def test_a_commit_refused_at_the_deadline_does_not_hold_back_that_partitions_on_lost_until_the_store_answers() -> None:
+    """Found by the namespace nemesis: a worker cut off from etcd had its committer refuse a commit at the local
+    deadline (the partition moved to the fenced set) just before the stepping thread lapsed; on_lost then named only
+    the other partitions, and the fenced one's came 10 s later, once the store answered again, while a new owner
+    had long taken it over."""
+    h = Harness(CONFIG)
+    store = _flaky(h)
+    lost: list[int] = []
+    member = RoundsMember(store, h.group, "a", CONFIG, clock=h.clock, on_lost=lost.extend)
+    h.members["a"] = member
+    h._next_keepalive["a"] = h.clock.now() + TTL / 4
+    h.run(2.0)
+    assert member.owned() == [0, 1, 2, 3]
+    epoch = member.lease(0).epoch
+    member.keepalive(h.clock.now())
+    deadline = member.local_deadline
+    store.down_until = h.clock.now() + 10 * TTL  # unreachable for good, from just after a renewal
+    h.frozen.add("a")  # no step before the deadline: the committer's thread is the first to meet it
+    h.run(deadline - h.clock.now() + 0.01)
+    h.frozen.discard("a")
+    with pytest.raises(Fenced):
+        member.commit(0, "late", epoch=epoch)
+    member.step(h.clock.now())  # the store still does not answer
+    assert sorted(lost) == [0, 1, 2, 3], f"on_lost at the deadline must name every partition believed: {lost}"
+
+
 def test_a_hanging_store_cannot_delay_on_lost_past_the_local_deadline() -> None:
     """One member's store stops answering for 8 s (longer than any timeout): its on_lost comes at its local
     deadline, while the store still hangs, and the others take its partitions without any overlap of beliefs."""

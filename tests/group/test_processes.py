@@ -112,8 +112,10 @@ def test_six_workers_survive_crashes_zombies_and_graceful_stops(
     wait_for("w2 to rejoin and get partitions", lambda: "assigned" in [e["event"] for e in zombie.events[seen:]], 15)
     wait_for("balance among the 4 workers again", lambda: balanced(store_url, alive), 15)
 
-    # graceful stop of one: only its partitions move
+    # graceful stop of one: only its partitions move, handed over by a plan made without it (no round in between)
     before = owners(store_url)
+    with connect(store_url) as store:
+        stopped_at = store.revision()
     workers["w3"].signal(signal.SIGTERM)
     assert workers["w3"].proc.wait(15) == 0
     alive.discard("w3")
@@ -122,3 +124,12 @@ def test_six_workers_survive_crashes_zombies_and_graceful_stops(
     moved = {p for p in range(PARTITIONS) if before[p] != after[p]}
     assert moved == {p for p in range(PARTITIONS) if before[p] == "w3"}
     assert workers["w3"].of("revoked")
+    with connect(store_url) as store:
+        events = [e for e in group.history(store, "g") if e["revision"] > stopped_at]
+    released = {e["partition"]: e["revision"] for e in events if e["type"] == "release" and e["member"] == "w3"}
+    assert set(released) == moved
+    for p, at in released.items():
+        claims = [e["revision"] for e in events if e["type"] == "claim" and e["partition"] == p]
+        claim = min(r for r in claims if r > at)
+        rounds = [e for e in events if e["type"] == "round_opened" and at < e["revision"] < claim]
+        assert not rounds, f"partition {p} waited for a round between its release and its claim: {rounds}"

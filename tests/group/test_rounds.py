@@ -64,6 +64,120 @@ def test_graceful_leave_moves_only_the_leavers_partitions() -> None:
         assert set(before[mid]) <= set(after[mid])
 
 
+def _settled(*members: str) -> Harness:
+    h = Harness()
+    for mid in members:
+        h.add(mid)
+    h.run(2.0)
+    return h
+
+
+def _leave_planned(h: Harness, mid: str, limit_s: float) -> float:
+    """Begin ``mid``'s planned leave, step everyone until it is ready, then leave; return how long it took."""
+    member = h.members[mid]
+    started = h.clock.now()
+    member.begin_leave(started)
+    while not member.leave_ready(h.clock.now()):
+        assert h.clock.now() - started < limit_s, f"{mid}'s planned leave not ready within {limit_s} s"
+        h.run(0.01)
+    member.leave()
+    del h.members[mid]
+    return h.clock.now() - started
+
+
+def _handoff_gaps(h: Harness, leaver: str) -> dict[int, float]:
+    """For each partition the leaver gave up: the time from its on_revoked to the next on_assigned of it."""
+    revoked = {p: t for kind, mid, parts, t in h.log.calls if kind == "revoked" and mid == leaver for p in parts}
+    return {
+        p: min(t for kind, mid, parts, t in h.log.calls if kind == "assigned" and p in parts and t >= revoked[p]) - at
+        for p, at in revoked.items()
+    }
+
+
+def test_planned_leave_hands_each_partition_over_at_its_release_not_a_round_later() -> None:
+    h = _settled("a", "b", "c")
+    before = h.assignment()
+    h.log.calls.clear()
+    took = _leave_planned(h, "c", FAST.min_interval_s + FAST.settle_s + FAST.ttl_s)
+    h.run(0.1)
+    after = h.assignment()
+    assert sorted(p for parts in after.values() for p in parts) == list(range(12))
+    for mid in ("a", "b"):
+        assert set(before[mid]) <= set(after[mid])  # only c's partitions moved
+    gaps = _handoff_gaps(h, "c")
+    assert sorted(gaps) == before["c"]
+    # the new owners claim within a step of the release; a leave that releases first waits a whole round (RST)
+    assert max(gaps.values()) <= 0.02 < FAST.settle_s
+    assert took <= FAST.min_interval_s + FAST.settle_s + 0.1  # at most MRI + RST, not the bound
+    assert not [call for call in h.log.calls if call[0] == "lost"]
+    releases = [e for e in history(h.store, "g") if e["type"] == "release"]
+    assert {e["partition"] for e in releases} == set(before["c"])
+
+
+def test_a_planned_leave_costs_one_round_even_when_others_hear_of_its_end_with_its_plan() -> None:
+    h = _settled("a", "b", "c")
+    leaver = h.members["c"]
+    leaver.begin_leave(h.clock.now())
+
+    def closed() -> int:
+        return sum(1 for e in history(h.store, "g") if e["type"] == "round_closed")
+
+    before = closed()
+    while closed() == before:  # step one member at a time; stop at the close, before anyone applies the plan
+        h.clock.advance(0.01)
+        for member in h.members.values():
+            member.keepalive(h.clock.now())
+            member.step(h.clock.now())
+            if closed() > before:
+                break
+    while not leaver.leave_ready(h.clock.now()):  # the leaver alone hands over and leaves
+        h.clock.advance(0.01)
+        leaver.step(h.clock.now())
+    leaver.leave()
+    del h.members["c"]
+    h.run(3.0)  # a and b hear the plan and the leaver's end in one step
+    assert closed() == before + 1, "the leaver's end asked for another round after the plan made without it"
+    assert all(m.stable() for m in h.members.values())
+    assert sorted(h.owners()) == list(range(12))
+
+
+def test_immediate_leave_leaves_the_partitions_unowned_for_a_round() -> None:
+    h = _settled("a", "b", "c")
+    h.log.calls.clear()
+    h.members["c"].leave()
+    del h.members["c"]
+    h.run(3.0)
+    assert min(_handoff_gaps(h, "c").values()) >= FAST.settle_s  # what the planned leave avoids
+
+
+def test_members_leaving_together_or_alone_do_not_wait_for_a_plan() -> None:
+    h = _settled("a", "b", "c")
+    for member in h.members.values():
+        member.begin_leave(h.clock.now())
+    h.run(0.05)  # each hears that the others leave too: nobody is left to plan for
+    assert all(m.leave_ready(h.clock.now()) for m in h.members.values())
+    alone = _settled("a")
+    assert alone.members["a"].owned()
+    alone.members["a"].begin_leave(alone.clock.now())
+    assert alone.members["a"].leave_ready(alone.clock.now())
+
+
+def test_planned_leave_gives_up_waiting_at_its_bound_when_no_plan_comes() -> None:
+    h = _settled("a", "b")
+    h.frozen.add("b")  # b never joins the leave's round, but its lease lives on: keep it alive
+    leaver = h.members["a"]
+    started = h.clock.now()
+    leaver.begin_leave(started)
+    while not leaver.leave_ready(h.clock.now()):
+        h.members["b"].keepalive(h.clock.now())
+        h.run(0.05)
+        assert h.clock.now() - started < 10, "the planned leave never gave up"
+    assert h.clock.now() - started >= FAST.min_interval_s + FAST.settle_s + FAST.ttl_s - 0.06
+    assert leaver.owned()  # it still held its partitions while it waited; leave() revokes and releases them
+    leaver.leave()
+    assert leaver.owned() == []
+
+
 def test_crashed_member_partitions_are_owned_again_after_its_lease_expires() -> None:
     h = Harness()
     for mid in ("a", "b", "c"):

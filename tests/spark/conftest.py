@@ -2,8 +2,9 @@
 the ONE Spark Connect server (``connect_server``, session-scoped, started only by the tests that use it).
 
 Sized for a 2-core machine (``apportion.spark._session``): `local[2]`, 2 shuffle partitions, 1 GiB driver. Every test
-module here must mark its tests `pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]` so that, under
-`pytest -n 2 --dist loadgroup`, a single xdist worker starts Spark.
+here is in one of two xdist groups, so that under `pytest -n 2 --dist loadgroup` each of those fixtures starts once,
+on one xdist worker each, and the two groups run side by side: `xdist_group("spark")` for the tests of the local
+session, `xdist_group("thin-workers")` for those of the Connect server (thin workers: no JVM per process).
 """
 
 from __future__ import annotations

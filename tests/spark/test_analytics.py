@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime
 import html.parser
 import json
 import uuid
@@ -25,7 +26,7 @@ from apportion.spark._analytics import (
     unowned_gaps,
 )
 from apportion.spark._grid import load_grid, run_grid
-from apportion.spark._report import write_report
+from apportion.spark._report import Verdict, duration, write_report
 from apportion.store import connect
 from tests.group.harness import Harness
 
@@ -145,6 +146,43 @@ def test_the_report_states_its_span_and_the_members_it_saw_only_in_part(spark: A
     whole = write_report(spark, events[:1] + events[2:], tmp_path / "whole")
     assert whole.incomplete_members == () and whole.expired_before is None
     assert whole.coverage.endswith("every member's history complete in this span")
+
+
+def test_the_report_reads_like_a_report_verdict_units_clock_times_captions_and_no_paths(
+    spark: Any, tmp_path: Path
+) -> None:
+    wall = 1_795_453_045.0  # HISTORY moved to a wall clock: 2026-11-24, the first event at t0 = wall + 99.9
+    events = [{**e, "time": e["time"] + wall} for e in HISTORY]
+    out = tmp_path / "report-dir-name"
+    verdict = Verdict("exactly once (count, checksum, order)", True, "12,000 records")
+    summary = write_report(spark, events, out, title="apportion report — group g", verdicts=[verdict])
+    page = (out / "index.html").read_text()
+    body = page.split("<body>", 1)[1]
+    headline = body.split('<div class="verdict ok">', 1)[1].split("</div>", 1)[0]
+    assert "Every check passed" in headline
+    assert "✓</span> <b>no overlapping ownership</b>" in headline
+    assert "✓</span> <b>exactly once (count, checksum, order)</b> — 12,000 records" in headline
+    assert str(tmp_path) not in body and "report-dir-name" not in body  # no file-system path on the page
+    assert "1795453" not in body  # no raw Unix time anywhere
+    local = datetime.datetime.fromtimestamp(wall + 99.9).strftime("%Y-%m-%d %H:%M:%S")
+    assert f"<td>{local} to " in body  # the summary's span in local wall-clock time
+    assert "<th>Planned handoff (release → claim)</th><td>p50 500 ms, p99 500 ms over" in body
+    assert "<th>Unowned gaps</th><td>3, 10.5 s in all, the longest 7 s</td>" in body
+    assert body.count("<figcaption>") == 4 and "<figcaption></figcaption>" not in body
+    assert summary.coverage.startswith(f"overlaps: 0 in 15.100 s of history ({local} to ")
+    failed = write_report(spark, events, tmp_path / "failed", verdicts=[Verdict("exactly once", False, "3 missing")])
+    failed_page = Path(failed.index_html).read_text()
+    assert '<div class="verdict bad"><h2>A check failed</h2>' in failed_page
+    assert "✗</span> <b>exactly once</b> — 3 missing" in failed_page
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(None, "-"), (0.0, "0 s"), (0.004101, "4.1 ms"), (0.5, "500 ms"), (2.345, "2.35 s"), (113.590467, "1 min 54 s"),
+     (3600.0, "1 h"), (3960.0, "1 h 6 min")],
+)  # fmt: skip
+def test_durations_are_shown_with_their_unit(seconds: float | None, shown: str) -> None:
+    assert duration(seconds) == shown
 
 
 def test_moves_are_attributed_to_the_round_closed_before_them(known: dict[str, Any]) -> None:

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from apportion.spark._nemesis import Incarnation, NemesisConfig, belief_overlaps, run_nemesis, schedule
+from apportion.spark._session import connect_session
 
-# its own xdist group: it runs beside the other Spark tests (on the other xdist worker, with its own Spark session),
+# beside the Spark group (on the other xdist worker), with the stateful scale-up test on one Connect server of its own,
 # so that make test's longest group is not the sum of the demo and the nemesis
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("nemesis")]
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("thin-workers")]
 
 SOAK = os.environ.get("APPORTION_SOAK") == "1"
 
@@ -34,8 +35,11 @@ def _seed() -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(3600 if SOAK else 900)  # a backstop: the run's own waits fail first, each without progress
 def test_pipeline_workers_survive_random_kills_freezes_and_stops_beside_a_cpu_hog_exactly_once(
-    tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, connect_server: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Thin workers on one Spark Connect server (as `make demo` runs them): a killed or restarted worker costs no JVM
+    start, so the faults, not Spark's start-up, fill the run. The own-JVM path is under kill -9 and SIGSTOP in
+    tests/spark/test_pipeline.py."""
     if shutil.which("stress-ng") is None:
         message = "stress-ng is not installed (scripts/ensure-test-tools.sh: apt-get install -y stress-ng)"
         if os.environ.get("CI") == "true":
@@ -44,7 +48,7 @@ def test_pipeline_workers_survive_random_kills_freezes_and_stops_beside_a_cpu_ho
     seed = _seed()
     faults = int(os.environ.get("APPORTION_NEMESIS_FAULTS", "36" if SOAK else "3"))
     sizes: dict[str, Any] = {"records": 120_000, "keys": 5_000} if SOAK else {}
-    config = NemesisConfig(tmp_path / "nemesis", seed=seed, faults=faults, **sizes)
+    config = NemesisConfig(tmp_path / "nemesis", seed=seed, faults=faults, spark_url=connect_server.url, **sizes)
     lines: list[str] = []
 
     def say(line: str) -> None:
@@ -53,7 +57,7 @@ def test_pipeline_workers_survive_random_kills_freezes_and_stops_beside_a_cpu_ho
             print(line, flush=True)
 
     say(f"\nnemesis seed {seed} (replay: APPORTION_NEMESIS_SEED={seed}); workers' logs in {config.directory}/logs")
-    result = run_nemesis(config, spark=lambda: request.getfixturevalue("spark"), say=say)
+    result = run_nemesis(config, spark=lambda: connect_session(connect_server.url), say=say)
     summary = result.summary()
     context = f"seed {seed}\n" + "\n".join(lines)
     assert not result.failures, context

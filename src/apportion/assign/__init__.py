@@ -4,15 +4,18 @@
 type (``WeightedOptions``, ``BoundedLoadOptions``, ``HighAvailabilityOptions``; the others take none) and
 ``validate_options(strategy, options)`` is the one check of a strategy's options; ``check(request, plan)`` lists the
 violations of the strategy's invariants; ``parse_request``/``plan_to_json`` are the JSON shapes of
-``apportion assign``. How previous ownership is read (stale generations, conflicts) is documented in ``_core``.
+``apportion assign`` (``loads_request``/``dumps_plan``: from and to JSON text, fast at a million partitions;
+``gc_paused()`` keeps the cyclic GC off while a caller builds millions of tuples). How previous ownership is read
+(stale generations, conflicts) is documented in ``_core``.
 """
 
 from __future__ import annotations
 
 from apportion.assign._check import check, check_or_raise, min_moves
+from apportion.assign._core import gc_paused
 from apportion.assign._hashing import BoundedLoadOptions, stable_hash
 from apportion.assign._high_availability import HighAvailabilityOptions, tags
-from apportion.assign._json import loads_request, parse_request, plan_to_json
+from apportion.assign._json import dumps_plan, loads_request, parse_request, plan_to_json
 from apportion.assign._options import StrategyOptions
 from apportion.assign._registry import STRATEGIES, Strategy, strategy_named, validate_options
 from apportion.assign._simple import range_block
@@ -40,6 +43,8 @@ __all__ = [
     "WeightedOptions",
     "check",
     "check_or_raise",
+    "dumps_plan",
+    "gc_paused",
     "loads_request",
     "min_moves",
     "parse_request",

@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import gc
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import chain, pairwise, repeat, zip_longest
-from operator import itemgetter
+from operator import itemgetter, sub
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 from apportion.errors import InvalidRequest
 from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
@@ -51,12 +51,22 @@ _second = itemgetter(1)
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while building millions of acyclic tuples (it would rescan them many times)."""
+    """Pause the cyclic GC while building millions of acyclic tuples (it would rescan them many times).
+
+    Then put what was allocated meanwhile straight into the oldest generation (``gc.freeze()`` + ``gc.unfreeze()``:
+    two list splices) instead of letting the next young collection scan it: the collector untracks plain tuples of
+    atoms but never named tuples (Partition, Move), so that scan (~0.1 s per million) frees nothing, and it would
+    be repeated when they reach the middle generation. Skipped when the process froze objects itself (a pre-fork
+    server): ``gc.unfreeze()`` would release those too.
+    """
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            gc.unfreeze()
         if enabled:
             gc.enable()
 
@@ -215,7 +225,7 @@ class Problem:
     def equal_subscriptions(self) -> bool:
         return all(s == self.subs[0] for s in self.subs)
 
-    def interleaved(self, ints: list[int]) -> list[int]:
+    def interleaved(self, ints: Sequence[int]) -> Sequence[int]:
         """Sorted ``ints`` in seed 4's order "for data parallelism": by index, then resource (t0-0, t1-0, t0-1, t1-1,
         ...). ``ints`` itself when they all belong to one resource (the order is then the same)."""
         if not ints or self.resource_of(ints[0]) == self.resource_of(ints[-1]):
@@ -257,6 +267,8 @@ class Problem:
     def partitions(self, ints: Sequence[int], everything: list[Partition] | None = None) -> tuple[Partition, ...]:
         """Partition tuples for sorted ints (built without Partition.__new__'s Python-level overhead)."""
         if everything is not None:
+            if isinstance(ints, range) and ints.step == 1:
+                return tuple(everything[ints.start : ints.stop])
             return tuple(map(everything.__getitem__, ints))
         if len(self.resources) == 1:
             name = self.resources[0].name
@@ -327,7 +339,7 @@ class MoveColumns(NamedTuple):
     """Moves as three parallel columns of ints, by partition: partition, previous owner (-1: none), new owner.
     Strategies that move a million partitions build these directly instead of a million row tuples."""
 
-    partitions: list[int]
+    partitions: Sequence[int]  # a list, or a range when every partition moves in order (sticky from scratch)
     sources: list[int]
     targets: list[int]
 
@@ -339,19 +351,111 @@ class MoveColumns(NamedTuple):
         return cls(list(parts), list(sources), list(targets))
 
 
-def _fast_moves(parts: tuple[Partition, ...], sources: list[str | None], targets: list[str]) -> tuple[Move, ...]:
-    """Move tuples by the million: ``tuple.__new__(Move, row)`` over zipped columns runs entirely in C."""
-    return tuple(map(tuple.__new__, repeat(Move), zip(parts, sources, targets, strict=True)))
+class LazyMoves(Sequence[Move]):
+    """``Plan.moves`` of the strategies built on :func:`to_plan`: a read-only sequence of :class:`Move` kept as int
+    columns, made into Move tuples on first use (iteration, indexing, comparison, repr, pickling) and cached.
+
+    Building a million Move tuples (and collecting them once) was most of a plan from scratch (every partition is
+    then a placement), and the protocols read only the assignment and the stats. It compares equal to the tuple of
+    its moves (and to another LazyMoves with the same moves), hashes like it, and pickles as that tuple.
+
+    Safe to share between threads: one slot holds the columns or, once built, the tuple; a reader that finds the
+    columns builds from them (two racing readers build equal tuples, the last one stored stays).
+    """
+
+    __slots__ = ("_len", "_state")
+
+    def __init__(self, columns: _MoveSource, count: int) -> None:
+        self._state: _MoveSource | tuple[Move, ...] = columns
+        self._len = count
+
+    def _items(self) -> tuple[Move, ...]:
+        state = self._state
+        if isinstance(state, tuple):
+            return state
+        with gc_paused():
+            built = state.build()
+        self._state = built
+        return built
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> Move: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Move, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Move | tuple[Move, ...]:
+        return self._items()[index]
+
+    def __iter__(self) -> Iterator[Move]:
+        return iter(self._items())
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._items()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyMoves):
+            return len(self) == len(other) and self._items() == other._items()
+        if isinstance(other, tuple):
+            return len(self) == len(other) and self._items() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._items())
+
+    def __repr__(self) -> str:
+        return repr(self._items())
+
+    def __reduce__(self) -> tuple[type[tuple[Move, ...]], tuple[tuple[Move, ...]]]:
+        return (tuple, (self._items(),))
+
+
+@dataclass(frozen=True, slots=True)
+class _MoveSource:
+    """What :class:`LazyMoves` needs to build its Move tuples: the int columns, member ids, and the Partition
+    values (``everything`` when the plan built them all, else resource names and starts to make them)."""
+
+    columns: MoveColumns
+    ids: list[str]
+    names: list[str]
+    start: list[int]
+    everything: list[Partition] | None
+
+    def build(self) -> tuple[Move, ...]:
+        parts = self.columns.partitions
+        if self.everything is not None:
+            move_parts: Iterable[Partition] = map(self.everything.__getitem__, parts)
+        elif len(self.names) == 1:
+            move_parts = map(_new_tuple, repeat(Partition), zip(repeat(self.names[0]), parts))
+        else:
+            start, names = self.start, self.names
+            rs = [bisect_right(start, p) - 1 for p in parts]
+            indices = map(sub, parts, map(start.__getitem__, rs))
+            move_parts = map(_new_tuple, repeat(Partition), zip(map(names.__getitem__, rs), indices, strict=True))
+        source_names: list[str | None] = [None, *self.ids]  # index owner + 1: -1 (nobody) -> None
+        column = self.columns.sources
+        sources: Iterable[str | None] = (
+            repeat(None, len(column))  # placements only (from scratch)
+            if column.count(-1) == len(column)
+            else map(source_names.__getitem__, map((1).__add__, column))
+        )
+        targets = map(self.ids.__getitem__, self.columns.targets)
+        # tuple.__new__(Move, row) over zipped columns runs entirely in C
+        return tuple(map(_new_tuple, repeat(Move), zip(move_parts, sources, targets, strict=True)))
 
 
 def to_plan(
     problem: Problem,
-    assignment: list[list[int]],
+    assignment: Sequence[Sequence[int]],
     moves: list[tuple[int, int, int]] | MoveColumns | None,
     min_moves: int,
 ) -> Plan:
     """Build the Plan from per-member sorted ints; ``moves`` as rows from :func:`moves_of` (computed when None) or
-    as :class:`MoveColumns`; ``min_moves`` the strategy's lower bound (see the module docstring)."""
+    as :class:`MoveColumns`; ``min_moves`` the strategy's lower bound (see the module docstring). The moves stay
+    columns until first read (:class:`LazyMoves`)."""
     if moves is None:
         moves = moves_of(problem, assignment)
     columns = moves if isinstance(moves, MoveColumns) else MoveColumns.of_rows(moves)
@@ -369,25 +473,21 @@ def to_plan(
                 table[problem.ids[m]] = owned[: len(ints)]
             else:
                 table[problem.ids[m]] = problem.partitions(ints, everything)
-        ids = problem.ids
-        move_parts = problem.partitions(columns.partitions, everything)
-        source_names: list[str | None] = [None, *ids]  # index owner + 1: -1 (nobody) -> None
-        sources = list(map(source_names.__getitem__, map((1).__add__, columns.sources)))
-        targets = list(map(ids.__getitem__, columns.targets))
-        move_objs = _fast_moves(move_parts, sources, targets)
+    names = [r.name for r in problem.resources]
+    source = _MoveSource(columns, problem.ids, names, problem.start, everything)
     sizes = list(map(len, assignment))
     stats = PlanStats(
         partitions=problem.total,
         members=len(assignment),
         min=min(sizes, default=0),
         max=max(sizes, default=0),
-        moved=sum(1 for s in sources if s is not None),
+        moved=moved_count - columns.sources.count(-1),
         min_moves=min_moves,
     )
-    return Plan(problem.request.strategy, MappingProxyType(table), move_objs, stats)
+    return Plan(problem.request.strategy, MappingProxyType(table), LazyMoves(source, moved_count), stats)
 
 
-def _reusable(problem: Problem, m: int, ints: list[int]) -> bool:
+def _reusable(problem: Problem, m: int, ints: Sequence[int]) -> bool:
     """True when the member's new partitions are a prefix of its (sorted) previous ones: reuse its tuple."""
     claims = problem.claims[m]
     return problem.owned_tuples[m] is not None and len(ints) <= len(claims) and claims[: len(ints)] == ints

@@ -5,6 +5,7 @@ Each command lives in its own module (``_assign.py``, ``_worker.py``, ...) that 
 
 from apportion.cli import (
     _assign,  # noqa: F401  (registers `apportion assign`)
+    _dashboard,  # noqa: F401  (registers `apportion dashboard`)
     _demo,  # noqa: F401  (registers `apportion demo`, the main job)
     _explain,  # noqa: F401  (registers `apportion explain`)
     _pipeline,  # noqa: F401  (registers `apportion pipeline produce|run|verify`)

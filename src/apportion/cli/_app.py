@@ -32,6 +32,8 @@ EXTRAS = {
     "grpc": "spark",  # Spark Connect (--spark sc://..., apportion spark serve)
     "httpx": "etcd",
     "prometheus_client": "metrics",
+    "starlette": "dashboard",
+    "uvicorn": "dashboard",
 }
 
 _SECRETS: list[str] = []

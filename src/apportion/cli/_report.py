@@ -35,7 +35,8 @@ def report(store_url: str, group_name: str, out_dir: str, master: str | None, sp
     if not events:  # before paying for a Spark start
         raise InvalidRequest("--group", f"{group_name!r} has no recorded history in {redact_url(store_url)}")
     spark = spark_session(engine, app_name="apportion-report")
-    summary = write_report(spark, events, out_dir, expired_before=expired_before)
+    title = f"apportion report — group {group_name}"
+    summary = write_report(spark, events, out_dir, expired_before=expired_before, title=title)
     out = summary.as_dict()
     click.echo(json.dumps(out, indent=2))
     click.echo(summary.index_html)

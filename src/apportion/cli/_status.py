@@ -24,7 +24,7 @@ from apportion.cli._app import app
 from apportion.cli._common import group_option, store_option
 from apportion.cli._store import read_group
 from apportion.errors import InvalidRequest
-from apportion.group import FAILED_RETENTION_S, group_status
+from apportion.group import FAILED_RETENTION_S, checkpoint_offset, group_status
 
 
 @app.command()
@@ -77,17 +77,6 @@ def _watch(store_url: str, group_name: str, interval_s: float, max_refreshes: in
             return
 
 
-def _offset(checkpoint: str | None) -> int | None:
-    if not checkpoint or not checkpoint.startswith("{"):
-        return None
-    try:
-        value: Any = json.loads(checkpoint)
-    except ValueError:
-        return None
-    offset = value.get("offset") if isinstance(value, dict) else None
-    return offset if isinstance(offset, int) and not isinstance(offset, bool) else None
-
-
 def _when(t: float) -> str:
     """A store-clock time: the local date and time when it is a wall-clock reading, else seconds (a virtual clock)."""
     if t > 1e9:
@@ -114,7 +103,7 @@ def render(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
     for mid, info in snapshot["members"].items():
         subs = [",".join(info.get("subscriptions", ["all"]))] if subscribing else []
         members.add_row(mid, "yes" if info["alive"] else "no", *subs, " ".join(info["partitions"]))
-    offsets = {p: _offset(info["checkpoint"]) for p, info in snapshot["partitions"].items()}
+    offsets = {p: checkpoint_offset(info["checkpoint"]) for p, info in snapshot["partitions"].items()}
     show_offsets = any(o is not None for o in offsets.values())
     show_replicas = any("standby" in info or "learners" in info for info in snapshot["partitions"].values())
     parts = Table(title="partitions")

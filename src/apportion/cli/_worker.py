@@ -189,7 +189,8 @@ def worker(
     metrics_host: str,
 ) -> None:
     """Run a worker until SIGINT/SIGTERM. Each change is one JSON line on stdout
-    ({"event": "assigned"|"revoked"|"lost"|"fenced"|"commit_failed", "partitions": [...], "time": t}) and a log line.
+    ({"event": "assigned"|"revoked"|"lost"|"commit"|"fenced"|"commit_failed", "partitions": [...], "time": t}; a
+    commit also has its epoch and the store revision) and a log line.
 
     Every option can also come from the environment (APPORTION_STORE, APPORTION_GROUP, APPORTION_ID, ...) or from
     --config FILE.toml; precedence: command line > environment > file > defaults."""

@@ -26,6 +26,7 @@ class Check:
 class DemoResult:
     checks: list[Check] = field(default_factory=list)
     report_path: Path | None = None
+    dashboard: str | None = None  # the command that opens the live dashboard on the demo's store
     failover_s: float | None = None
 
     @property
@@ -68,6 +69,8 @@ def print_checks(result: DemoResult, console: Console) -> None:
     console.print(table)
     if result.report_path is not None:
         console.print(f"HTML report: {result.report_path}")
+    if result.dashboard is not None:
+        console.print(f"Live dashboard (during a demo, or now to look back): {result.dashboard}", soft_wrap=True)
     console.print("[green]all checks passed[/]" if result.ok else "[red]some checks failed[/]")
 
 
@@ -76,6 +79,7 @@ def summary_json(result: DemoResult) -> dict[str, Any]:
         "ok": result.ok,
         "failover_s": result.failover_s,
         "report": None if result.report_path is None else str(result.report_path),
+        "dashboard": result.dashboard,
         "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in result.checks],
     }
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from apportion.demo._checks import Check
@@ -12,15 +12,22 @@ from apportion.store import Store
 
 
 def report(
-    store: Store, directory: Path, spark_url: str | None, step: Callable[[str], None]
+    store: Store,
+    directory: Path,
+    spark_url: str | None,
+    step: Callable[[str], None],
+    checks: Sequence[Check] = (),
 ) -> tuple[Path | None, Check]:
-    """Analyse the group's history on the demo's Spark Connect server ``spark_url`` (None: a local[2] session)."""
-    from apportion.spark import spark_session, write_report
+    """Analyse the group's history on the demo's Spark Connect server ``spark_url`` (None: a local[2] session);
+    the exactly-once ``checks`` made so far join the report's headline."""
+    from apportion.spark import Verdict, spark_session, write_report
 
     events = history(store, GROUP)
+    verdicts = [Verdict(c.name, c.ok, c.detail) for c in checks if "exactly once" in c.name]
     spark = spark_session(master=spark_url or "local[2]", app_name="apportion-demo-report", parallelism=2)
     try:
-        summary = write_report(spark, events, directory / "report")
+        title = f"apportion demo — group {GROUP}"
+        summary = write_report(spark, events, directory / "report", title=title, verdicts=verdicts)
     finally:
         spark.stop()
     overlaps = int(summary.overlaps)

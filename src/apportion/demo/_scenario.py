@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -67,6 +68,11 @@ def _remaining(store: Store, log_dir: Path) -> int:
     return sum(uncommitted_records(store, GROUP, PartitionedLog(log_dir), GROUP).values())
 
 
+def dashboard_command(store_url: str) -> str:
+    """The one command that serves the live dashboard of the demo's group (``apportion dashboard``)."""
+    return f"apportion dashboard --store {shlex.quote(store_url)} --group {GROUP}"
+
+
 def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
     """Run the main job; return its checks (the caller turns a failed check into a non-zero exit)."""
     console = console or Console(stderr=False)
@@ -74,11 +80,11 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
     d.mkdir(parents=True, exist_ok=True)
     log_dir, output_dir = d / "log", d / "output"
     store_url = f"sqlite:///{d / 'apportion.db'}"
-    result = DemoResult()
+    result = DemoResult(dashboard=dashboard_command(store_url))
     began = time.monotonic()
 
     def step(text: str) -> None:
-        console.print(f"[bold cyan][{time.monotonic() - began:6.1f}s][/] {text}")
+        console.print(f"[bold cyan][{time.monotonic() - began:6.1f}s][/] {text}", soft_wrap=True)  # copyable lines
 
     step(f"working directory {d}")
     source = RecordSource(config, log_dir)
@@ -140,6 +146,7 @@ def _run_scenario(
         )
         pace.startup_s = took
         step(f"all {config.partitions} partitions owned after {took:.1f} s: {_load(store)}")
+        step(f"watch it live in a browser (another terminal): {result.dashboard}")  # the group exists from here
 
         columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
         with Progress(*columns, console=console, transient=True) as progress:
@@ -274,7 +281,7 @@ def _run_scenario(
 
         result.checks.extend(check_output(store, log_dir, output_dir, step))
         if config.report:
-            result.report_path, overlap_check = report(store, d, spark_url, step)
+            result.report_path, overlap_check = report(store, d, spark_url, step, result.checks)
             result.checks.append(overlap_check)
 
 

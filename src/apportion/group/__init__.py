@@ -55,6 +55,7 @@ from apportion.group._static import (
     validate_replicas,
 )
 from apportion.group._status import (
+    checkpoint_offset,
     committed,
     group_status,
     owned_by,
@@ -92,6 +93,7 @@ __all__ = [
     "StaticPhase",
     "TableState",
     "Tracer",
+    "checkpoint_offset",
     "committed",
     "decode",
     "decode_owner",

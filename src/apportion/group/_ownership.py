@@ -26,8 +26,9 @@ Member lifecycle shared by all protocols: ``step`` starts the member when it has
 create the resource definition, grant the lease, register ``members/<id>`` lease-bound if no other registration
 holds the id: a holder that is dead lets go within its ttl, a live one makes this member fail after 1.5 ttl unless
 ``replace`` fences it), then hands over to the
-protocol's ``_advance``; ``leave`` revokes everything (on_revoked), releases and revokes the lease; a lapse (local
-deadline or lease gone) calls on_lost for everything and starts over.
+protocol's ``_advance``; ``leave`` revokes everything (on_revoked), releases and revokes the lease (a protocol may
+first plan the handoff: ``begin_leave``, step until ``leave_ready``, then ``leave``); a lapse (local deadline or
+lease gone) calls on_lost for everything and starts over.
 """
 
 from __future__ import annotations
@@ -278,8 +279,9 @@ class FencedMember:
         self._trace("renew", deadline=deadline)
         return True
 
-    def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> None:
-        """Record ``checkpoint`` for ``partition`` if this member still owns it with ``epoch``; else raise Fenced."""
+    def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> int:
+        """Record ``checkpoint`` for ``partition`` if this member still owns it with ``epoch``; else raise Fenced.
+        Returns the store revision of the commit's transaction."""
         if not isinstance(checkpoint, str):
             raise InvalidRequest("checkpoint", "must be a string")
         now = self._clock.now()
@@ -291,8 +293,9 @@ class FencedMember:
             raise Fenced(f"partition {partition} is not owned by {self.id}")
         if current == use and left > 0:
             with self.store.time_limit(left):
-                if self.commit_txn(partition, checkpoint, use, now):
-                    return
+                revision = self.commit_txn(partition, checkpoint, use, now)
+                if revision:
+                    return revision
                 rejected = True
         else:
             rejected = False  # refused here: the belief in (partition, epoch) has ended; no store call
@@ -307,16 +310,17 @@ class FencedMember:
                 self._put_event("fenced", now, partitions=[partition], epochs=[use])
         raise Fenced(f"partition {partition}: epoch {use} of {self.id} is no longer the owner's")
 
-    def commit_txn(self, partition: PartitionId, checkpoint: str, epoch: int, now: float) -> bool:
+    def commit_txn(self, partition: PartitionId, checkpoint: str, epoch: int, now: float) -> int:
         """The fence itself, without the local-deadline check: ``txn([owner/p == (me, epoch)], [put commit/p])``.
-        True when the store accepted the commit."""
+        The store revision of the accepted commit; 0 when the store refused it."""
         record = encode({"checkpoint": checkpoint, "epoch": epoch, "member": self.id})
         ops: list[Op] = [Put(self.keys.commit(partition), record)]
         ops += self._recorder.put("commit", now, partitions=[partition], epochs=[epoch], checkpoint=checkpoint)
         result = self.store.txn([value_is(self.keys.owner(partition), self._owner_value(epoch))], ops)
-        if result.succeeded:
-            self._trace("commit", partition=partition, epoch=epoch)
-        return result.succeeded
+        if not result.succeeded:
+            return 0
+        self._trace("commit", partition=partition, epoch=epoch, revision=result.revision)
+        return result.revision
 
     @property
     def claiming(self) -> int:
@@ -524,8 +528,11 @@ class FencedMember:
         it), then drop the lease and start over; revoking the lease (frees the owner records now instead of at
         expiry) and recording the loss are left to ``_clean_up``, retried until done."""
         with self._lock:
-            held = dict(sorted(self._owned.items()))
+            # partitions a commit refused at the deadline (moved to _fenced by the committer's thread) end here too:
+            # their on_lost must not wait for the fenced branch, which runs only once the store answers again
+            held = dict(sorted({**self._fenced, **self._owned}.items()))
             self._owned.clear()
+            self._fenced, self._fenced_deadline = {}, -INF
             lease, self._lease = self._lease, None
             self._belief_ended = min(now, self._deadline)
             self._deadline = -INF
@@ -545,6 +552,15 @@ class FencedMember:
 
     def _reset(self) -> None:
         """Forget the protocol state after a lapse; the member starts over (hook)."""
+
+    def begin_leave(self, now: float) -> None:
+        """Start a planned leave (hook): a protocol that can plan the handoff first (rounds) keeps its partitions
+        until a plan without this member moves them, so that each one is unowned only from its release to its new
+        owner's claim; keep stepping until ``leave_ready``, then call ``leave``."""
+
+    def leave_ready(self, now: float) -> bool:
+        """True once ``leave`` may run: the planned handoff is done, or could not be planned in time (hook)."""
+        return True
 
     def leave(self) -> None:
         """Graceful leave: on_revoked for everything, commit is the callback's job, release, drop membership."""

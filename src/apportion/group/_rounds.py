@@ -21,6 +21,9 @@ opener's clock). Member phases (``Phase``)::
     any      --its subscriptions changed (``subscribe``, the operator's ``subscriptions/<id>``: ``_subscriptions``)-->
                  revoke what no longer fits at once, then open a new round at max(now, seen(R) + MRI)
     any --local lease deadline passed, or lease gone--> on_lost(all), lease revoked --> STARTING
+    any --begin_leave() (planned leave)--> members/<id> says "leaving"; no more joins; a round is wanted (by every
+                 member whose plan names the leaver) --> the plan of a round without me: on_revoked, release as it
+                 says; leave_ready() --> leave()
     any --leave()--> on_revoked(all), release, lease revoked --> STOPPED
 
 Opening is ``txn([current.mod_revision == R], [put current])``: of many members racing, one wins and the others join
@@ -60,6 +63,19 @@ The ownership state machine (claim, on_assigned, revoke, release, fenced commit,
 ``apportion.group._ownership``; this protocol fills ``_claiming`` from the plan and revokes what a plan moves away.
 Partitions kept across rounds are not revoked (cooperative, KIP-429).
 
+Planned leave
+-------------
+A member that releases its partitions and then leaves (``leave()``) leaves them unowned for a whole round: until
+someone opens one (up to MRI after the last), RST, the close. ``begin_leave`` plans the handoff first instead: the
+member announces ``leaving`` in its registration and stops joining rounds; every member whose plan names it wants a
+round (as for a departed participant), whose plan gives its partitions to the others while it still processes them;
+it then revokes and releases them as any plan's loser does, and the new owners, already waiting for the release,
+claim each one at its delete event (revoke before assign and the fences are unchanged: the claim is still
+compare-absent on the owner record). ``leave_ready`` ends the wait when the member holds nothing and is in no open
+round, when every other participant of its plan is leaving or gone too (nobody to plan for: a whole fleet stopping
+does not wait), or after MRI + RST + ttl (the longest a round takes to open and close, waiting for a member inside
+``on_revoked``); ``leave()`` then revokes and releases whatever is left, as before.
+
 Several resources and subscriptions (issue 20)
 ----------------------------------------------
 In a group over named resources a participation record carries the member's ``subscriptions`` (absent: every
@@ -80,7 +96,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack
 
 from apportion.assign import check as check_plan
-from apportion.errors import CorruptRecord, InvalidRequest
+from apportion.errors import CorruptRecord, InvalidRequest, LeaseNotFound, StoreUnavailable
 from apportion.group._config import GroupConfig
 from apportion.group._keys import Keys, PartitionId, decode, encode, validate_member_id
 from apportion.group._ownership import (
@@ -210,10 +226,13 @@ class RoundsMember(FencedMember):
         self._need_since: int | None = None
         self._alive: dict[str, bool] = {}
         self._dead: set[str] = set()  # the ids whose _alive is False
+        self._leaving: set[str] = set()  # the ids whose members/<id> says "leaving" (a planned leave)
+        self._leave_by: float | None = None  # this member's planned leave: leave at the latest then
         # what the watch tells (module doc, "Reads"): current, and the newest plan seen in an event
         self._current = TrackedKey(self.keys.current)
         self._plan_event: tuple[int, KeyValue] | None = None
         self._plan_unread = True  # the current round's plan may exist unseen: read it once
+        self._latest_round = 0  # the newest round a ``latest`` event named
 
     # -- public, thread-safe -------------------------------------------------------------------------------
 
@@ -312,6 +331,8 @@ class RoundsMember(FencedMember):
             deadlines.append(open_at)
         if self._to_release:
             deadlines.append(now + self.claim_retry_s)
+        if self._leave_by is not None:
+            deadlines.append(self._leave_by)  # a planned leave's bound: step then, so that it ends
         return min(deadlines)
 
     def _plan_kv(self, rnd: int) -> KeyValue | None:
@@ -331,6 +352,8 @@ class RoundsMember(FencedMember):
             self._current.on_event(event)
         elif key == self.keys.latest:
             self._plan_unread = True
+            if event.type is EventType.PUT:
+                self._latest_round = max(self._latest_round, _round_of(event.kv))
         elif key.startswith(self.keys.rounds) and key.endswith("/plan") and event.type is EventType.PUT:
             head = key[len(self.keys.rounds) : -len("/plan")]
             if head.isdigit():
@@ -350,13 +373,28 @@ class RoundsMember(FencedMember):
                 self._dead.discard(mid)
             else:
                 self._dead.add(mid)
-            if not alive and mid != self.id and mid in self._participants:
-                self._need(event.revision)
+            leaving = alive and _says_leaving(event.kv)
+            announced = leaving and mid not in self._leaving  # not its later "revoking" updates
+            if leaving:
+                self._leaving.add(mid)
+            else:
+                self._leaving.discard(mid)
+            if (announced or not alive) and mid != self.id and mid in self._participants and not self._newer_plan():
+                self._need(event.revision)  # (a newer plan is checked against _dead and _leaving when applied)
+
+    def _newer_plan(self) -> bool:
+        """A plan newer than the applied one has been seen (its event, or ``latest`` naming its round): a departure
+        is judged against that plan's participants when it is applied (a leaver's end heard with the plan made
+        without it asks for no further round)."""
+        seen = self._plan_event
+        return max(self._latest_round, 0 if seen is None else seen[0]) > self._plan_round
 
     def _need(self, revision: int) -> None:
         self._need_since = revision if self._need_since is None else min(self._need_since, revision)
 
     def _should_join(self, now: float) -> bool:
+        if self._leave_by is not None:  # leaving: the next plan is made without this member
+            return False
         if self._round > self._start_revision or self._in_plan:
             return True
         return now - self._opened_at < self.config.settle_s
@@ -366,6 +404,8 @@ class RoundsMember(FencedMember):
         if self._need_since is not None and rnd > self._need_since:
             self._need_since = None  # the open round's cut already reflects the change
         base = self._first_seen if rnd > self._start_revision else min(self._first_seen, self._opened_at)
+        if self._leave_by is not None and not (self._plan_round == rnd and self._in_plan):
+            return None  # leaving: only a plan that still names this member calls for another round
         if self._plan_round == rnd:
             if not self._in_plan or self._need_since is not None:
                 return base + self.config.min_interval_s
@@ -380,7 +420,40 @@ class RoundsMember(FencedMember):
     # -- membership ----------------------------------------------------------------------------------------
 
     def _registration(self) -> dict[str, Any]:
-        return {"capacity": self.capacity, "rack": self.rack, **self._subs.record()}
+        info: dict[str, Any] = {"capacity": self.capacity, "rack": self.rack, **self._subs.record()}
+        return {**info, "leaving": True} if self._leave_by is not None else info
+
+    def begin_leave(self, now: float) -> None:
+        """A planned leave: say ``leaving`` in ``members/<id>`` (every member then wants a round, and this one
+        joins no more rounds), keep the partitions until a plan without this member moves them, then revoke and
+        release them as that plan says, so that the new owners claim each one at its release. Bounded: at
+        ``now + MRI + RST + ttl`` (the longest a round can take to open and close) ``leave_ready`` gives up waiting."""
+        lease = self._lease
+        if self._leave_by is not None or lease is None or self._stopped:
+            return
+        self._leave_by = now + self.config.min_interval_s + self.config.settle_s + self.config.ttl_s
+        try:
+            info = encode(self._member_info(revoking=False))
+            with self._within_belief():
+                revision = self.store.put(self.keys.member(self.id), info, lease.id)
+        except (StoreUnavailable, LeaseNotFound):
+            self._leave_by = now  # unannounced, nobody plans without this member: leave at once
+            return
+        self._need(revision)
+        self._trace("leaving", until=self._leave_by)
+
+    def leave_ready(self, now: float) -> bool:
+        """True when a planned leave may end: this member holds nothing and waits for no plan that could give it
+        something, every other participant of its plan is leaving or gone too, or the time bound passed."""
+        leave_by = self._leave_by
+        if leave_by is None or now >= leave_by or self._lease is None or self._stopped:
+            return True
+        with self._lock:
+            holds = bool(self._owned)
+        if not holds and not self._claiming and self.phase is not Phase.JOINED and self._busy_until is None:
+            return True
+        others = set(self._participants) - {self.id}
+        return others <= self._leaving | self._dead
 
     def _apply_subscriptions(self) -> bool:
         """Take up a subscription change (``subscribe``): revoke what no longer fits, announce the new subscriptions
@@ -612,7 +685,7 @@ class RoundsMember(FencedMember):
         self.phase = Phase.SETTLED if in_plan else Phase.WAITING
         probe = plan.get("probe_after_s")
         self._probe_after_s = None if probe is None else float(probe)
-        if not self._dead.isdisjoint(participants):
+        if not self._dead.isdisjoint(participants) or not self._leaving.isdisjoint(set(participants) - {self.id}):
             self._need(rnd)
         with self._lock:
             revoke = sorted(p for p in self._owned if p not in self._assignment)
@@ -651,6 +724,26 @@ def set_subscriptions(store: Store, group: str, member_id: str, subscriptions: S
     config = GroupConfig.load(store, group)
     wanted = config.subscriptions(list(subscriptions))
     store.put(key, encode({"subscriptions": sorted(wanted or ())}))
+
+
+def _round_of(kv: KeyValue) -> int:
+    """The round a ``latest`` record names (0 for a corrupt one: it names nothing)."""
+    try:
+        value = decode(kv.value, kv.key).get("round")
+    except CorruptRecord:
+        return 0
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _says_leaving(kv: KeyValue) -> bool:
+    """A ``members/<id>`` record announces a planned leave (a corrupt one announces nothing). Every member hears
+    every registration (O(members²) events in a large group): only a record that mentions the key is decoded."""
+    if b'"leaving"' not in kv.value:
+        return False
+    try:
+        return bool(decode(kv.value, kv.key).get("leaving"))
+    except CorruptRecord:
+        return False
 
 
 def _member(

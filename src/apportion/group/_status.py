@@ -6,6 +6,7 @@ process tests ask of it."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -215,6 +216,19 @@ def settled(store: Store, group: str, members: Iterable[str]) -> bool:
     return {p: m for m, parts in assignment.items() for p in parts} == {p: o for p, o in found.items() if o is not None}
 
 
+def checkpoint_offset(checkpoint: object) -> int | None:
+    """The integer ``"offset"`` of a checkpoint that is a JSON object (the pipeline's ``{"offset": N, ...}``), else
+    None (the store does not know what a checkpoint means; ``status`` and the dashboard show this one)."""
+    if not isinstance(checkpoint, str) or not checkpoint.startswith("{"):
+        return None
+    try:
+        value: Any = json.loads(checkpoint)
+    except ValueError:
+        return None
+    offset = value.get("offset") if isinstance(value, dict) else None
+    return offset if isinstance(offset, int) and not isinstance(offset, bool) else None
+
+
 def _capacity(kv: KeyValue) -> object:
     """A registration's capacity; a corrupt registration only loses it (the key's lease is what makes a member)."""
     try:
@@ -300,4 +314,4 @@ def _records(kvs: dict[str, KeyValue]) -> dict[str, dict[str, Any]]:
     return out
 
 
-__all__ = ["group_status", "owned_by", "owners", "settled", "table_entry"]
+__all__ = ["checkpoint_offset", "group_status", "owned_by", "owners", "settled", "table_entry"]

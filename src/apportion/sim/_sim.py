@@ -25,7 +25,8 @@ Events: ``step`` (a member's protocol step, scheduled at the deadline it returne
 owned partitions), and churn/faults drawn from the seed::
 
     join          a new member starts
-    leave         graceful leave (on_revoked, release, lease revoked)
+    leave         graceful leave (on_revoked, release, lease revoked); with ``planned_leave`` that share of them
+                  is planned first (``leaving``: begin_leave, steps until leave_ready, then the leave)
     crash         the member stops for good (its lease expires in the store)
     freeze D      no steps and no keepalives for D seconds (a zombie), then it first tries to commit every partition
                   it held with its old epochs (store-level fence check), then resumes
@@ -126,6 +127,9 @@ class SimConfig:
     # lag noise: each reported lag is what is left to restore plus a draw in [0, lag_noise] (a changelog that keeps
     # growing between restores), from a generator seeded by (seed, member): 0 draws nothing and changes no trace
     lag_noise: int = 0
+    # the share of (random) graceful leaves that are planned: ``begin_leave``, steps until ``leave_ready``, then
+    # ``leave`` (what a stopping ``Worker`` does); 0 draws nothing and changes no trace
+    planned_leave: float = 0.0
     # fixed churn instead of random events: (seconds after start, kind) or (seconds after start, kind, duration)
     script: tuple[tuple[float, str] | tuple[float, str, float], ...] = ()
     # a group over named resources ("orders:6,payments:4"; ``partitions`` is then ignored) with random subscriptions
@@ -139,6 +143,8 @@ class SimConfig:
             validate_settings(1, "automatic", self.max_in_flight)
         if self.stateful and self.mode != "rounds":
             raise InvalidRequest("stateful", "standby and learner replicas exist only in the rounds mode")
+        if not 0.0 <= self.planned_leave <= 1.0:
+            raise InvalidRequest("planned_leave", "must be a share in [0, 1]")
         if self.resources and self.mode == "static":
             raise InvalidRequest(
                 "resources", "the simulator's groups over named resources run the rounds or coordinator mode"
@@ -255,6 +261,7 @@ class _Sim:
     next_step: float = math.inf
     crashed: bool = False
     left: bool = False
+    leaving: bool = False  # a planned leave has begun: it leaves at the first step where leave_ready says so
     frozen_until: float = -math.inf
     slow_next: float = 0.0
     frozen_owned: dict[PartitionId, int] = field(default_factory=dict)
@@ -378,7 +385,8 @@ class Simulation:
             fields = {"deadline": clock.to_global(float(fields["deadline"]))}
         self.records.append((t, mid, kind, dict(fields)))
         if kind in (
-            "assigned", "revoked", "lost", "fenced", "round_closed", "spawn", "crash", "freeze", "leave", "scale"
+            "assigned", "revoked", "lost", "fenced", "round_closed", "spawn", "crash", "freeze", "leave", "scale",
+            "leaving",
         ):  # fmt: skip
             detail = ",".join(f"{k}={fields[k]}" for k in sorted(fields) if k != "prefix")
             self.trace.append((round(t, 6), mid, kind, detail))
@@ -480,6 +488,9 @@ class Simulation:
         sim.next_step = math.inf
         self.steps += 1
         local_deadline = sim.member.step(sim.clock.now())
+        if sim.leaving and sim.member.leave_ready(sim.clock.now()):
+            self._leave(sim)
+            return
         deadline = sim.clock.to_global(local_deadline) + 1e-9  # never a hair early after the rate conversion
         now = max(self.clock.now(), sim.clock.blocked_until("step"))
         if deadline <= now:
@@ -528,11 +539,14 @@ class Simulation:
         if kind == "leave":
             if now < sim.frozen_until or sim.member._busy_until is not None or now < sim.clock.blocked_until("step"):
                 return
-            self._record(sim.id, "leave", {}, sim.clock)
             sim.clock.thread = "step"
-            with contextlib.suppress(StoreUnavailable):
-                sim.member.leave()
-            sim.left = True
+            if self.config.planned_leave and not sim.leaving and self.rng.random() < self.config.planned_leave:
+                with contextlib.suppress(StoreUnavailable):
+                    sim.member.begin_leave(sim.clock.now())  # traced by the member ("leaving")
+                sim.leaving = True
+                self._schedule_step(sim, now)
+                return
+            self._leave(sim)
         elif kind == "crash":
             self._record(sim.id, "crash", {}, sim.clock)
             sim.crashed = True

@@ -13,7 +13,7 @@
   ``verify(...)`` compares it with the input log (``_output``).
 - Analyse: ``events_frame`` (``group.history`` → DataFrame), ``ownership_intervals``, ``unowned_gaps``, ``overlaps``,
   ``moves_per_round``, ``balance_over_time``, ``handoff_latency``, ``latency_stats`` (``_analytics``);
-  ``write_report`` → ``ReportSummary`` (tables, plots, index.html; ``_report``).
+  ``write_report`` → ``ReportSummary`` (tables, plots, index.html with a headline of ``Verdict``s; ``_report``).
 - Simulate at scale: ``load_grid`` → ``Grid``, ``run_grid`` → ``GridResult`` (scenarios as Spark tasks; ``_grid``).
 """
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
         verify,
     )
     from apportion.spark._pipeline import BatchStats, Pipeline, joined, transform, warm_up
-    from apportion.spark._report import ReportSummary, write_report
+    from apportion.spark._report import ReportSummary, Verdict, write_report
     from apportion.spark._route import RouteResult, route, spark_partition_expr
     from apportion.spark._serve import ConnectServer
     from apportion.spark._session import DEFAULT_CONNECT_PORT, connect_address, spark_session, validate_master
@@ -79,6 +79,7 @@ _LAZY = {
     "handoff_latency": "apportion.spark._analytics",
     "latency_stats": "apportion.spark._analytics",
     "ReportSummary": "apportion.spark._report",
+    "Verdict": "apportion.spark._report",
     "write_report": "apportion.spark._report",
     "Grid": "apportion.spark._grid",
     "GridResult": "apportion.spark._grid",
@@ -114,6 +115,7 @@ __all__ = [
     "GridResult",
     "Pipeline",
     "ReportSummary",
+    "Verdict",
     "RouteResult",
     "StandaloneCluster",
     "StateReport",

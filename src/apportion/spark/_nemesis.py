@@ -71,6 +71,7 @@ class NemesisConfig:
     hold_ttl: tuple[float, float] = (0.3, 2.5)  # a SIGSTOP lasts this many ttl
     pause_s: float = 0.3  # every batch pauses between its write and its commit: faults land in that window too
     hog_cpus: int = 1
+    spark_url: str | None = None  # an ``sc://`` Connect server for thin workers; None: a JVM of its own per worker
     startup_s: float = 300.0  # for the first workers to own every partition (Spark sessions on a loaded machine)
     drain_s: float = 300.0  # for the rest, without progress
 
@@ -285,10 +286,11 @@ def run_nemesis(
     source.append(config.records // 2)
     plan = schedule(config)
     step(f"nemesis seed {config.seed}: {len(plan)} faults planned: {[f.kind for f in plan]}")
+    engine = ("--spark", config.spark_url) if config.spark_url else ("--master", "local[1]", "--driver-memory", "512m")
     args = pipeline_args(
         url, GROUP, log_dir, out_dir, GROUP,
         "--batch-records", str(config.batch_records), "--ttl", str(config.ttl_s), "--settle", str(config.settle_s),
-        "--min-interval", str(config.min_interval_s), "--master", "local[1]", "--driver-memory", "512m",
+        "--min-interval", str(config.min_interval_s), *engine,
         "--idle", "0.1", "--state-dir", str(d / "state"),
         "--pause-before-commit", str(config.pause_s), "--pause-batches", "1000000000",
     )  # fmt: skip

@@ -10,11 +10,17 @@ A report covers only the history it was given: ``ReportSummary`` states its span
 older events may have expired (the history's retention, ``expired_before``) and which members' histories are
 incomplete (their first event in the span is not their registration: what they did before is not seen), and its
 ``coverage`` line says "overlaps: N in <span>" with those limits — never a bare "0 overlaps".
+
+The page reads as a report: a headline verdict (overlaps 0 ✓, and the caller's own checks such as exactly-once when
+it knows them: ``verdicts``), a summary table with units (ms, s) and wall-clock times in the local time zone (times
+below 1e9 are a virtual clock's and shown as ``t = …``), each chart with one sentence on how to read it, then the
+tables (the first rows; relative links to the full CSV and Parquet files). No file-system path appears on the page.
 """
 
 from __future__ import annotations
 
 import csv
+import datetime
 import html
 import math
 import shutil
@@ -107,25 +113,201 @@ def write_table(df: Any, out_dir: Path, name: str) -> Table:
     return Table(name, columns, rows, str(parquet_path), str(csv_path))
 
 
+WALL_CLOCK = 1e9  # a time above this is a Unix time (2001 on); below, a virtual clock's seconds
+TIME_COLUMNS = ("time", "start_time", "end_time", "gap_start", "gap_end", "overlap_start_time", "overlap_end_time")
+
+
+def when(t: float | None, *, date: bool = True) -> str:
+    """A member-clock time for people: the local date and time (to the second) of a wall-clock reading,
+    ``t = 12.500`` of a virtual clock, ``-`` for None."""
+    if t is None:
+        return "-"
+    if t < WALL_CLOCK:
+        return f"t = {t:.3f}"
+    stamp = datetime.datetime.fromtimestamp(t)
+    return stamp.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S")
+
+
+def span(start: float, end: float) -> str:
+    """``2026-11-25 16:30:02 to 16:32:15`` (wall clock) or ``t = 200.000 to 230.500`` (a virtual clock)."""
+    if start < WALL_CLOCK:
+        return f"t = {start:.3f} to {end:.3f}"
+    return f"{when(start)} to {when(end, date=False)}"
+
+
+def duration(seconds: float | None) -> str:
+    """``4.1 ms``, ``2.35 s``, ``3 min 20 s``, ``1 h 5 min``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.3g} ms" if seconds > 0 else "0 s"
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    minutes, rest = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+
+
+def _show(column: str, value: Any) -> str:
+    """A table cell for the page: times as clock times, ``*_s`` durations with their unit, numbers grouped."""
+    if value is None:
+        return ""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if column in TIME_COLUMNS and value >= WALL_CLOCK:
+            stamp = datetime.datetime.fromtimestamp(float(value))
+            return stamp.strftime("%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}"
+        if column.endswith("_s"):
+            return duration(float(value))
+        if isinstance(value, int):
+            return f"{value:,}"
+        return f"{value:.6g}"
+    return str(value)
+
+
 def html_table(table: Table, limit: int = HTML_ROWS) -> str:
-    """A small HTML table of the first ``limit`` rows, linking the full CSV."""
+    """A small HTML table of the first ``limit`` rows (cells formatted for people), linking the full CSV and
+    Parquet files by name (relative to the page)."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape('' if v is None else str(v))}</td>" for v in row) + "</tr>"
+        "<tr>"
+        + "".join(f"<td>{html.escape(_show(c, v))}</td>" for c, v in zip(table.columns, row, strict=True))
+        + "</tr>"
         for row in table.rows[:limit]
     )
-    shown = f"first {limit} of {len(table.rows)} rows" if len(table.rows) > limit else f"{len(table.rows)} rows"
+    shown = f"first {limit} of {len(table.rows):,} rows" if len(table.rows) > limit else f"{len(table.rows):,} rows"
     csv_name = html.escape(Path(table.csv).name)
     pq_name = html.escape(Path(table.parquet).name)
+    about = TABLE_NOTES.get(table.name, "")
     return (
         f'<h3 id="{html.escape(table.name)}">{html.escape(table.name)}</h3>'
-        f'<p>{shown} — <a href="{csv_name}">{csv_name}</a>, <a href="{pq_name}">{pq_name}</a></p>'
+        f'<p class="note">{html.escape(about)} {shown}: <a href="{csv_name}">{csv_name}</a>, '
+        f'<a href="{pq_name}">{pq_name}</a>.</p>'
         f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
     )
 
 
+TABLE_NOTES = {
+    "intervals": "Each stretch of time one member owned one partition.",
+    "gaps": "Each stretch of time a partition had no owner.",
+    "overlaps": "Two members owning one partition at once (must be empty).",
+    "moves_per_round": "Per round: the moves its plan counted and the partitions observed changing owner after it.",
+    "balance": "After each change: the most and fewest partitions a member owned.",
+    "balance_per_member": "After each change: what each member owned.",
+    "handoffs": "Each change of owner: who handed over to whom, why the old ownership ended, and how long it took.",
+    "handoff_stats": "Handoff latency percentiles by how the old ownership ended.",
+}
+
+CHART_NOTES = {
+    "timeline.png": "One row per partition, one colour per member, time running left to right: a grey sliver is a "
+    "moment nobody owned the partition, and any red would be two owners at once.",
+    "moves.png": "For each round, the partitions its plan moved (left bar) next to the partitions seen changing owner "
+    "after it (right bar); the right bar is taller when a departed member's partitions were taken over.",
+    "balance.png": "Top: how many partitions each member owned over time; bottom: the largest and smallest count "
+    "and their difference, which a balanced group keeps at 0 or 1.",
+    "handoff.png": "How long partitions waited between one owner's end and the next owner's claim: planned handoffs "
+    "take milliseconds, failovers (lost or expired leases) wait for the lease to run out.",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One line of the report's headline: a check and whether it passed (``detail``: what was measured)."""
+
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+def _headline(verdicts: Sequence[Verdict]) -> str:
+    items = "".join(
+        f'<li class="{"ok" if v.ok else "bad"}"><span class="mark">{"✓" if v.ok else "✗"}</span> '
+        f"<b>{html.escape(v.name)}</b>{' — ' + html.escape(v.detail) if v.detail else ''}</li>"
+        for v in verdicts
+    )
+    ok = all(v.ok for v in verdicts)
+    word = "Every check passed" if ok else "A check failed"
+    return f'<div class="verdict {"ok" if ok else "bad"}"><h2>{word}</h2><ul>{items}</ul></div>'
+
+
+def summary_rows(summary: ReportSummary) -> list[tuple[str, str]]:
+    """The report's summary as (what, value with its unit) rows for people."""
+    s = summary
+    clock = ", virtual clock" if s.span_start < WALL_CLOCK else ""
+    rows = [
+        ("History analysed", f"{span(s.span_start, s.span_end)} ({duration(s.span_s)}{clock}), {s.events:,} events"),
+        ("Partitions and members", f"{s.partitions:,} partitions, {s.members:,} members seen"),
+        ("Rounds", f"{s.rounds:,}"),
+        ("Ownership intervals", f"{s.intervals:,}"),
+        ("Overlaps (two owners at once)", f"{s.overlaps:,}"),
+        ("Unowned gaps", f"{s.gaps:,}, {duration(s.unowned_s)} in all, the longest {duration(s.max_gap_s)}"),
+        ("Partitions moved", f"{s.planned_moves:,} planned by the rounds, {s.moved:,} observed changing owner"),
+        (
+            "Planned handoff (release → claim)",
+            f"p50 {duration(s.handoff_p50_s)}, p99 {duration(s.handoff_p99_s)} over {s.handoffs:,} handoffs",
+        ),
+        (
+            "Failover (lost or expired lease → claim)",
+            f"p50 {duration(s.failover_p50_s)}, p99 {duration(s.failover_p99_s)}",
+        ),
+        ("Balance at the end", "-" if s.final_spread is None else f"max - min = {s.final_spread} partition(s)"),
+    ]
+    limits = []
+    if s.expired_before is not None:
+        limits.append(f"events before {when(s.expired_before)} expired (history retention)")
+    if s.incomplete_members:
+        limits.append(f"members seen only in part: {', '.join(s.incomplete_members)}")
+    rows.append(("What the history may miss", "; ".join(limits) or "nothing: every member's history is complete"))
+    return rows
+
+
+def report_page(
+    title: str,
+    summary: ReportSummary,
+    plots: Sequence[str],
+    tables: Iterable[Table],
+    verdicts: Sequence[Verdict] = (),
+) -> str:
+    """The whole page: the headline verdict, the summary table, the charts with how to read each, the tables."""
+    overlap = Verdict(
+        "no overlapping ownership",
+        summary.overlaps == 0,
+        f"{summary.overlaps:,} overlaps in {duration(summary.span_s)} of history",
+    )
+    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in summary_rows(summary))
+    charts = "".join(
+        f'<figure><img src="{html.escape(p)}" alt="{html.escape(p)}">'
+        f"<figcaption>{html.escape(CHART_NOTES.get(p, ''))}</figcaption></figure>"
+        for p in plots
+    )
+    style = (
+        "body{font:15px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#1d2330}"
+        "h1{margin-bottom:0}.sub{color:#6b7385;margin-top:4px}"
+        ".verdict{border-radius:8px;padding:10px 16px;margin:16px 0}.verdict h2{margin:4px 0;font-size:20px}"
+        ".verdict.ok{background:#e6f4ea}.verdict.bad{background:#fdecea}.verdict ul{margin:4px 0;padding-left:0}"
+        ".verdict li{list-style:none;margin:2px 0}.verdict .mark{font-weight:700}"
+        "li.ok .mark{color:#1a7f37}li.bad .mark{color:#c62828}"
+        "table{border-collapse:collapse;font-size:13px;margin-bottom:1em;font-variant-numeric:tabular-nums}"
+        "td,th{border-bottom:1px solid #e2e5ec;padding:3px 10px;text-align:right}"
+        "table.summary th{text-align:left;font-weight:600;color:#3a4152}table.summary td{text-align:left}"
+        "thead th{background:#f3f4f7}figure{margin:1.5em 0}figure img{max-width:100%}"
+        "figcaption{color:#3a4152;font-size:14px;max-width:900px}.note{color:#6b7385;font-size:13px}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>"
+        f'<p class="sub">{html.escape(summary.coverage, quote=False)}</p>'
+        + _headline([overlap, *verdicts])
+        + f'<h2>Summary</h2><table class="summary"><tbody>{rows}</tbody></table>'
+        + f"<h2>Charts</h2>{charts}<h2>Tables</h2>"
+        + "".join(html_table(t) for t in tables)
+        + "</body></html>\n"
+    )
+
+
 def html_page(title: str, summary: Mapping[str, Any], plots: Sequence[str], tables: Iterable[Table]) -> str:
-    """The whole page: a summary list, the plots (relative links) and the tables."""
+    """A plain page (``simulate --grid``): a summary list, the plots (relative links) and the tables."""
     items = "".join(
         f"<li><b>{html.escape(k)}</b>: {html.escape(str(_cell(v)))}</li>"
         for k, v in summary.items()
@@ -165,6 +347,13 @@ def _records(table: Table) -> list[dict[str, Any]]:
     return [dict(zip(table.columns, row, strict=True)) for row in table.rows]
 
 
+def _since(t0: float) -> str:
+    """The time axis' label: seconds since the first event, named by its wall-clock time."""
+    if t0 < WALL_CLOCK:
+        return f"seconds since the first event ({when(t0)}, virtual clock)"
+    return f"seconds since the first event ({when(t0)}, local time)"
+
+
 def _plot_timeline(
     path: Path,
     intervals: Table,
@@ -198,7 +387,7 @@ def _plot_timeline(
     ax.set_yticklabels(labels, fontsize=7 if len(partitions) > 30 else 9)
     ax.set_ylim(-0.7, len(partitions) - 0.3)
     ax.invert_yaxis()
-    ax.set_xlabel(f"seconds since the first event (t0 = {t0:.3f})")
+    ax.set_xlabel(_since(t0))
     ax.set_ylabel("partition")
     ax.set_title("Ownership per partition (colour = member; grey = unowned gap; red = overlap)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour[m]) for m in members[:20]]
@@ -257,7 +446,7 @@ def _plot_balance(path: Path, balance: Table, per_member: Table, t0: float) -> N
     bottom.step(times, _column(balance, "min_owned"), where="post", label="min", linestyle="--")
     bottom.step(times, _column(balance, "spread"), where="post", label="max - min", color="black")
     bottom.set_ylabel("among owning members")
-    bottom.set_xlabel(f"seconds since the first event (t0 = {t0:.3f})")
+    bottom.set_xlabel(_since(t0))
     bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -300,10 +489,10 @@ def coverage_line(
     overlap_count: int, start: float, end: float, expired_before: float | None, incomplete: Sequence[str]
 ) -> str:
     """ "overlaps: N in <span>" plus what the span may miss (expired events, members seen only in part)."""
-    line = f"overlaps: {overlap_count} in {end - start:.3f} s of history (t = {start:.3f} to {end:.3f})"
+    line = f"overlaps: {overlap_count} in {end - start:.3f} s of history ({span(start, end)})"
     limits = []
     if expired_before is not None:
-        limits.append(f"events before t = {expired_before:.3f} expired (history retention)")
+        limits.append(f"events before {when(expired_before)} expired (history retention)")
     if incomplete:
         limits.append(f"incomplete history (not seen before their first event): {', '.join(incomplete)}")
     return line + ("; " + "; ".join(limits) if limits else "; every member's history complete in this span")
@@ -322,11 +511,14 @@ def write_report(
     *,
     end_time: float | None = None,
     expired_before: float | None = None,
+    title: str = "apportion report",
+    verdicts: Sequence[Verdict] = (),
 ) -> ReportSummary:
     """Analyse ``events`` (``apportion.group.history``) and write tables, plots and ``index.html`` into ``out_dir``.
     Open ownership is closed at ``end_time`` (default: the last event's time). ``expired_before``
     (``apportion.group.history_expired_before``): events before it may have been deleted by the history's retention;
-    the summary says so."""
+    the summary says so. ``title`` heads the page; ``verdicts`` join the headline after the overlap check (the
+    caller's own checks: exactly-once, when it knows)."""
     if not events:
         raise InvalidRequest("events", "the group has no recorded history (wrong group, or history_retention_s=0)")
     out = Path(out_dir)
@@ -391,7 +583,7 @@ def write_report(
         incomplete_members=incomplete,
         coverage=coverage_line(len(found.rows), t0, t1, expired_before, incomplete),
     )
-    page = html_page("apportion report", summary.as_dict(), plots, tables)
+    page = report_page(title, summary, plots, tables, verdicts)
     Path(summary.index_html).write_text(page)
     return summary
 
@@ -399,11 +591,16 @@ def write_report(
 __all__ = [
     "ReportSummary",
     "Table",
+    "Verdict",
     "coverage_line",
+    "duration",
     "html_page",
     "incomplete_members",
     "html_table",
     "pyplot",
+    "report_page",
     "write_report",
+    "summary_rows",
+    "when",
     "write_table",
 ]

@@ -1,0 +1,477 @@
+"""The dashboard's one reader of the store: a thread that follows the group and publishes what the page shows.
+
+One ``Feed`` per server, whatever the number of browsers: it opens the store read-only (``connect(url,
+read_only=True)``: nothing is ever created, written or expired), watches the group's prefix and its history prefix,
+and after each batch of changes (at most every ``MIN_GAP_S``) or every ``refresh_s`` at the latest (a lease that
+expired with no writer to delete it, the age of each member's last heartbeat) reads a ``group_status`` snapshot and
+publishes a new state: one JSON document, serialised once, numbered by ``version``. The browsers' event streams wait
+on that number (``wait_newer``), so a browser costs no store call.
+
+What the feed remembers beyond a snapshot (the store keeps only the present):
+
+- members it has seen: one that is no longer registered stays listed as dead (``gone_at``) for ``KEEP_DEAD_S``;
+- the ownership timeline: per partition, who owned it from when to when (server time), over the last
+  ``window_s``; at start it is filled from the history's claim/release/lost events;
+- the last ``KEEP_PLANS`` round plans (the history's ``round_closed`` events: moves against the lower bound);
+- the last ``KEEP_FAULTS`` faults: ``lost`` and ``fenced`` events of the history, and members whose registration
+  vanished without a ``left`` event (lease expired) with ``failover_s``: the seconds from their last heartbeat seen
+  (lease renewal) until every partition they owned had a live new owner (as the feed saw it: within ``refresh_s``).
+  Coordinator mode's ``failed`` records come with each snapshot.
+
+States of the feed::
+
+    CONNECTING --store opened, watches open, history read--> FOLLOWING
+    FOLLOWING --a read or a watch fails (StoreUnavailable, Compacted, ...)--> UNREACHABLE (published at once)
+    FOLLOWING --a record that decides ownership is corrupt (CorruptRecord)--> ERROR (published at once)
+    UNREACHABLE, ERROR --RETRY_S later: store opened again, watches reopened (the history's from where it
+        stopped)--> FOLLOWING
+    any --close()--> CLOSED
+
+The published ``store`` is the URL with its password masked; error texts are masked the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from apportion.errors import ApportionError, Compacted, CorruptRecord, LeaseNotFound
+from apportion.group import Keys, checkpoint_offset, decode, group_status, history
+from apportion.model import round_lower_bound
+from apportion.store import EventType, Store, Watch, connect, redact, redact_url, url_secrets
+
+log = logging.getLogger("apportion.dashboard")
+
+MIN_GAP_S = 0.1  # at most ten snapshots a second, however busy the store
+RETRY_S = 0.5  # pause before reconnecting after a failure
+READ_LIMIT_S = 2.0  # a snapshot that takes longer means the store is unreachable
+KEEP_DEAD_S = 600.0
+KEEP_PLANS = 12
+KEEP_FAULTS = 30
+FAULT_TYPES = ("lost", "fenced")
+
+
+def _mode(snapshot: dict[str, Any]) -> str:
+    if "replicas" in snapshot:
+        return "static"
+    if "coordinator" in snapshot or snapshot["table"]:
+        return "coordinator"
+    return "rounds"
+
+
+class Feed:
+    """Follows ``group`` on the store at ``url`` (read-only) on a thread of its own; see the module docstring."""
+
+    def __init__(
+        self,
+        url: str,
+        group: str,
+        *,
+        refresh_s: float = 1.0,
+        window_s: float = 300.0,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.url = url
+        self.group = group
+        self.keys = Keys(group)
+        self.refresh_s = refresh_s
+        self.window_s = window_s
+        self._now = now
+        self._secrets = url_secrets(url)
+        self._cond = threading.Condition()
+        self._closed = threading.Event()
+        self._version = 0
+        self._payload = "{}"
+        self._state: dict[str, Any] = {}
+        self._store: Store | None = None
+        self._watches: list[Watch] = []
+        self._history_revision = 0  # the last history event taken in
+        self._started = now()
+        self._problem: str | None = None
+        self._status = "ok"
+        self._snapshot: dict[str, Any] | None = None
+        self._revision = 0
+        self._members: dict[str, dict[str, Any]] = {}
+        # member -> (read at: monotonic, and the feed's clock; seconds since its lease was renewed)
+        self._heartbeats: dict[str, tuple[float, float, float | None]] = {}
+        self._segments: list[dict[str, Any]] = []
+        self._open: dict[int, dict[str, Any]] = {}  # partition -> its open timeline segment
+        self._plans: list[dict[str, Any]] = []
+        self._faults: list[dict[str, Any]] = []
+        self._left: dict[str, float] = {}  # member -> time of its last "left" event
+        self._thread = threading.Thread(target=self._run, name=f"dashboard-{group}", daemon=True)
+
+    # -- the browsers' side ------------------------------------------------------------------------------------
+
+    def start(self) -> Feed:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5.0)
+        self._disconnect()
+
+    def wait_newer(self, seen: int, timeout_s: float) -> tuple[int, str]:
+        """``(version, JSON state)`` as soon as the version is above ``seen`` (or after ``timeout_s``: the same)."""
+        with self._cond:
+            if self._version <= seen and not self._closed.is_set():
+                self._cond.wait(timeout_s)
+            return self._version, self._payload
+
+    def state(self) -> dict[str, Any]:
+        """The latest published state (a copy's worth: do not modify)."""
+        with self._cond:
+            return self._state
+
+    # -- the reader thread -------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._closed.is_set():
+            try:
+                self._follow()
+            except Exception as exc:  # the page must say so, never freeze on its last state
+                ours = isinstance(exc, ApportionError)
+                problem = self._clean(str(exc) if ours else f"{type(exc).__name__}: {exc}")
+                if problem != self._problem:  # once per new problem, not at every retry
+                    log.warning("dashboard for group %s: %s", self.group, problem, exc_info=not ours)
+                self._problem = problem
+                self._status = "unreachable" if ours and not isinstance(exc, CorruptRecord) else "error"
+                self._disconnect()
+                self._publish()
+                self._closed.wait(RETRY_S)
+
+    def _follow(self) -> None:
+        if self._store is None:
+            self._store = connect(self.url, read_only=True)
+        store = self._store
+        if not self._watches:
+            self._watches = [store.watch(self.keys.prefix)]
+            self._watches.append(self._history_watch(store))
+        group_watch, history_watch = self._watches
+        self._read(store)
+        last = time.monotonic()
+        while not self._closed.is_set():
+            changed = bool(group_watch.wait(min(self.refresh_s, 0.5)))
+            events = history_watch.poll()
+            if events:
+                changed = True
+                self._take_history(self._decode_events(events))
+            since = time.monotonic() - last
+            if (changed and since >= MIN_GAP_S) or since >= self.refresh_s:
+                self._read(store)
+                last = time.monotonic()
+            elif changed:  # too soon after the last read: wait out the gap, then read
+                self._closed.wait(MIN_GAP_S - since)
+                self._read(store)
+                last = time.monotonic()
+
+    def _history_watch(self, store: Store) -> Watch:
+        """The history's watch, from the first event not taken in yet (all of the history on the first open, or
+        when the store compacted what was missed)."""
+        if self._history_revision:
+            try:
+                return store.watch(self.keys.events, self._history_revision + 1)
+            except Compacted:
+                pass
+        watch = store.watch(self.keys.events)
+        taken = self._history_revision
+        events = [e for e in history(store, self.group) if int(e["revision"]) > taken]
+        if events:
+            self._history_revision = max(int(e["revision"]) for e in events)
+        self._seed_timeline(events)
+        self._take_history(events)
+        return watch
+
+    def _disconnect(self) -> None:
+        watches, self._watches = self._watches, []
+        for watch in watches:
+            watch.close()
+        store, self._store = self._store, None
+        if store is not None:
+            store.close()
+
+    def _clean(self, text: str) -> str:
+        return " ".join(redact(text, self._secrets).split())
+
+    # -- history events ----------------------------------------------------------------------------------------
+
+    def _decode_events(self, events: list[Any]) -> list[dict[str, Any]]:
+        """Stored history events (PUTs of the watch) as ``history()`` gives them: one dict per partition."""
+        out: list[dict[str, Any]] = []
+        for event in events:
+            if event.type is not EventType.PUT:
+                continue  # retention's deletes
+            try:
+                record = decode(event.kv.value, event.kv.key)
+            except CorruptRecord as exc:
+                log.warning("%s (event skipped)", exc)
+                continue
+            record["revision"] = event.kv.mod_revision
+            self._history_revision = max(self._history_revision, event.kv.mod_revision)
+            parts = record.pop("partitions", None)
+            epochs = record.pop("epochs", None)
+            if not isinstance(parts, list):
+                out.append(record)
+                continue
+            for i, p in enumerate(parts):
+                row = dict(record, partition=p)
+                if isinstance(epochs, list) and i < len(epochs):
+                    row["epoch"] = epochs[i]
+                out.append(row)
+        return out
+
+    def _take_history(self, events: list[dict[str, Any]]) -> None:
+        """Plans, faults and departures from history events (oldest first)."""
+        grouped: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for e in events:
+            kind = e.get("type")
+            if kind == "left":
+                self._left[str(e.get("member"))] = float(e.get("time") or 0.0)
+            elif kind == "round_closed":
+                self._take_plan(e)
+            elif kind in FAULT_TYPES:
+                key = (e.get("revision"), e.get("member"), kind)
+                fault = grouped.get(key)
+                if fault is None:
+                    fault = {
+                        "type": kind,
+                        "member": e.get("member"),
+                        "time": e.get("time"),
+                        "partitions": [],
+                        "reason": e.get("reason"),
+                    }
+                    grouped[key] = fault
+                    self._faults.append(fault)
+                if e.get("partition") is not None:
+                    fault["partitions"].append(e["partition"])
+        self._faults = self._faults[-KEEP_FAULTS:]
+
+    def _take_plan(self, e: dict[str, Any]) -> None:
+        moves, min_moves, deferred = (int(e.get(k) or 0) for k in ("moves", "min_moves", "deferred"))
+        plan = {
+            "round": e.get("round"),
+            "time": e.get("time"),
+            "closer": e.get("member"),
+            "participants": list(e.get("participants") or []),
+            "moves": moves,
+            "min_moves": min_moves,
+            "deferred": deferred,
+            "lower_bound": round_lower_bound(min_moves, deferred),
+            "kept": bool(e.get("kept")),
+        }
+        others = [p for p in self._plans if p["round"] != plan["round"]]
+        self._plans = [*others[-(KEEP_PLANS - 1) :], plan]
+
+    def _seed_timeline(self, events: list[dict[str, Any]]) -> None:
+        """The ownership timeline before the dashboard started, from claim/release/lost events (writer clocks)."""
+        if self._segments:
+            return
+        start = self._now() - self.window_s
+        for e in events:
+            p, member, at = e.get("partition"), e.get("member"), e.get("time")
+            if not isinstance(p, int) or not isinstance(at, int | float):
+                continue
+            if e.get("type") == "claim":
+                self._switch(p, str(member), float(at))
+            elif e.get("type") in ("release", "lost", "fenced", "migrated"):
+                segment = self._open.get(p)
+                if segment is not None and segment["member"] == member:
+                    self._switch(p, None, float(at))
+        self._segments = [s for s in self._segments if s["end"] is None or s["end"] > start]
+
+    def _switch(self, p: int, member: str | None, at: float) -> None:
+        """Partition ``p`` is owned by ``member`` (None: nobody) from ``at``: close its open segment, open one."""
+        segment = self._open.pop(p, None)
+        if segment is not None:
+            segment["end"] = max(at, segment["start"])
+        if member is not None:
+            segment = {"partition": p, "member": member, "start": at, "end": None}
+            self._open[p] = segment
+            self._segments.append(segment)
+
+    # -- snapshots ---------------------------------------------------------------------------------------------
+
+    def _read(self, store: Store) -> None:
+        with store.time_limit(READ_LIMIT_S):
+            revision = store.revision()
+            snapshot = group_status(store, self.group)
+            registrations = {kv.key[len(self.keys.members) :]: kv for kv in store.range(self.keys.members)}
+            heartbeats = self._read_heartbeats(store, registrations, snapshot)
+        self._problem = None
+        self._status = "ok"
+        self._revision = revision
+        self._snapshot = snapshot
+        now = self._now()
+        self._take_members(snapshot, registrations, heartbeats, now)
+        for p, info in snapshot["partitions"].items():
+            owner = info["owner"]
+            segment = self._open.get(int(p))
+            if (segment["member"] if segment else None) != owner:
+                self._switch(int(p), owner, now)
+        start = now - self.window_s
+        self._segments = [s for s in self._segments if s["end"] is None or s["end"] > start]
+        self._publish()
+
+    def _read_heartbeats(
+        self, store: Store, registrations: dict[str, Any], snapshot: dict[str, Any]
+    ) -> dict[str, float | None]:
+        """Seconds since each member last renewed its lease (its heartbeat): the lease's ttl minus what is left.
+        Read at most once per ``refresh_s`` per member (a lease call each)."""
+        ttl = (snapshot.get("resource") or {}).get("ttl_s")
+        tick, now = time.monotonic(), self._now()
+        out: dict[str, float | None] = {}
+        for mid, kv in registrations.items():
+            cached = self._heartbeats.get(mid)
+            if cached is not None and tick - cached[0] < self.refresh_s:
+                out[mid] = None if cached[2] is None else cached[2] + (now - cached[1])
+                continue
+            age: float | None = None
+            if kv.lease and isinstance(ttl, int | float):
+                try:
+                    age = max(0.0, float(ttl) - store.time_to_live(kv.lease))
+                except LeaseNotFound:
+                    age = None
+            self._heartbeats[mid] = (tick, now, age)
+            out[mid] = age
+        for mid in set(self._heartbeats) - set(registrations):
+            del self._heartbeats[mid]
+        return out
+
+    def _take_members(
+        self,
+        snapshot: dict[str, Any],
+        registrations: dict[str, Any],
+        heartbeats: dict[str, float | None],
+        now: float,
+    ) -> None:
+        for mid, info in snapshot["members"].items():
+            kv = registrations.get(mid)
+            record: dict[str, Any] = {}
+            if kv is not None:
+                try:
+                    record = decode(kv.value, kv.key)
+                except CorruptRecord:
+                    record = {}
+            entry = self._members.setdefault(mid, {"id": mid, "gone_at": None, "since": now, "partitions": []})
+            if not info["alive"]:
+                continue  # a dead member keeps what it owned when last seen alive (its fault lists them)
+            age = heartbeats.get(mid)
+            entry.update(
+                alive=True,
+                gone_at=None,
+                partitions=sorted(int(p) for p in info["partitions"]),
+                lapsing=sorted(int(p) for p in info.get("lapsing", [])),
+                heartbeat_age_s=age,
+                last_heartbeat_at=None if age is None else now - age,
+            )
+            for name in ("capacity", "rack", "host", "ordinal", "revoking"):
+                if name in record:
+                    entry[name] = record[name]
+        for mid, entry in self._members.items():
+            registered = snapshot["members"].get(mid, {}).get("alive", False)
+            if registered or entry["gone_at"] is not None:
+                continue
+            entry.update(alive=False, gone_at=now, heartbeat_age_s=None)
+            owned = list(entry["partitions"])
+            left = self._left.get(mid)
+            graceful = left is not None and left >= entry["since"] - 1.0
+            if not graceful:
+                self._faults.append(
+                    {
+                        "type": "expired",
+                        "member": mid,
+                        "time": now,
+                        "partitions": owned,
+                        "reason": "its lease expired (no heartbeat)",
+                        "last_heartbeat_at": entry.get("last_heartbeat_at"),
+                        "failover_s": None,
+                    }
+                )
+        self._note_failovers(snapshot, now)
+        for mid in [
+            m for m, e in self._members.items() if e["gone_at"] is not None and now - e["gone_at"] > KEEP_DEAD_S
+        ]:
+            del self._members[mid]
+        self._faults = self._faults[-KEEP_FAULTS:]
+
+    def _note_failovers(self, snapshot: dict[str, Any], now: float) -> None:
+        """A member's expiry fault gets ``failover_s`` once every partition it owned has a live new owner."""
+        alive = {m for m, info in snapshot["members"].items() if info["alive"]}
+        for fault in self._faults:
+            if fault["type"] != "expired" or fault.get("failover_s") is not None:
+                continue
+            owners = [snapshot["partitions"].get(str(p), {}).get("owner") for p in fault["partitions"]]
+            if all(o is not None and o != fault["member"] and o in alive for o in owners):
+                since = fault["last_heartbeat_at"] if fault["last_heartbeat_at"] is not None else fault["time"]
+                fault["failover_s"] = round(now - since, 3)
+
+    # -- the published state -----------------------------------------------------------------------------------
+
+    def _publish(self) -> None:
+        state = self._compose()
+        with self._cond:
+            self._version += 1
+            state["version"] = self._version
+            self._state = state
+            self._payload = json.dumps(state, sort_keys=True, default=str)
+            self._cond.notify_all()
+
+    def _compose(self) -> dict[str, Any]:
+        snapshot = self._snapshot
+        now = self._now()
+        state: dict[str, Any] = {
+            "group": self.group,
+            "store": redact_url(self.url),
+            "status": self._status,
+            "problem": self._problem,
+            "now": now,
+            "started": self._started,
+            "revision": self._revision,
+            "window_s": self.window_s,
+            "members": [dict(e) for _, e in sorted(self._members.items())],
+            "plans": list(reversed(self._plans)),
+            "faults": list(reversed(self._faults)),
+            "timeline": [dict(s) for s in self._segments],
+        }
+        if snapshot is None:
+            state.update(mode=None, resource=None, round=None, plan_round=None, partitions=[])
+            return state
+        table = snapshot["table"]
+        partitions = []
+        for p, info in snapshot["partitions"].items():
+            row = {
+                "partition": int(p),
+                "owner": info["owner"],
+                "epoch": info["epoch"],
+                "checkpoint": info["checkpoint"],
+                "offset": checkpoint_offset(info["checkpoint"]),
+                "lapsing": bool(info.get("lapsing")),
+                "standby": info.get("standby", {}),
+                "learners": info.get("learners", {}),
+                "waiting_for": info.get("waiting_for"),
+            }
+            if p in table:
+                row["table"] = table[p]
+            partitions.append(row)
+        state.update(
+            mode=_mode(snapshot),
+            resource=snapshot["resource"],
+            round=snapshot["round"],
+            plan_round=snapshot["plan_round"],
+            coordinator=(snapshot.get("coordinator") or {}).get("member"),
+            replicas=(snapshot.get("replicas") or {}).get("replicas"),
+            failed=snapshot["failed"],
+            partitions=partitions,
+        )
+        return state
+
+
+__all__ = ["Feed"]

@@ -1,0 +1,172 @@
+"""The fast paths of the JSON request (issue 18 item 1): msgspec decoding and columnar partition lists give the very
+result of the standard library and the one-at-a-time walk, or step aside so that the walk words the exact error."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from apportion.assign import dumps_plan, loads_request, parse_request, plan, plan_to_json
+from apportion.assign._json import _columnar, _decode_fast, _walk
+from apportion.errors import InvalidRequest
+from apportion.model import Partition, Resource
+
+BIG = 20_000
+RESOURCES = {"t": Resource("t", BIG), "t-x": Resource("t-x", 5), "u\n": Resource("u\n", 3), 'é"': Resource('é"', 4)}
+
+
+def big_request(owned: list[Any]) -> str:
+    return json.dumps({"strategy": "sticky", "resources": {"t": BIG, "u": 3}, "members": {"C0": {"owned": owned}}})
+
+
+def error_of(text: str) -> str:
+    with pytest.raises(InvalidRequest) as caught:
+        loads_request(text)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (5, "members.C0.owned[16543]: must be a '<resource>-<index>' string, got 5"),
+        (None, "members.C0.owned[16543]: must be a '<resource>-<index>' string, got None"),
+        ("t-20000", "members.C0.owned[16543]: 't-20000' is out of range (t has 20000 partitions)"),
+        ("t-12", "members.C0.owned[16543]: 't-12' is listed twice"),
+        ("t-7x", "members.C0.owned[16543]: 't-7x' is not <resource>-<index> (index in ASCII digits)"),
+        ("t-", "members.C0.owned[16543]: 't-' is not <resource>-<index> (index in ASCII digits)"),
+        ("t-+7", "members.C0.owned[16543]: 't-+7' is not <resource>-<index> (index in ASCII digits)"),
+        ("t-\u0661", "members.C0.owned[16543]: 't-\u0661' is not <resource>-<index> (index in ASCII digits)"),
+        ("v-1", "members.C0.owned[16543]: unknown resource 'v'"),
+        ("u-3", "members.C0.owned[16543]: 'u-3' is out of range (u has 3 partitions)"),
+        ("t-1\nt-2", "members.C0.owned[16543]: unknown resource 't-1\\nt'"),
+    ],
+)
+def test_a_bad_partition_deep_in_a_big_list_is_named_by_its_exact_path(bad: object, message: str) -> None:
+    owned: list[Any] = [f"t-{i}" for i in range(BIG - 1)]
+    owned[16543] = bad
+    assert error_of(big_request(owned)) == message
+    with pytest.raises(InvalidRequest) as caught:  # the Python API: the same message
+        parse_request(json.loads(big_request(owned)))
+    assert str(caught.value) == message
+
+
+def test_a_big_valid_list_in_any_order_of_several_resources_parses_as_the_walk_does() -> None:
+    owned = [f"t-{i}" for i in range(BIG - 1, -1, -3)] + [
+        "u-2",
+        "u-0",
+        "t-000000000002",
+    ]  # indices 1, 4, ... from the top
+    request = loads_request(big_request(owned))
+    assert request.members[0].owned == tuple(Partition.parse(p) for p in owned)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("t-16543", -1, "members.C0.lag.t-16543: must be an integer >= 0, got -1"),
+        ("t-16543", True, "members.C0.lag.t-16543: must be an integer >= 0, got True"),
+        ("t-x", 5, "members.C0.lag.t-x: 't-x' is not <resource>-<index> (index in ASCII digits)"),
+        ("t-20000", 5, "members.C0.lag.t-20000: 't-20000' is out of range (t has 20000 partitions)"),
+    ],
+)
+def test_a_bad_lag_deep_in_a_big_map_is_named_by_its_exact_path(key: str, value: object, message: str) -> None:
+    lag: dict[str, Any] = {f"t-{i}": i for i in range(BIG)}
+    del lag["t-16543"]
+    lag[key] = value
+    text = json.dumps({"strategy": "high_availability", "resources": {"t": BIG}, "members": {"C0": {"lag": lag}}})
+    assert error_of(text) == message
+
+
+def test_a_big_lag_map_parses_as_the_walk_does() -> None:
+    lag = {f"t-{i}": i * 7 for i in range(BIG - 1, -1, -2)} | {"t-0000002": 3}
+    text = json.dumps({"strategy": "high_availability", "resources": {"t": BIG}, "members": {"C0": {"lag": lag}}})
+    assert loads_request(text).members[0].lag == {Partition.parse(k): v for k, v in lag.items()}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"strategy": "sticky", "members": {"a": {}, "a": {}}}',
+        '{"strategy": "sticky", "members": {"a" :{}, "b": {}, "a"\n:{}}}',
+        '{"strategy": "sticky", "members": {"a": {}, "\\u0061": {}}}',
+        '{"strategy": "sticky", "members": {"a:b": {"rack": "x", "rack": "y"}}}',
+        '{"strategy": "sticky", "resources": {"t": 2}, "members": {"a": {"owned": [{"x": 1, "x": 2}]}}}',
+    ],
+)
+def test_duplicate_keys_are_refused_whatever_decodes_them(text: str) -> None:
+    assert "duplicate key (ids must be unique)" in error_of(text)
+
+
+keys = st.text(alphabet='ab:" \\', max_size=3)
+json_values = st.recursive(
+    st.none() | st.integers() | st.text(alphabet='ab:"\\ \n', max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.lists(st.tuples(keys, inner), max_size=3),
+    max_leaves=12,
+)
+
+
+def to_text(value: Any) -> str:
+    """JSON text, where a list of pairs is an object that may repeat a key."""
+    if isinstance(value, list) and value and all(isinstance(v, tuple) for v in value):
+        return "{" + ", ".join(f"{json.dumps(k)}: {to_text(v)}" for k, v in value) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(to_text(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def has_duplicates(value: Any) -> bool:
+    if isinstance(value, list) and value and all(isinstance(v, tuple) for v in value):
+        names = [k for k, _ in value]
+        return len(set(names)) < len(names) or any(has_duplicates(v) for _, v in value)
+    return isinstance(value, list) and any(has_duplicates(v) for v in value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_fast_decoding_gives_the_standard_result_or_steps_aside(value: Any) -> None:
+    text = to_text(value)
+    fast = _decode_fast(text)
+    if has_duplicates(value):
+        assert fast is None
+    elif fast is not None:
+        assert fast == json.loads(text)
+
+
+partition_texts = st.lists(
+    st.sampled_from(["t-", "t-x-", "u\n-", 'é"-', "v-", "", "-", "t-1\nt-"]).flatmap(
+        lambda prefix: st.text(alphabet="0123\n-x\u0661", min_size=0, max_size=3).map(prefix.__add__)
+    )
+    | st.integers(0, 3).map(lambda i: f"t-{i}")
+    | st.just(7),
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(partition_texts)
+def test_a_column_accepted_fast_is_what_the_walk_accepts(raw: list[Any]) -> None:
+    fast = _columnar(raw, RESOURCES)
+    try:
+        walked = _walk(raw, "owned", RESOURCES)
+    except InvalidRequest:
+        assert fast is None
+    else:
+        assert fast is None or (fast == walked and all(type(p) is Partition for p in fast))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.sampled_from(["sticky", "high_availability", "round_robin"]), st.integers(0, 4), st.integers(0, 12))
+def test_dumps_plan_is_plan_to_json_as_text(strategy: str, members: int, partitions: int) -> None:
+    text = json.dumps(
+        {
+            "strategy": strategy,
+            "resources": {"t": partitions, 'é"-x': {"partitions": 3, "stateful": True}},
+            "members": {f"m\\{i}": {"owned": [f"t-{i}"] if i < partitions else []} for i in range(members)},
+        }
+    )
+    result = plan(loads_request(text))
+    assert json.loads(dumps_plan(result)) == plan_to_json(result)

@@ -1,0 +1,264 @@
+"""The dashboard's feed and server without a browser: what the state says through a crash (in virtual time on a
+named memory store), that the server never writes (a SQLite store's revision and an expired lease stay as they
+were), the JSON, event-stream and explain endpoints, "store unreachable" and recovery on a real etcd, and the CLI's
+user mistakes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from apportion.group import GroupConfig, Keys, encode
+from apportion.store import connect
+from apportion.waiting import wait_for
+from apportion.web import Feed, allowed_hosts, dashboard_app
+from tests.cli.run import cli
+from tests.group.harness import FAST, Harness
+from tests.group.modes_harness import RR, ModeHarness
+
+DEADLINE_S = 20.0
+
+
+def until(feed: Feed, what: str, condition: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+    """The feed's first state for which ``condition`` holds (TimedOut naming ``what`` and the last state)."""
+    wait_for(
+        what,
+        lambda: feed.state() and condition(feed.state()),
+        DEADLINE_S,
+        context=lambda: json.dumps(feed.state())[:2000],
+    )
+    return feed.state()
+
+
+@contextlib.contextmanager
+def following(url: str, group: str = "g", **kwargs: Any) -> Iterator[Feed]:
+    feed = Feed(url, group, **kwargs).start()
+    try:
+        yield feed
+    finally:
+        feed.close()
+
+
+@contextlib.contextmanager
+def server(feed: Feed) -> Iterator[str]:
+    """The dashboard served on a free loopback port by uvicorn on a thread; yields its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    app = dashboard_app(feed, allowed_hosts("127.0.0.1"))
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
+    running = uvicorn.Server(config)
+    thread = threading.Thread(target=running.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_for("the dashboard server to start", lambda: running.started, DEADLINE_S)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        running.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def test_the_state_shows_a_member_dying_its_partitions_moving_and_the_rounds() -> None:
+    url = f"memory://{uuid.uuid4().hex}"
+    h = Harness()
+    h.store = connect(url, clock=h.clock)  # the named store the feed opens too
+    for mid in ("w1", "w2", "w3"):
+        h.add(mid)
+    h.run(6.0)
+    assert sorted(o for o in h.owners().values()) and len(h.owners()) == FAST.partitions
+    with following(url, now=h.clock.now, refresh_s=0.1) as feed:
+        state = until(feed, "three live members owning every partition", lambda s: s["partitions"] and all(
+            p["owner"] for p in s["partitions"]) and sum(m["alive"] for m in s["members"]) == 3)  # fmt: skip
+        assert state["mode"] == "rounds" and state["status"] == "ok" and state["resource"]["strategy"] == "sticky"
+        round_before = state["plan_round"]
+        had = sorted(p["partition"] for p in state["partitions"] if p["owner"] == "w2")
+        assert had, state["partitions"]
+        assert {s["member"] for s in state["timeline"]} == {"w1", "w2", "w3"}  # seeded from the history
+        assert state["plans"] and all(p["lower_bound"] <= p["moves"] or p["kept"] for p in state["plans"])
+        h.frozen.add("w2")  # it stops heartbeating: its lease expires in virtual time
+        h.run(FAST.ttl_s + 4.0)
+        state = until(feed, "w2 dead and its partitions taken over", lambda s: not next(
+            m for m in s["members"] if m["id"] == "w2")["alive"] and all(
+            p["owner"] in ("w1", "w3") for p in s["partitions"]))  # fmt: skip
+        dead = next(m for m in state["members"] if m["id"] == "w2")
+        assert dead["gone_at"] is not None
+        assert state["plan_round"] > round_before
+        until(feed, "the plan of w1 and w3", lambda s: s["plans"][0]["participants"] == ["w1", "w3"])
+        fault = until(feed, "w2's failover time", lambda s: any(
+            f["type"] == "expired" and f["failover_s"] is not None for f in s["faults"]))["faults"][0]  # fmt: skip
+        assert fault["member"] == "w2" and fault["partitions"] == had
+        assert fault["failover_s"] >= FAST.ttl_s * 0.5  # from its last heartbeat: at least most of a lease
+        w2_segments = [s for s in feed.state()["timeline"] if s["member"] == "w2"]
+        assert w2_segments and all(s["end"] is not None for s in w2_segments)
+
+
+@pytest.mark.parametrize("mode", ["coordinator", "static"])
+def test_the_state_follows_the_coordinator_and_static_modes_through_a_crash(mode: str) -> None:
+    url = f"memory://{uuid.uuid4().hex}"
+    h = ModeHarness()
+    h.store = connect(url, clock=h.clock)
+    for i, mid in enumerate(("w0", "w1", "w2")):
+        if mode == "static":
+            h.add_static(mid, ordinal=i, replicas=3)
+        else:
+            h.add_coordinated(mid)
+    h.run(8.0)
+    with following(url, now=h.clock.now, refresh_s=0.1) as feed:
+        state = until(feed, "every partition owned", lambda s: s["partitions"] and all(
+            p["owner"] for p in s["partitions"]))  # fmt: skip
+        assert state["mode"] == mode and state["plans"] == []
+        if mode == "static":
+            assert state["replicas"] == 3
+        else:
+            assert state["coordinator"] in ("w0", "w1", "w2")
+            assert all(p["table"]["state"] == "ONLINE" for p in state["partitions"])
+        had = [p["partition"] for p in state["partitions"] if p["owner"] == "w2"]
+        h.crash("w2")
+        h.run(RR.ttl_s + 6.0)
+        state = until(feed, "w2 dead", lambda s: not next(m for m in s["members"] if m["id"] == "w2")["alive"])
+        fault = next(f for f in state["faults"] if f["type"] == "expired")
+        assert fault["member"] == "w2" and fault["partitions"] == had
+        if mode == "static":  # its ordinal's partitions wait for it (a StatefulSet keeps them)
+            assert all(state["partitions"][p]["waiting_for"] == 2 for p in had)
+        else:
+            state = until(feed, "w2's partitions taken over", lambda s: all(
+                s["partitions"][p]["owner"] in ("w0", "w1") for p in had))  # fmt: skip
+            assert "w2" in state["failed"]
+
+
+def make_store(path: Path) -> str:
+    """A SQLite store holding group ``g`` (4 partitions) and a member whose lease expired long ago (nobody has
+    expired it: a writer would, and so would a dashboard that wrote)."""
+    url = f"sqlite:///{path}"
+    with connect(url) as store:
+        keys = Keys("g")
+        store.put(keys.resource, encode(GroupConfig(partitions=4, ttl_s=1.0).to_json()))
+        lease = store.grant(1.0)
+        store.put(keys.member("w1"), encode({"capacity": 1.0}), lease=lease)
+        store.put(keys.owner(2), encode({"member": "w1", "epoch": 1}), lease=lease)
+        store.put(keys.prefix + "epoch/2", b"1")
+    return url
+
+
+def test_the_dashboard_never_writes_and_serves_state_events_and_explain(tmp_path: Path) -> None:
+    url = make_store(tmp_path / "s.db")
+    with connect(url, read_only=True) as store:
+        revision = store.revision()
+    with connect(url, read_only=True) as reader:  # a read-only reader hides the keys of an expired lease
+        wait_for("w1's lease to expire", lambda: not reader.range(Keys("g").members), 10)
+    with following(url, refresh_s=0.1) as feed, server(feed) as base:
+        first = until(feed, "a snapshot", lambda s: s["status"] == "ok" and s["partitions"])
+        version = first["version"]
+        until(feed, "three more snapshots", lambda s: s["version"] >= version + 3)
+        state = httpx.get(f"{base}/api/state", timeout=10).json()
+        assert state["group"] == "g" and [p["partition"] for p in state["partitions"]] == [0, 1, 2, 3]
+        page = httpx.get(base, timeout=10)
+        assert (
+            page.status_code == 200
+            and "Ownership timeline" in page.text
+            and "http" not in page.text.split("<script>")[1].replace("http://www.w3.org/2000/svg", "")
+        )  # fmt: skip  (no external resource)
+        with httpx.stream("GET", f"{base}/api/events", timeout=10) as stream:
+            lines = stream.iter_lines()
+            event = next(line for line in lines if line.startswith("event:"))
+            data = next(line for line in lines if line.startswith("data:"))
+        assert event == "event: state" and json.loads(data[5:])["group"] == "g"
+        why = httpx.get(f"{base}/api/explain/1", timeout=10)
+        assert why.status_code == 200 and why.json()["decision"]["kind"] == "unowned"
+        wrong = httpx.get(f"{base}/api/explain/9", timeout=10)
+        assert wrong.status_code == 400 and "not a partition" in wrong.json()["error"]
+        rebound = httpx.get(f"{base}/api/state", headers={"Host": "attacker.example"}, timeout=10)
+        assert rebound.status_code == 400  # a DNS name rebound to 127.0.0.1 by another site's page gets nothing
+        assert httpx.get(base.replace("127.0.0.1", "localhost"), timeout=10).status_code == 200
+    with connect(url, read_only=True) as store:
+        assert store.revision() == revision  # the dashboard wrote nothing, not even the expiry of w1's lease
+    with connect(url) as store:  # a writer expires the lease: the revision moves (so the check above could fail)
+        store.revision()
+        assert store.revision() > revision
+
+
+@pytest.mark.etcd
+def test_the_state_says_store_unreachable_while_etcd_is_down_and_recovers(tmp_path: Path) -> None:
+    from tests.conftest import etcd_binary
+    from tests.etcd_server import EtcdServer
+
+    binary = etcd_binary()
+    if binary is None:
+        pytest.skip("etcd is not installed (CI installs it)")
+    with EtcdServer.single(binary, tmp_path / "etcd") as etcd:
+        url = etcd.url
+        with connect(url) as store:
+            store.put(Keys("g").resource, encode(GroupConfig(partitions=3).to_json()))
+        with following(url, refresh_s=0.2) as feed:
+            state = until(feed, "a snapshot", lambda s: s["status"] == "ok" and len(s["partitions"]) == 3)
+            etcd.kill()
+            state = until(feed, "'store unreachable'", lambda s: s["status"] == "unreachable")
+            assert "etcd unreachable" in state["problem"]
+            assert len(state["partitions"]) == 3  # the last state seen stays on the page
+            etcd.start()
+            etcd.wait_ready()
+            until(feed, "the feed to recover", lambda s: s["status"] == "ok" and s["problem"] is None)
+
+
+def test_a_corrupt_owner_record_is_a_store_error_until_it_is_mended(tmp_path: Path) -> None:
+    url = make_store(tmp_path / "s.db")
+    with connect(url) as store:
+        store.put(Keys("g").owner(1), b"not json")
+    with following(url, refresh_s=0.1) as feed:
+        state = until(feed, "the store error", lambda s: s["status"] == "error")
+        assert "is corrupt" in state["problem"] and Keys("g").owner(1) in state["problem"]
+        with connect(url) as store:
+            store.delete(Keys("g").owner(1))
+        until(feed, "the feed to recover", lambda s: s["status"] == "ok")
+
+
+def test_an_unknown_group_is_exit_2_before_anything_listens(tmp_path: Path) -> None:
+    url = make_store(tmp_path / "s.db")
+    result = cli("dashboard", "--store", url, "--group", "nope", "--port", "0")
+    assert result.code == 2 and "no such group 'nope'" in result.one_error_line()
+
+
+def test_a_port_in_use_is_exit_2(tmp_path: Path) -> None:
+    url = make_store(tmp_path / "s.db")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = cli("dashboard", "--store", url, "--group", "g", "--port", str(port))
+    assert result.code == 2 and f"{port} is already in use" in result.one_error_line()
+
+
+def test_a_store_password_is_never_in_the_state() -> None:
+    with socket.socket() as closed:  # a port nobody listens on: connection refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with following(f"etcd://root:s3cret-pw@127.0.0.1:{port}?timeout=0.5", refresh_s=0.2) as feed:
+        state = until(feed, "'store unreachable'", lambda s: s["status"] == "unreachable")
+        _, payload = feed.wait_newer(0, 0.0)
+    assert state["store"] == f"etcd://root:***@127.0.0.1:{port}?timeout=0.5"
+    assert "s3cret-pw" not in payload and state["problem"]
+
+
+def test_without_the_dashboard_extra_the_command_says_how_to_install_it(tmp_path: Path) -> None:
+    url = make_store(tmp_path / "s.db")
+    code = "import sys; sys.modules['starlette'] = None; from apportion.cli import main; sys.exit(main(sys.argv[1:]))"
+    argv = ["dashboard", "--store", url, "--group", "g", "--port", "0"]
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        "apportion: error: this command needs the dashboard extra (starlette is not installed): "
+        "pip install 'apportion[dashboard]'\n"
+    )
