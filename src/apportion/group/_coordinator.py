@@ -465,6 +465,15 @@ class CoordinatorMember(FencedMember):
         policy) or places only what this member gave up (manual)."""
         self._subs.subscribe(self.config, subscriptions)
 
+    def _registered_as_subscribed(self) -> bool:
+        """False when this member's registration names other subscriptions than it has (the coordinator plans by
+        the registration); True when it is not registered (a new registration writes them)."""
+        mine = self.keys.member(self.id)
+        for kv in self._members.items(self.store):
+            if kv.key == mine:
+                return live_subscriptions(self.keys, [kv]).get(self.id) == self._subs.current
+        return True
+
     def _forget(self) -> None:
         for tracked in (self._coordinator, self._rebalance, self._members, self._tables):
             tracked.forget()
@@ -525,6 +534,7 @@ class CoordinatorMember(FencedMember):
         changed = self._subs.take()
         if changed is not None:
             self._trace("subscribed", subscriptions=Subscriptions.shown(changed[0]))
+        if changed is not None or not self._registered_as_subscribed():  # an announce the store did not take: again
             self._announce(revoking=False)
             self._members.forget()
         self._elect(now)

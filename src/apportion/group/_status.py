@@ -88,7 +88,7 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
         elif kind == "commit" and (p := pid_of_key(name)) is not None:
             commits[p] = decode(kv.value, kv.key)
             field(commits[p], kv.key, "checkpoint", str)
-        elif kind == "table" and name.isdigit():
+        elif kind == "table" and pid_of_key(name) is not None:
             table[name] = table_entry(kv)
         elif kind == "failed" and name:
             failure = _failure(kv)
@@ -156,7 +156,7 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
         "round": current_round,
         "plan_round": latest_round,
         "resource": resource,
-        "table": dict(sorted(table.items(), key=lambda item: int(item[0]))),
+        "table": dict(sorted(table.items(), key=lambda item: _id_order(item[0]))),
         "failed": dict(sorted(failed.items(), key=lambda item: (-item[1]["failed_at"], item[0]))),
         **extra,
     }
@@ -167,6 +167,12 @@ def owners(store: Store, group: str) -> dict[Any, str | None]:
     ints in a one-resource group, ``<resource>-<index>`` strings otherwise (``Any``: callers know their kind)."""
     found = group_status(store, group)["partitions"].items()
     return {p if (p := pid_of_key(name)) is not None else name: info["owner"] for name, info in found}
+
+
+def _id_order(name: str) -> tuple[str, int]:
+    """Partition ids in (resource, index) order: ``7`` as ("", 7), ``orders-7`` as ("orders", 7)."""
+    head, _, index = name.rpartition("-")
+    return head, int(index) if index.isdigit() else 0
 
 
 def _subscriptions(kv: KeyValue) -> list[str] | None:
@@ -246,8 +252,8 @@ def _failure(kv: KeyValue) -> dict[str, Any] | None:
         if isinstance(at, bool) or not isinstance(at, int | float):
             raise CorruptRecord(kv.key, f"'failed_at' must be a time, got {at!r:.80}")
         parts = field(record, kv.key, "partitions", list)
-        if not all(isinstance(p, int) and not isinstance(p, bool) for p in parts):
-            raise CorruptRecord(kv.key, "'partitions' must be a list of partition numbers")
+        if not all(isinstance(p, int | str) and not isinstance(p, bool) for p in parts):
+            raise CorruptRecord(kv.key, "'partitions' must be a list of partition ids")
         return {"failed_at": float(at), "partitions": parts, "detected_by": record.get("detected_by")}
     except CorruptRecord as exc:
         log.warning("%s (skipped)", exc)
