@@ -45,8 +45,8 @@ class ResourceView(Committer):
     def lease(self, partition: PartitionId) -> PartitionLease:
         return self.worker.lease(self._pid(int(partition)))
 
-    def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> None:
-        self.worker.commit(self._pid(int(partition)), checkpoint, epoch=epoch)
+    def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> int:
+        return self.worker.commit(self._pid(int(partition)), checkpoint, epoch=epoch)
 
     def checkpoint(self, partition: PartitionId) -> str | None:
         return self.worker.checkpoint(self._pid(int(partition)))
