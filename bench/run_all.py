@@ -12,6 +12,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPTS = [
     "assign_bench.py",
+    "check_bench.py",
     "assign_cli_bench.py",
     "hash_bench.py",
     "store_bench.py",

@@ -29,11 +29,11 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
-from apportion.group import DEFAULT_RETENTION_S
+from apportion.group import DEFAULT_RETENTION_S, PartitionId
 from apportion.store import Store, connect, redact_url
 from apportion.worker import Group, Tracer, Worker
 
@@ -66,6 +66,7 @@ def run_worker(
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
     on_started: Callable[[Worker], None] | None = None,
+    subscriptions: Sequence[str] | None = None,
     **definition: Any,
 ) -> None:
     """Run worker ``worker_id`` of ``group`` on the store at ``store_url`` until SIGINT/SIGTERM (graceful leave).
@@ -80,7 +81,7 @@ def run_worker(
     def define(store: Store) -> Group:
         return Group(store, group, **definition)
 
-    if definition.get("partitions") is not None:
+    if definition.get("partitions") is not None or definition.get("resources") is not None:
         # the same constructor against an empty in-memory store (constructing a Group writes nothing)
         with connect("memory://") as scratch:
             define(scratch)
@@ -112,6 +113,7 @@ def run_worker(
             replace=replace,
             startup=startup,
             on_started=started,
+            subscriptions=subscriptions,
         )
     finally:
         store.close()
@@ -247,6 +249,7 @@ def run_member(
     replace: bool = False,
     startup: StartUp | None = None,
     on_started: Callable[[Worker], None] | None = None,
+    subscriptions: Sequence[str] | None = None,
 ) -> None:
     """Join ``group`` as ``worker_id`` and block until SIGINT/SIGTERM (``Group.run``), emitting every change; with
     ``commit_every_s`` > 0 a committer thread stands in for a pipeline (see :func:`_committer`). ``on_started``:
@@ -281,6 +284,7 @@ def run_member(
             tracer=tracer if startup is None else startup.tracer(tracer),
             history_retention_s=history_retention_s,
             replace=replace,
+            subscriptions=subscriptions,
         )
         if startup is not None and startup.error is not None:
             raise startup.error
@@ -297,12 +301,12 @@ def _committer(holder: list[Worker], worker_id: str, every_s: float, stopping: t
     could not take (``StoreUnavailable``) is reported and retried with the next batch: the thread must outlive a slow
     or restarting store, or the worker would silently stop committing."""
     n = 0
-    leases: dict[int, int] = {}
+    leases: dict[PartitionId, int] = {}
     while not stopping.wait(every_s):
         if not holder:
             continue
         w = holder[0]
-        retry: dict[int, int] = {}
+        retry: dict[PartitionId, int] = {}
         for p, epoch in sorted(leases.items()):
             n += 1
             checkpoint = f"{worker_id}:{n}"

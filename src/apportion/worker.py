@@ -24,28 +24,31 @@ Callbacks (``on_assigned``, ``on_revoked``, ``on_lost``) run on the worker threa
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType, TracebackType
 from typing import Any, TypedDict
 
 from apportion.clock import SYSTEM_CLOCK, Clock
-from apportion.errors import InvalidRequest, StoreUnavailable
+from apportion.errors import CorruptRecord, InvalidRequest, StoreUnavailable
 from apportion.group import (
     DEFAULT_RETENTION_S,
     Callback,
     CoordinatorMember,
     FencedMember,
     GroupConfig,
+    PartitionId,
     PartitionLease,
     ReplicaLags,
     ReplicasCallback,
     RoundsMember,
     StaticMember,
     Tracer,
+    parse_resources,
     set_replicas,
     validate_group,
     validate_ordinal,
@@ -59,6 +62,7 @@ from apportion.store import Store
 log = logging.getLogger("apportion.worker")
 
 _MAX_WAIT_S = 0.1
+NO_STATIC_SUBSCRIPTIONS = "static mode has no subscriptions: each ordinal consumes every resource"
 _RETRY_S = 0.1
 
 
@@ -93,9 +97,12 @@ class Worker:
         replica_lags: ReplicaLags | None = None,
         on_replicas: ReplicasCallback | None = None,
         replace: bool = False,
+        subscriptions: Sequence[str] | None = None,
     ) -> None:
         if group.mode != "rounds" and (replica_lags is not None or on_replicas is not None):
             raise InvalidRequest("on_replicas", "standby and learner replicas exist only in the rounds mode")
+        if group.mode == "static" and subscriptions is not None:
+            raise InvalidRequest("subscriptions", NO_STATIC_SUBSCRIPTIONS)
         self.group = group
         self._tracer = tracer
         self.id = worker_id
@@ -136,6 +143,7 @@ class Worker:
                 min_members=group.min_members,
                 rebalance=group.rebalance,
                 max_in_flight=group.max_in_flight,
+                subscriptions=subscriptions,
                 **common,
             )
         else:
@@ -148,6 +156,7 @@ class Worker:
                 rack=rack,
                 replica_lags=replica_lags,
                 on_replicas=on_replicas,
+                subscriptions=subscriptions,
                 **common,
             )
         self._thread = threading.Thread(target=self._run, name=f"apportion-worker-{worker_id}", daemon=True)
@@ -160,7 +169,17 @@ class Worker:
         self._keeper.start()
         return self
 
-    def owned(self) -> list[int]:
+    def subscribe(self, subscriptions: Sequence[str] | None) -> None:
+        """Consume only ``subscriptions`` (resource names; None: every resource) from now on: partitions of the
+        others are revoked at once (``on_revoked``), and a new round plans the change with as few moves as it can.
+        A membership change like a join or a leave; rounds and coordinator modes."""
+        member = self._member
+        if not isinstance(member, RoundsMember | CoordinatorMember):
+            raise InvalidRequest("subscriptions", NO_STATIC_SUBSCRIPTIONS)
+        member.subscribe(subscriptions)
+        self._member_wake()
+
+    def owned(self) -> list[PartitionId]:
         """Partitions this worker believes it owns now (a thread-safe snapshot)."""
         return self._member.owned()
 
@@ -169,11 +188,11 @@ class Worker:
         """When the belief ended by the latest ``on_lost`` came to its end (``FencedMember.belief_ended_at``)."""
         return self._member.belief_ended_at
 
-    def lease(self, partition: int) -> PartitionLease:
+    def lease(self, partition: PartitionId) -> PartitionLease:
         """The ownership lease (partition, epoch, member) of an owned partition; raises Fenced if not owned."""
         return self._member.lease(partition)
 
-    def commit(self, partition: int, checkpoint: str, *, epoch: int | None = None) -> int:
+    def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> int:
         """Fenced commit: succeeds only while this worker owns ``partition`` with ``epoch`` (default: the current
         lease's) and returns the store revision of the commit. Raises Fenced otherwise; the partition is then
         reported through on_lost."""
@@ -181,7 +200,7 @@ class Worker:
         self._member_wake()
         return revision
 
-    def checkpoint(self, partition: int) -> str | None:
+    def checkpoint(self, partition: PartitionId) -> str | None:
         """The last committed checkpoint of ``partition``, whoever wrote it."""
         return self._member.checkpoint(partition)
 
@@ -370,6 +389,10 @@ class Group:
 
     The first worker stores the definition; later ones use the stored one unless ``update=True`` (then they write
     theirs and a new round starts: seed 0 extension 2). ``partitions=None`` means "use the stored definition".
+    ``resources`` names several resources instead (``{"orders": 4, "payments": 2}``, ``"orders:4,payments:2"`` or
+    :class:`apportion.Resource` values with weights): partition ids are then ``<resource>-<index>`` strings and each
+    worker may subscribe to some of them (:meth:`join`); a one-resource group keeps its int ids (see
+    ``apportion.group._config``).
 
     ``ttl_s`` (the member lease) defaults to the store's ``default_ttl_s`` (5 s on etcd, so that a leader election
     costs no partition), else GroupConfig's (3 s). ``mode`` picks the protocol: ``"rounds"`` (seed 0),
@@ -386,6 +409,7 @@ class Group:
         partitions: int | None = None,
         strategy: str | None = None,
         *,
+        resources: object = None,
         settle_s: float = GroupConfig.DEFAULT_SETTLE_S,
         min_interval_s: float = GroupConfig.DEFAULT_MIN_INTERVAL_S,
         heartbeat_s: float = GroupConfig.DEFAULT_HEARTBEAT_S,
@@ -420,7 +444,7 @@ class Group:
         self.name = validate_group(name)
         self.clock: Clock = clock or getattr(store, "clock", None) or SYSTEM_CLOCK
         self.update = update
-        if partitions is None:
+        if partitions is None and resources is None:
             stored = GroupConfig.find(store, name)
             if stored is None:
                 raise InvalidRequest("partitions", f"group {name!r} has no resource definition yet: give partitions")
@@ -428,7 +452,8 @@ class Group:
             self.update = False
         else:
             self.config = GroupConfig(
-                partitions=partitions,
+                partitions=partitions or 0,
+                resources=() if resources is None else parse_resources(resources),
                 strategy=strategy,
                 settle_s=settle_s,
                 min_interval_s=min_interval_s,
@@ -437,6 +462,11 @@ class Group:
                 options=options or {},
                 stateful=stateful,
             )
+            if update:
+                with contextlib.suppress(CorruptRecord):  # --update rewrites a corrupt definition
+                    stored = GroupConfig.find(store, name)
+                    if stored is not None:
+                        self.config.check_update(stored)
 
     def scale(self, replicas: int) -> None:
         """Set the group's replica count (static mode; ``kubectl scale``'s analogue): every static member follows
@@ -461,6 +491,7 @@ class Group:
         replica_lags: ReplicaLags | None = None,
         on_replicas: ReplicasCallback | None = None,
         replace: bool = False,
+        subscriptions: Sequence[str] | None = None,
     ) -> Worker:
         """Start a worker (its threads run until ``stop()`` or the end of the ``with`` block). ``tracer(kind,
         fields)`` observes every protocol event (e.g. :class:`apportion.metrics.MetricsTracer`).
@@ -472,7 +503,10 @@ class Group:
 
         A second live worker with the same ``worker_id`` in the group is refused (its ``InvalidRequest`` after 1.5
         ttl: a crashed holder's registration expires within one ttl, so a restart waits for it instead); with
-        ``replace=True`` this worker fences the other one (revokes its lease) and takes its place."""
+        ``replace=True`` this worker fences the other one (revokes its lease) and takes its place.
+
+        ``subscriptions``: the resources this worker consumes, in a group over named resources (None: all of them);
+        it never gets a partition of another (``Worker.subscribe`` changes them while it runs); rounds mode."""
         worker = Worker(
             self,
             worker_id,
@@ -487,6 +521,7 @@ class Group:
             replica_lags=replica_lags,
             on_replicas=on_replicas,
             replace=replace,
+            subscriptions=subscriptions,
         )
         return worker.start()
 

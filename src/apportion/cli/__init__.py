@@ -17,6 +17,7 @@ from apportion.cli import (
     _spark,  # noqa: F401  (registers `apportion spark serve`)
     _status,  # noqa: F401  (registers `apportion status`)
     _strategies_demo,  # noqa: F401  (registers `apportion demo-strategies`)
+    _subscribe,  # noqa: F401  (registers `apportion subscribe`)
     _worker,  # noqa: F401  (registers `apportion worker`)
 )
 from apportion.cli._app import app, main

@@ -18,9 +18,10 @@ from apportion.group import explain as explain_partition
 @store_option()
 @group_option()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@click.argument("partition", type=int)
-def explain(store_url: str, group_name: str, as_json: bool, partition: int) -> None:
-    """Explain why PARTITION is owned by its member (from the group's history)."""
+@click.argument("partition")
+def explain(store_url: str, group_name: str, as_json: bool, partition: str) -> None:
+    """Explain why PARTITION (a number; <resource>-<index> in a group over several resources) is owned by its
+    member (from the group's history)."""
     with read_group(store_url, group_name) as store:
         out = explain_partition(store, group_name, partition)
     if as_json:

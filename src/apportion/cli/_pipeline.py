@@ -113,6 +113,10 @@ def produce(
     click.echo(json.dumps({"resource": resource, "appended": records, "end_offsets": ends}))
 
 
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
 @pipeline.command()
 @store_option()
 @group_option()
@@ -121,6 +125,13 @@ def produce(
 @output_option
 @click.option("--resource", default=None, help="Log resource to process (default: the group name).")
 @click.option("--partitions", type=int, default=None, help="Partition count (default: the log's).")
+@click.option(
+    "--resources",
+    default=None,
+    help="Several log resources instead of --resource (NAME,...): the group is over them, partition ids "
+    "<resource>-<index>.",
+)
+@click.option("--subscribe", "subscriptions", default=None, help="With --resources: those this worker processes.")
 @strategy_option()
 @click.option("--batch-records", type=int, default=10_000, help="Max records per partition per micro-batch.")
 @click.option("--transform", "transform_spec", default=None, help="module:function replacing the default transform.")
@@ -167,6 +178,8 @@ def run(
     output_dir: str,
     resource: str | None,
     partitions: int | None,
+    resources: str | None,
+    subscriptions: str | None,
     strategy: str | None,
     batch_records: int,
     transform_spec: str | None,
@@ -199,6 +212,8 @@ def run(
         output_dir,
         resource=resource,
         partitions=partitions,
+        resources=None if resources is None else _names(resources),
+        subscriptions=None if subscriptions is None else _names(subscriptions),
         strategy=strategy,
         options=parse_options(strategy_options),
         settle_s=settle_s,

@@ -11,11 +11,11 @@ from rich.table import Table
 
 from apportion.cli._app import app
 from apportion.cli._common import group_option, store_option
-from apportion.group import GroupConfig, in_flight, planned_moves, read_table, request_rebalance
+from apportion.group import GroupConfig, PartitionId, in_flight, planned_moves, read_table, request_rebalance
 from apportion.store import Store, connect
 
 
-def _moving(store: Store, group: str) -> list[int]:
+def _moving(store: Store, group: str) -> list[PartitionId]:
     """The partitions still moving (``in_flight``), after checking the definition and the partition table a re-plan
     reads: CorruptRecord naming a corrupt key (exit 2) before anything is planned or requested."""
     GroupConfig.find(store, group)  # none: planned_moves says the group is unknown

@@ -36,6 +36,12 @@ class SimulationFailed(ApportionError):
 @app.command()
 @click.option("--members", type=click.IntRange(0, MAX_MEMBERS), default=5, help="Members at the start.")
 @click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), default=20, help="Partitions of the resource.")
+@click.option(
+    "--resources",
+    default=None,
+    help="Several resources instead of --partitions (NAME:PARTITIONS,...): members get random subscriptions, which "
+    "churn changes ('subscribe' events); rounds and coordinator modes.",
+)
 @click.option("--events", type=click.IntRange(0, MAX_EVENTS), default=20, help="Churn and fault events.")
 @click.option("--seed", type=int, default=1, help="Seed of the one random generator (same seed, same trace).")
 @strategy_option()
@@ -57,6 +63,7 @@ class SimulationFailed(ApportionError):
 def simulate(
     members: int,
     partitions: int,
+    resources: str | None,
     events: int,
     seed: int,
     strategy: str | None,
@@ -96,6 +103,7 @@ def simulate(
         faults=not no_faults,
         stateful=stateful,
         options=parse_options(strategy_options),
+        resources=resources or "",
     )
     config.group_config()  # validates the mode, strategy and options before the run
     started = time.process_time()

@@ -93,11 +93,16 @@ def render(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
     """The status tables of a ``group_status`` snapshot."""
     replicas = snapshot.get("replicas")
     about = f"replicas {replicas['replicas']}" if replicas else f"round {snapshot['round']}"
+    resource = snapshot.get("resource") or {}
+    if resource.get("resources"):  # a group over named resources: what each consumes
+        about += " — " + ", ".join(f"{r['name']} ({r['partitions']})" for r in resource["resources"])
     members = Table(title=f"group {group_name} — {about}")
-    for column in ("member", "alive", "partitions"):
+    subscribing = any("subscriptions" in info for info in snapshot["members"].values())
+    for column in ("member", "alive", *(["subscriptions"] if subscribing else []), "partitions"):
         members.add_column(column)
     for mid, info in snapshot["members"].items():
-        members.add_row(mid, "yes" if info["alive"] else "no", " ".join(info["partitions"]))
+        subs = [",".join(info.get("subscriptions", ["all"]))] if subscribing else []
+        members.add_row(mid, "yes" if info["alive"] else "no", *subs, " ".join(info["partitions"]))
     offsets = {p: checkpoint_offset(info["checkpoint"]) for p, info in snapshot["partitions"].items()}
     show_offsets = any(o is not None for o in offsets.values())
     show_replicas = any("standby" in info or "learners" in info for info in snapshot["partitions"].values())

@@ -119,6 +119,18 @@ def _finite(name: str, value: float, *, positive: bool) -> None:
 @group_option(env=True)
 @_option("--id", "worker_id", default=None, help="This worker's id (unique in the group; default: --hostname).")
 @_option("--partitions", type=int, default=None, help="Partition count (default: the stored definition).")
+@_option(
+    "--resources",
+    default=None,
+    help="Several resources instead of --partitions: NAME:PARTITIONS,... (orders:6,payments:4); partition ids are "
+    "then <resource>-<index>.",
+)
+@_option(
+    "--subscribe",
+    "subscriptions",
+    default=None,
+    help="The resources this worker consumes, NAME,... (default: all of the group's).",
+)
 @strategy_option(env=True)
 @timing_options(env=True)
 @_option("--capacity", type=float, default=1.0, help="Capacity weight of this worker.")
@@ -159,6 +171,8 @@ def worker(
     group_name: str,
     worker_id: str | None,
     partitions: int | None,
+    resources: str | None,
+    subscriptions: str | None,
     strategy: str | None,
     settle_s: float,
     min_interval_s: float,
@@ -197,7 +211,9 @@ def worker(
         connect_timeout_s=connect_timeout_s,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
+        subscriptions=None if subscriptions is None else [s.strip() for s in subscriptions.split(",")],
         partitions=partitions,
+        resources=resources,
         strategy=strategy,
         settle_s=settle_s,
         min_interval_s=min_interval_s,

@@ -8,7 +8,7 @@ are stepped state machines; ``GroupConfig`` the resource definition; ``history``
 owner from a watch-backed copy of the partition table); ``Keys`` the key space.
 """
 
-from apportion.group._config import STRATEGIES, GroupConfig
+from apportion.group._config import STRATEGIES, GroupConfig, parse_resources
 from apportion.group._coordinator import (
     FAILED_RETENTION_S,
     CoordinatorMember,
@@ -23,7 +23,16 @@ from apportion.group._coordinator import (
 )
 from apportion.group._explain import explain
 from apportion.group._history import DEFAULT_RETENTION_S, EVENT_TYPES, history, history_expired_before
-from apportion.group._keys import Keys, decode, decode_owner, encode, validate_group, validate_member_id
+from apportion.group._keys import (
+    Keys,
+    PartitionId,
+    decode,
+    decode_owner,
+    encode,
+    subscribed,
+    validate_group,
+    validate_member_id,
+)
 from apportion.group._ownership import (
     Callback,
     DelayHook,
@@ -34,7 +43,7 @@ from apportion.group._ownership import (
     Tracer,
     default_planner,
 )
-from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember
+from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember, set_subscriptions
 from apportion.group._router import Route, Router
 from apportion.group._static import (
     StaticMember,
@@ -70,6 +79,7 @@ __all__ = [
     "FencedMember",
     "GroupConfig",
     "Keys",
+    "PartitionId",
     "PartitionLease",
     "MemberOptions",
     "Ownership",
@@ -98,12 +108,15 @@ __all__ = [
     "owned_by",
     "owner_of",
     "owners",
+    "parse_resources",
     "planned_moves",
     "read_table",
     "request_rebalance",
     "set_replicas",
+    "set_subscriptions",
     "settled",
     "stored_replicas",
+    "subscribed",
     "table_entry",
     "table_entry_of",
     "validate_group",

@@ -1,5 +1,16 @@
 """The resource definition of a group (seed 0, extension 2): partitions, strategy and timings, stored at ``resource``.
 
+One resource or several. ``GroupConfig(partitions=12)`` is a one-resource group, as every group was before groups
+over several resources existed: its resource is named after the group, its partition ids are the ints 0..n-1 in the
+key space (``owner/7``), the API and the CLI, and its stored definition is ``{"partitions": 12, ...}`` exactly as
+before (no migration: an existing group's records are read as they always were). ``GroupConfig(resources=(Resource(
+"orders", 4), Resource("payments", 2, weights=...)))`` is a group over named resources: its partition ids are the
+strings ``<resource>-<index>`` (``owner/orders-3``), its stored definition lists ``resources`` (and no
+``partitions``; ``GroupConfig.partitions`` is then the total). Which kind a group is follows from its stored
+definition alone (``named``); the two kinds never share a key (``owner/3`` vs ``owner/orders-3``), and a definition
+may not switch kinds (:meth:`GroupConfig.check_update`: the checkpoints under the old ids would be orphaned). A
+change of any resource (added, removed, its partition count or weights) is a definition change: a new round.
+
 Timings are durations in seconds, each at most ``MAX_SECONDS`` (one day: a longer one would overflow the waits
 that use it). Their defaults are written here only (``GroupConfig.DEFAULT_*``: ``Group``, ``SimConfig`` and the CLI
 take them from it) and make a 3-worker group settle in about 2 s:
@@ -27,8 +38,8 @@ from typing import Any, ClassVar
 from apportion.assign import STRATEGY_NAMES as STRATEGIES
 from apportion.assign import validate_options
 from apportion.errors import CorruptRecord, InvalidRequest
-from apportion.group._keys import Keys, decode
-from apportion.model import MAX_PARTITIONS
+from apportion.group._keys import Keys, PartitionId, decode, valid_name
+from apportion.model import MAX_PARTITIONS, Partition, Resource
 from apportion.store import KeyValue, Store
 
 MAX_SECONDS = 86_400.0
@@ -53,7 +64,7 @@ class GroupConfig:
     DEFAULT_TTL_S: ClassVar[float] = 3.0
     MODES: ClassVar[tuple[str, ...]] = ("rounds", "coordinator", "static")  # the protocols (``apportion.Group``)
 
-    partitions: int
+    partitions: int = 0  # a one-resource group's count; with ``resources``: their total (0 or that total given)
     strategy: str = DEFAULT_STRATEGY
     settle_s: float = DEFAULT_SETTLE_S
     min_interval_s: float = DEFAULT_MIN_INTERVAL_S
@@ -61,8 +72,16 @@ class GroupConfig:
     ttl_s: float = DEFAULT_TTL_S
     options: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
     stateful: bool = False
+    resources: tuple[Resource, ...] = ()  # named resources (sorted by name); empty: one resource named after the group
 
     def __post_init__(self) -> None:
+        if self.resources:
+            resources = _resources(self.resources)
+            total = sum(r.partitions for r in resources)
+            if self.partitions not in (0, total):
+                raise InvalidRequest("partitions", f"is the total of the resources' ({total}), got {self.partitions!r}")
+            object.__setattr__(self, "resources", resources)
+            object.__setattr__(self, "partitions", total)
         if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or self.partitions < 1:
             raise InvalidRequest("partitions", f"must be an integer >= 1, got {self.partitions!r}")
         if self.partitions > MAX_PARTITIONS:
@@ -88,9 +107,99 @@ class GroupConfig:
             raise InvalidRequest("mode", f"{mode!r} is not one of {', '.join(cls.MODES)}")
         return "round_robin" if mode == "coordinator" else cls.DEFAULT_STRATEGY
 
+    @property
+    def named(self) -> bool:
+        """True for a group over named resources (partition ids ``<resource>-<index>``), False for a one-resource
+        group of ``partitions`` (ids 0..n-1)."""
+        return bool(self.resources)
+
+    def resources_of(self, group: str) -> tuple[Resource, ...]:
+        """The resources a strategy plans, sorted by name: the named ones, or one named after ``group``."""
+        if self.resources:
+            if not self.stateful:
+                return self.resources
+            return tuple(Resource(r.name, r.partitions, r.weights, stateful=True) for r in self.resources)
+        return (Resource(group, self.partitions, stateful=self.stateful),)
+
+    def resource_names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.resources)
+
+    def partition_ids(self) -> list[PartitionId]:
+        """Every partition id of the group, in (resource, index) order."""
+        if not self.resources:
+            return list(range(self.partitions))
+        return [f"{r.name}-{i}" for r in self.resources for i in range(r.partitions)]
+
+    def pid(self, part: Partition) -> PartitionId:
+        """The id of ``part`` in this group: its index in a one-resource group, ``<resource>-<index>`` otherwise."""
+        return f"{part.resource}-{part.index}" if self.resources else part.index
+
+    def partition(self, group: str, pid: PartitionId) -> Partition:
+        """The :class:`Partition` of id ``pid`` (InvalidRequest when it is not an id of this group's kind)."""
+        return Partition.parse(pid) if isinstance(pid, str) else Partition(group, pid)
+
+    def parse_pid(self, value: object, field_name: str = "partition", *, known: bool = True) -> PartitionId:
+        """A partition id as a record, a plan or the command line gives it: an int (or digits) in a one-resource
+        group, ``<resource>-<index>`` of one of its resources otherwise (of any resource unless ``known``: a plan
+        written before the definition changed); InvalidRequest naming ``field_name``."""
+        if not self.resources:
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                return value
+            if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 7:
+                return int(value)
+            raise InvalidRequest(field_name, f"{value!r} is not a partition number of a one-resource group")
+        if not isinstance(value, str):
+            raise InvalidRequest(field_name, f"{value!r} is not <resource>-<index>")
+        part = Partition.parse(value, field_name)
+        if known and not any(r.name == part.resource for r in self.resources):
+            raise InvalidRequest(field_name, f"{value!r}: the group has no resource {part.resource!r}")
+        return f"{part.resource}-{part.index}"
+
+    def check_pid(self, value: object, field_name: str = "partition") -> PartitionId:
+        """``parse_pid`` of one of this group's partitions (its index in range); InvalidRequest naming the group's
+        partitions otherwise."""
+        pid = self.parse_pid(value, field_name)
+        if isinstance(pid, int):
+            if pid >= self.partitions:
+                raise InvalidRequest(field_name, f"{pid} is not a partition of the group (0..{self.partitions - 1})")
+            return pid
+        part = Partition.parse(pid)
+        count = next(r.partitions for r in self.resources if r.name == part.resource)
+        if part.index >= count:
+            raise InvalidRequest(field_name, f"{pid} is not a partition of {part.resource} (0..{count - 1})")
+        return pid
+
+    def subscriptions(self, names: object) -> frozenset[str] | None:
+        """A member's subscriptions (None: every resource), checked against the group's resources."""
+        if names is None:
+            return None
+        if isinstance(names, str) or not isinstance(names, list | tuple | set | frozenset):
+            raise InvalidRequest("subscriptions", f"must be a list of resource names, got {names!r}")
+        if not self.resources:
+            raise InvalidRequest("subscriptions", "a one-resource group has nothing to subscribe to: name resources")
+        known = self.resource_names()
+        for name in names:
+            if name not in known:
+                raise InvalidRequest("subscriptions", f"{name!r} is not a resource of the group ({', '.join(known)})")
+        if not names:
+            raise InvalidRequest("subscriptions", "must name at least one resource")
+        return frozenset(names)
+
+    def check_update(self, stored: GroupConfig) -> None:
+        """InvalidRequest when this definition may not replace ``stored``: a one-resource group cannot become a
+        group over named resources or back (its checkpoints and epochs are keyed by the other kind of id)."""
+        if self.named != stored.named:
+            kinds = ("a one-resource group", "a group over named resources")
+            why = "its checkpoints and epochs are keyed by the other kind of id"
+            raise InvalidRequest("resources", f"{kinds[stored.named]} cannot become {kinds[self.named]} ({why})")
+
     def to_json(self) -> dict[str, Any]:
+        if self.resources:
+            head: dict[str, Any] = {"resources": [_resource_json(r) for r in self.resources]}
+        else:
+            head = {"partitions": self.partitions}
         return {
-            "partitions": self.partitions,
+            **head,
             "strategy": self.strategy,
             "settle_s": self.settle_s,
             "min_interval_s": self.min_interval_s,
@@ -106,11 +215,12 @@ class GroupConfig:
         one (missing or mistyped fields, values out of range). Unknown fields are ignored (a newer version's)."""
         if not isinstance(value, Mapping):
             raise CorruptRecord(key, f"a resource definition is a JSON object, got {type(value).__name__}")
-        if "partitions" not in value:
+        if "partitions" not in value and "resources" not in value:
             raise CorruptRecord(key, "the resource definition has no 'partitions'")
         try:
             return cls(
-                partitions=value["partitions"],
+                partitions=value.get("partitions", 0),
+                resources=parse_resources(value.get("resources") or ()),
                 strategy=value.get("strategy", cls.DEFAULT_STRATEGY),
                 settle_s=value.get("settle_s", cls.DEFAULT_SETTLE_S),
                 min_interval_s=value.get("min_interval_s", cls.DEFAULT_MIN_INTERVAL_S),
@@ -144,4 +254,65 @@ class GroupConfig:
         return config
 
 
-__all__ = ["MAX_SECONDS", "STRATEGIES", "GroupConfig"]
+def _resource_json(resource: Resource) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": resource.name, "partitions": resource.partitions}
+    return out if resource.weights is None else {**out, "weights": list(resource.weights)}
+
+
+def parse_resources(value: object) -> tuple[Resource, ...]:
+    """Resources as a definition stores them (``[{name, partitions, weights?}]``) or as the command line gives them
+    (``{"orders": 4}`` or ``"orders:4,payments:2"``); InvalidRequest naming ``resources``."""
+    if isinstance(value, str):
+        specs = []
+        for spec in value.split(","):
+            name, sep, count = spec.strip().rpartition(":")
+            if not sep or not (count.isascii() and count.isdigit()) or len(count) > 7:
+                raise InvalidRequest("resources", f"{spec.strip()!r} is not <name>:<partitions>")
+            specs.append(Resource(name, int(count)))
+        return tuple(specs)
+    if isinstance(value, Mapping):
+        return tuple(Resource(n, c) for n, c in value.items())
+    if not isinstance(value, list | tuple):
+        raise InvalidRequest("resources", f"must be a list of resources, got {type(value).__name__}")
+    out = []
+    for item in value:
+        if isinstance(item, Resource):
+            out.append(item)
+        elif isinstance(item, Mapping) and "name" in item and "partitions" in item:
+            weights = item.get("weights")
+            if weights is not None and not isinstance(weights, list | tuple):
+                raise InvalidRequest("resources", f"{item['name']!r}: weights must be a list of numbers")
+            out.append(Resource(item["name"], item["partitions"], None if weights is None else tuple(weights)))
+        else:
+            raise InvalidRequest("resources", f"each resource is {{name, partitions, weights?}}, got {item!r}")
+    return tuple(out)
+
+
+def _resources(resources: object) -> tuple[Resource, ...]:
+    """Named resources checked (names, counts, weights) and sorted by name."""
+    checked = []
+    for r in parse_resources(resources):
+        if not isinstance(r.name, str) or not valid_name(r.name):
+            raise InvalidRequest("resources", f"{r.name!r} must be 1-128 characters [A-Za-z0-9._-] starting with one")
+        if isinstance(r.partitions, bool) or not isinstance(r.partitions, int) or r.partitions < 1:
+            raise InvalidRequest("resources", f"{r.name}: partitions must be an integer >= 1, got {r.partitions!r}")
+        if r.partitions > MAX_PARTITIONS:
+            raise InvalidRequest("resources", f"{r.name}: at most {MAX_PARTITIONS:,} partitions")
+        weights = r.weights
+        if weights is not None:
+            if len(weights) != r.partitions:
+                raise InvalidRequest("resources", f"{r.name}: {len(weights)} weights for {r.partitions} partitions")
+            for w in weights:
+                if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w <= 0:
+                    raise InvalidRequest("resources", f"{r.name}: a weight must be a positive number, got {w!r}")
+            weights = tuple(float(w) for w in weights)
+        checked.append(Resource(r.name, r.partitions, weights))
+    names = [r.name for r in checked]
+    if len(set(names)) != len(names):
+        raise InvalidRequest("resources", "names a resource twice")
+    if sum(r.partitions for r in checked) > MAX_PARTITIONS:
+        raise InvalidRequest("resources", f"at most {MAX_PARTITIONS:,} partitions in a group")
+    return tuple(sorted(checked, key=lambda r: r.name))
+
+
+__all__ = ["MAX_SECONDS", "STRATEGIES", "GroupConfig", "parse_resources"]

@@ -63,13 +63,14 @@ comparing them failed, and otherwise kept current by their events.
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
 
 from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.group._config import GroupConfig
-from apportion.group._keys import Keys, decode, encode
+from apportion.group._keys import Keys, PartitionId, decode, encode, pid_of_key, subscribed
 from apportion.group._ownership import (
     FencedMember,
     MemberOptions,
@@ -77,8 +78,10 @@ from apportion.group._ownership import (
     chunks,
     default_planner,
 )
+from apportion.group._rounds import Checker, check_plan
+from apportion.group._subscriptions import Subscriptions
 from apportion.group._tracked import TrackedKey, TrackedPrefix
-from apportion.model import AssignRequest, Member, Partition, Resource
+from apportion.model import AssignRequest, Member, Partition
 from apportion.store import (
     Compare,
     Delete,
@@ -92,6 +95,8 @@ from apportion.store import (
     mod_revision_is,
     renew_interval_s,
 )
+
+log = logging.getLogger(__name__)
 
 POLICIES = ("automatic", "manual")
 
@@ -157,7 +162,7 @@ class Entry:
 class TableMove:
     """A planned move of the partition table (for ``apportion rebalance --dry-run``)."""
 
-    partition: int
+    partition: PartitionId
     source: str | None
     target: str
 
@@ -171,18 +176,18 @@ def validate_settings(min_members: object, rebalance: object, max_in_flight: obj
         raise InvalidRequest("max_in_flight", f"must be an integer >= 1, got {max_in_flight!r}")
 
 
-def read_table(store: Store, group: str) -> dict[int, tuple[Entry, int]]:
+def read_table(store: Store, group: str) -> dict[PartitionId, tuple[Entry, int]]:
     """The stored partition table: partition -> (entry, mod_revision)."""
     keys = Keys(group)
     return _table(keys, store.range(keys.tables))
 
 
-def _table(keys: Keys, kvs: Sequence[KeyValue]) -> dict[int, tuple[Entry, int]]:
-    out: dict[int, tuple[Entry, int]] = {}
+def _table(keys: Keys, kvs: Sequence[KeyValue]) -> dict[PartitionId, tuple[Entry, int]]:
+    out: dict[PartitionId, tuple[Entry, int]] = {}
     for kv in kvs:
-        name = kv.key[len(keys.tables) :]
-        if name.isascii() and name.isdigit():
-            out[int(name)] = (Entry.from_json(decode(kv.value, kv.key), kv.key), kv.mod_revision)
+        p = pid_of_key(kv.key[len(keys.tables) :])
+        if p is not None:
+            out[p] = (Entry.from_json(decode(kv.value, kv.key), kv.key), kv.mod_revision)
     return out
 
 
@@ -195,7 +200,19 @@ def _members(keys: Keys, kvs: Sequence[KeyValue]) -> list[str]:
     return sorted(kv.key[len(keys.members) :] for kv in kvs)
 
 
-def replan_strategy(config: GroupConfig, table: Mapping[int, Entry]) -> tuple[str, Mapping[str, object]]:
+def live_subscriptions(keys: Keys, kvs: Sequence[KeyValue]) -> dict[str, frozenset[str] | None]:
+    """Each registered member's subscriptions (None: every resource); a corrupt registration subscribes to all."""
+    out: dict[str, frozenset[str] | None] = {}
+    for kv in kvs:
+        try:
+            subs = decode(kv.value, kv.key).get("subscriptions")
+        except CorruptRecord:
+            subs = None
+        out[kv.key[len(keys.members) :]] = frozenset(map(str, subs)) if isinstance(subs, list) else None
+    return out
+
+
+def replan_strategy(config: GroupConfig, table: Mapping[PartitionId, Entry]) -> tuple[str, Mapping[str, object]]:
     """The strategy (and its options) that plans the table: the group's for the first table, and for every later
     change too, except that a ``round_robin`` table is re-planned by ``sticky`` (seed 1: round-robin first, then move
     only the surplus; see the module docstring)."""
@@ -204,18 +221,37 @@ def replan_strategy(config: GroupConfig, table: Mapping[int, Entry]) -> tuple[st
     return config.strategy, config.options
 
 
-def table_request(group: str, config: GroupConfig, members: Sequence[str], table: Mapping[int, Entry]) -> AssignRequest:
-    """The request a full re-plan of ``table`` over the live ``members`` makes: current holders as ``owned``."""
+def table_request(
+    group: str,
+    config: GroupConfig,
+    members: Sequence[str],
+    table: Mapping[PartitionId, Entry],
+    subscriptions: SubscriptionsOf | None = None,
+) -> AssignRequest:
+    """The request a full re-plan of ``table`` over the live ``members`` makes: current holders as ``owned``, each
+    member's ``subscriptions`` (from its registration; absent: every resource)."""
     live = sorted(set(members))
+    subs = subscriptions or {}
     holders = {p: e.holder for p, e in table.items()}
-    owned = {m: [p for p in sorted(holders) if holders[p] == m] for m in live}
+    owned: dict[str, list[Partition]] = {m: [] for m in live}
+    for p, h in holders.items():
+        if h in owned:
+            owned[h].append(config.partition(group, p))
     strategy, options = replan_strategy(config, table)
     return AssignRequest(
         strategy,
-        (Resource(group, config.partitions),),
-        tuple(Member(m, owned=tuple(Partition(group, p) for p in owned[m])) for m in live),
+        config.resources_of(group),
+        tuple(Member(m, subscriptions=subs.get(m), owned=tuple(sorted(owned[m]))) for m in live),
         options,
     )
+
+
+SubscriptionsOf = Mapping[str, frozenset[str] | None]
+"""member id -> the resources it consumes (None: every one), from its ``members/<id>`` registration."""
+
+
+def _subscribes(subscriptions: SubscriptionsOf, member: str, pid: PartitionId) -> bool:
+    return subscribed(subscriptions.get(member), pid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,52 +259,66 @@ class TablePlan:
     """The desired holder of every partition, with the plan's moves (partitions taken from a live holder; a dead
     member's partitions are placed, not moved) and the lower bound of those moves (the strategy's ``min_moves``)."""
 
-    desired: Mapping[int, str]
+    desired: Mapping[PartitionId, str]
     moves: int
     min_moves: int
+    violations: tuple[str, ...] = ()
 
 
 def plan_table(
     group: str,
     config: GroupConfig,
     members: Sequence[str],
-    table: Mapping[int, Entry],
+    table: Mapping[PartitionId, Entry],
     *,
     full: bool,
     planner: Planner = default_planner,
+    subscriptions: SubscriptionsOf | None = None,
+    checker: Checker | None = None,
 ) -> TablePlan:
     """A full strategy run (holders as ``owned``; ``replan_strategy``), or, when not ``full``, the current holders
-    with only the partitions of dead members moved to the least loaded live holders (no moves)."""
+    with only the partitions of dead members (or of members that no longer subscribe to their resource) moved to the
+    least loaded live holders that subscribe to it (no moves). A partition nobody subscribes to gets no holder.
+    ``checker`` (the coordinator's: ``assign.check``) checks a full run's plan; a violation is logged and returned
+    in ``TablePlan.violations`` (never expected: the strategies are property-tested against it)."""
     live = sorted(set(members))
+    subs = subscriptions or {}
     if not live:
         return TablePlan({}, 0, 0)
     holders = {p: e.holder for p, e in table.items()}
     if full or not table:
-        plan = planner(table_request(group, config, live, table))
-        placed = {p.index: mid for mid, parts in sorted(plan.assignment.items()) for p in parts}
-        return TablePlan(placed, plan.stats.moved, plan.stats.min_moves)
-    desired: dict[int, str] = {}
+        request = table_request(group, config, live, table, subs)
+        plan = planner(request)
+        violations = () if checker is None else tuple(checker(request, plan)[:10])
+        if violations:
+            log.error("group %s: the table's plan breaks its strategy's invariants: %s", group, "; ".join(violations))
+        placed = {config.pid(p): mid for mid, parts in sorted(plan.assignment.items()) for p in parts}
+        return TablePlan(placed, plan.stats.moved, plan.stats.min_moves, violations)
+    desired: dict[PartitionId, str] = {}
     load: dict[str, int] = {}
-    for p in range(config.partitions):
+    ids = config.partition_ids()
+    for p in ids:
         h = holders.get(p)
-        if h is not None and h in live:
+        if h is not None and h in live and _subscribes(subs, h, p):
             desired[p] = h
             load[h] = load.get(h, 0) + 1
     hosts = sorted(load) or live
-    for p in range(config.partitions):
+    for p in ids:
         if p not in desired:
-            pick = min(hosts, key=lambda m: (load.get(m, 0), m))
-            desired[p] = pick
-            load[pick] = load.get(pick, 0) + 1
+            able = [m for m in hosts if _subscribes(subs, m, p)] or [m for m in live if _subscribes(subs, m, p)]
+            if able:
+                pick = min(able, key=lambda m: (load.get(m, 0), m))
+                desired[p] = pick
+                load[pick] = load.get(pick, 0) + 1
     return TablePlan(desired, 0, 0)
 
 
 def table_changes(
-    table: Mapping[int, Entry], desired: Mapping[int, str], live: Sequence[str], max_in_flight: int
-) -> dict[int, Entry]:
+    table: Mapping[PartitionId, Entry], desired: Mapping[PartitionId, str], live: Sequence[str], max_in_flight: int
+) -> dict[PartitionId, Entry]:
     """The entries to write so the table heads for ``desired``, with at most ``max_in_flight`` MIGRATING."""
     alive = set(live)
-    changes: dict[int, Entry] = {}
+    changes: dict[PartitionId, Entry] = {}
     for p, d in sorted(desired.items()):
         e = table.get(p)
         if e is None:
@@ -301,7 +351,12 @@ def planned_moves(store: Store, group: str, planner: Planner = default_planner) 
     table = {p: e for p, (e, _) in read_table(store, group).items()}
     if not table:
         return []
-    desired = plan_table(group, config, live_members(store, group), table, full=True, planner=planner).desired
+    keys = Keys(group)
+    registered = store.range(keys.members)
+    subscriptions = live_subscriptions(keys, registered)
+    desired = plan_table(
+        group, config, _members(keys, registered), table, full=True, planner=planner, subscriptions=subscriptions
+    ).desired
     return [
         TableMove(p, table[p].holder if p in table else None, d)
         for p, d in sorted(desired.items())
@@ -309,7 +364,7 @@ def planned_moves(store: Store, group: str, planner: Planner = default_planner) 
     ]
 
 
-def in_flight(table: Mapping[int, Entry]) -> list[int]:
+def in_flight(table: Mapping[PartitionId, Entry]) -> list[PartitionId]:
     """The partitions whose last planned change is not finished: every entry that is not ONLINE (MIGRATING, or
     ASSIGNED to a holder that has not claimed it yet)."""
     return [p for p, e in sorted(table.items()) if e.state is not TableState.ONLINE]
@@ -344,18 +399,22 @@ class CoordinatorMember(FencedMember):
         rebalance: str = "automatic",
         max_in_flight: int = 4,
         planner: Planner = default_planner,
+        subscriptions: Sequence[str] | None = None,
+        checker: Checker | None = check_plan,
         **options: Unpack[MemberOptions],
     ) -> None:
         validate_settings(min_members, rebalance, max_in_flight)
         super().__init__(store, group, member_id, config, **options)
+        self._subs = Subscriptions(config, self.keys, member_id, subscriptions)
         self.min_members = min_members
         self.rebalance = rebalance
         self.max_in_flight = max_in_flight
         self._planner = planner
+        self._checker = checker
         self.phase = CoordinatorPhase.STARTING
         self._coord_rev = 0  # mod_revision of my coordinator record while COORDINATING
-        self._planned_for: tuple[str, ...] | None = None
-        self._table: dict[int, tuple[Entry, int]] = {}
+        self._planned_for: tuple[tuple[str, tuple[str, ...] | None], ...] | None = None  # members, subscriptions
+        self._table: dict[PartitionId, tuple[Entry, int]] = {}
         self._coordinator = TrackedKey(self.keys.coordinator)
         self._rebalance = TrackedKey(self.keys.rebalance)
         self._members = TrackedPrefix(self.keys.members)
@@ -368,14 +427,14 @@ class CoordinatorMember(FencedMember):
         return self.phase is CoordinatorPhase.COORDINATING
 
     @property
-    def table(self) -> dict[int, Entry]:
+    def table(self) -> dict[PartitionId, Entry]:
         """The partition table as of the last step."""
         return {p: e for p, (e, _) in self._table.items()}
 
     def stable(self) -> bool:
         with self._lock:
             table = self.table
-            mine = {p for p, e in table.items() if e.holds(self.id)}
+            mine = {p for p, e in table.items() if e.holds(self.id) and self._subs.allows(p)}
             return (
                 self.phase in (CoordinatorPhase.FOLLOWING, CoordinatorPhase.COORDINATING)
                 and bool(table)
@@ -388,6 +447,32 @@ class CoordinatorMember(FencedMember):
     def _started(self, now: float, revision: int) -> None:
         self._forget()
         self.phase = CoordinatorPhase.FOLLOWING
+        kv = self.store.get(self._subs.key)
+        if kv is not None:
+            self._subs.on_record(self.config, kv)
+
+    def _registration(self) -> dict[str, Any]:
+        return self._subs.record()
+
+    @property
+    def subscriptions(self) -> frozenset[str] | None:
+        """The resources this member consumes now (None: every one)."""
+        return self._subs.current
+
+    def subscribe(self, subscriptions: Sequence[str] | None) -> None:
+        """Consume ``subscriptions`` (None: every resource) from now on. Thread-safe: the stepping thread revokes
+        at once what no longer fits and announces them in ``members/<id>``; the coordinator re-plans (automatic
+        policy) or places only what this member gave up (manual)."""
+        self._subs.subscribe(self.config, subscriptions)
+
+    def _registered_as_subscribed(self) -> bool:
+        """False when this member's registration names other subscriptions than it has (the coordinator plans by
+        the registration); True when it is not registered (a new registration writes them)."""
+        mine = self.keys.member(self.id)
+        for kv in self._members.items(self.store):
+            if kv.key == mine:
+                return live_subscriptions(self.keys, [kv]).get(self.id) == self._subs.current
+        return True
 
     def _forget(self) -> None:
         for tracked in (self._coordinator, self._rebalance, self._members, self._tables):
@@ -396,6 +481,8 @@ class CoordinatorMember(FencedMember):
     def _on_event(self, event: Event) -> None:
         if event.kv.key == self.keys.resource and event.kv.mod_revision > self._config_revision:
             self.config, self._config_revision = GroupConfig.from_record(event.kv), event.kv.mod_revision
+        if event.kv.key == self._subs.key:
+            self._subs.on_record(self.config, event.kv if event.type is EventType.PUT else None)
         if event.kv.key.startswith(self.keys.members):
             self._membership_event(event)
         elif event.kv.key.startswith(self.keys.failures) and event.type is EventType.PUT:
@@ -444,6 +531,12 @@ class CoordinatorMember(FencedMember):
     def _advance(self, now: float) -> float:
         self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
         deadlines = [self._lapse_at(), now + renew_interval_s(self.config.ttl_s)]
+        changed = self._subs.take()
+        if changed is not None:
+            self._trace("subscribed", subscriptions=Subscriptions.shown(changed[0]))
+        if changed is not None or not self._registered_as_subscribed():  # an announce the store did not take: again
+            self._announce(revoking=False)
+            self._members.forget()
         self._elect(now)
         if self.phase is CoordinatorPhase.COORDINATING:
             self._coordinate(now)
@@ -487,7 +580,10 @@ class CoordinatorMember(FencedMember):
 
     def _coordinate(self, now: float) -> None:
         self._record_failures()
-        live = _members(self.keys, self._members.items(self.store))
+        registered = self._members.items(self.store)
+        live = _members(self.keys, registered)
+        subscriptions = live_subscriptions(self.keys, registered)
+        roster = tuple((m, None if s is None else tuple(sorted(s))) for m, s in sorted(subscriptions.items()))
         stored = _table(self.keys, self._tables.items(self.store))
         table = {p: e for p, (e, _) in stored.items()}
         request = self._rebalance.get(self.store)
@@ -496,9 +592,18 @@ class CoordinatorMember(FencedMember):
         if not table and len(live) < self.min_members:
             self._trace("waiting_for_members", live=len(live), min_members=self.min_members)
             return
-        changed = tuple(live) != self._planned_for
+        changed = roster != self._planned_for  # a member came, went or changed its subscriptions
         full = not table or request is not None or (self.rebalance == "automatic" and changed)
-        planned = plan_table(self.group, self.config, live, table, full=full, planner=self._planner)
+        planned = plan_table(
+            self.group,
+            self.config,
+            live,
+            table,
+            full=full,
+            planner=self._planner,
+            subscriptions=subscriptions,
+            checker=self._checker,
+        )
         changes = table_changes(table, planned.desired, live, self.max_in_flight)
         extra: list[Op] = []
         extra_compares: list[Compare] = []
@@ -506,7 +611,7 @@ class CoordinatorMember(FencedMember):
             extra_compares.append(mod_revision_is(self.keys.rebalance, request.mod_revision))
             extra.append(Delete(self.keys.rebalance))
         if not changes and not extra:
-            self._planned_for = tuple(live)
+            self._planned_for = roster
             return
         fence = mod_revision_is(self.keys.coordinator, self._coord_rev)
         ok = True
@@ -534,7 +639,7 @@ class CoordinatorMember(FencedMember):
                 ok = False
                 break
         if ok:
-            self._planned_for = tuple(live)
+            self._planned_for = roster
             moving = [p for p in parts if changes[p].state is TableState.MIGRATING]
             self._trace(
                 "table", full=full, changed=parts, migrating=moving, moves=planned.moves, min_moves=planned.min_moves
@@ -543,7 +648,7 @@ class CoordinatorMember(FencedMember):
     # -- following -----------------------------------------------------------------------------------------
 
     def _follow(self, now: float) -> None:
-        should = {p for p, (e, _) in self._table.items() if e.holds(self.id)}
+        should: set[PartitionId] = {p for p, (e, _) in self._table.items() if e.holds(self.id) and self._subs.allows(p)}
         with self._lock:
             owned = set(self._owned)
         revoke = sorted(owned - should)
@@ -556,9 +661,8 @@ class CoordinatorMember(FencedMember):
             self._claim(now)
         with self._lock:
             owned = set(self._owned)
-        for p in sorted(owned):
-            entry, rev = self._table[p]
-            if entry.target == self.id and entry.state is not TableState.ONLINE:
+        for p, (entry, rev) in sorted(self._table.items()):
+            if p in owned and entry.target == self.id and entry.state is not TableState.ONLINE:
                 online = Entry(self.id, None, TableState.ONLINE)
                 ops: list[Op] = [Put(self.keys.table(p), encode(online.to_json())), Delete(self.keys.migration(p))]
                 ops += self._recorder.put("migrated", now, partitions=[p], source=entry.owner)

@@ -21,19 +21,22 @@ from typing import Any
 from apportion.errors import InvalidRequest
 from apportion.group._config import GroupConfig
 from apportion.group._history import history
-from apportion.group._keys import Keys, decode_owner
+from apportion.group._keys import Keys, PartitionId, decode_owner
 from apportion.store import Store
 
 EPOCH_EVENTS = ("claim", "release", "lost", "fenced", "migrated")
 
 
-def explain(store: Store, group: str, partition: int) -> dict[str, Any]:
+def explain(store: Store, group: str, partition: PartitionId) -> dict[str, Any]:
     """``{"partition", "owner", "epoch", "round", "decision": {"kind", "from", "round", "text"}, "acquired": {...},
-    "epochs": [{"type", "member", "epoch", "time", "revision"}...]}``; InvalidRequest for an unknown partition."""
+    "epochs": [{"type", "member", "epoch", "time", "revision"}...]}``; InvalidRequest for an unknown partition
+    (``partition``: an int, or its digits, in a one-resource group; ``<resource>-<index>`` in a named one)."""
     keys = Keys(group)
-    count = GroupConfig.load(store, group).partitions  # CorruptRecord naming the key (exit 2)
-    if not 0 <= partition < count:
-        raise InvalidRequest("partition", f"{partition} is not a partition of {group!r} (0..{count - 1})")
+    config = GroupConfig.load(store, group)  # CorruptRecord naming the key (exit 2)
+    try:
+        partition = config.check_pid(partition)
+    except InvalidRequest as exc:
+        raise InvalidRequest("partition", f"{exc.reason} (group {group!r})") from None
     owner_kv = store.get(keys.owner(partition))
     owner: str | None = None
     epoch: int | None = None
@@ -75,7 +78,7 @@ def explain(store: Store, group: str, partition: int) -> dict[str, Any]:
     return out
 
 
-def _epoch_history(events: list[dict[str, Any]], partition: int) -> list[dict[str, Any]]:
+def _epoch_history(events: list[dict[str, Any]], partition: PartitionId) -> list[dict[str, Any]]:
     """claim/release/lost/fenced/migrated events of ``partition``; a lost event gets the epoch its member held."""
     held: dict[str, int] = {}
     out: list[dict[str, Any]] = []

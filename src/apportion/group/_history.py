@@ -159,8 +159,8 @@ def _event(kv: KeyValue) -> dict[str, Any] | None:
     try:
         record = decode(kv.value, kv.key)
         parts, epochs, seq = record.get("partitions"), record.get("epochs"), record.get("seq", 0)
-        if parts is not None and not (isinstance(parts, list) and all(_is_int(p) for p in parts)):
-            raise CorruptRecord(kv.key, f"'partitions' must be a list of integers, got {parts!r:.80}")
+        if parts is not None and not (isinstance(parts, list) and all(_is_int(p) or isinstance(p, str) for p in parts)):
+            raise CorruptRecord(kv.key, f"'partitions' must be a list of partition ids, got {parts!r:.80}")
         if epochs is not None and not (
             isinstance(epochs, list) and len(epochs) == len(parts or []) and all(_is_int(e) for e in epochs)
         ):

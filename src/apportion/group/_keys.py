@@ -6,10 +6,14 @@
     members/<id>        registration (lease-bound): capacity, rack, pid, host
     current             the open round: {opened_at, opener, prev}; the round id is this key's mod_revision
     latest              {round}: the last round that has a plan
-    round/<R>/<id>      participation (lease-bound): owned partitions, the round they were owned in, capacity, rack
+    round/<R>/<id>      participation (lease-bound): owned partitions, the round they were owned in, capacity, rack,
+                        subscriptions (absent: every resource)
+    subscriptions/<id>  an operator's subscriptions for member <id> (``apportion subscribe``): {subscriptions};
+                        they replace the member's own while the record exists
     round/<R>/joined    touched by every participation write: the closer compares its mod_revision (the cut)
     round/<R>/plan      the cut and the plan: participants, assignment, strategy, closer
-    owner/<p>           {epoch, member} (lease-bound to the owner's lease)
+    owner/<p>           {epoch, member} (<p>: the partition id, ``7`` in a one-resource group, ``orders-7`` in a
+                        group over named resources: see ``_config``) (lease-bound to the owner's lease)
     epoch/<p>           last epoch handed out for p (not lease-bound: epochs only grow)
     commit/<p>          {checkpoint, epoch, member}
     history             {expired_before}: history events older than this may have expired (see ``_history``)
@@ -40,7 +44,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, TypeAlias
 
 from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.store import KeyValue
@@ -49,6 +53,15 @@ ROOT = "/apportion/"
 HISTORY_ROOT = ROOT + ".history/"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 RESERVED_IDS = ("joined", "plan")
+
+PartitionId: TypeAlias = int | str
+"""A partition's id in a group: its index in a one-resource group, ``<resource>-<index>`` in a group over named
+resources (``GroupConfig.named``)."""
+
+
+def valid_name(name: str) -> bool:
+    """True for 1-128 characters ``[A-Za-z0-9._-]`` starting with a letter or digit (groups, members, resources)."""
+    return bool(_NAME.match(name))
 
 
 def validate_group(name: str) -> str:
@@ -65,6 +78,20 @@ def validate_member_id(member_id: str) -> str:
     if member_id in RESERVED_IDS:
         raise InvalidRequest("worker_id", f"{member_id!r} is reserved")
     return member_id
+
+
+def pid_of_key(name: str) -> PartitionId | None:
+    """The partition id a key's last segment names (``7`` or ``orders-7``), None when it names none."""
+    if name.isascii() and name.isdigit():
+        return int(name)
+    head, sep, index = name.rpartition("-")
+    return name if sep and head and index.isascii() and index.isdigit() else None
+
+
+def subscribed(subscriptions: frozenset[str] | None, pid: PartitionId) -> bool:
+    """True when a member with ``subscriptions`` (None: every resource) may hold partition ``pid``: always in a
+    one-resource group (int ids), else when it subscribes to the resource of ``<resource>-<index>``."""
+    return subscriptions is None or not isinstance(pid, str) or pid[: pid.rfind("-")] in subscriptions
 
 
 class Keys:
@@ -98,13 +125,13 @@ class Keys:
     def plan(self, round_id: int) -> str:
         return f"{self.rounds}{round_id}/plan"
 
-    def owner(self, partition: int) -> str:
+    def owner(self, partition: PartitionId) -> str:
         return f"{self.prefix}owner/{partition}"
 
-    def epoch(self, partition: int) -> str:
+    def epoch(self, partition: PartitionId) -> str:
         return f"{self.prefix}epoch/{partition}"
 
-    def commit(self, partition: int) -> str:
+    def commit(self, partition: PartitionId) -> str:
         return f"{self.prefix}commit/{partition}"
 
     @property
@@ -123,14 +150,14 @@ class Keys:
     def tables(self) -> str:
         return self.prefix + "table/"
 
-    def table(self, partition: int) -> str:
+    def table(self, partition: PartitionId) -> str:
         return f"{self.prefix}table/{partition}"
 
     @property
     def migrations(self) -> str:
         return self.prefix + "migrations/"
 
-    def migration(self, partition: int) -> str:
+    def migration(self, partition: PartitionId) -> str:
         return f"{self.prefix}migrations/{partition}"
 
     @property
@@ -143,6 +170,9 @@ class Keys:
 
     def failed(self, member_id: str) -> str:
         return f"{self.prefix}failed/{member_id}"
+
+    def subscription(self, member_id: str) -> str:
+        return f"{self.prefix}subscriptions/{member_id}"
 
 
 def encode(value: dict[str, Any]) -> bytes:
@@ -208,12 +238,16 @@ def owner_value(member_id: str, epoch: int) -> bytes:
 
 __all__ = [
     "Keys",
+    "PartitionId",
     "decode",
     "decode_epoch",
     "decode_owner",
     "encode",
     "field",
     "owner_value",
+    "pid_of_key",
+    "subscribed",
     "validate_group",
+    "valid_name",
     "validate_member_id",
 ]

@@ -41,7 +41,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Required, TypedDict
+from typing import Any, Required, TypedDict, TypeVar
 
 from apportion.clock import Clock
 from apportion.errors import Fenced, InvalidRequest, LeaseNotFound, StoreUnavailable
@@ -49,6 +49,7 @@ from apportion.group._config import GroupConfig
 from apportion.group._history import DEFAULT_RETENTION_S, Recorder
 from apportion.group._keys import (
     Keys,
+    PartitionId,
     decode,
     decode_epoch,
     decode_owner,
@@ -62,13 +63,16 @@ from apportion.store import Delete, Event, Get, Op, Put, Store, Watch, absent, m
 from apportion.store import Lease as StoreLease
 
 INF = math.inf
+T = TypeVar("T")
 CHUNK = 30  # partitions per claim/release txn (etcd allows 128 ops per txn by default)
 _ID_RETRY_S = 0.25  # how often a member whose id is held by another registration looks again
 
-Callback = Callable[[list[int]], None]
+# partition ids: ints in a one-resource group, ``<resource>-<index>`` strings otherwise (``Any``: a callback typed
+# for either kind fits)
+Callback = Callable[[list[Any]], None]
 Planner = Callable[[AssignRequest], Plan]
 Tracer = Callable[[str, Mapping[str, Any]], None]
-DelayHook = Callable[[str, list[int]], float]
+DelayHook = Callable[[str, list[Any]], float]
 
 
 class Ownership(enum.Enum):
@@ -81,7 +85,7 @@ class Ownership(enum.Enum):
 class PartitionLease:
     """A partition this worker believes it owns, with the epoch that fences its commits."""
 
-    partition: int
+    partition: PartitionId
     epoch: int
     member: str
 
@@ -92,7 +96,7 @@ def default_planner(request: AssignRequest) -> Plan:
     return plan(request)
 
 
-def chunks(items: Sequence[int], size: int = CHUNK) -> Iterable[Sequence[int]]:
+def chunks(items: Sequence[T], size: int = CHUNK) -> Iterable[Sequence[T]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
 
@@ -176,13 +180,13 @@ class FencedMember:
         self._revoke_started: float | None = None
         self._stopped = False
         # ownership state
-        self._owned: dict[int, int] = {}  # believed: partition -> epoch
-        self._claiming: set[int] = set()
-        self._epochs: dict[int, tuple[int, int]] = {}  # partition -> (last epoch, epoch key mod_revision)
+        self._owned: dict[PartitionId, int] = {}  # believed: partition -> epoch
+        self._claiming: set[PartitionId] = set()
+        self._epochs: dict[PartitionId, tuple[int, int]] = {}  # partition -> (last epoch, epoch key mod_revision)
         self._owner_values: dict[int, bytes] = {}  # epoch -> this member's owner value, encoded once
-        self._to_release: dict[int, int] = {}
+        self._to_release: dict[PartitionId, int] = {}
         # partitions fenced by commit (-> epoch), awaiting on_lost and release on the stepping thread
-        self._fenced: dict[int, int] = {}
+        self._fenced: dict[PartitionId, int] = {}
         # store work a lapse left for later, done by _clean_up before the member registers again
         self._dead_leases: list[StoreLease] = []  # lapsed leases not yet revoked
         self._belief_ended: float | None = None  # see belief_ended_at
@@ -197,7 +201,7 @@ class FencedMember:
 
     # -- public, thread-safe -------------------------------------------------------------------------------
 
-    def owned(self) -> list[int]:
+    def owned(self) -> list[PartitionId]:
         """Partitions currently believed owned (empty once the local lease deadline has passed)."""
         now = self._clock.now()
         with self._lock:
@@ -205,7 +209,7 @@ class FencedMember:
                 return []
             return sorted(self._owned)
 
-    def lease(self, partition: int) -> PartitionLease:
+    def lease(self, partition: PartitionId) -> PartitionLease:
         now = self._clock.now()
         with self._lock:
             epoch = self._owned.get(partition)
@@ -275,7 +279,7 @@ class FencedMember:
         self._trace("renew", deadline=deadline)
         return True
 
-    def commit(self, partition: int, checkpoint: str, *, epoch: int | None = None) -> int:
+    def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> int:
         """Record ``checkpoint`` for ``partition`` if this member still owns it with ``epoch``; else raise Fenced.
         Returns the store revision of the commit's transaction."""
         if not isinstance(checkpoint, str):
@@ -306,7 +310,7 @@ class FencedMember:
                 self._put_event("fenced", now, partitions=[partition], epochs=[use])
         raise Fenced(f"partition {partition}: epoch {use} of {self.id} is no longer the owner's")
 
-    def commit_txn(self, partition: int, checkpoint: str, epoch: int, now: float) -> int:
+    def commit_txn(self, partition: PartitionId, checkpoint: str, epoch: int, now: float) -> int:
         """The fence itself, without the local-deadline check: ``txn([owner/p == (me, epoch)], [put commit/p])``.
         The store revision of the accepted commit; 0 when the store refused it."""
         record = encode({"checkpoint": checkpoint, "epoch": epoch, "member": self.id})
@@ -323,7 +327,7 @@ class FencedMember:
         """How many wanted partitions still wait for their previous owner's release."""
         return len(self._claiming)
 
-    def checkpoint(self, partition: int) -> str | None:
+    def checkpoint(self, partition: PartitionId) -> str | None:
         kv = self.store.get(self.keys.commit(partition))
         return None if kv is None else str(field(decode(kv.value, kv.key), kv.key, "checkpoint", str))
 
@@ -613,7 +617,7 @@ class FencedMember:
 
     # -- ownership -----------------------------------------------------------------------------------------
 
-    def _revoke(self, parts: list[int]) -> None:
+    def _revoke(self, parts: list[PartitionId]) -> None:
         self._revoke_started = self._clock.now()
         self._trace("revoking", partitions=parts)
         self._announce(revoking=True)
@@ -628,7 +632,7 @@ class FencedMember:
             self._revoke_started = None
         self._finish_revoke(parts)
 
-    def _finish_revoke(self, parts: list[int], *, call: bool = False) -> None:
+    def _finish_revoke(self, parts: list[PartitionId], *, call: bool = False) -> None:
         if call:
             try:
                 self._call(self._on_revoked, parts)
@@ -640,7 +644,7 @@ class FencedMember:
         self._trace("revoked", partitions=parts)
         self._release(self._clock.now(), releasing)
 
-    def _release(self, now: float, parts: Mapping[int, int]) -> None:
+    def _release(self, now: float, parts: Mapping[PartitionId, int]) -> None:
         lease = self._lease
         if lease is None:
             self._to_release.clear()
@@ -662,7 +666,7 @@ class FencedMember:
         with self._lock:
             if lease is None or now >= self._deadline:
                 return
-        claimed: dict[int, int] = {}
+        claimed: dict[PartitionId, int] = {}
         try:
             for chunk in chunks(sorted(self._claiming)):
                 claimed.update(self._claim_chunk(now, lease, list(chunk), retry=True))
@@ -681,7 +685,9 @@ class FencedMember:
         self._trace("assigned", partitions=parts, epochs=[claimed[p] for p in parts])
         self._call(self._on_assigned, parts)
 
-    def _claim_chunk(self, now: float, lease: StoreLease, chunk: list[int], *, retry: bool) -> dict[int, int]:
+    def _claim_chunk(
+        self, now: float, lease: StoreLease, chunk: list[PartitionId], *, retry: bool
+    ) -> dict[PartitionId, int]:
         compares = []
         success: list[Op] = []
         failure: list[Op] = []
@@ -702,7 +708,7 @@ class FencedMember:
                 self._epochs[p] = (epoch, result.revision)
             self._trace("claim", partitions=chunk, epochs=epochs)
             return dict(zip(chunk, epochs, strict=True))
-        free: list[int] = []
+        free: list[PartitionId] = []
         for i, p in enumerate(chunk):
             owner_kvs, epoch_kvs = result.responses[2 * i], result.responses[2 * i + 1]
             assert isinstance(owner_kvs, list) and isinstance(epoch_kvs, list)
@@ -728,7 +734,7 @@ class FencedMember:
             value = self._owner_values[epoch] = owner_value(self.id, epoch)
         return value
 
-    def _call(self, callback: Callback | None, parts: list[int]) -> None:
+    def _call(self, callback: Callback | None, parts: list[PartitionId]) -> None:
         if callback is not None and parts:
             callback(list(parts))
 

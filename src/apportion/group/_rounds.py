@@ -18,6 +18,8 @@ opener's clock). Member phases (``Phase``)::
     SETTLED(R) --current changes to R2--> join R2 --> JOINED(R2)
     SETTLED(R) --a plan participant's members/<id> deleted (lease expiry), resource changed (ext. 2),
                  or seen(R) + HBI passed--> open a new round at max(now, seen(R) + MRI)
+    any      --its subscriptions changed (``subscribe``, the operator's ``subscriptions/<id>``: ``_subscriptions``)-->
+                 revoke what no longer fits at once, then open a new round at max(now, seen(R) + MRI)
     any --local lease deadline passed, or lease gone--> on_lost(all), lease revoked --> STARTING
     any --begin_leave() (planned leave)--> members/<id> says "leaving"; no more joins; a round is wanted (by every
                  member whose plan names the leaver) --> the plan of a round without me: on_revoked, release as it
@@ -73,20 +75,30 @@ compare-absent on the owner record). ``leave_ready`` ends the wait when the memb
 round, when every other participant of its plan is leaving or gone too (nobody to plan for: a whole fleet stopping
 does not wait), or after MRI + RST + ttl (the longest a round takes to open and close, waiting for a member inside
 ``on_revoked``); ``leave()`` then revokes and releases whatever is left, as before.
+
+Several resources and subscriptions (issue 20)
+----------------------------------------------
+In a group over named resources a participation record carries the member's ``subscriptions`` (absent: every
+resource); the closer plans the group's resources with them (the strategy's general path when they differ), runs
+``assign.check`` on the plan (a violation is logged and kept in the plan as ``violations``), and keeps the previous
+plan (extension 1) only when the participants' subscriptions are those of the previous plan too. A member claims
+only partitions of resources it subscribes to, whatever a plan says.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack
 
+from apportion.assign import check as check_plan
 from apportion.errors import CorruptRecord, InvalidRequest, LeaseNotFound, StoreUnavailable
 from apportion.group._config import GroupConfig
-from apportion.group._keys import decode, encode
+from apportion.group._keys import Keys, PartitionId, decode, encode, validate_member_id
 from apportion.group._ownership import (
     INF,
     FencedMember,
@@ -96,14 +108,19 @@ from apportion.group._ownership import (
     Planner,
     default_planner,
 )
+from apportion.group._subscriptions import Subscriptions
 from apportion.group._tracked import TrackedKey
-from apportion.model import AssignRequest, Member, Partition, Resource
+from apportion.model import AssignRequest, Member, Partition, Plan
 from apportion.store import Delete, Event, EventType, KeyValue, Op, Put, Store, absent, mod_revision_is
 
-ReplicaLags = Callable[[], Mapping[int, int]]
-"""partition -> lag of the replica (standby or learner) this member holds of it; called when joining a round."""
-ReplicasCallback = Callable[[list[int], list[int]], None]
+ReplicaLags = Callable[[], Mapping[Any, int]]
+"""partition id -> lag of the replica (standby or learner) this member holds of it; called when joining a round."""
+ReplicasCallback = Callable[[list[Any], list[Any]], None]
 """``on_replicas(standby, learners)``: the replicas the current plan gives this member (called when they change)."""
+
+Checker = Callable[[AssignRequest, Plan], list[str]]
+"""``check(request, plan)``: the violations of the strategy's invariants (``apportion.assign.check``), run on every
+plan a round's closer writes; a violation is logged and kept in the plan (``violations``), never expected."""
 
 log = logging.getLogger(__name__)
 
@@ -120,15 +137,16 @@ _PLAN_CACHE: weakref.WeakKeyDictionary[Store, dict[tuple[str, int], dict[str, An
 _PLAN_CACHE_LOCK = threading.Lock()
 
 
-class _Partitions(dict[int, Partition]):
-    """``Partition(group, p)`` values of one group, made once (closing a round builds one per owned partition)."""
+class _Partitions(dict[PartitionId, Partition]):
+    """The ``Partition`` of each id of one group, made once (closing a round builds one per owned partition):
+    ``Partition(group, p)`` for an int (a one-resource group), parsed ``<resource>-<index>`` for a str."""
 
     def __init__(self, group: str) -> None:
         super().__init__()
         self.group = group
 
-    def __missing__(self, index: int) -> Partition:
-        part = self[index] = Partition(self.group, index)
+    def __missing__(self, pid: PartitionId) -> Partition:
+        part = self[pid] = Partition.parse(pid) if isinstance(pid, str) else Partition(self.group, pid)
         return part
 
 
@@ -173,22 +191,26 @@ class RoundsMember(FencedMember):
         capacity: float = 1.0,
         rack: str | None = None,
         planner: Planner = default_planner,
+        checker: Checker = check_plan,
         replica_lags: ReplicaLags | None = None,
         on_replicas: ReplicasCallback | None = None,
+        subscriptions: Sequence[str] | None = None,
         **options: Unpack[MemberOptions],
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int | float) or not capacity > 0:
             raise InvalidRequest("capacity", f"must be a positive number, got {capacity!r}")
         super().__init__(store, group, member_id, config, **options)
         self.capacity = float(capacity)
+        self._subs = Subscriptions(config, self.keys, member_id, subscriptions)
         self.rack = rack
         self._planner = planner
+        self._checker = checker
         self._replica_lags = replica_lags
         self._on_replicas = on_replicas
-        self._standby: tuple[int, ...] = ()
-        self._learners: tuple[int, ...] = ()
-        self._plan_standby: tuple[int, ...] = ()
-        self._plan_learners: frozenset[int] = frozenset()
+        self._standby: tuple[PartitionId, ...] = ()
+        self._learners: tuple[PartitionId, ...] = ()
+        self._plan_standby: tuple[PartitionId, ...] = ()
+        self._plan_learners: frozenset[PartitionId] = frozenset()
         self._probe_after_s: float | None = None
         # round state
         self.phase = Phase.STARTING
@@ -199,7 +221,7 @@ class RoundsMember(FencedMember):
         self._joined_round = 0
         self._plan_round = 0
         self._participants: tuple[str, ...] = ()
-        self._assignment: frozenset[int] = frozenset()
+        self._assignment: frozenset[PartitionId] = frozenset()
         self._in_plan = False
         self._need_since: int | None = None
         self._alive: dict[str, bool] = {}
@@ -237,11 +259,26 @@ class RoundsMember(FencedMember):
         return self._plan_round
 
     @property
-    def assignment(self) -> list[int]:
+    def assignment(self) -> list[PartitionId]:
         return sorted(self._assignment)
 
+    def subscribe(self, subscriptions: Sequence[str] | None) -> None:
+        """Consume ``subscriptions`` (None: every resource) from now on. Thread-safe: the stepping thread revokes at
+        once what this member holds of resources it no longer subscribes to (``on_revoked``, release), then wants
+        a new round, as for any membership change (the plan moves as few partitions as it can)."""
+        self._subs.subscribe(self.config, subscriptions)
+
     @property
-    def replicas(self) -> tuple[list[int], list[int]]:
+    def subscriptions(self) -> frozenset[str] | None:
+        """The resources this member consumes now (None: every one)."""
+        return self._subs.current
+
+    def subscribes(self, pid: PartitionId) -> bool:
+        """True when this member consumes the resource of partition ``pid`` (always in a one-resource group)."""
+        return self._subs.allows(pid)
+
+    @property
+    def replicas(self) -> tuple[list[PartitionId], list[PartitionId]]:
         """(standby, learners): the replicas the current plan gives this member."""
         return list(self._standby), list(self._learners)
 
@@ -249,6 +286,8 @@ class RoundsMember(FencedMember):
 
     def _advance(self, now: float) -> float:
         self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
+        if self._subs.waiting and self._apply_subscriptions():
+            return self._clock.now() if self._busy_until is None else self._busy_until
         cur = self._current.get(self.store)
         if cur is None:
             self._open(now, 0)
@@ -319,6 +358,8 @@ class RoundsMember(FencedMember):
             head = key[len(self.keys.rounds) : -len("/plan")]
             if head.isdigit():
                 self._plan_event = (int(head), event.kv)
+        elif key == self._subs.key:
+            self._subs.on_record(self.config, event.kv if event.type is EventType.PUT else None)
         elif key == self.keys.resource:
             if event.type is EventType.PUT and event.kv.mod_revision > self._config_revision:
                 self._config_revision = event.kv.mod_revision
@@ -379,7 +420,7 @@ class RoundsMember(FencedMember):
     # -- membership ----------------------------------------------------------------------------------------
 
     def _registration(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"capacity": self.capacity, "rack": self.rack}
+        info: dict[str, Any] = {"capacity": self.capacity, "rack": self.rack, **self._subs.record()}
         return {**info, "leaving": True} if self._leave_by is not None else info
 
     def begin_leave(self, now: float) -> None:
@@ -414,10 +455,30 @@ class RoundsMember(FencedMember):
         others = set(self._participants) - {self.id}
         return others <= self._leaving | self._dead
 
+    def _apply_subscriptions(self) -> bool:
+        """Take up a subscription change (``subscribe``): revoke what no longer fits, announce the new subscriptions
+        in ``members/<id>`` and want a new round. True when something was revoked (the step ends there)."""
+        changed = self._subs.take()
+        if changed is None:
+            return False
+        self._trace("subscribed", subscriptions=Subscriptions.shown(changed[0]))
+        self._announce(revoking=False)
+        self._need(self._round)
+        self._assignment = frozenset(p for p in self._assignment if self.subscribes(p))
+        self._claiming = {p for p in self._claiming if self.subscribes(p)}
+        with self._lock:
+            revoke = sorted(p for p in self._owned if not self.subscribes(p))
+        if revoke:
+            self._revoke(revoke)
+        return bool(revoke)
+
     def _started(self, now: float, revision: int) -> None:
         self._current.forget()
         self._plan_unread = True
         self._start_revision = revision
+        kv = self.store.get(self._subs.key)
+        if kv is not None:
+            self._subs.on_record(self.config, kv)
         self._alive[self.id] = True
         self._dead.discard(self.id)
         self.phase = Phase.WAITING
@@ -459,8 +520,10 @@ class RoundsMember(FencedMember):
             "capacity": self.capacity,
             "rack": self.rack,
         }
+        record.update(self._subs.record())
         if self._replica_lags is not None:
-            lags = {int(p): int(lag) for p, lag in self._replica_lags().items() if int(p) not in self._assignment}
+            given = ((self.config.parse_pid(p, "replica_lags"), lag) for p, lag in self._replica_lags().items())
+            lags = {p: int(lag) for p, lag in given if p not in self._assignment}
             record["standby"] = [p for p in self._standby if p in lags]
             record["learners"] = [p for p in self._learners if p in lags]
             record["lag"] = {str(p): lag for p, lag in sorted(lags.items())}
@@ -518,9 +581,11 @@ class RoundsMember(FencedMember):
         if not participants:
             return False
         ids = sorted(participants)
+        subscriptions = {m: participants[m]["subscriptions"] for m in ids if "subscriptions" in participants[m]}
         kept = (
             previous is not None
             and previous.get("participants") == ids
+            and previous.get("subscriptions", {}) == subscriptions
             and previous.get("resource_revision") == self._config_revision
             and previous.get("probe_after_s") is None
         )
@@ -537,14 +602,19 @@ class RoundsMember(FencedMember):
                 _member(mid, participants[mid], part, records[mid].create_revision, was_ready.get(mid, ()))
                 for mid in ids
             )
-            resource = Resource(self.group, config.partitions, stateful=config.stateful)
-            plan = self._planner(AssignRequest(config.strategy, (resource,), members, config.options))
-            assignment = {mid: sorted(p.index for p in plan.assignment.get(mid, ())) for mid in ids}
+            request = AssignRequest(config.strategy, config.resources_of(self.group), members, config.options)
+            plan = self._planner(request)
+            violations = self._checker(request, plan)
+            if violations:  # never expected: the strategies are property-tested against this very check
+                log.error("round %d: the plan breaks its strategy's invariants: %s", rnd, "; ".join(violations[:5]))
+                replicas["violations"] = violations[:10]
+            pid = config.pid
+            assignment = {mid: [pid(p) for p in plan.assignment.get(mid, ())] for mid in ids}
             moves, min_moves, deferred = plan.stats.moved, plan.stats.min_moves, plan.stats.deferred
             strategy = plan.strategy
             for name, table in (("standby", plan.standby), ("learners", plan.learners), ("ready", plan.ready)):
                 if any(table.values()):
-                    replicas[name] = {mid: sorted(p.index for p in parts) for mid, parts in table.items() if parts}
+                    replicas[name] = {mid: [pid(p) for p in parts] for mid, parts in table.items() if parts}
             if plan.probe_after_s is not None:
                 replicas["probe_after_s"] = plan.probe_after_s
         value = {
@@ -560,6 +630,7 @@ class RoundsMember(FencedMember):
             "closed_at": now,
             "resource_revision": self._config_revision,
             "partitions": config.partitions,
+            **({"subscriptions": subscriptions} if subscriptions else {}),
             **replicas,
         }
         ops: list[Op] = [Put(self.keys.plan(rnd), encode(value)), Put(self.keys.latest, encode({"round": rnd}))]
@@ -604,7 +675,8 @@ class RoundsMember(FencedMember):
 
     def _apply_plan(self, now: float, rnd: int, plan: Mapping[str, Any]) -> None:
         participants = tuple(plan["participants"])
-        mine = frozenset(int(p) for p in plan["assignment"].get(self.id, ()))
+        parse = functools.partial(self.config.parse_pid, field_name="plan", known=False)
+        mine = frozenset(p for p in map(parse, plan["assignment"].get(self.id, ())) if self.subscribes(p))
         self._plan_round = rnd
         self._participants = participants
         in_plan = self.id in participants and self._joined_round == rnd
@@ -618,8 +690,9 @@ class RoundsMember(FencedMember):
         with self._lock:
             revoke = sorted(p for p in self._owned if p not in self._assignment)
             self._claiming = {p for p in self._assignment if p not in self._owned}
-        self._plan_standby = tuple(plan.get("standby", {}).get(self.id, ())) if in_plan else ()
-        self._plan_learners = frozenset(plan.get("learners", {}).get(self.id, ())) if in_plan else frozenset()
+        standby, learners = (plan.get(name, {}).get(self.id, ()) if in_plan else () for name in ("standby", "learners"))
+        self._plan_standby = tuple(map(parse, standby))
+        self._plan_learners = frozenset(map(parse, learners))
         self._refresh_replicas()
         self._trace(
             "plan", round=rnd, in_plan=in_plan, assigned=sorted(self._assignment), revoke=revoke, kept=plan.get("kept")
@@ -637,6 +710,20 @@ class RoundsMember(FencedMember):
         self._trace("replicas", standby=list(standby), learners=list(learners))
         if self._on_replicas is not None:
             self._on_replicas(list(standby), list(learners))
+
+
+def set_subscriptions(store: Store, group: str, member_id: str, subscriptions: Sequence[str] | None) -> None:
+    """An operator's subscriptions for ``member_id`` (``apportion subscribe``): they replace the member's own while
+    the record exists; ``None`` deletes it (the member goes back to its own). Checked against the group's resources
+    (InvalidRequest); the member need not be live (it takes them up when it starts)."""
+    validate_member_id(member_id)
+    key = Keys(group).subscription(member_id)
+    if subscriptions is None:
+        store.delete(key)
+        return
+    config = GroupConfig.load(store, group)
+    wanted = config.subscriptions(list(subscriptions))
+    store.put(key, encode({"subscriptions": sorted(wanted or ())}))
 
 
 def _round_of(kv: KeyValue) -> int:
@@ -660,7 +747,11 @@ def _says_leaving(kv: KeyValue) -> bool:
 
 
 def _member(
-    mid: str, record: Mapping[str, Any], part: Callable[[int], Partition], joined: int, was_ready: Sequence[int] = ()
+    mid: str,
+    record: Mapping[str, Any],
+    part: Callable[[PartitionId], Partition],
+    joined: int,
+    was_ready: Sequence[PartitionId] = (),
 ) -> Member:
     """A strategy's view of one participation record, created at revision ``joined``; ``was_ready`` are the replicas
     the previous plan called ready for this member (``Member.ready``: high_availability's hysteresis).
@@ -674,15 +765,17 @@ def _member(
     first (a re-planned round may reorder members; ``sticky`` is the strategy that keeps partitions in place).
     """
     lag = record.get("lag") or {}
+    subscriptions = record.get("subscriptions")
     return Member(
         mid,
+        subscriptions=frozenset(map(str, subscriptions)) if isinstance(subscriptions, list) else None,
         owned=tuple(map(part, record.get("owned", []))),
         generation=int(record.get("generation", 0)),
         capacity=float(record.get("capacity", 1.0)),
         rack=record.get("rack"),
         standby=tuple(map(part, record.get("standby", []))),
         learners=tuple(map(part, record.get("learners", []))),
-        lag={part(int(p)): int(n) for p, n in lag.items()},
+        lag={part(int(p) if p.isdigit() else p): int(n) for p, n in lag.items()},  # JSON keys are strings
         join_revision=joined,
         ready=tuple(map(part, was_ready)),
     )
@@ -690,6 +783,8 @@ def _member(
 
 __all__ = [
     "INF",
+    "Checker",
+    "check_plan",
     "PartitionLease",
     "Ownership",
     "Phase",
@@ -698,4 +793,5 @@ __all__ = [
     "RoundsMember",
     "default_planner",
     "read_plan",
+    "set_subscriptions",
 ]

@@ -19,6 +19,10 @@ What ``route`` returns (``Route``; it unpacks as ``(partition, owner, state)``, 
   None;
 - ``epoch``: the owner record's epoch when that record names ``owner``, else None.
 
+In a group over named resources a key is routed within one of them (``route(key, resource="orders")``: the
+partition ``orders-<partition_for(key, n_orders)>``, the same hash a producer of that resource uses); a one-resource
+group needs no resource (and accepts its own group name).
+
 ``NotEnoughMembers`` while a coordinator-mode group is below its minimum cluster size (seed 1:
 ``minimumClusterSizeReached``): fewer live members than the ``min_members`` of the coordinator record (the last one
 seen when no coordinator is elected at the moment; 1 when none was ever seen). The group is in coordinator mode once
@@ -45,7 +49,7 @@ from typing import Any
 from apportion.errors import ApportionError, CorruptRecord, InvalidRequest, NotEnoughMembers
 from apportion.group._config import GroupConfig
 from apportion.group._coordinator import Entry, TableState
-from apportion.group._keys import Keys, decode, decode_owner
+from apportion.group._keys import Keys, PartitionId, decode, decode_owner
 from apportion.routing import Key, partition_for
 from apportion.store import Event, EventType, Get, KeyValue, Store, Watch
 
@@ -60,12 +64,12 @@ class Route:
     """Where a key goes: its ``partition``, the member serving it (``owner``, None: nobody yet) and the partition
     table's ``state`` (coordinator mode, else None); ``epoch`` of the owner record naming ``owner`` (or None)."""
 
-    partition: int
+    partition: PartitionId
     owner: str | None
     state: TableState | None
     epoch: int | None = None
 
-    def __iter__(self) -> Iterator[int | str | TableState | None]:
+    def __iter__(self) -> Iterator[PartitionId | TableState | None]:
         return iter((self.partition, self.owner, self.state))
 
 
@@ -194,16 +198,17 @@ class Router:
         self._decoded[key] = (kv.mod_revision, value)
         return value
 
-    def route(self, key: Key) -> Route:
-        """The partition of ``key`` and who serves it, from the copy (no store call): see the module docstring.
-        ``NotEnoughMembers`` below a coordinator's minimum cluster size; ``CorruptRecord`` naming a corrupt record."""
+    def route(self, key: Key, resource: str | None = None) -> Route:
+        """The partition of ``key`` (in ``resource``, for a group over named resources) and who serves it, from the
+        copy (no store call): see the module docstring. ``NotEnoughMembers`` below a coordinator's minimum cluster
+        size; ``CorruptRecord`` naming a corrupt record; InvalidRequest for a missing or unknown ``resource``."""
         k = self.keys
         with self._lock:
-            resource = self._kvs.get(k.resource)
-            if resource is None:
+            definition = self._kvs.get(k.resource)
+            if definition is None:
                 raise InvalidRequest("group", f"group {self.group!r} has no resource definition")
-            config: GroupConfig = self._value(k.resource, resource, GroupConfig.from_record)
-            p = partition_for(key, config.partitions)
+            config: GroupConfig = self._value(k.resource, definition, GroupConfig.from_record)
+            p = _partition(config, self.group, key, resource)
             table_kv = self._kvs.get(k.table(p))
             owner_kv = self._kvs.get(k.owner(p))
             entry: Entry | None = None
@@ -239,6 +244,20 @@ class Router:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _partition(config: GroupConfig, group: str, key: Key, resource: str | None) -> PartitionId:
+    if not config.named:
+        if resource not in (None, group):
+            raise InvalidRequest("resource", f"group {group!r} has one resource, named after it: not {resource!r}")
+        return partition_for(key, config.partitions)
+    names = config.resource_names()
+    if resource is None:
+        raise InvalidRequest("resource", f"group {group!r} has several resources: name one of {', '.join(names)}")
+    found = next((r for r in config.resources if r.name == resource), None)
+    if found is None:
+        raise InvalidRequest("resource", f"{resource!r} is not a resource of group {group!r} ({', '.join(names)})")
+    return f"{resource}-{partition_for(key, found.partitions)}"
 
 
 __all__ = ["Route", "Router"]

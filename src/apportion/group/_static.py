@@ -3,7 +3,9 @@
 A member knows its ordinal ``o`` (``--ordinal``, a host name ``name-<o>``: the StatefulSet convention, see
 ``ordinal_from_hostname``; ``--ordinal-from-hostname`` reads the machine's). Its partitions are
 ``range_block(o, R, partitions)`` (the balanced range formula: sizes differ by at most one; seed 3 gives the
-remainder to the last ordinal instead); an ordinal >= R owns nothing.
+remainder to the last ordinal instead); an ordinal >= R owns nothing. In a group over named resources the formula
+holds per resource (``static_block``): ordinal ``o`` owns ``range_block(o, R, n_r)`` of every resource ``r``, each
+pod consumes every resource (subscriptions need the rounds mode: the formula has no room for them).
 
 The replica count ``R`` is one live value of the group, the ``replicas`` key, and every member follows it (watch):
 
@@ -44,7 +46,7 @@ from typing import Any, Unpack
 from apportion.assign import range_block
 from apportion.errors import InvalidRequest
 from apportion.group._config import GroupConfig
-from apportion.group._keys import Keys, decode, encode, field
+from apportion.group._keys import Keys, PartitionId, decode, encode, field
 from apportion.group._ownership import FencedMember, MemberOptions
 from apportion.store import Event, EventType, KeyValue, Put, Store, absent, mod_revision_is
 
@@ -96,6 +98,16 @@ def replicas_of(kv: KeyValue) -> int:
     return int(field(decode(kv.value, kv.key), kv.key, "replicas", int, minimum=1))
 
 
+def static_block(config: GroupConfig, ordinal: int, replicas: int) -> list[PartitionId]:
+    """The partitions of ``ordinal`` under ``replicas``: the range formula over the group's partitions, or over each
+    of its named resources (``<resource>-<index>`` ids); none for an ordinal at or above the count."""
+    if not 0 <= ordinal < replicas:
+        return []
+    if not config.named:
+        return list(range_block(ordinal, replicas, config.partitions))
+    return [f"{r.name}-{i}" for r in config.resources for i in range_block(ordinal, replicas, r.partitions)]
+
+
 class StaticMember(FencedMember):
     """One member of a static-ordinal group: owns ``range_block(ordinal, replicas, partitions)``, claimed fenced.
     ``replicas`` is the count the group starts with when it has none yet (default ordinal + 1)."""
@@ -123,11 +135,9 @@ class StaticMember(FencedMember):
     def effective_replicas(self) -> int:
         return self._replicas
 
-    def target(self) -> list[int]:
+    def target(self) -> list[PartitionId]:
         """The partitions the range formula gives this ordinal under the stored replica count."""
-        if self.ordinal >= self._replicas:
-            return []
-        return list(range_block(self.ordinal, self._replicas, self.config.partitions))
+        return static_block(self.config, self.ordinal, self._replicas)
 
     def stable(self) -> bool:
         with self._lock:
@@ -180,7 +190,7 @@ class StaticMember(FencedMember):
 
     def _advance(self, now: float) -> float:
         self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
-        target = set(self.target())
+        target: set[PartitionId] = set(self.target())
         with self._lock:
             owned = set(self._owned)
         revoke = sorted(owned - target)
@@ -210,6 +220,7 @@ __all__ = [
     "StaticMember",
     "StaticPhase",
     "ordinal_from_hostname",
+    "static_block",
     "set_replicas",
     "replicas_of",
     "stored_replicas",

@@ -11,11 +11,11 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from apportion.assign import range_block
 from apportion.errors import CorruptRecord
 from apportion.group._config import GroupConfig
 from apportion.group._coordinator import Entry
-from apportion.group._keys import Keys, decode, decode_epoch, decode_owner, field
+from apportion.group._keys import Keys, PartitionId, decode, decode_epoch, decode_owner, field, pid_of_key
+from apportion.group._static import static_block
 from apportion.store import KeyValue, Store
 
 log = logging.getLogger("apportion.status")
@@ -24,7 +24,8 @@ log = logging.getLogger("apportion.status")
 def group_status(store: Store, group: str) -> dict[str, Any]:
     """``{"members": {id: {"alive", "partitions", ...}}, "partitions": {p: {"owner", "epoch", "checkpoint"}},
     "round": R, "plan_round": R', "resource": {...}, "table": {p: {owner, target, state}}}`` plus ``coordinator``
-    and ``replicas`` when those modes run; partition numbers are strings (JSON object keys).
+    and ``replicas`` when those modes run; partition ids are strings (JSON object keys): ``"7"`` in a one-resource
+    group, ``"orders-7"`` in a group over named resources (whose members list their ``subscriptions``).
 
     An owner record is ``"lapsing": true`` when it outlives its owner's belief: the member it names is gone or has
     registered again under a new lease (it gave up that ownership and the record waits for its old lease to be
@@ -48,11 +49,12 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     kvs = store.range(keys.prefix)
     resource: dict[str, Any] | None = None
     members: dict[str, dict[str, Any]] = {}
-    owners: dict[int, dict[str, Any]] = {}
-    owner_kvs: dict[int, KeyValue] = {}
+    owners: dict[PartitionId, dict[str, Any]] = {}
+    owner_kvs: dict[PartitionId, KeyValue] = {}
     member_leases: dict[str, int] = {}
-    epochs: dict[int, int] = {}
-    commits: dict[int, dict[str, Any]] = {}
+    epochs: dict[PartitionId, int] = {}
+    commits: dict[PartitionId, dict[str, Any]] = {}
+    config: GroupConfig | None = None
     current_round = 0
     latest_round = 0
     plan_kvs: dict[int, KeyValue] = {}
@@ -65,24 +67,28 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
         rest = kv.key[len(prefix) :]
         kind, _, name = rest.partition("/")
         if rest == "resource":
-            resource = GroupConfig.from_record(kv).to_json()
+            config = GroupConfig.from_record(kv)
+            resource = config.to_json()
         elif rest == "current":
             current_round = kv.mod_revision
         elif rest == "latest":
             latest_round = field(decode(kv.value, kv.key), kv.key, "round", int, minimum=0)
         elif kind == "members":
             members[name] = {"alive": True, "partitions": [], "capacity": _capacity(kv)}
+            subscriptions = _subscriptions(kv)
+            if subscriptions is not None:
+                members[name]["subscriptions"] = subscriptions
             member_leases[name] = kv.lease
-        elif kind == "owner" and name.isdigit():
+        elif kind == "owner" and (p := pid_of_key(name)) is not None:
             member, epoch = decode_owner(kv)
-            owners[int(name)] = {"member": member, "epoch": epoch}
-            owner_kvs[int(name)] = kv
-        elif kind == "epoch" and name.isdigit():
-            epochs[int(name)] = decode_epoch(kv.value, kv.key)
-        elif kind == "commit" and name.isdigit():
-            commits[int(name)] = decode(kv.value, kv.key)
-            field(commits[int(name)], kv.key, "checkpoint", str)
-        elif kind == "table" and name.isdigit():
+            owners[p] = {"member": member, "epoch": epoch}
+            owner_kvs[p] = kv
+        elif kind == "epoch" and (p := pid_of_key(name)) is not None:
+            epochs[p] = decode_epoch(kv.value, kv.key)
+        elif kind == "commit" and (p := pid_of_key(name)) is not None:
+            commits[p] = decode(kv.value, kv.key)
+            field(commits[p], kv.key, "checkpoint", str)
+        elif kind == "table" and pid_of_key(name) is not None:
             table[name] = table_entry(kv)
         elif kind == "failed" and name:
             failure = _failure(kv)
@@ -107,9 +113,15 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     owner_leases = {p: kv.lease for p, kv in owner_kvs.items()}
     plan = None if latest_round not in plan_kvs else _plan(plan_kvs[latest_round])
     records = {latest_round: _records(record_kvs.get(latest_round, {}))}
-    n = int(resource["partitions"]) if resource else max([*owners, *epochs, *commits, -1]) + 1
+    if config is not None:
+        ids = config.partition_ids()
+    else:  # no definition (deleted by hand): what the records name
+        ids = sorted(
+            {*owners, *epochs, *commits}, key=lambda p: (isinstance(p, str), str(p) if isinstance(p, str) else p)
+        )
+    n = len(ids)
     partitions: dict[str, dict[str, Any]] = {}
-    for p in range(n):
+    for p in ids:
         owner = owners.get(p)
         commit = commits.get(p)
         partitions[str(p)] = {
@@ -122,10 +134,10 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
             partitions[str(p)]["lapsing"] = lapsing
             entry = members.setdefault(owner["member"], {"alive": False, "partitions": []})
             entry.setdefault("lapsing" if lapsing else "partitions", []).append(str(p))
-    if "replicas" in extra:  # static mode: an unowned partition waits for the ordinal whose range block holds it
+    if "replicas" in extra and config is not None:  # static mode: an unowned partition waits for its block's ordinal
         count = int(extra["replicas"]["replicas"])
         for ordinal in range(min(count, n)):
-            for p in range_block(ordinal, count, n):
+            for p in static_block(config, ordinal, count):
                 if partitions[str(p)]["owner"] is None:
                     partitions[str(p)]["waiting_for"] = ordinal
     if plan is not None:
@@ -144,15 +156,31 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
         "round": current_round,
         "plan_round": latest_round,
         "resource": resource,
-        "table": dict(sorted(table.items(), key=lambda item: int(item[0]))),
+        "table": dict(sorted(table.items(), key=lambda item: _id_order(item[0]))),
         "failed": dict(sorted(failed.items(), key=lambda item: (-item[1]["failed_at"], item[0]))),
         **extra,
     }
 
 
-def owners(store: Store, group: str) -> dict[int, str | None]:
-    """Every partition of ``group`` with the member its owner record names (None: unowned)."""
-    return {int(p): info["owner"] for p, info in group_status(store, group)["partitions"].items()}
+def owners(store: Store, group: str) -> dict[Any, str | None]:
+    """Every partition of ``group`` with the member its owner record names (None: unowned). Keys are partition ids:
+    ints in a one-resource group, ``<resource>-<index>`` strings otherwise (``Any``: callers know their kind)."""
+    found = group_status(store, group)["partitions"].items()
+    return {p if (p := pid_of_key(name)) is not None else name: info["owner"] for name, info in found}
+
+
+def _id_order(name: str) -> tuple[str, int]:
+    """Partition ids in (resource, index) order: ``7`` as ("", 7), ``orders-7`` as ("orders", 7)."""
+    head, _, index = name.rpartition("-")
+    return head, int(index) if index.isdigit() else 0
+
+
+def _subscriptions(kv: KeyValue) -> list[str] | None:
+    try:
+        subs = decode(kv.value, kv.key).get("subscriptions")
+    except CorruptRecord:
+        return None
+    return [str(s) for s in subs] if isinstance(subs, list) else None
 
 
 def owned_by(store: Store, group: str, members: Iterable[str]) -> bool:
@@ -164,28 +192,34 @@ def owned_by(store: Store, group: str, members: Iterable[str]) -> bool:
 def settled(store: Store, group: str, members: Iterable[str]) -> bool:
     """True when ``group`` is at rest on exactly ``members``: every partition is owned by one of them, their counts
     are within one of each other and, in a group that plans rounds, the latest plan names exactly them, keeps no
-    learner (every warm-up is done) and is what the owner records say (no handoff left in flight)."""
+    learner (every warm-up is done) and is what the owner records say (no handoff left in flight). With mixed
+    subscriptions the counts may differ by more: the plan's balance is then Kafka's, which its closer checked (a plan
+    with ``violations`` is not at rest); unsubscribed resources may be unowned."""
     wanted = set(members)
     found = owners(store, group)
-    if not found or not set(found.values()) <= wanted:  # owned_by, on the same snapshot
-        return False
-    counts = [sum(1 for o in found.values() if o == m) for m in wanted]
-    if max(counts) - min(counts) > 1:
+    if not found or not {o for o in found.values() if o is not None} <= wanted:  # owned_by, on the same snapshot
         return False
     keys = Keys(group)
     latest = store.get(keys.latest)
-    if latest is None:  # coordinator and static modes plan no rounds
+    plan = None
+    plan_key = ""
+    if latest is not None:  # coordinator and static modes plan no rounds
+        kv = store.get(keys.plan(field(decode(latest.value, latest.key), latest.key, "round", int, minimum=0)))
+        if kv is None:
+            return False
+        plan, plan_key = _plan(kv), kv.key
+    if plan is None or not plan.get("subscriptions"):
+        counts = [sum(1 for o in found.values() if o == m) for m in wanted]
+        if None in found.values() or max(counts) - min(counts) > 1:
+            return False
+    if plan is None:
         return True
-    kv = store.get(keys.plan(field(decode(latest.value, latest.key), latest.key, "round", int, minimum=0)))
-    if kv is None:
-        return False
-    plan = _plan(kv)
-    if set(plan["participants"]) != wanted or any(plan.get("learners", {}).values()):
+    if set(plan["participants"]) != wanted or any(plan.get("learners", {}).values()) or plan.get("violations"):
         return False
     assignment = plan.get("assignment", {})
     if not isinstance(assignment, dict):
-        raise CorruptRecord(kv.key, "'assignment' must map member ids to lists of partitions")
-    return {p: m for m, parts in assignment.items() for p in parts} == found
+        raise CorruptRecord(plan_key, "'assignment' must map member ids to lists of partitions")
+    return {p: m for m, parts in assignment.items() for p in parts} == {p: o for p, o in found.items() if o is not None}
 
 
 def checkpoint_offset(checkpoint: object) -> int | None:
@@ -218,8 +252,8 @@ def _failure(kv: KeyValue) -> dict[str, Any] | None:
         if isinstance(at, bool) or not isinstance(at, int | float):
             raise CorruptRecord(kv.key, f"'failed_at' must be a time, got {at!r:.80}")
         parts = field(record, kv.key, "partitions", list)
-        if not all(isinstance(p, int) and not isinstance(p, bool) for p in parts):
-            raise CorruptRecord(kv.key, "'partitions' must be a list of partition numbers")
+        if not all(isinstance(p, int | str) and not isinstance(p, bool) for p in parts):
+            raise CorruptRecord(kv.key, "'partitions' must be a list of partition ids")
         return {"failed_at": float(at), "partitions": parts, "detected_by": record.get("detected_by")}
     except CorruptRecord as exc:
         log.warning("%s (skipped)", exc)
@@ -243,16 +277,16 @@ def table_entry_of(store: Store, group: str, partition: int) -> dict[str, Any] |
     return None if kv is None else table_entry(kv)
 
 
-def committed(store: Store, group: str) -> dict[int, str]:
+def committed(store: Store, group: str) -> dict[Any, str]:
     """Every partition's last committed checkpoint (what ``commit`` stored), by partition; partitions that never
     committed are absent. CorruptRecord naming a commit record that is not one."""
     keys = Keys(group)
-    found: dict[int, str] = {}
+    found: dict[PartitionId, str] = {}
     for kv in store.range(keys.commits):
-        name = kv.key[len(keys.commits) :]
-        if name.isascii() and name.isdigit():
-            found[int(name)] = str(field(decode(kv.value, kv.key), kv.key, "checkpoint", str))
-    return dict(sorted(found.items()))
+        p = pid_of_key(kv.key[len(keys.commits) :])
+        if p is not None:
+            found[p] = str(field(decode(kv.value, kv.key), kv.key, "checkpoint", str))
+    return dict(sorted(found.items(), key=lambda item: str(item[0]) if isinstance(item[0], str) else f"{item[0]:09d}"))
 
 
 def _plan(kv: KeyValue) -> dict[str, Any]:
@@ -264,7 +298,7 @@ def _plan(kv: KeyValue) -> dict[str, Any]:
     for kind in ("standby", "learners"):
         replicas = plan.get(kind, {})
         ok = isinstance(replicas, dict) and all(
-            isinstance(parts, list) and all(isinstance(p, int) for p in parts) for parts in replicas.values()
+            isinstance(parts, list) and all(isinstance(p, int | str) for p in parts) for parts in replicas.values()
         )
         if not ok:
             raise CorruptRecord(kv.key, f"{kind!r} must map member ids to lists of partitions")

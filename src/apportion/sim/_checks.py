@@ -28,26 +28,31 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from apportion.assign import range_block
+from apportion.assign import check, range_block
+from apportion.group import PartitionId, subscribed
+from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
 
 BALANCED_STRATEGIES = ("round_robin", "range", "sticky", "high_availability")
 
 
 def check_liveness(
-    owned: Mapping[str, Sequence[int]],
-    partitions: int,
+    owned: Mapping[str, Sequence[PartitionId]],
+    partitions: int | Sequence[PartitionId],
     now: float,
     strategy: str,
     blocks: Mapping[str, range] | None = None,
+    *,
+    mixed: bool = False,
 ) -> list[str]:
-    """Check 3 at ``now``: ``owned`` holds what every live, unfrozen member believes it owns; ``blocks``, in static
-    mode, each one's range block."""
-    believed: dict[int, list[str]] = {}
+    """Check 3 at ``now``: ``owned`` holds what every live, unfrozen member believes it owns; ``partitions`` the
+    count (or the ids, of a group over named resources) that must all be owned; ``blocks``, in static mode, each
+    one's range block; ``mixed``: subscriptions differ, so balance is :func:`check_subscribed`'s (Kafka's)."""
+    believed: dict[PartitionId, list[str]] = {}
     for mid, parts in owned.items():
         for p in parts:
             believed.setdefault(p, []).append(mid)
     problems: list[str] = []
-    unowned = [p for p in range(partitions) if p not in believed]
+    unowned = [p for p in (range(partitions) if isinstance(partitions, int) else partitions) if p not in believed]
     if unowned:
         problems.append(f"liveness: at t={now:.3f} partitions {unowned[:10]} are not owned ({len(unowned)} total)")
     doubled = {p: ids for p, ids in believed.items() if len(ids) > 1}
@@ -59,23 +64,70 @@ def check_liveness(
             if wrong:
                 problems.append(f"static: partition {p} owned by {wrong}, outside their range blocks")
                 break
-    elif owned and strategy in BALANCED_STRATEGIES and not unowned:
+    elif owned and strategy in BALANCED_STRATEGIES and not unowned and not mixed:
         counts = [len(parts) for parts in owned.values()]
         if max(counts) - min(counts) > 1:
             problems.append(f"balance: owned counts {sorted(counts)} differ by more than one")
     return problems
 
 
+def check_subscribed(
+    owned: Mapping[str, Sequence[PartitionId]],
+    subscriptions: Mapping[str, frozenset[str] | None],
+    resources: tuple[Resource, ...],
+    now: float,
+) -> list[str]:
+    """Nobody holds a partition of a resource it does not subscribe to, and the holdings are balanced as Kafka
+    defines it for mixed subscriptions (no member could take a partition it subscribes to from one holding at least
+    two more): ``apportion.assign.check`` of the holdings as a ``sticky`` plan (first placements, no moves)."""
+    problems = [
+        f"subscriptions: at t={now:.3f} {mid} holds {p}, subscribed to {sorted(subscriptions.get(mid) or ())}"
+        for mid, parts in sorted(owned.items())
+        for p in parts
+        if not subscribed(subscriptions.get(mid), p)
+    ]
+    members = tuple(Member(mid, subscriptions=subscriptions.get(mid)) for mid in sorted(owned))
+    if problems or not members:
+        return problems[:10]
+    assignment = {mid: tuple(sorted(Partition.parse(str(p)) for p in parts)) for mid, parts in owned.items()}
+    placed = tuple(sorted(Move(p, None, mid) for mid, parts in assignment.items() for p in parts))
+    counts = [len(parts) for parts in assignment.values()]
+    stats = PlanStats(sum(r.partitions for r in resources), len(members), min(counts), max(counts), 0, 0)
+    request = AssignRequest("sticky", resources, members)
+    return [f"balance: at t={now:.3f} {v}" for v in check(request, Plan("sticky", assignment, placed, stats))][:10]
+
+
+def check_subscribed_trace(records: Sequence[tuple[float, str, str, Mapping[str, Any]]]) -> list[str]:
+    """No member is ever assigned a partition outside the subscriptions it has at that moment (its ``spawn`` and
+    ``subscribed`` records say which: absent, every resource)."""
+    problems: list[str] = []
+    subs: dict[str, frozenset[str] | None] = {}
+    for t, mid, kind, fields in _in_time_order(records):
+        if kind in ("spawn", "subscribed"):
+            given = fields.get("subscriptions")
+            subs[mid] = None if given is None else frozenset(given)
+        elif kind == "assigned":
+            outside = [p for p in fields["partitions"] if not subscribed(subs.get(mid), p)]
+            if outside:
+                problems.append(f"subscriptions: t={t:.3f} {mid} assigned {outside}, subscribed to {subs.get(mid)}")
+    return problems[:20]
+
+
+def _pid(p: object) -> PartitionId:
+    """A partition id from a trace record: a str (``orders-3``) as it is, anything else as an int."""
+    return p if isinstance(p, str) else int(p)  # type: ignore[call-overload]
+
+
 def belief_intervals(
     records: Sequence[tuple[float, str, str, Mapping[str, Any]]], end: float
-) -> dict[int, list[tuple[float, float, str]]]:
+) -> dict[PartitionId, list[tuple[float, float, str]]]:
     """Per partition, the belief intervals [start, end) of every member, reconstructed from the trace alone."""
-    intervals: dict[int, list[tuple[float, float, str]]] = {}
-    holding: dict[str, dict[int, float]] = {}
+    intervals: dict[PartitionId, list[tuple[float, float, str]]] = {}
+    holding: dict[str, dict[PartitionId, float]] = {}
     deadline: dict[str, float] = {}
     records = _in_time_order(records)
 
-    def close(mid: str, parts: Sequence[int] | None, t: float) -> None:
+    def close(mid: str, parts: Sequence[PartitionId] | None, t: float) -> None:
         held = holding.get(mid, {})
         for p in list(held) if parts is None else parts:
             start = held.pop(p, None)
@@ -91,11 +143,11 @@ def belief_intervals(
                 deadline[mid] = float(fields["deadline"])
         elif kind == "assigned":
             for p in fields["partitions"]:
-                holding.setdefault(mid, {})[int(p)] = t
+                holding.setdefault(mid, {})[_pid(p)] = t
         elif kind in ("revoked", "lost"):
-            close(mid, [int(p) for p in fields["partitions"]], t)
+            close(mid, [_pid(p) for p in fields["partitions"]], t)
         elif kind == "fenced":
-            close(mid, [int(fields["partition"])], t)
+            close(mid, [_pid(fields["partition"])], t)
         elif kind in ("crash", "stopped"):
             close(mid, None, t)
     for mid in list(holding):
@@ -116,7 +168,7 @@ def _in_time_order(
 def check_trace(
     records: Sequence[tuple[float, str, str, Mapping[str, Any]]],
     end: float,
-    beliefs: Mapping[int, list[tuple[float, float, str]]] | None = None,
+    beliefs: Mapping[PartitionId, list[tuple[float, float, str]]] | None = None,
 ) -> list[str]:
     """Exclusivity of beliefs and fencing of accepted commits, from the trace alone."""
     problems: list[str] = []
@@ -128,19 +180,20 @@ def check_trace(
                 problems.append(
                     f"exclusivity: partition {p} believed by {m1} [{s1:.3f},{e1:.3f}) and {m2} from {s2:.3f}"
                 )
-    latest: dict[int, tuple[int, str]] = {}
-    given_up: dict[tuple[str, int, int], float] = {}  # (member, partition, epoch) -> when on_lost/fenced said so
+    latest: dict[PartitionId, tuple[int, str]] = {}
+    # (member, partition, epoch) -> when on_lost/fenced said so
+    given_up: dict[tuple[str, PartitionId, int], float] = {}
     for t, mid, kind, fields in records:
         if kind == "claim":
             for p, e in zip(fields["partitions"], fields["epochs"], strict=True):
-                latest[int(p)] = (int(e), mid)
+                latest[_pid(p)] = (int(e), mid)
         elif kind == "lost" and "epochs" in fields:
             for p, e in zip(fields["partitions"], fields["epochs"], strict=True):
-                given_up.setdefault((mid, int(p), int(e)), t)
+                given_up.setdefault((mid, _pid(p), int(e)), t)
         elif kind == "fenced":
-            given_up.setdefault((mid, int(fields["partition"]), int(fields["epoch"])), t)
+            given_up.setdefault((mid, _pid(fields["partition"]), int(fields["epoch"])), t)
         elif kind == "commit":
-            p, e = int(fields["partition"]), int(fields["epoch"])
+            p, e = _pid(fields["partition"]), int(fields["epoch"])
             if latest.get(p) != (e, mid):
                 problems.append(f"fencing: t={t:.3f} {mid} committed {p} with epoch {e}; latest claim {latest.get(p)}")
             lost_at = given_up.get((mid, p, e))
@@ -177,10 +230,14 @@ def check_static(records: Sequence[tuple[float, str, str, Mapping[str, Any]]], p
     return problems[:20]
 
 
-def unowned_seconds(beliefs: Mapping[int, Sequence[tuple[float, float, str]]], partitions: int, end: float) -> float:
+def unowned_seconds(
+    beliefs: Mapping[PartitionId, Sequence[tuple[float, float, str]]],
+    partitions: int | Sequence[PartitionId],
+    end: float,
+) -> float:
     """Partition-seconds during which nobody believed owning a partition (from its first assignment on)."""
     total = 0.0
-    for p in range(partitions):
+    for p in range(partitions) if isinstance(partitions, int) else partitions:
         spans = sorted(beliefs.get(p, []))
         if not spans:
             continue
@@ -197,6 +254,8 @@ __all__ = [
     "BALANCED_STRATEGIES",
     "belief_intervals",
     "check_liveness",
+    "check_subscribed",
+    "check_subscribed_trace",
     "check_static",
     "check_trace",
     "unowned_seconds",

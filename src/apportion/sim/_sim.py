@@ -37,6 +37,13 @@ owned partitions), and churn/faults drawn from the seed::
                   raises StoreUnavailable (the request lost); only that thread waits, the rest of the group goes on,
                   and the thread's later records carry the time its call returned
     drift         the member's clock rate changes to 1 +- 5% (continuous: no jumps)
+    subscribe     (groups over named resources only) the member subscribes to another random subset of resources
+
+A group over named resources (``SimConfig.resources``, "orders:6,payments:4"; rounds and coordinator modes) gives
+each member random subscriptions (every resource, or a non-empty subset) and adds ``subscribe`` to the churn; every
+run then also checks that nobody is ever assigned a partition of a resource it does not subscribe to and that the
+final holdings are balanced as Kafka defines it for mixed subscriptions (``check_subscribed``). Without resources
+no draw is added, so existing seeds replay exactly as before.
 
 The clock and store doubles that carry out drift, unavailable and hang are in ``_faults``; what is checked on every
 run (``SimResult.violations``) is in ``_checks``.
@@ -62,15 +69,25 @@ from apportion.group import (
     DelayHook,
     FencedMember,
     GroupConfig,
+    PartitionId,
     RoundsMember,
     StaticMember,
     Tracer,
+    parse_resources,
     set_replicas,
     stored_replicas,
     validate_settings,
 )
-from apportion.model import round_lower_bound
-from apportion.sim._checks import belief_intervals, check_liveness, check_static, check_trace, unowned_seconds
+from apportion.model import AssignRequest, Plan, round_lower_bound
+from apportion.sim._checks import (
+    belief_intervals,
+    check_liveness,
+    check_static,
+    check_subscribed,
+    check_subscribed_trace,
+    check_trace,
+    unowned_seconds,
+)
 from apportion.sim._faults import DriftClock, FlakyStore
 from apportion.store import Event, EventType, MemoryStore, Store, Watch, renew_interval_s
 
@@ -115,6 +132,8 @@ class SimConfig:
     planned_leave: float = 0.0
     # fixed churn instead of random events: (seconds after start, kind) or (seconds after start, kind, duration)
     script: tuple[tuple[float, str] | tuple[float, str, float], ...] = ()
+    # a group over named resources ("orders:6,payments:4"; ``partitions`` is then ignored) with random subscriptions
+    resources: str = ""
 
     def group_config(self) -> GroupConfig:
         """The group's definition; InvalidRequest for an unknown mode, ``max_in_flight`` < 1 or ``stateful`` outside
@@ -126,8 +145,13 @@ class SimConfig:
             raise InvalidRequest("stateful", "standby and learner replicas exist only in the rounds mode")
         if not 0.0 <= self.planned_leave <= 1.0:
             raise InvalidRequest("planned_leave", "must be a share in [0, 1]")
+        if self.resources and self.mode == "static":
+            raise InvalidRequest(
+                "resources", "the simulator's groups over named resources run the rounds or coordinator mode"
+            )
         return GroupConfig(
-            partitions=self.partitions,
+            partitions=0 if self.resources else self.partitions,
+            resources=parse_resources(self.resources) if self.resources else (),
             strategy=self.strategy,
             settle_s=self.settle_s,
             min_interval_s=self.min_interval_s,
@@ -194,7 +218,8 @@ class SimResult:
             "seed": self.config.seed,
             "mode": self.config.mode,
             "members": self.config.members,
-            "partitions": self.config.partitions,
+            "partitions": self.config.group_config().partitions if self.config.resources else self.config.partitions,
+            **({"resources": self.config.resources} if self.config.resources else {}),
             "events": self.config.events,
             "strategy": self.config.strategy,
             "rounds": self.rounds,
@@ -239,7 +264,7 @@ class _Sim:
     leaving: bool = False  # a planned leave has begun: it leaves at the first step where leave_ready says so
     frozen_until: float = -math.inf
     slow_next: float = 0.0
-    frozen_owned: dict[int, int] = field(default_factory=dict)
+    frozen_owned: dict[PartitionId, int] = field(default_factory=dict)
     in_flight: bool = False  # the member's commits now are ones it sent before a freeze (a zombie's)
 
     @property
@@ -267,6 +292,7 @@ class Simulation:
         self._prefix = f"/apportion/{self.group}/"
         self.replicas = config.members  # static mode: the replica count the operator set
         self._ordinals: dict[str, int] = {}
+        self._subscriptions: dict[str, list[str] | None] = {}  # named resources: each member's, as last set
 
     # -- queue ---------------------------------------------------------------------------------------------
 
@@ -304,6 +330,10 @@ class Simulation:
             self._ordinals[mid] = ordinal
             template = self.config.members or 1  # the pod template's --replicas: unchanged by scaling
             return StaticMember(store, self.group, mid, self.gconfig, ordinal=ordinal, replicas=template, **common)
+        if self.gconfig.named:
+            common["subscriptions"] = self._subscriptions[mid] = self._draw_subscriptions()
+        else:  # its own checks cover a one-resource group; assign.check would double a plan's cost
+            common["checker"] = _unchecked
         if self.config.mode == "coordinator":
             return CoordinatorMember(
                 store, self.group, mid, self.gconfig, max_in_flight=self.config.max_in_flight, **common
@@ -313,6 +343,13 @@ class Simulation:
         return RoundsMember(
             store, self.group, mid, self.gconfig, replica_lags=model.lags, on_replicas=model.on_replicas, **common
         )
+
+    def _draw_subscriptions(self) -> list[str] | None:
+        """Every resource (a third of the draws) or a random non-empty subset of them, sorted."""
+        names = self.gconfig.resource_names()
+        if self.rng.random() < 1 / 3:
+            return None
+        return sorted(self.rng.sample(names, self.rng.randint(1, len(names))))
 
     def _add_member(self, ordinal: int | None = None) -> _Sim:
         mid = f"m{next(self._ids)}"
@@ -339,7 +376,7 @@ class Simulation:
         self._schedule_step(sim, now)
         self._push(now + renew_interval_s(self.gconfig.ttl_s), "keepalive", mid)
         self._push(now + self.config.commit_every_s * (0.5 + self.rng.random()), "work", mid)
-        self._record(mid, "spawn", {}, clock)
+        self._record(mid, "spawn", {"subscriptions": self._subscriptions[mid]} if self.gconfig.named else {}, clock)
         return sim
 
     def _record(self, mid: str, kind: str, fields: Mapping[str, Any], clock: DriftClock) -> None:
@@ -373,6 +410,8 @@ class Simulation:
         for _ in range(0 if cfg.script else cfg.events):
             t += self.rng.expovariate(1.0 / cfg.event_gap_s)
             kinds = ["join", "leave"] + (list(FAULTS) if cfg.faults else ["crash"])
+            if self.gconfig.named:
+                kinds.append("subscribe")
             kind = self.rng.choice(kinds)
             duration = 0.0
             if kind == "freeze":
@@ -393,6 +432,8 @@ class Simulation:
         violations += check_trace(self.records, self.clock.now(), beliefs)
         if cfg.mode == "static":
             violations += check_static(self.records, cfg.partitions)
+        if self.gconfig.named:
+            violations += check_subscribed_trace(self.records)
         return self._result(violations, settle_by - start, beliefs)
 
     def _loop(self, end: float) -> None:
@@ -525,6 +566,11 @@ class Simulation:
             self._record(sim.id, "hang", {"until": sim.store.hang_until}, sim.clock)
         elif kind == "drift":
             sim.clock.set_rate(1.0 + self.rng.uniform(-0.05, 0.05))
+        elif kind == "subscribe" and isinstance(sim.member, RoundsMember | CoordinatorMember):
+            wanted = self._subscriptions[sim.id] = self._draw_subscriptions()
+            self._record(sim.id, "subscribe", {"subscriptions": wanted}, sim.clock)
+            sim.member.subscribe(wanted)
+            self._schedule_step(sim, now)
 
     def _static_churn(self, kind: str, duration: float) -> None:
         """StatefulSet churn (the module docstring): scale up or down by one, restart or crash a pod."""
@@ -627,10 +673,16 @@ class Simulation:
             if stored != self.replicas:
                 problems.append(f"scale: the stored replica count is {stored}, the scale events say {self.replicas}")
             blocks = {s.id: range_block(self._ordinals[s.id], self.replicas, self.config.partitions) for s in live}
-        return problems + check_liveness(owned, self.config.partitions, now, self.config.strategy, blocks)
+        if not self.gconfig.named:
+            return problems + check_liveness(owned, self.config.partitions, now, self.config.strategy, blocks)
+        subs = {s.id: _frozen(self._subscriptions[s.id]) for s in live}
+        covered = {r for s in subs.values() for r in (s or self.gconfig.resource_names())}
+        ids = [p for p in self.gconfig.partition_ids() if str(p).rpartition("-")[0] in covered]
+        problems += check_liveness(owned, ids, now, self.config.strategy, mixed=True)
+        return problems + check_subscribed(owned, subs, self.gconfig.resources, now)
 
     def _result(
-        self, violations: list[str], settle_by: float, beliefs: Mapping[int, list[tuple[float, float, str]]]
+        self, violations: list[str], settle_by: float, beliefs: Mapping[PartitionId, list[tuple[float, float, str]]]
     ) -> SimResult:
         rounds = moves = min_moves = 0
         for _, _, kind, fields in self.records:
@@ -645,12 +697,23 @@ class Simulation:
             rounds=rounds,
             moves=moves,
             min_moves=min_moves,
-            unowned_s=unowned_seconds(beliefs, self.config.partitions, self.clock.now()),
+            unowned_s=unowned_seconds(beliefs, self.gconfig.partition_ids(), self.clock.now())
+            if self.gconfig.named
+            else unowned_seconds(beliefs, self.config.partitions, self.clock.now()),
             end_s=self.clock.now() - 1000.0,
             settle_by_s=settle_by,
             steps=self.steps,
             faults=self.faults,
         )
+
+
+def _unchecked(request: AssignRequest, plan: Plan) -> list[str]:
+    """The closers' plan check of a simulated one-resource group: none (``check_liveness`` checks its balance)."""
+    return []
+
+
+def _frozen(names: list[str] | None) -> frozenset[str] | None:
+    return None if names is None else frozenset(names)
 
 
 def simulate(config: SimConfig) -> SimResult:

@@ -36,7 +36,16 @@ _END_TYPES = ("release", "lost", "fenced")
 _PROOF_TYPES = ("claim", "commit", "release")
 
 
-def _row(event: Mapping[str, Any]) -> tuple[Any, ...]:
+def partition_numbers(events: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """A group over several resources names its partitions ``<resource>-<index>``: the analytics number them in
+    (resource, index) order, 0..K-1, so that every per-partition computation keys on an int and the timeline's rows
+    come grouped by resource (a one-resource group's int partitions need no numbering: empty)."""
+    names = {str(e["partition"]) for e in events if isinstance(e.get("partition"), str)}
+    ordered = sorted(names, key=lambda name: (name.rpartition("-")[0], int(name.rpartition("-")[2] or 0)))
+    return {name: k for k, name in enumerate(ordered)}
+
+
+def _row(event: Mapping[str, Any], numbers: Mapping[str, int] | None = None) -> tuple[Any, ...]:
     for name in ("revision", "time", "type", "member"):
         if name not in event:
             raise InvalidRequest("events", f"an event lacks {name!r}: {dict(event)!r}")
@@ -44,6 +53,8 @@ def _row(event: Mapping[str, Any]) -> tuple[Any, ...]:
 
     def opt_int(name: str) -> int | None:
         value = event.get(name)
+        if isinstance(value, str) and numbers is not None and value in numbers:
+            return numbers[value]
         return None if value is None else int(value)
 
     return (
@@ -62,8 +73,11 @@ def _row(event: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def events_frame(spark: Any, events: Iterable[Mapping[str, Any]]) -> Any:
-    """The events (dicts as ``apportion.group.history`` returns them) as a DataFrame of ``EVENTS_SCHEMA``."""
-    return spark.createDataFrame([_row(e) for e in events], EVENTS_SCHEMA)
+    """The events (dicts as ``apportion.group.history`` returns them) as a DataFrame of ``EVENTS_SCHEMA``; the
+    partitions of a group over several resources numbered by :func:`partition_numbers`."""
+    rows = list(events)
+    numbers = partition_numbers(rows)
+    return spark.createDataFrame([_row(e, numbers) for e in rows], EVENTS_SCHEMA)
 
 
 def report_time(events: Any) -> float:
@@ -342,6 +356,7 @@ __all__ = [
     "EVENTS_SCHEMA",
     "balance_over_time",
     "events_frame",
+    "partition_numbers",
     "handoff_latency",
     "latency_stats",
     "moves_per_round",

@@ -137,17 +137,26 @@ def remove_output(path: str | Path) -> None:
         target.unlink(missing_ok=True)
 
 
-def committed_checkpoints(store: Store, group: str) -> dict[int, Checkpoint]:
-    """Every partition's committed checkpoint (partitions that never committed are absent), by partition."""
-    return {p: Checkpoint.parse(text, p) for p, text in committed(store, group).items()}
+def committed_checkpoints(store: Store, group: str, resource: str | None = None) -> dict[int, Checkpoint]:
+    """Every partition's committed checkpoint (partitions that never committed are absent), by partition index: the
+    group's partitions, or in a group over several resources those of ``resource`` (``<resource>-<index>``)."""
+    found: dict[int, Checkpoint] = {}
+    for pid, text in committed(store, group).items():
+        if isinstance(pid, str):
+            name, _, index = pid.rpartition("-")
+            if name != resource:
+                continue
+            pid = int(index)
+        found[pid] = Checkpoint.parse(text, pid)
+    return found
 
 
-def committed_files(store: Store, group: str, output_dir: str | Path) -> list[Path]:
+def committed_files(store: Store, group: str, output_dir: str | Path, resource: str | None = None) -> list[Path]:
     """The committed outputs (batch directories, or files of the older layout), by partition then offset; raises
-    ApportionError if a listed output is missing."""
+    ApportionError if a listed output is missing. ``resource``: as for :func:`committed_checkpoints`."""
     root = Path(output_dir)
     files: list[Path] = []
-    for partition, checkpoint in committed_checkpoints(store, group).items():
+    for partition, checkpoint in committed_checkpoints(store, group, resource).items():
         for rel in checkpoint.outputs:
             path = root / rel
             if not path.exists():
@@ -171,9 +180,10 @@ def read_committed(spark: SparkSession | None, store: Store, group: str, output_
     return spark.read.parquet(*files)
 
 
-def read_committed_arrow(store: Store, group: str, output_dir: str | Path) -> pa.Table:
-    """The committed output as one pyarrow Table, in checkpoint order (partition, then offset)."""
-    tables = [read_output(p) for p in committed_files(store, group, output_dir)]
+def read_committed_arrow(store: Store, group: str, output_dir: str | Path, resource: str | None = None) -> pa.Table:
+    """The committed output as one pyarrow Table, in checkpoint order (partition, then offset); of ``resource`` in a
+    group over several resources."""
+    tables = [read_output(p) for p in committed_files(store, group, output_dir, resource)]
     if not tables:
         return OUTPUT_SCHEMA.empty_table()
     return pa.concat_tables(tables, promote_options="default")
@@ -231,11 +241,11 @@ def _checksum(rows: Iterable[tuple[int, int, str | None, str | None]]) -> tuple[
 def verify(store: Store, group: str, log: PartitionedLog, resource: str, output_dir: str | Path) -> VerifyReport:
     """Compare the committed output of ``group`` with every committed record of ``resource`` in ``log``."""
     n = log.partitions(resource)
-    checkpoints = committed_checkpoints(store, group)
+    checkpoints = committed_checkpoints(store, group, resource)
     unknown = [p for p in checkpoints if p >= n]
     if unknown:
         raise InvalidRequest("resource", f"group {group!r} committed partitions {unknown} that {resource!r} lacks")
-    output = read_committed_arrow(store, group, output_dir)
+    output = read_committed_arrow(store, group, output_dir, resource)
     for column in ("partition", "offset", "key", "value"):
         if column not in output.column_names:
             raise InvalidRequest("output", f"the committed output has no {column!r} column: {output.column_names}")
@@ -284,7 +294,7 @@ def verify(store: Store, group: str, log: PartitionedLog, resource: str, output_
 
 def uncommitted_records(store: Store, group: str, log: PartitionedLog, resource: str) -> dict[int, int]:
     """Per partition: input records not yet covered by the committed checkpoint."""
-    checkpoints: Mapping[int, Checkpoint] = committed_checkpoints(store, group)
+    checkpoints: Mapping[int, Checkpoint] = committed_checkpoints(store, group, resource)
     return {
         p: log.end_offset(resource, p) - checkpoints.get(p, Checkpoint()).offset
         for p in range(log.partitions(resource))

@@ -95,7 +95,7 @@ import pyarrow.parquet as pq
 
 from apportion import events
 from apportion.errors import ApportionError, Fenced, InvalidRequest, StoreUnavailable
-from apportion.group import PartitionLease
+from apportion.group import PartitionId, PartitionLease
 from apportion.log import SCHEMA, PartitionedLog, Segment, segment_name
 from apportion.spark._output import (
     BATCH_COLUMN,
@@ -131,10 +131,10 @@ MAX_FAILED_BATCHES = 5
 class Committer(Protocol):
     """What the pipeline needs from a group member (``apportion.Worker`` and ``RoundsMember`` both fit)."""
 
-    def owned(self) -> list[int]: ...
-    def lease(self, partition: int) -> PartitionLease: ...
-    def commit(self, partition: int, checkpoint: str, *, epoch: int | None = None) -> object: ...
-    def checkpoint(self, partition: int) -> str | None: ...
+    def owned(self) -> list[PartitionId]: ...
+    def lease(self, partition: PartitionId) -> PartitionLease: ...
+    def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> object: ...
+    def checkpoint(self, partition: PartitionId) -> str | None: ...
 
 
 def transform(df: DataFrame) -> DataFrame:
@@ -560,37 +560,55 @@ class Pipeline:
 
     def run(self, stop: threading.Event, *, idle_s: float = 0.2, exit_after_idle_s: float = 0.0) -> None:
         """Run batches until ``stop`` is set (or, with ``exit_after_idle_s`` > 0, after that long without work)."""
-        idle_since: float | None = None
-        failures = 0
-        while not stop.is_set():
-            try:
-                stats = self.run_once()
-                failures = 0
-            except ApportionError:
-                raise  # ours (a bad transform's columns, the store): not a Spark job that may succeed again
-            except Exception as exc:
-                if stop.is_set():
-                    # stopping: Spark may be shutting down under us (SIGTERM to the process group reaches the JVM);
-                    # the batch in flight is simply not committed
-                    self.emit("batch_aborted", worker=self.worker_id, error=repr(exc)[:200])
-                    return
-                failures += 1
-                self.emit("batch_failed", worker=self.worker_id, failures=failures, error=repr(exc)[:300])
-                if failures >= MAX_FAILED_BATCHES:
-                    raise
-                with self._state:
-                    self._cache.clear()  # re-plan from the committed checkpoints
-                stop.wait(idle_s * 2**failures)
-                continue
-            if self.restore_replicas() > 0 or stats is not None:
-                idle_since = None
-                continue
-            now = time.monotonic()
-            idle_since = now if idle_since is None else idle_since
-            if exit_after_idle_s > 0 and now - idle_since >= exit_after_idle_s:
-                self.emit("idle_exit", worker=self.worker_id, seconds=round(now - idle_since, 3))
+        run_batches([self], stop, idle_s=idle_s, exit_after_idle_s=exit_after_idle_s)
+
+    def forget_checkpoints(self) -> None:
+        """Re-plan the next batch from the committed checkpoints (after a failed batch)."""
+        with self._state:
+            self._cache.clear()
+
+
+def run_batches(
+    pipelines: Sequence[Pipeline], stop: threading.Event, *, idle_s: float = 0.2, exit_after_idle_s: float = 0.0
+) -> None:
+    """One batch loop over ``pipelines`` (one per resource, sharing a worker and its Spark session: each turn runs
+    a batch of every one of them) until ``stop`` is set, or ``exit_after_idle_s`` passes without work. A failed
+    Spark job is retried with a growing pause, re-planned from the committed checkpoints, up to
+    ``MAX_FAILED_BATCHES`` in a row."""
+    first = pipelines[0]
+    idle_since: float | None = None
+    failures = 0
+    while not stop.is_set():
+        try:
+            worked = False
+            for pipeline in pipelines:
+                worked = pipeline.run_once() is not None or worked
+            failures = 0
+        except ApportionError:
+            raise  # ours (a bad transform's columns, the store): not a Spark job that may succeed again
+        except Exception as exc:
+            if stop.is_set():
+                # stopping: Spark may be shutting down under us (SIGTERM to the process group reaches the JVM);
+                # the batch in flight is simply not committed
+                first.emit("batch_aborted", worker=first.worker_id, error=repr(exc)[:200])
                 return
-            stop.wait(idle_s)
+            failures += 1
+            first.emit("batch_failed", worker=first.worker_id, failures=failures, error=repr(exc)[:300])
+            if failures >= MAX_FAILED_BATCHES:
+                raise
+            for pipeline in pipelines:
+                pipeline.forget_checkpoints()
+            stop.wait(idle_s * 2**failures)
+            continue
+        if sum(p.restore_replicas() for p in pipelines) > 0 or worked:
+            idle_since = None
+            continue
+        now = time.monotonic()
+        idle_since = now if idle_since is None else idle_since
+        if exit_after_idle_s > 0 and now - idle_since >= exit_after_idle_s:
+            first.emit("idle_exit", worker=first.worker_id, seconds=round(now - idle_since, 3))
+            return
+        stop.wait(idle_s)
 
 
 @contextlib.contextmanager
@@ -619,6 +637,7 @@ __all__ = [
     "joined",
     "load_transform",
     "read_tasks",
+    "run_batches",
     "output_rows",
     "transform",
     "warm_up",

@@ -355,8 +355,16 @@ def _since(t0: float) -> str:
 
 
 def _plot_timeline(
-    path: Path, intervals: Table, gaps: Table, found: Table, t0: float, partitions: Sequence[int]
+    path: Path,
+    intervals: Table,
+    gaps: Table,
+    found: Table,
+    t0: float,
+    partitions: Sequence[int],
+    names: Mapping[int, str] | None = None,
 ) -> None:
+    """One row per partition, in (resource, index) order; labelled ``orders-3`` in a group over several
+    resources (``names``: the analytics' partition numbers), else by number."""
     plt = pyplot()
     members = sorted({r["member"] for r in _records(intervals)})
     cmap = plt.get_cmap("tab20" if len(members) > 10 else "tab10")
@@ -375,7 +383,8 @@ def _plot_timeline(
             [(r["overlap_start_time"] - t0, max(r["overlap_s"], 1e-3))], (y - 0.45, 0.9), facecolors="red", alpha=0.7
         )
     ax.set_yticks(range(len(partitions)))
-    ax.set_yticklabels([str(p) for p in partitions], fontsize=7 if len(partitions) > 30 else 9)
+    labels = [(names or {}).get(p, str(p)) for p in partitions]
+    ax.set_yticklabels(labels, fontsize=7 if len(partitions) > 30 else 9)
     ax.set_ylim(-0.7, len(partitions) - 0.3)
     ax.invert_yaxis()
     ax.set_xlabel(_since(t0))
@@ -537,7 +546,8 @@ def write_report(
 
     partitions = sorted({int(p) for p in _column(intervals, "partition")})
     plots = ("timeline.png", "moves.png", "balance.png", "handoff.png")
-    _plot_timeline(out / plots[0], intervals, gaps, found, t0, partitions)
+    names = {k: name for name, k in A.partition_numbers(events).items()}  # several resources: rows by resource
+    _plot_timeline(out / plots[0], intervals, gaps, found, t0, partitions, names)
     _plot_moves(out / plots[1], moves)
     _plot_balance(out / plots[2], balance, per_member, t0)
     _plot_handoffs(out / plots[3], handoffs)

@@ -20,10 +20,10 @@ import os
 import signal
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from apportion.errors import InvalidRequest
 from apportion.group import GroupConfig
@@ -31,6 +31,7 @@ from apportion.spark._session import connect_address, is_connect_url
 from apportion.store import connect
 
 if TYPE_CHECKING:
+    from apportion.log import PartitionedLog
     from apportion.spark._pipeline import Transform
     from apportion.worker import ModeOptions
 
@@ -85,6 +86,8 @@ def run_pipeline_worker(
     emit: Emit | None = None,
     stop: threading.Event | None = None,
     signals: bool = True,
+    resources: Sequence[str] | None = None,
+    subscriptions: Sequence[str] | None = None,
     **mode: Unpack[ModeOptions],
 ) -> None:
     """Run one pipeline worker (see the module docstring) in this process and return when it has left the group.
@@ -95,9 +98,13 @@ def run_pipeline_worker(
     for ``apportion.Group``. Stateful partitions (``state_dir``) need the rounds mode. ``transform`` is a function
     ``f(df) -> df`` or its ``"module:function"`` name (default ``apportion.spark.transform``). ``emit`` receives every
     event (default: one JSON log line on ``apportion.pipeline``). ``signals``: SIGINT and SIGTERM set ``stop`` (main
-    thread only; the handlers stay installed, so a signal during the process's exit is ignored too)."""
+    thread only; the handlers stay installed, so a signal during the process's exit is ignored too).
+
+    ``resources`` (several log resources, instead of ``resource``): the group is over these named resources (each
+    with the log's partition count) and this worker runs one ``Pipeline`` per resource it subscribes to
+    (``subscriptions``, default all) in one batch loop (``apportion.spark._resources``); not stateful."""
     from apportion.log import PartitionedLog
-    from apportion.spark._pipeline import Pipeline, emit_log, joined, load_transform, warm_up
+    from apportion.spark._pipeline import Pipeline, emit_log, joined, load_transform
     from apportion.spark._pipeline import transform as default_transform
     from apportion.spark._session import spark_session
     from apportion.spark._stateful import StatefulPartitions
@@ -105,6 +112,23 @@ def run_pipeline_worker(
 
     if state_dir is not None and mode.get("mode", "rounds") != "rounds":
         raise InvalidRequest("state-dir", "stateful partitions (standby and learner replicas) need the rounds mode")
+    if resources is not None:
+        if state_dir is not None or resource is not None or partitions is not None:
+            raise InvalidRequest("resources", "several log resources take no --resource, --partitions or --state-dir")
+        readable_dir(input_dir, "input")
+        writable_dir(output_dir, "output")
+        function = load_transform(transform) if isinstance(transform, str) else transform or default_transform
+        _run_resources(
+            store_url, group, worker_id, PartitionedLog(input_dir), output_dir, list(resources), subscriptions,
+            function, stop or threading.Event(),
+            dict(strategy=strategy, options=options, settle_s=settle_s, min_interval_s=min_interval_s,
+                 heartbeat_s=heartbeat_s, ttl_s=ttl_s, **mode),
+            dict(batch_records=batch_records, transform=function, emit=emit or emit_log, worker_id=worker_id,
+                 pause_before_commit_s=pause_before_commit_s, pause_batches=pause_batches),
+            master=master, driver_memory=driver_memory, signals=signals, revoke_timeout_s=revoke_timeout_s,
+            idle_s=idle_s, exit_idle_s=exit_idle_s,
+        )  # fmt: skip
+        return
     resource = resource or group
     readable_dir(input_dir, "input")
     writable_dir(output_dir, "output")
@@ -155,11 +179,8 @@ def run_pipeline_worker(
             state=state,
         )
         emit = processor.emit
-        warm_s = warm_up(spark, function)
-        emit(
-            "started", worker=worker_id, group=group, mode=defined.mode, resource=resource, partitions=n,
-            warm_up_s=round(warm_s, 2), spark=_engine(master),
-        )  # fmt: skip
+        _started(emit, spark, function, master, worker=worker_id, group=group, mode=defined.mode, resource=resource,
+                 partitions=n)  # fmt: skip
         try:
             with joined(defined, worker_id, processor, revoke_timeout_s=revoke_timeout_s):
                 processor.run(stop, idle_s=idle_s, exit_after_idle_s=exit_idle_s)
@@ -169,6 +190,69 @@ def run_pipeline_worker(
                 processor.state.close()
             with contextlib.suppress(Exception):  # the JVM may already be gone (signal to the process group)
                 spark.stop()
+
+
+def _run_resources(
+    store_url: str,
+    group: str,
+    worker_id: str,
+    log: PartitionedLog,
+    output_dir: str | Path,
+    resources: list[str],
+    subscriptions: Sequence[str] | None,
+    function: Transform,
+    stop: threading.Event,
+    definition: dict[str, Any],
+    settings: dict[str, Any],
+    *,
+    master: str,
+    driver_memory: str,
+    signals: bool,
+    revoke_timeout_s: float,
+    idle_s: float,
+    exit_idle_s: float,
+) -> None:
+    """``run_pipeline_worker`` over several log resources (its docstring)."""
+    from apportion.spark._pipeline import Pipeline, run_batches
+    from apportion.spark._resources import joined_resources
+    from apportion.spark._session import spark_session
+    from apportion.worker import Group
+
+    counts = {name: log.partitions(name) for name in resources}
+    mine = sorted(counts if subscriptions is None else subscriptions)
+    unknown = [name for name in mine if name not in counts]
+    if unknown:
+        raise InvalidRequest("subscribe", f"{unknown} are not among the group's resources {sorted(counts)}")
+    with connect(store_url) as store:
+        defined = Group(store, group, resources=counts, **definition)
+        stored = {r.name: r.partitions for r in defined.config.resources}
+        for name in mine:
+            if stored.get(name) != counts[name]:
+                found = stored.get(name)
+                raise InvalidRequest("group", f"{group!r} has {found} partitions of {name!r}, the log {counts[name]}")
+        spark = spark_session(master, driver_memory, f"apportion-pipeline-{worker_id}")
+        if signals:
+            _stop_on_signals(stop)
+        pipelines = {name: Pipeline(spark, log, output_dir, name, **settings) for name in mine}
+        emit = pipelines[mine[0]].emit
+        _started(emit, spark, function, master, worker=worker_id, group=group, mode=defined.mode, resources=counts,
+                 subscriptions=mine)  # fmt: skip
+        try:
+            with joined_resources(defined, worker_id, pipelines, revoke_timeout_s=revoke_timeout_s):
+                run_batches(list(pipelines.values()), stop, idle_s=idle_s, exit_after_idle_s=exit_idle_s)
+        finally:
+            batches = sum(p.batches for p in pipelines.values())
+            emit("stopped", worker=worker_id, batches=batches, records=sum(p.records for p in pipelines.values()))
+            with contextlib.suppress(Exception):
+                spark.stop()
+
+
+def _started(emit: Emit, spark: Any, function: Transform, master: str, **fields: Any) -> None:
+    """Warm the transform up on ``spark``, then emit ``started`` with ``fields``, the warm-up time and the engine."""
+    from apportion.spark._pipeline import warm_up
+
+    warm_s = warm_up(spark, function)
+    emit("started", **fields, warm_up_s=round(warm_s, 2), spark=_engine(master))
 
 
 def _stop_on_signals(stop: threading.Event) -> None:

@@ -1,0 +1,104 @@
+"""The pipeline over several log resources: one group over named resources, one ``Pipeline`` per resource.
+
+A worker of a group over named resources owns partitions ``<resource>-<index>``; each resource's ``Pipeline`` (its
+log resource, its output directories ``<resource>/<index>/...``) sees only its own, by their index, through a
+``ResourceView`` of the worker: ``owned``, ``lease``, ``commit`` and ``checkpoint`` of ``orders-3`` are the worker's,
+fenced per ``<resource>-<index>`` exactly as in a one-resource group. ``Resources`` splits the group's callbacks
+among the pipelines; ``run_batches`` runs every pipeline's micro-batch in one loop on the worker's Spark session.
+Exactly once holds per record per resource: each resource's committed checkpoints list its own outputs
+(``verify(..., resource)`` reads the committed checkpoints of that resource only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from apportion.group import PartitionId, PartitionLease
+from apportion.spark._pipeline import Committer, Pipeline
+from apportion.worker import Group, Worker
+
+
+def split(parts: Sequence[PartitionId]) -> dict[str, list[int]]:
+    """``["orders-3", "payments-0"]`` -> ``{"orders": [3], "payments": [0]}`` (each list sorted)."""
+    out: dict[str, list[int]] = {}
+    for pid in parts:
+        name, _, index = str(pid).rpartition("-")
+        out.setdefault(name, []).append(int(index))
+    return {name: sorted(indices) for name, indices in out.items()}
+
+
+class ResourceView(Committer):
+    """One resource's partitions of a worker, by index (what its ``Pipeline`` commits through)."""
+
+    def __init__(self, worker: Worker, resource: str) -> None:
+        self.worker = worker
+        self.resource = resource
+
+    def _pid(self, index: int) -> str:
+        return f"{self.resource}-{index}"
+
+    def owned(self) -> list[PartitionId]:
+        return list(split(self.worker.owned()).get(self.resource, []))
+
+    def lease(self, partition: PartitionId) -> PartitionLease:
+        return self.worker.lease(self._pid(int(partition)))
+
+    def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> int:
+        return self.worker.commit(self._pid(int(partition)), checkpoint, epoch=epoch)
+
+    def checkpoint(self, partition: PartitionId) -> str | None:
+        return self.worker.checkpoint(self._pid(int(partition)))
+
+    @property
+    def belief_ended_at(self) -> float | None:
+        return self.worker.belief_ended_at
+
+
+class Resources:
+    """The group's callbacks, split among the pipelines of the resources they name."""
+
+    def __init__(self, pipelines: Mapping[str, Pipeline]) -> None:
+        self.pipelines = dict(pipelines)
+
+    def _each(self, parts: list[PartitionId], kind: str) -> None:
+        for name, indices in sorted(split(parts).items()):
+            pipeline = self.pipelines.get(name)
+            if pipeline is not None:  # a resource this worker runs no pipeline for never reaches it (subscriptions)
+                getattr(pipeline, kind)(indices)
+
+    def on_assigned(self, parts: list[PartitionId]) -> None:
+        self._each(parts, "on_assigned")
+
+    def on_revoked(self, parts: list[PartitionId]) -> None:
+        self._each(parts, "on_revoked")
+
+    def on_lost(self, parts: list[PartitionId]) -> None:
+        self._each(parts, "on_lost")
+
+
+@contextlib.contextmanager
+def joined_resources(
+    group: Group, worker_id: str, pipelines: Mapping[str, Pipeline], **join_kwargs: Any
+) -> Iterator[Worker]:
+    """Join ``group`` (over named resources) with the pipelines' callbacks, subscribed to exactly their resources,
+    and attach each pipeline to its view of the worker; leave gracefully at the end."""
+    split_callbacks = Resources(pipelines)
+    worker = group.join(
+        worker_id,
+        split_callbacks.on_assigned,
+        split_callbacks.on_revoked,
+        split_callbacks.on_lost,
+        subscriptions=sorted(pipelines),
+        **join_kwargs,
+    )
+    for name, pipeline in pipelines.items():
+        pipeline.attach(ResourceView(worker, name))
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+__all__ = ["ResourceView", "Resources", "joined_resources", "split"]
