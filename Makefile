@@ -20,10 +20,10 @@ demo: $(STAMP) check-java
 
 test: $(STAMP) check-java
 	bash scripts/ensure-test-tools.sh
-	$(PY) -m pytest -n 2 --dist loadgroup -q --durations=15
+	$(PY) -m pytest -n 2 --dist loadgroup -q --durations=15 -m "not soak"
 
 soak: $(STAMP)
-	APPORTION_SOAK=1 $(PY) -m pytest -q tests -m slow -n 2
+	APPORTION_SOAK=1 $(PY) -m pytest -q tests -m "slow or soak" -n 2
 
 bench: $(STAMP) check-java
 	$(PY) bench/run_all.py

@@ -55,7 +55,7 @@ def test_a_static_simulation_over_named_resources_is_refused() -> None:
         mixed(1, "static").group_config()
 
 
-@pytest.mark.slow
+@pytest.mark.soak  # ~200 s of CPU: make test runs 12 seeds per mode (above)
 def test_one_thousand_mixed_subscription_seeds_in_both_modes() -> None:
     failures = []
     for seed in range(1_000):

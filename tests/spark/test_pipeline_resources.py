@@ -36,7 +36,9 @@ def test_split_groups_partition_ids_by_resource() -> None:
     assert split(["orders-3", "payments-0", "orders-1"]) == {"orders": [1, 3], "payments": [0]}
 
 
-@pytest.mark.slow  # 97 s here on a loaded 2-core machine (the session's start not counted)
+# 97 s on a loaded 2-core machine: make soak only; make test runs the process test below (exactly once per resource
+# under kill -9, a zombie and a late join)
+@pytest.mark.soak
 def test_workers_with_mixed_subscriptions_process_every_record_of_every_resource_once(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -91,6 +93,7 @@ def _events(processes: list[WorkerProcess], kind: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow  # 127 s here on a loaded 2-core machine (the Connect server up: thin workers)
+@pytest.mark.xdist_group("thin-workers")  # on the Connect server of the thin-worker group
 def test_pipeline_workers_over_two_resources_survive_kill_9_a_zombie_and_a_late_join_exactly_once_per_resource(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], connect_server: Any
 ) -> None:
