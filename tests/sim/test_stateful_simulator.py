@@ -136,3 +136,32 @@ def test_after_a_join_the_group_settles_within_bounded_probing_rounds_under_lag_
     assert len(after) <= 1 + bound, [(f["moves"], f["deferred"]) for f in after]
     counts = sorted(len(s.member.owned()) for s in sim.members.values() if s.live)
     assert counts == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize(("seed", "at"), [(0, 1.05), (1, 1.1), (2, 1.2), (3, 1.05)])
+def test_a_member_that_misses_a_plan_keeps_its_partitions_and_old_members_trade_none(seed: int, at: float) -> None:
+    """Issue 18: after a join, an old member freezes for 1 s right after joining a probing round (a slow batch): it
+    misses that round's plan and joins the next with the generation of the plan before. Its claims used to be
+    ignored, so its partitions went at once to ready standbys of other old members, and back a round later (every
+    case here did so before the fix). Now no round that has every member in its cut moves an active between two old
+    members, and the group ends 2, 2, 2, 2."""
+    options = {**HA_OPTIONS, "num_standby_replicas": 1, "probing_rebalance_interval_s": 1.0}
+    script = ((0.0, "join"), (at, "freeze", 1.0))
+    sim = Simulation(stateful(seed=seed, partitions=8, options=options, lag_noise=140, script=script))
+    result = sim.run()
+    assert result.ok, result.violations
+    spawned = next(t for t, mid, kind, _ in sim.records if kind == "spawn" and mid == "m3")
+    owner: dict[int, str] = {}
+    full, shifts = True, []
+    for t, mid, kind, fields in sim.records:
+        if kind == "round_closed":
+            full = fields["participants"] == 4
+        elif kind == "assigned":
+            for p in fields["partitions"]:
+                before = owner.get(p)
+                if full and t > spawned and before not in (None, mid) and "m3" not in (mid, before):
+                    shifts.append((round(t, 2), p, before, mid))
+                owner[p] = mid
+    assert not shifts, f"actives moved between old members: {shifts}"
+    counts = sorted(len(s.member.owned()) for s in sim.members.values() if s.live)
+    assert counts == [2, 2, 2, 2]
