@@ -141,10 +141,11 @@ def test_after_a_join_the_group_settles_within_bounded_probing_rounds_under_lag_
 @pytest.mark.parametrize(("seed", "at"), [(0, 1.05), (1, 1.1), (2, 1.2), (3, 1.05)])
 def test_a_member_that_misses_a_plan_keeps_its_partitions_and_old_members_trade_none(seed: int, at: float) -> None:
     """Issue 18: after a join, an old member freezes for 1 s right after joining a probing round (a slow batch): it
-    misses that round's plan and joins the next with the generation of the plan before. Its claims used to be
-    ignored, so its partitions went at once to ready standbys of other old members, and back a round later (every
-    case here did so before the fix). Now no round that has every member in its cut moves an active between two old
-    members, and the group ends 2, 2, 2, 2."""
+    missed that round's plan and joined the next with the generation of the plan before; high_availability ignored
+    its claims, so its partitions went at once to ready standbys of other old members, and back a round later
+    (every case here did so). Now the member applies the plan of the round it joined before joining the next
+    (either fix alone ends the trades: the planner keeps a stale claim nobody newer contradicts), no round that has
+    every member in its cut moves an active between two old members, and the group ends 2, 2, 2, 2."""
     options = {**HA_OPTIONS, "num_standby_replicas": 1, "probing_rebalance_interval_s": 1.0}
     script = ((0.0, "join"), (at, "freeze", 1.0))
     sim = Simulation(stateful(seed=seed, partitions=8, options=options, lag_noise=140, script=script))
@@ -153,8 +154,16 @@ def test_a_member_that_misses_a_plan_keeps_its_partitions_and_old_members_trade_
     spawned = next(t for t, mid, kind, _ in sim.records if kind == "spawn" and mid == "m3")
     owner: dict[int, str] = {}
     full, shifts = True, []
+    joined: dict[str, set[int]] = {}
+    applied: dict[str, set[int]] = {}
+    closed: set[int] = set()
     for t, mid, kind, fields in sim.records:
+        if kind == "round_joined":
+            joined.setdefault(mid, set()).add(fields["round"])
+        elif kind == "plan":
+            applied.setdefault(mid, set()).add(fields["round"])
         if kind == "round_closed":
+            closed.add(fields["round"])
             full = fields["participants"] == 4
         elif kind == "assigned":
             for p in fields["partitions"]:
@@ -163,5 +172,7 @@ def test_a_member_that_misses_a_plan_keeps_its_partitions_and_old_members_trade_
                     shifts.append((round(t, 2), p, before, mid))
                 owner[p] = mid
     assert not shifts, f"actives moved between old members: {shifts}"
+    missed = {m: sorted((rounds & closed) - applied.get(m, set())) for m, rounds in joined.items()}
+    assert not any(missed.values()), f"plans of rounds joined but never applied: {missed}"
     counts = sorted(len(s.member.owned()) for s in sim.members.values() if s.live)
     assert counts == [2, 2, 2, 2]
