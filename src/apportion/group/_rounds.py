@@ -527,15 +527,18 @@ class RoundsMember(FencedMember):
         """Members of the previous plan that have not joined yet because they are inside ``on_revoked`` (their
         ``members/<id>`` says ``revoking``). The round waits for them up to ``ttl_s`` past RST: such a member cannot
         join while its callback runs (it waits for its batch in flight), and closing without it would take every
-        partition it keeps away, only to give them back a round later."""
+        partition it keeps away, only to give them back a round later. A probing round (the previous plan has
+        learners warming up) waits so for every live participant of the previous plan: it is opened to move ready
+        actives, not to change membership, and a member busy in a slow batch past ``settle_s`` is not gone."""
         if previous is None or now >= self._first_seen + self.config.settle_s + self.config.ttl_s:
             return []
+        probing = previous.get("probe_after_s") is not None
         awaited = []
         for m in previous.get("participants", ()):
             if m in joined or m == self.id:
                 continue
             kv = self.store.get(self.keys.member(m))
-            if kv is not None and decode(kv.value, kv.key).get("revoking"):
+            if kv is not None and (probing or decode(kv.value, kv.key).get("revoking")):
                 awaited.append(m)
         return awaited
 
