@@ -136,3 +136,49 @@ def test_after_a_join_the_group_settles_within_bounded_probing_rounds_under_lag_
     assert len(after) <= 1 + bound, [(f["moves"], f["deferred"]) for f in after]
     counts = sorted(len(s.member.owned()) for s in sim.members.values() if s.live)
     assert counts == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize(
+    ("seed", "at", "freeze"),
+    [(0, 1.05, 1.0), (1, 1.1, 1.0), (2, 1.2, 1.0), (3, 1.05, 1.0), (0, 0.5, 1.5), (1, 1.0, 1.5), (3, 1.5, 1.5)],
+)
+def test_a_member_busy_in_a_probing_round_keeps_its_partitions_and_old_members_trade_none(
+    seed: int, at: float, freeze: float
+) -> None:
+    """Issue 18: after a join, an old member freezes (a slow batch) in a probing round. Frozen 1 s right after
+    joining, it missed that round's plan and joined the next with the generation of the plan before:
+    high_availability ignored its claims and gave its partitions at once to ready standbys of other old members,
+    and back a round later. Frozen 1.5 s, it missed a probing round's join: the round closed without it and did the
+    same. Every case here traded actives between old members before. Now a member applies the plan of the round it
+    joined before joining the next (and the planner keeps a stale claim nobody newer contradicts), and a probing
+    round waits for the previous plan's live participants (up to ttl_s): no active moves between two old members,
+    every plan of a round joined is applied, and the group ends 2, 2, 2, 2."""
+    options = {**HA_OPTIONS, "num_standby_replicas": 1, "probing_rebalance_interval_s": 1.0}
+    script = ((0.0, "join"), (at, "freeze", freeze))
+    sim = Simulation(stateful(seed=seed, partitions=8, options=options, lag_noise=140, script=script))
+    result = sim.run()
+    assert result.ok, result.violations
+    spawned = next(t for t, mid, kind, _ in sim.records if kind == "spawn" and mid == "m3")
+    owner: dict[int, str] = {}
+    shifts = []
+    joined: dict[str, set[int]] = {}
+    applied: dict[str, set[int]] = {}
+    closed: set[int] = set()
+    for t, mid, kind, fields in sim.records:
+        if kind == "round_joined":
+            joined.setdefault(mid, set()).add(fields["round"])
+        elif kind == "plan":
+            applied.setdefault(mid, set()).add(fields["round"])
+        if kind == "round_closed":
+            closed.add(fields["round"])
+        elif kind == "assigned":
+            for p in fields["partitions"]:
+                before = owner.get(p)
+                if t > spawned and before not in (None, mid) and "m3" not in (mid, before):
+                    shifts.append((round(t, 2), p, before, mid))
+                owner[p] = mid
+    assert not shifts, f"actives moved between old members: {shifts}"
+    missed = {m: sorted((rounds & closed) - applied.get(m, set())) for m, rounds in joined.items()}
+    assert not any(missed.values()), f"plans of rounds joined but never applied: {missed}"
+    counts = sorted(len(s.member.owned()) for s in sim.members.values() if s.live)
+    assert counts == [2, 2, 2, 2]

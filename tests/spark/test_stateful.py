@@ -165,7 +165,7 @@ def test_a_zombies_changelog_appends_are_never_restored(spark: Any, tmp_path: Pa
 
 PROCESS_OPTIONS = [
     "--strategy", "high_availability", "--option", "max_warmup_replicas=2", "--option", "num_standby_replicas=1",
-    "--option", "acceptable_recovery_lag=12000", "--option", "probing_rebalance_interval_s=2.0",
+    "--option", "acceptable_recovery_lag=2000", "--option", "probing_rebalance_interval_s=1.0",
     "--restore-batch", "20000",
 ]  # fmt: skip
 
@@ -217,12 +217,14 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
         def produce_more() -> None:  # input keeps flowing during the rebalances
             with Producer(log, "r", batch_records=200) as producer:
                 i = 0
-                # 2,000 records/s and a 12,000 acceptable lag: the strict settings (4,000/s, 2,000, 1 s probing) came
-                # back with the hysteresis (recovery_lag_band) and failed once in make test (w4 replayed 30,129 of
-                # 50,129 records: not warm), so they stay loose until that is understood (issue 18 item 5)
+                # 4,000 records/s: the replicas' lags jump around the acceptable lag between their restores (and far
+                # above it when a batch is slow). These strict settings failed before issue 18 item 5's fixes: a
+                # member busy in a batch missed a plan or a probing round's join, and its partitions were re-planned
+                # as orphans among the old members (a minute of churn, 3 moves for 2; a run that handed w4 an active
+                # before it was warm is likely the same cause, not proven). One run since the fixes passed (load ~11)
                 while not stop_producing.wait(0.1):
-                    producer.send_many((f"k{(i + j) * 7919 % 60000}", f"more{i + j}") for j in range(200))
-                    i += 200
+                    producer.send_many((f"k{(i + j) * 7919 % 60000}", f"more{i + j}") for j in range(400))
+                    i += 400
 
         producer_thread = threading.Thread(target=produce_more, daemon=True)
         producer_thread.start()
@@ -234,7 +236,7 @@ def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
             wait_for(
                 "4 workers to settle, no learner left",
                 lambda: settled(store, "g", members),
-                300,
+                120,
                 context=lambda: timeline(processes),
             )
             wait_for(

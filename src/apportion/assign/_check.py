@@ -79,7 +79,7 @@ def check(request: AssignRequest, plan: Plan) -> list[str]:
                 break
     if out:
         return out
-    out += _check_moves(problem, plan, owner)
+    out += _check_moves(problem, _previous(problem, request), plan, owner)
     out += _check_balance(problem, request, plan, counts)
     out += _check_bound(problem, request, plan)
     return out
@@ -102,8 +102,24 @@ def _check_bound(problem: Problem, request: AssignRequest, plan: Plan) -> list[s
     return []
 
 
-def _check_moves(problem: Problem, plan: Plan, owner: dict[int, int]) -> list[str]:
-    prev = problem.prev()
+def _previous(problem: Problem, request: AssignRequest) -> list[int]:
+    """Previous owner (member position) of every partition, -1 for none: ``_core``'s rule, except that for
+    ``high_availability`` a stale claim no newer claim contradicts still counts (see that strategy's docstring)."""
+    if request.strategy != "high_availability":
+        return problem.prev()
+    prev = [-1] * problem.total
+    position = {m: k for k, m in enumerate(problem.ids)}
+    for member in sorted(request.members, key=lambda m: (-m.generation, m.id)):
+        for part in member.owned:
+            r = problem.rindex.get(part.resource)
+            if r is not None and 0 <= part.index < problem.resources[r].partitions:
+                p = problem.start[r] + part.index
+                if prev[p] < 0:
+                    prev[p] = position[member.id]
+    return prev
+
+
+def _check_moves(problem: Problem, prev: list[int], plan: Plan, owner: dict[int, int]) -> list[str]:
     out: list[str] = []
     expected = {}
     for p, m in owner.items():
@@ -114,7 +130,7 @@ def _check_moves(problem: Problem, plan: Plan, owner: dict[int, int]) -> list[st
         r = problem.rindex[move.partition.resource]
         got[problem.start[r] + move.partition.index] = (move.source, move.target)
     if got != expected:
-        diff = sorted(set(got.items()) ^ set(expected.items()))[:3]
+        diff = sorted(set(got.items()) ^ set(expected.items()), key=str)[:3]
         out.append(f"moves disagree with the owner changes, e.g. {diff}")
     if [m.partition for m in plan.moves] != sorted(m.partition for m in plan.moves):
         out.append("moves not sorted by partition")

@@ -4,7 +4,8 @@ Partitions become global ints: resources sorted by name, partition ``(r, i)`` is
 (resource, index) order. Members become their position in the id-sorted member list. Strategies compute, per member,
 a sorted list of ints; :func:`to_plan` turns that into Partition tuples, moves and stats.
 
-Previous ownership (documented once, used by every strategy and by :func:`apportion.assign.check`):
+Previous ownership (documented once, used by every strategy and by :func:`apportion.assign.check`; the one
+exception: ``high_availability`` keeps a stale claim that no newer claim contradicts, see its docstring):
 
 1. Only members with a non-empty ``owned`` take part. Let ``G`` be the highest ``generation`` among them.
    A member whose ``generation`` is lower than ``G`` is stale: all its owned partitions are ignored (Kafka semantics:

@@ -40,9 +40,13 @@ and the learner-first release order, lags that fluctuate within the band leave e
 so the plan is the same. A learner becomes ready (and takes the active) only at or below the threshold itself, so
 an active still moves only to a replica within ``acceptable_recovery_lag``; it is kept as the target while it warms
 up whatever its lag. The state is in the request, so the plan stays a pure function of it.
-Previous ownership follows the rules of every strategy (``_core``): owned partitions of members with a generation
-below the highest are ignored (such a member's claims count as replicas of unknown lag unless it reports one), and
-on a conflict the smallest member id keeps the claim.
+Previous ownership: the claim of the highest generation wins, and on a conflict within it the smallest member id.
+Unlike ``_core`` (Kafka semantics, every other strategy), a claim of a lower generation still counts when no newer
+claim names the partition (a contradicted one counts as a replica of unknown lag unless its member reports one).
+Why (issue #18): in the rounds protocol a member busy in a long batch can miss a plan and join the next round with
+the generation of the plan it last applied; it still holds its partitions and their state. Ignoring all its claims
+made them orphans, placed on ready standbys of other old members: actives moved between old members at once, and
+the target changed with whichever member was late (a scale-up test saw a minute of churn and 3 moves for 2).
 
 Convergence bound: when every member subscribes to every resource and nothing churns after the first plan, feeding
 each plan back as the next input with its learners caught up (lag 0), the plan reaches the bands with no learner left
@@ -136,14 +140,13 @@ class _Input:
             res.name: [m.id for m in self.members if m.subscribes_to(res.name)] for res in self.resources
         }
         self.rack = {m.id: m.rack for m in self.members}
-        # previous owners: the highest generation's claims, the smallest id on a conflict
-        top = max((m.generation for m in self.members if m.owned), default=0)
+        # previous owners: the highest generation's claim, the smallest id on a conflict; a stale claim (a member that
+        # missed a plan) of a partition no newer claim contradicts stands: that member still holds the state
         self.owner: dict[Partition, str] = {}
-        for m in self.members:
-            if m.generation == top:
-                for p in m.owned:
-                    if self.known(p):
-                        self.owner.setdefault(p, m.id)
+        for m in sorted(self.members, key=lambda m: -m.generation):  # stable: by id within a generation
+            for p in m.owned:
+                if self.known(p):
+                    self.owner.setdefault(p, m.id)
         # replicas of stateful partitions: partition -> member -> lag (None: unknown)
         self.lags: dict[Partition, dict[str, int | None]] = {}
         self.learning: dict[Partition, list[str]] = {}

@@ -43,7 +43,9 @@ A step happens on every watched event (any member's commit wakes every member), 
 learn from the watch: ``current`` is a ``TrackedKey`` (read at start and after a lapse or a failed open/close, then
 kept by its events), and the plan of the open round comes from its ``round/R/plan`` event, or is read once when it
 may exist unseen (at start, after a lapse, a failed join or close, a ``latest`` event). Closing a round still reads
-the round's records, as it must.
+the round's records, as it must. A member that joined a round but was busy while its plan came and a newer round
+opened reads that plan and applies it before joining the newer one (``_catch_up``): otherwise it would report the
+holdings and generation of a plan before, and a strategy reading generations would re-plan on stale claims.
 
 Replicas (seed 2, ``high_availability``)
 ----------------------------------------
@@ -308,7 +310,8 @@ class RoundsMember(FencedMember):
                 return self._clock.now() if self._busy_until is None else self._busy_until
             if self._joined_round != rnd:
                 if self._should_join(now):
-                    self._join(now, rnd)
+                    if not self._catch_up(now, rnd):
+                        self._join(now, rnd)
                     return self._clock.now()
             elif now >= self._first_seen + self.config.settle_s:
                 if self._close(now, rnd):
@@ -334,6 +337,20 @@ class RoundsMember(FencedMember):
         if self._leave_by is not None:
             deadlines.append(self._leave_by)  # a planned leave's bound: step then, so that it ends
         return min(deadlines)
+
+    def _catch_up(self, now: float, rnd: int) -> bool:
+        """Apply the plan of the round I joined last if I missed it (busy while it was written, and a newer round
+        opened meanwhile); True when there was one. Joining the newer round without it would report holdings and a
+        generation a plan behind: high_availability then re-plans on stale claims (issue #18), and the partitions
+        that plan moved away from me would wait for the next plan to be released."""
+        joined = self._joined_round
+        if not self._plan_round < joined < rnd:
+            return False
+        kv = self.store.get(self.keys.plan(joined))
+        if kv is None:  # that round was superseded before it closed
+            return False
+        self._apply_plan(now, joined, read_plan(kv, self.store))
+        return True
 
     def _plan_kv(self, rnd: int) -> KeyValue | None:
         """The plan of round ``rnd``: from its watch event, else read once when it may exist unseen (at start, after
@@ -654,15 +671,18 @@ class RoundsMember(FencedMember):
         """Members of the previous plan that have not joined yet because they are inside ``on_revoked`` (their
         ``members/<id>`` says ``revoking``). The round waits for them up to ``ttl_s`` past RST: such a member cannot
         join while its callback runs (it waits for its batch in flight), and closing without it would take every
-        partition it keeps away, only to give them back a round later."""
+        partition it keeps away, only to give them back a round later. A probing round (the previous plan has
+        learners warming up) waits so for every live participant of the previous plan: it is opened to move ready
+        actives, not to change membership, and a member busy in a slow batch past ``settle_s`` is not gone."""
         if previous is None or now >= self._first_seen + self.config.settle_s + self.config.ttl_s:
             return []
+        probing = previous.get("probe_after_s") is not None
         awaited = []
         for m in previous.get("participants", ()):
             if m in joined or m == self.id:
                 continue
             kv = self.store.get(self.keys.member(m))
-            if kv is not None and decode(kv.value, kv.key).get("revoking"):
+            if kv is not None and (probing or decode(kv.value, kv.key).get("revoking")):
                 awaited.append(m)
         return awaited
 
