@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from apportion.spark._nemesis import Incarnation, NemesisConfig, belief_overlaps, run_nemesis, schedule
-from apportion.spark._session import connect_session
 
 # beside the Spark group (on the other xdist worker), with the stateful scale-up test on one Connect server of its own,
 # so that make test's longest group is not the sum of the demo and the nemesis
@@ -35,7 +34,7 @@ def _seed() -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(3600 if SOAK else 900)  # a backstop: the run's own waits fail first, each without progress
 def test_pipeline_workers_survive_random_kills_freezes_and_stops_beside_a_cpu_hog_exactly_once(
-    tmp_path: Path, connect_server: Any, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, connect_server: Any, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Thin workers on one Spark Connect server (as `make demo` runs them): a killed or restarted worker costs no JVM
     start, so the faults, not Spark's start-up, fill the run. The own-JVM path is under kill -9 and SIGSTOP in
@@ -57,7 +56,9 @@ def test_pipeline_workers_survive_random_kills_freezes_and_stops_beside_a_cpu_ho
             print(line, flush=True)
 
     say(f"\nnemesis seed {seed} (replay: APPORTION_NEMESIS_SEED={seed}); workers' logs in {config.directory}/logs")
-    result = run_nemesis(config, spark=lambda: connect_session(connect_server.url), say=say)
+    # the history analytics on the test process's local session: a process that has one (the Spark group may share
+    # this xdist worker) cannot open a Connect session beside it
+    result = run_nemesis(config, spark=lambda: request.getfixturevalue("spark"), say=say)
     summary = result.summary()
     context = f"seed {seed}\n" + "\n".join(lines)
     assert not result.failures, context
