@@ -22,7 +22,6 @@ from tests.nemesis.nemesis import KINDS, NemesisConfig, run, schedule
 pytestmark = [pytest.mark.etcd, pytest.mark.xdist_group("netns-nemesis"), pytest.mark.usefixtures("netns_ok")]
 
 
-
 def _seed() -> int:
     value = os.environ.get("APPORTION_NEMESIS_SEED")
     return int(value) if value else random.SystemRandom().randrange(1 << 32)
