@@ -186,8 +186,8 @@ class RoundsMember(FencedMember):
         self._assignment: frozenset[int] = frozenset()
         self._in_plan = False
         self._need_since: int | None = None
-        self._alive: dict[str, bool] = {}
-        self._dead: set[str] = set()  # the ids whose _alive is False
+        self._participant_set: frozenset[str] = frozenset()
+        self._dead: set[str] = set()  # the ids whose members/<id> registration was deleted last
         # what the watch tells (module doc, "Reads"): current, and the newest plan seen in an event
         self._current = TrackedKey(self.keys.current)
         self._plan_event: tuple[int, KeyValue] | None = None
@@ -288,29 +288,27 @@ class RoundsMember(FencedMember):
 
     def _on_event(self, event: Event) -> None:
         key = event.kv.key
-        if key == self.keys.current:
-            self._current.on_event(event)
-        elif key == self.keys.latest:
-            self._plan_unread = True
-        elif key.startswith(self.keys.rounds) and key.endswith("/plan") and event.type is EventType.PUT:
-            head = key[len(self.keys.rounds) : -len("/plan")]
-            if head.isdigit():
-                self._plan_event = (int(head), event.kv)
-        elif key == self.keys.resource:
-            if event.type is EventType.PUT and event.kv.mod_revision > self._config_revision:
-                self._config_revision = event.kv.mod_revision
-                self.config = GroupConfig.from_record(event.kv)
-                self._need(event.revision)
-        elif key.startswith(self.keys.members):
-            mid = key[len(self.keys.members) :]
-            alive = event.type is EventType.PUT
-            self._alive[mid] = alive
-            if alive:
+        keys = self.keys
+        if key.startswith(keys.members):  # the most frequent: every member sees every registration
+            mid = key[len(keys.members) :]
+            if event.type is EventType.PUT:
                 self._dead.discard(mid)
             else:
                 self._dead.add(mid)
-            if not alive and mid != self.id and mid in self._participants:
-                self._need(event.revision)
+                if mid != self.id and mid in self._participant_set:
+                    self._need(event.revision)
+        elif key == keys.current:
+            self._current.on_event(event)
+        elif key == keys.latest:
+            self._plan_unread = True
+        elif key.startswith(keys.rounds) and key.endswith("/plan") and event.type is EventType.PUT:
+            head = key[len(keys.rounds) : -len("/plan")]
+            if head.isdigit():
+                self._plan_event = (int(head), event.kv)
+        elif key == keys.resource and event.type is EventType.PUT and event.kv.mod_revision > self._config_revision:
+            self._config_revision = event.kv.mod_revision
+            self.config = GroupConfig.from_record(event.kv)
+            self._need(event.revision)
 
     def _need(self, revision: int) -> None:
         self._need_since = revision if self._need_since is None else min(self._need_since, revision)
@@ -345,7 +343,6 @@ class RoundsMember(FencedMember):
         self._current.forget()
         self._plan_unread = True
         self._start_revision = revision
-        self._alive[self.id] = True
         self._dead.discard(self.id)
         self.phase = Phase.WAITING
 
@@ -534,6 +531,7 @@ class RoundsMember(FencedMember):
         mine = frozenset(int(p) for p in plan["assignment"].get(self.id, ()))
         self._plan_round = rnd
         self._participants = participants
+        self._participant_set = frozenset(participants)
         in_plan = self.id in participants and self._joined_round == rnd
         self._in_plan = in_plan
         self._assignment = mine if in_plan else frozenset()

@@ -260,6 +260,7 @@ class Simulation:
         self._prefix = f"/apportion/{self.group}/"
         self.replicas = config.members  # static mode: the replica count the operator set
         self._ordinals: dict[str, int] = {}
+        self._live_cache: list[_Sim] | None = None
 
     # -- queue ---------------------------------------------------------------------------------------------
 
@@ -328,6 +329,7 @@ class Simulation:
         sim = _Sim(mid, member, clock, store, inbox)
         sim_holder.append(sim)
         self.members[mid] = sim
+        self._live_cache = None
         now = self.clock.now()
         self._schedule_step(sim, now)
         self._push(now + renew_interval_s(self.gconfig.ttl_s), "keepalive", mid)
@@ -347,7 +349,10 @@ class Simulation:
             self.trace.append((round(t, 6), mid, kind, detail))
 
     def _live(self) -> list[_Sim]:
-        return [s for s in self.members.values() if s.live]
+        """The live members in their fixed (creation) order; kept until one is added, crashes or leaves."""
+        if self._live_cache is None:
+            self._live_cache = [s for s in self.members.values() if s.live]
+        return self._live_cache
 
     # -- running -------------------------------------------------------------------------------------------
 
@@ -492,9 +497,11 @@ class Simulation:
             with contextlib.suppress(StoreUnavailable):
                 sim.member.leave()
             sim.left = True
+            self._live_cache = None
         elif kind == "crash":
             self._record(sim.id, "crash", {}, sim.clock)
             sim.crashed = True
+            self._live_cache = None
         elif kind == "freeze":
             if now < sim.frozen_until:
                 return
@@ -561,6 +568,7 @@ class Simulation:
         elif kind == "crash":
             self._record(sim.id, "crash", {}, sim.clock)
             sim.crashed = True
+            self._live_cache = None
             self._push(now + duration, "churn:return", "", self._ordinals[sim.id])
 
     def _leave(self, sim: _Sim) -> None:
@@ -568,6 +576,7 @@ class Simulation:
         with contextlib.suppress(StoreUnavailable):
             sim.member.leave()
         sim.left = True
+        self._live_cache = None
 
     def _scale(self, replicas: int) -> None:
         """``apportion scale --replicas N``: the operator's record in the trace, then the store's."""
@@ -592,13 +601,15 @@ class Simulation:
             # One pass over the members (in their fixed order, so the pushes and their seeded tie-breaks are the same
             # as delivering event by event): every live member gets the broadcast events, in order, and a step.
             now = self.clock.now()
-            for sim in self.members.values():
-                if sim.live:
-                    if broadcast:
-                        sim.inbox.events.extend(broadcast)
-                        self._schedule_step(sim, now)
-                    elif sim.member.claiming:
-                        self._schedule_step(sim, now)
+            push = self._push
+            for sim in self._live():
+                if broadcast:
+                    sim.inbox.events.extend(broadcast)
+                elif not sim.member.claiming:
+                    continue
+                if now < sim.next_step:  # _schedule_step, inline: this loop runs for every member
+                    sim.next_step = now
+                    push(now, "step", sim.id)
 
     # -- checks --------------------------------------------------------------------------------------------
 

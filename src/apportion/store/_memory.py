@@ -51,6 +51,7 @@ class _MemoryWatch(Watch):
         self.prefix = prefix
         self._pending: deque[Event] = deque()
         self._cond = threading.Condition(store._lock)
+        self._waiting = 0  # threads inside wait(): deliver notifies only when someone waits
         self.closed = False
 
     def matches(self, key: str) -> bool:
@@ -58,7 +59,8 @@ class _MemoryWatch(Watch):
 
     def deliver(self, event: Event) -> None:  # called with the store lock held
         self._pending.append(event)
-        self._cond.notify_all()
+        if self._waiting:
+            self._cond.notify_all()
 
     def poll(self) -> list[Event]:
         with self._cond:
@@ -74,7 +76,11 @@ class _MemoryWatch(Watch):
                 if remaining <= 0:
                     break
                 # Lease expiry is lazy: wake when the earliest lease is due (on the store's clock) to expire it.
-                self._cond.wait(min(remaining, self._store._seconds_to_next_expiry()))
+                self._waiting += 1
+                try:
+                    self._cond.wait(min(remaining, self._store._seconds_to_next_expiry()))
+                finally:
+                    self._waiting -= 1
                 self._store._expire_locked()
             return self._drain()
 
