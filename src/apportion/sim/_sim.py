@@ -20,7 +20,10 @@ Everything random comes from one ``random.Random(seed)``; members are stepped fr
 (virtual time, seeded tie-break, sequence); no wall clock and no threads. The same seed gives the same trace, so a
 failing seed replays exactly (``apportion simulate --seed N``).
 
-Events: ``step`` (a member's protocol step, scheduled at the deadline it returned or when a watched key changed),
+Events: ``step`` (a member's protocol step, scheduled at the deadline it returned or when a watched key it acts on
+changed: a broadcast key, a registration's deletion, or, for a member waiting to claim a partition, that partition's
+owner record deleted; a registration's PUT reaches every inbox without a step in the rounds mode, where it changes
+nothing a step acts on before its next one),
 ``keepalive`` (every ttl/4 per member: the keepalive thread), ``work`` (a member commits a checkpoint for up to two
 owned partitions), and churn/faults drawn from the seed::
 
@@ -590,22 +593,31 @@ class Simulation:
             return
         n = len(self._prefix)
         broadcast: list[Event] = []
-        owner_freed = False
+        wake = False
+        freed: set[int] = set()
+        quiet_registrations = self.config.mode == "rounds"
         for event in events:
             rest = event.kv.key[n:]
-            if rest in _BROADCAST or rest.startswith(("members/", "table/")):
+            if rest.startswith("members/"):
                 broadcast.append(event)
+                # a registration's PUT (start, ``revoking`` flag, ``left``) only updates what the next step reads
+                # (RoundsMember._on_event: the id is no longer dead); only its DELETE (the lease ended) wakes
+                wake = wake or not (quiet_registrations and event.type is EventType.PUT)
+            elif rest in _BROADCAST or rest.startswith("table/"):
+                broadcast.append(event)
+                wake = True
             elif rest.startswith("owner/") and event.type is EventType.DELETE:
-                owner_freed = True
-        if broadcast or owner_freed:
+                freed.add(int(rest[6:]))
+        if broadcast or freed:
             # One pass over the members (in their fixed order, so the pushes and their seeded tie-breaks are the same
-            # as delivering event by event): every live member gets the broadcast events, in order, and a step.
+            # as delivering event by event): every live member gets the broadcast events, in order, and a step; a
+            # freed owner record wakes only the members waiting to claim that partition.
             now = self.clock.now()
             push = self._push
             for sim in self._live():
                 if broadcast:
                     sim.inbox.events.extend(broadcast)
-                elif not sim.member.claiming:
+                if not wake and (not freed or freed.isdisjoint(sim.member._claiming)):
                     continue
                 if now < sim.next_step:  # _schedule_step, inline: this loop runs for every member
                     sim.next_step = now
