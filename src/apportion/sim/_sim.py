@@ -73,7 +73,7 @@ from apportion.group import (
 )
 from apportion.model import round_lower_bound
 from apportion.sim._checks import belief_intervals, check_liveness, check_static, check_trace, unowned_seconds
-from apportion.sim._faults import DriftClock, FlakyStore
+from apportion.sim._faults import DriftClock, FlakyStore, SimClock
 from apportion.store import Event, EventType, MemoryStore, Store, Watch, renew_interval_s
 
 FAULTS = ("crash", "freeze", "slow", "unavailable", "drift", "hang")
@@ -247,7 +247,7 @@ class Simulation:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
-        self.clock = VirtualClock(1000.0)
+        self.clock = SimClock(1000.0)
         self.store = MemoryStore(f"memory://sim-{uuid.uuid4().hex}", clock=self.clock, history=1_000_000)
         self.group = "sim"
         self.gconfig = config.group_config()
