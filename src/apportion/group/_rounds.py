@@ -258,6 +258,8 @@ class RoundsMember(FencedMember):
                 deadlines.append(now + self.claim_retry_s)
             else:
                 deadlines.append(self._first_seen + self.config.settle_s)
+        if self._plan_round == rnd and self._in_plan and len(self._owned) + len(self._claiming) < len(self._assignment):
+            self._reclaim()
         if self._claiming:
             self._claim(now)
             self._refresh_replicas()
@@ -551,6 +553,14 @@ class RoundsMember(FencedMember):
         )
         if revoke:
             self._revoke(revoke)
+
+    def _reclaim(self) -> None:
+        """Claim again the partitions of my plan that I neither own nor claim: a fenced commit ended the belief in one
+        (on_lost, then released) while the plan still gives it to me, and no other member will claim it before the
+        next round. The claim is fenced as any other (a record someone else holds makes it wait)."""
+        with self._lock:
+            lost = {p for p in self._assignment if p not in self._owned}
+        self._claiming |= lost
 
     def _refresh_replicas(self) -> None:
         """The plan's replicas, plus (as learners) the partitions given to me but not claimed yet: their previous
