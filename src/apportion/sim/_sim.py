@@ -601,8 +601,10 @@ class Simulation:
             if rest.startswith("members/"):
                 broadcast.append(event)
                 # a registration's PUT (start, ``revoking`` flag, ``left``) only updates what the next step reads
-                # (RoundsMember._on_event: the id is no longer dead); only its DELETE (the lease ended) wakes
-                wake = wake or not (quiet_registrations and event.type is EventType.PUT)
+                # (RoundsMember._on_event: the id is no longer dead); its DELETE (the lease ended) wakes, and so does
+                # any PUT that mentions "leaving" (a planned leave announced: members then want a new round)
+                quiet = quiet_registrations and event.type is EventType.PUT and b'"leaving"' not in event.kv.value
+                wake = wake or not quiet
             elif rest in _BROADCAST or rest.startswith("table/"):
                 broadcast.append(event)
                 wake = True
