@@ -103,6 +103,20 @@ def test_soak_many_seeds_with_every_strategy() -> None:
     assert not failures, f"failing seeds: {failures[:5]}"
 
 
+@pytest.mark.parametrize(("seed", "strategy"), [(1581, "weighted"), (6104, "range")])
+def test_a_fenced_partition_that_the_plan_still_gives_its_member_is_claimed_again(seed: int, strategy: str) -> None:
+    """In these soak seeds a commit stuck in a hanging store call returns after the belief window and is refused
+    (fenced): the member releases the partition, and it stayed unowned until the next round (heartbeat 30 s) because
+    the plan still gave it to that member, so nobody else claimed it."""
+    base = small(seed)
+    config = SimConfig(
+        members=base.members, partitions=base.partitions, events=base.events + 5, seed=seed, strategy=strategy
+    )
+    result = simulate(config)
+    assert any(kind == "fenced" for _, _, kind, _ in result.trace), "the scenario no longer fences a commit"
+    assert result.ok, result.violations
+
+
 def test_checker_catches_beliefs_that_outlive_the_store_lease() -> None:
     """Mutation check: with an unsafe local deadline (1.5 x ttl) frozen members overlap their successors."""
     caught = [

@@ -175,9 +175,12 @@ class Keys:
         return f"{self.prefix}subscriptions/{member_id}"
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))  # json.dumps would build one per call
+
+
 def encode(value: dict[str, Any]) -> bytes:
     """Canonical JSON (sorted keys, no spaces): equal values give equal bytes, so value compares work."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    return _ENCODER.encode(value).encode()
 
 
 def decode(raw: bytes, key: str | None = None) -> dict[str, Any]:

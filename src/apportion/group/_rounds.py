@@ -226,8 +226,8 @@ class RoundsMember(FencedMember):
         self._assignment: frozenset[PartitionId] = frozenset()
         self._in_plan = False
         self._need_since: int | None = None
-        self._alive: dict[str, bool] = {}
-        self._dead: set[str] = set()  # the ids whose _alive is False
+        self._participant_set: frozenset[str] = frozenset()
+        self._dead: set[str] = set()  # the ids whose members/<id> registration was deleted last
         self._leaving: set[str] = set()  # the ids whose members/<id> says "leaving" (a planned leave)
         self._leave_by: float | None = None  # this member's planned leave: leave at the latest then
         # what the watch tells (module doc, "Reads"): current, and the newest plan seen in an event
@@ -319,6 +319,8 @@ class RoundsMember(FencedMember):
                 deadlines.append(now + self.claim_retry_s)
             else:
                 deadlines.append(self._first_seen + self.config.settle_s)
+        if self._plan_round == rnd and self._in_plan and len(self._owned) + len(self._claiming) < len(self._assignment):
+            self._reclaim()
         if self._claiming:
             self._claim(now)
             self._refresh_replicas()
@@ -365,27 +367,10 @@ class RoundsMember(FencedMember):
 
     def _on_event(self, event: Event) -> None:
         key = event.kv.key
-        if key == self.keys.current:
-            self._current.on_event(event)
-        elif key == self.keys.latest:
-            self._plan_unread = True
-            if event.type is EventType.PUT:
-                self._latest_round = max(self._latest_round, _round_of(event.kv))
-        elif key.startswith(self.keys.rounds) and key.endswith("/plan") and event.type is EventType.PUT:
-            head = key[len(self.keys.rounds) : -len("/plan")]
-            if head.isdigit():
-                self._plan_event = (int(head), event.kv)
-        elif key == self._subs.key:
-            self._subs.on_record(self.config, event.kv if event.type is EventType.PUT else None)
-        elif key == self.keys.resource:
-            if event.type is EventType.PUT and event.kv.mod_revision > self._config_revision:
-                self._config_revision = event.kv.mod_revision
-                self.config = GroupConfig.from_record(event.kv)
-                self._need(event.revision)
-        elif key.startswith(self.keys.members):
-            mid = key[len(self.keys.members) :]
+        keys = self.keys
+        if key.startswith(keys.members):  # the most frequent: every member sees every registration
+            mid = key[len(keys.members) :]
             alive = event.type is EventType.PUT
-            self._alive[mid] = alive
             if alive:
                 self._dead.discard(mid)
             else:
@@ -396,8 +381,24 @@ class RoundsMember(FencedMember):
                 self._leaving.add(mid)
             else:
                 self._leaving.discard(mid)
-            if (announced or not alive) and mid != self.id and mid in self._participants and not self._newer_plan():
+            if (announced or not alive) and mid != self.id and mid in self._participant_set and not self._newer_plan():
                 self._need(event.revision)  # (a newer plan is checked against _dead and _leaving when applied)
+        elif key == keys.current:
+            self._current.on_event(event)
+        elif key == keys.latest:
+            self._plan_unread = True
+            if event.type is EventType.PUT:
+                self._latest_round = max(self._latest_round, _round_of(event.kv))
+        elif key.startswith(keys.rounds) and key.endswith("/plan") and event.type is EventType.PUT:
+            head = key[len(keys.rounds) : -len("/plan")]
+            if head.isdigit():
+                self._plan_event = (int(head), event.kv)
+        elif key == self._subs.key:
+            self._subs.on_record(self.config, event.kv if event.type is EventType.PUT else None)
+        elif key == keys.resource and event.type is EventType.PUT and event.kv.mod_revision > self._config_revision:
+            self._config_revision = event.kv.mod_revision
+            self.config = GroupConfig.from_record(event.kv)
+            self._need(event.revision)
 
     def _newer_plan(self) -> bool:
         """A plan newer than the applied one has been seen (its event, or ``latest`` naming its round): a departure
@@ -496,7 +497,6 @@ class RoundsMember(FencedMember):
         kv = self.store.get(self._subs.key)
         if kv is not None:
             self._subs.on_record(self.config, kv)
-        self._alive[self.id] = True
         self._dead.discard(self.id)
         self.phase = Phase.WAITING
 
@@ -699,6 +699,7 @@ class RoundsMember(FencedMember):
         mine = frozenset(p for p in map(parse, plan["assignment"].get(self.id, ())) if self.subscribes(p))
         self._plan_round = rnd
         self._participants = participants
+        self._participant_set = frozenset(participants)
         in_plan = self.id in participants and self._joined_round == rnd
         self._in_plan = in_plan
         self._assignment = mine if in_plan else frozenset()
@@ -719,6 +720,14 @@ class RoundsMember(FencedMember):
         )
         if revoke:
             self._revoke(revoke)
+
+    def _reclaim(self) -> None:
+        """Claim again the partitions of my plan that I neither own nor claim: a fenced commit ended the belief in one
+        (on_lost, then released) while the plan still gives it to me, and no other member will claim it before the
+        next round. The claim is fenced as any other (a record someone else holds makes it wait)."""
+        with self._lock:
+            lost = {p for p in self._assignment if p not in self._owned}
+        self._claiming |= lost
 
     def _refresh_replicas(self) -> None:
         """The plan's replicas, plus (as learners) the partitions given to me but not claimed yet: their previous

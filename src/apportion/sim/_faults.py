@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from types import TracebackType
 
 from apportion.clock import VirtualClock
 from apportion.errors import StoreUnavailable
 from apportion.store import Compare, Lease, MemoryStore, Op, Store, TxnResult, Watch
 
 DEFAULT_CALL_TIMEOUT_S = 5.0  # a hanging call without a time limit waits this long (etcd's default)
+
+
+class SimClock(VirtualClock):
+    """The simulation's virtual clock: one thread moves and reads it, so reading takes no lock (the simulator reads
+    it millions of times)."""
+
+    def now(self) -> float:
+        return self._now
 
 
 class DriftClock:
@@ -35,13 +44,15 @@ class DriftClock:
 
     def global_now(self) -> float:
         """The global virtual time of the running thread (later than the simulation's while it is blocked)."""
+        if not self.blocked:
+            return self.base.now()
         return max(self.base.now(), self.blocked.get(self.thread, -math.inf))
 
     def blocked_until(self, thread: str) -> float:
         return self.blocked.get(thread, -math.inf)
 
     def now(self) -> float:
-        return self.local(self.global_now())
+        return self._anchor_local + (self.global_now() - self._anchor_t) * self.rate
 
     def local(self, t: float) -> float:
         return self._anchor_local + (t - self._anchor_t) * self.rate
@@ -72,6 +83,16 @@ class FlakyStore(Store):
         self.member_clock = clock
         self.down_until = -math.inf
         self.hang_until = -math.inf
+        self.deadline: float | None = None  # the time limit in force (the simulator steps members on one thread)
+
+    def time_limit(self, seconds: float | None) -> _TimeLimit:  # type: ignore[override]
+        """``Store.time_limit`` without its thread-local table: the simulation runs on one thread."""
+        return _TimeLimit(self, None if seconds is None else self.clock.now() + max(0.0, seconds))
+
+    def remaining_s(self, default: float) -> float:
+        if self.deadline is None:
+            return default
+        return min(default, self.deadline - self.clock.now())
 
     @property
     def shared_store(self) -> MemoryStore:
@@ -134,4 +155,17 @@ class FlakyStore(Store):
         return self.inner.range(prefix, limit)
 
 
-__all__ = ["DEFAULT_CALL_TIMEOUT_S", "DriftClock", "FlakyStore"]
+class _TimeLimit:
+    __slots__ = ("_deadline", "_previous", "_store")
+
+    def __init__(self, store: FlakyStore, deadline: float | None) -> None:
+        self._store, self._deadline, self._previous = store, deadline, store.deadline
+
+    def __enter__(self) -> None:
+        self._previous, self._store.deadline = self._store.deadline, self._deadline
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self._store.deadline = self._previous
+
+
+__all__ = ["DEFAULT_CALL_TIMEOUT_S", "DriftClock", "FlakyStore", "SimClock"]

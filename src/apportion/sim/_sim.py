@@ -20,7 +20,10 @@ Everything random comes from one ``random.Random(seed)``; members are stepped fr
 (virtual time, seeded tie-break, sequence); no wall clock and no threads. The same seed gives the same trace, so a
 failing seed replays exactly (``apportion simulate --seed N``).
 
-Events: ``step`` (a member's protocol step, scheduled at the deadline it returned or when a watched key changed),
+Events: ``step`` (a member's protocol step, scheduled at the deadline it returned or when a watched key it acts on
+changed: a broadcast key, a registration's deletion, or, for a member waiting to claim a partition, that partition's
+owner record deleted; a registration's PUT reaches every inbox without a step in the rounds mode, where it changes
+nothing a step acts on before its next one),
 ``keepalive`` (every ttl/4 per member: the keepalive thread), ``work`` (a member commits a checkpoint for up to two
 owned partitions), and churn/faults drawn from the seed::
 
@@ -88,7 +91,7 @@ from apportion.sim._checks import (
     check_trace,
     unowned_seconds,
 )
-from apportion.sim._faults import DriftClock, FlakyStore
+from apportion.sim._faults import DriftClock, FlakyStore, SimClock
 from apportion.store import Event, EventType, MemoryStore, Store, Watch, renew_interval_s
 
 FAULTS = ("crash", "freeze", "slow", "unavailable", "drift", "hang")
@@ -276,7 +279,7 @@ class Simulation:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
-        self.clock = VirtualClock(1000.0)
+        self.clock = SimClock(1000.0)
         self.store = MemoryStore(f"memory://sim-{uuid.uuid4().hex}", clock=self.clock, history=1_000_000)
         self.group = "sim"
         self.gconfig = config.group_config()
@@ -293,6 +296,7 @@ class Simulation:
         self.replicas = config.members  # static mode: the replica count the operator set
         self._ordinals: dict[str, int] = {}
         self._subscriptions: dict[str, list[str] | None] = {}  # named resources: each member's, as last set
+        self._live_cache: list[_Sim] | None = None
 
     # -- queue ---------------------------------------------------------------------------------------------
 
@@ -372,6 +376,7 @@ class Simulation:
         sim = _Sim(mid, member, clock, store, inbox)
         sim_holder.append(sim)
         self.members[mid] = sim
+        self._live_cache = None
         now = self.clock.now()
         self._schedule_step(sim, now)
         self._push(now + renew_interval_s(self.gconfig.ttl_s), "keepalive", mid)
@@ -392,7 +397,10 @@ class Simulation:
             self.trace.append((round(t, 6), mid, kind, detail))
 
     def _live(self) -> list[_Sim]:
-        return [s for s in self.members.values() if s.live]
+        """The live members in their fixed (creation) order; kept until one is added, crashes or leaves."""
+        if self._live_cache is None:
+            self._live_cache = [s for s in self.members.values() if s.live]
+        return self._live_cache
 
     # -- running -------------------------------------------------------------------------------------------
 
@@ -550,6 +558,7 @@ class Simulation:
         elif kind == "crash":
             self._record(sim.id, "crash", {}, sim.clock)
             sim.crashed = True
+            self._live_cache = None
         elif kind == "freeze":
             if now < sim.frozen_until:
                 return
@@ -621,6 +630,7 @@ class Simulation:
         elif kind == "crash":
             self._record(sim.id, "crash", {}, sim.clock)
             sim.crashed = True
+            self._live_cache = None
             self._push(now + duration, "churn:return", "", self._ordinals[sim.id])
 
     def _leave(self, sim: _Sim) -> None:
@@ -628,6 +638,7 @@ class Simulation:
         with contextlib.suppress(StoreUnavailable):
             sim.member.leave()
         sim.left = True
+        self._live_cache = None
 
     def _scale(self, replicas: int) -> None:
         """``apportion scale --replicas N``: the operator's record in the trace, then the store's."""
@@ -641,24 +652,38 @@ class Simulation:
             return
         n = len(self._prefix)
         broadcast: list[Event] = []
-        owner_freed = False
+        wake = False
+        freed: set[PartitionId] = set()
+        quiet_registrations = self.config.mode == "rounds"
         for event in events:
             rest = event.kv.key[n:]
-            if rest in _BROADCAST or rest.startswith(("members/", "table/")):
+            if rest.startswith("members/"):
                 broadcast.append(event)
+                # a registration's PUT (start, ``revoking`` flag, ``left``) only updates what the next step reads
+                # (RoundsMember._on_event: the id is no longer dead); its DELETE (the lease ended) wakes, and so does
+                # any PUT that mentions "leaving" (a planned leave announced: members then want a new round)
+                quiet = quiet_registrations and event.type is EventType.PUT and b'"leaving"' not in event.kv.value
+                wake = wake or not quiet
+            elif rest in _BROADCAST or rest.startswith("table/"):
+                broadcast.append(event)
+                wake = True
             elif rest.startswith("owner/") and event.type is EventType.DELETE:
-                owner_freed = True
-        if broadcast or owner_freed:
+                pid = rest[6:]  # a one-resource group's ids are ints, a named group's "<resource>-<index>"
+                freed.add(int(pid) if pid.isdigit() else pid)
+        if broadcast or freed:
             # One pass over the members (in their fixed order, so the pushes and their seeded tie-breaks are the same
-            # as delivering event by event): every live member gets the broadcast events, in order, and a step.
+            # as delivering event by event): every live member gets the broadcast events, in order, and a step; a
+            # freed owner record wakes only the members waiting to claim that partition.
             now = self.clock.now()
-            for sim in self.members.values():
-                if sim.live:
-                    if broadcast:
-                        sim.inbox.events.extend(broadcast)
-                        self._schedule_step(sim, now)
-                    elif sim.member.claiming:
-                        self._schedule_step(sim, now)
+            push = self._push
+            for sim in self._live():
+                if broadcast:
+                    sim.inbox.events.extend(broadcast)
+                if not wake and (not freed or freed.isdisjoint(sim.member._claiming)):
+                    continue
+                if now < sim.next_step:  # _schedule_step, inline: this loop runs for every member
+                    sim.next_step = now
+                    push(now, "step", sim.id)
 
     # -- checks --------------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 import threading
 import time
@@ -51,6 +52,7 @@ class _MemoryWatch(Watch):
         self.prefix = prefix
         self._pending: deque[Event] = deque()
         self._cond = threading.Condition(store._lock)
+        self._waiting = 0  # threads inside wait(): deliver notifies only when someone waits
         self.closed = False
 
     def matches(self, key: str) -> bool:
@@ -58,7 +60,8 @@ class _MemoryWatch(Watch):
 
     def deliver(self, event: Event) -> None:  # called with the store lock held
         self._pending.append(event)
-        self._cond.notify_all()
+        if self._waiting:
+            self._cond.notify_all()
 
     def poll(self) -> list[Event]:
         with self._cond:
@@ -74,7 +77,11 @@ class _MemoryWatch(Watch):
                 if remaining <= 0:
                     break
                 # Lease expiry is lazy: wake when the earliest lease is due (on the store's clock) to expire it.
-                self._cond.wait(min(remaining, self._store._seconds_to_next_expiry()))
+                self._waiting += 1
+                try:
+                    self._cond.wait(min(remaining, self._store._seconds_to_next_expiry()))
+                finally:
+                    self._waiting -= 1
                 self._store._expire_locked()
             return self._drain()
 
@@ -99,12 +106,13 @@ class MemoryStore(Store):
         self.clock = clock
         self._lock = threading.RLock()
         self._data: dict[str, KeyValue] = {}
-        # Sorted key index for ranges, maintained lazily: puts of new keys and deletes go to ``_added`` /
-        # ``_removed`` (O(1)) and are merged in on the next range (ranges are rare; an insort per new key is an
-        # O(keys) memmove, which dominated large simulations).
-        self._sorted_keys: list[str] = []
-        self._added: set[str] = set()
-        self._removed: set[str] = set()
+        # Key index for ranges, by directory (a key up to its last "/"): a range reads only the directories under
+        # its prefix (and the keys of its ancestors' directories that start with it), each sorted once per change.
+        # One sorted index of every key made each range cost O(all keys) once anything was added or removed, and a
+        # group's owner/epoch/commit keys outnumber the round keys its members range over by far.
+        self._dirs: dict[str, set[str]] = {}
+        self._dir_sorted: dict[str, list[str]] = {}  # cached sorted(self._dirs[d])
+        self._dir_names: list[str] | None = []  # sorted directory names (None: to sort again)
         self._valid_keys: set[str] = set()  # keys (not prefixes) that passed validate_key: skip re-checking them
         self._revision = 0
         self._compacted = 0
@@ -146,30 +154,39 @@ class MemoryStore(Store):
             found = self._range_locked(prefix)
             return found if limit is None else found[:limit]
 
-    def _sorted_locked(self) -> list[str]:
-        """The sorted key index, with pending additions and removals merged in."""
-        keys = self._sorted_keys
-        if self._removed:
-            removed = self._removed
-            keys = [k for k in keys if k not in removed]
-            self._removed = set()
-        if self._added:
-            keys = keys + sorted(self._added)
-            keys.sort()  # two sorted runs: timsort merges them in linear time
-            self._added = set()
-        self._sorted_keys = keys
+    def _sorted_dir(self, name: str) -> list[str]:
+        keys = self._dir_sorted.get(name)
+        if keys is None:
+            keys = self._dir_sorted[name] = sorted(self._dirs[name])
         return keys
 
     def _range_locked(self, prefix: str) -> list[KeyValue]:
-        keys = self._sorted_locked()
-        data = self._data
-        found: list[KeyValue] = []
-        for i in range(bisect.bisect_left(keys, prefix), len(keys)):
-            key = keys[i]
-            if not key.startswith(prefix):
+        dirs = self._dirs
+        runs: list[list[str]] = []
+        # directories that are proper prefixes of ``prefix``: their keys starting with it are contiguous when sorted
+        i = prefix.find("/")
+        while 0 <= i < len(prefix) - 1:
+            name = prefix[: i + 1]
+            if name in dirs:
+                keys = self._sorted_dir(name)
+                start = j = bisect.bisect_left(keys, prefix)
+                while j < len(keys) and keys[j].startswith(prefix):
+                    j += 1
+                if j > start:
+                    runs.append(keys[start:j])
+            i = prefix.find("/", i + 1)
+        names = self._dir_names
+        if names is None:
+            names = self._dir_names = sorted(dirs)
+        for j in range(bisect.bisect_left(names, prefix), len(names)):
+            name = names[j]
+            if not name.startswith(prefix):
                 break
-            found.append(data[key])
-        return found
+            runs.append(self._sorted_dir(name))
+        data = self._data
+        if len(runs) == 1:
+            return [data[key] for key in runs[0]]
+        return [data[key] for key in sorted(itertools.chain.from_iterable(runs))]  # sorted runs: timsort merges
 
     # -- transactions --------------------------------------------------------------------------------------
 
@@ -221,10 +238,7 @@ class MemoryStore(Store):
     def _put_locked(self, op: Put, revision: int) -> None:
         old = self._data.get(op.key)
         if old is None:
-            if op.key in self._removed:
-                self._removed.discard(op.key)  # still in the sorted index
-            else:
-                self._added.add(op.key)
+            self._index_add(op.key)
             kv = KeyValue(op.key, op.value, revision, revision, 1, op.lease)
         else:
             if old.lease and old.lease != op.lease and old.lease in self._leases:
@@ -242,15 +256,30 @@ class MemoryStore(Store):
             old = self._data.pop(key, None)
             if old is None:
                 continue
-            if key in self._added:
-                self._added.discard(key)
-            else:
-                self._removed.add(key)
+            self._index_remove(key)
             if old.lease and old.lease in self._leases:
                 self._leases[old.lease].keys.discard(key)
             self._emit(Event(EventType.DELETE, KeyValue(key, b"", 0, revision, 0, 0)))
             count += 1
         return count
+
+    def _index_add(self, key: str) -> None:
+        name = key[: key.rfind("/") + 1]
+        keys = self._dirs.get(name)
+        if keys is None:
+            keys = self._dirs[name] = set()
+            self._dir_names = None
+        keys.add(key)
+        self._dir_sorted.pop(name, None)
+
+    def _index_remove(self, key: str) -> None:
+        name = key[: key.rfind("/") + 1]
+        keys = self._dirs[name]
+        keys.discard(key)
+        self._dir_sorted.pop(name, None)
+        if not keys:
+            del self._dirs[name]
+            self._dir_names = None
 
     def _emit(self, event: Event) -> None:
         self._history.append(event)
