@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
-from apportion.group import DEFAULT_RETENTION_S, PartitionId
+from apportion.group import DEFAULT_RETENTION_S, PartitionId, pid_order
 from apportion.store import Store, connect, redact_url
 from apportion.worker import Group, Tracer, Worker
 
@@ -307,7 +307,7 @@ def _committer(holder: list[Worker], worker_id: str, every_s: float, stopping: t
             continue
         w = holder[0]
         retry: dict[PartitionId, int] = {}
-        for p, epoch in sorted(leases.items()):
+        for p, epoch in sorted(leases.items(), key=lambda item: pid_order(item[0])):
             n += 1
             checkpoint = f"{worker_id}:{n}"
             try:

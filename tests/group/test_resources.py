@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Mapping, Sequence
 
 import pytest
@@ -11,10 +12,10 @@ from hypothesis import strategies as st
 
 from apportion.assign import check
 from apportion.errors import InvalidRequest
-from apportion.group import CoordinatorMember, GroupConfig, Keys, set_subscriptions
+from apportion.group import CoordinatorMember, GroupConfig, Keys, committed, group_status, set_subscriptions
 from apportion.group._config import parse_resources
 from apportion.group._coordinator import plan_table
-from apportion.group._keys import PartitionId
+from apportion.group._keys import PartitionId, pid_order, sorted_pids
 from apportion.group._rounds import read_plan
 from apportion.group._static import static_block
 from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
@@ -115,6 +116,41 @@ def test_a_group_cannot_switch_between_one_resource_and_named_resources() -> Non
         Group(store, "g", partitions=4).join("w1").stop()
         with pytest.raises(InvalidRequest, match="cannot become"):
             Group(store, "g", resources={"orders": 4}, update=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "a-b", "orders", "x1"]), st.integers(0, 120)), max_size=30),
+    st.randoms(use_true_random=False),
+)
+def test_named_partition_ids_sort_by_resource_then_index_as_an_int(
+    ids: list[tuple[str, int]], rnd: random.Random
+) -> None:
+    pids = [f"{name}-{i}" for name, i in ids]
+    rnd.shuffle(pids)
+    ordered = sorted_pids(pids)
+    assert [Partition.parse(p) for p in ordered] == sorted(Partition.parse(p) for p in pids)
+    assert sorted_pids([10, 2, 0]) == [0, 2, 10] and pid_order("10") == pid_order(10)
+
+
+def test_callbacks_owned_status_and_commits_list_named_ids_in_index_order_not_text_order() -> None:
+    """``orders-10`` sorted as text comes before ``orders-2``: every list of ids a named group gives is in
+    (resource, index) order, the order of ``GroupConfig.partition_ids``."""
+    config = GroupConfig(resources=parse_resources("orders:12,payments:3"), settle_s=0.5, min_interval_s=1.0)
+    h = Harness(config)
+    member = h.add("a")
+    h.run(2.5)
+    everything = config.partition_ids()
+    assert member.owned() == everything
+    assert [parts for kind, _, parts, _ in h.log.calls if kind == "assigned"] == [everything]
+    for p in everything:
+        member.commit(p, f"c{p}")
+    snapshot = group_status(h.store, "g")
+    assert list(snapshot["partitions"]) == [str(p) for p in everything]
+    assert snapshot["members"]["a"]["partitions"] == [str(p) for p in everything]
+    assert list(committed(h.store, "g")) == everything
+    member.leave()
+    assert [parts for kind, _, parts, _ in h.log.calls if kind == "revoked"] == [everything]
 
 
 def test_members_with_equal_subscriptions_share_every_resource_with_owner_keys_per_resource() -> None:

@@ -70,7 +70,7 @@ from typing import Any, Unpack
 
 from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.group._config import GroupConfig
-from apportion.group._keys import Keys, PartitionId, decode, encode, pid_of_key, subscribed
+from apportion.group._keys import Keys, PartitionId, decode, encode, pid_of_key, sorted_pids, subscribed
 from apportion.group._ownership import (
     FencedMember,
     MemberOptions,
@@ -335,7 +335,7 @@ def table_changes(
             changes[p] = new
     merged = {**table, **changes}
     flying = sum(1 for e in merged.values() if e.state is TableState.MIGRATING)
-    for p in sorted(merged):
+    for p in sorted_pids(merged):
         e = merged[p]
         if flying >= max_in_flight:
             break
@@ -615,7 +615,7 @@ class CoordinatorMember(FencedMember):
             return
         fence = mod_revision_is(self.keys.coordinator, self._coord_rev)
         ok = True
-        parts = sorted(changes)
+        parts = sorted_pids(changes)
         batches = list(chunks(parts)) or [[]]
         for i, batch in enumerate(batches):
             compares: list[Compare] = [fence]
@@ -651,7 +651,7 @@ class CoordinatorMember(FencedMember):
         should: set[PartitionId] = {p for p, (e, _) in self._table.items() if e.holds(self.id) and self._subs.allows(p)}
         with self._lock:
             owned = set(self._owned)
-        revoke = sorted(owned - should)
+        revoke = sorted_pids(owned - should)
         if revoke:
             self._revoke(revoke)
             if self._busy_until is not None:

@@ -1,11 +1,14 @@
 """Why a member owns a partition, derived from the group's history (``apportion explain``).
 
 From ``history(store, group)``: the claim event of the current epoch, the ``round_closed`` before it (its
-participants) and the previous owner's last event on the partition before that claim::
+participants and, in a group over named resources, their subscriptions when they differ) and the previous owner's
+last event on the partition before that claim::
 
     no earlier claim                          -> "filled": filled up to quota (it was unowned)
     previous owner = current owner            -> "reclaimed": re-claimed after its own lease lapsed
     previous owner released it, and took part -> "moved": moved from X (X was over quota in round R)
+    ... and X's subscriptions in round R
+    omit the partition's resource             -> "moved": moved from X because X stopped subscribing to <resource>
     released but not a participant, lost, or
     no event at all (lease expired)           -> "moved": moved from X because X left
     a later round closed with the owner in it -> "kept": kept as previously owned (the acquisition is kept too)
@@ -66,7 +69,7 @@ def explain(store: Store, group: str, partition: PartitionId) -> dict[str, Any]:
     given = _last_before(rounds, claim["revision"])
     given_round = None if given is None else int(given["round"])
     out["round"] = given_round
-    acquired = _acquisition(timeline, claim, given)
+    acquired = _acquisition(partition, timeline, claim, given)
     out["acquired"] = acquired
     later = [r for r in rounds if r["revision"] > claim["revision"] and owner in r.get("participants", [])]
     if later:
@@ -108,7 +111,9 @@ def _last_before(rows: list[dict[str, Any]], revision: int) -> dict[str, Any] | 
     return found
 
 
-def _acquisition(timeline: list[dict[str, Any]], claim: dict[str, Any], given: dict[str, Any] | None) -> dict[str, Any]:
+def _acquisition(
+    partition: PartitionId, timeline: list[dict[str, Any]], claim: dict[str, Any], given: dict[str, Any] | None
+) -> dict[str, Any]:
     rnd = None if given is None else int(given["round"])
     where = "" if rnd is None else f" in round {rnd}"
     before = [e for e in timeline if e["revision"] < claim["revision"]]
@@ -124,6 +129,11 @@ def _acquisition(timeline: list[dict[str, Any]], claim: dict[str, Any], given: d
     last = next((e for e in reversed(before) if e["member"] == source and e["revision"] > previous["revision"]), None)
     participants = [] if given is None else list(given.get("participants", []))
     if last is not None and last["type"] == "release" and source in participants:
+        subscriptions = (given or {}).get("subscriptions", {}).get(source)
+        resource = str(partition).rpartition("-")[0]
+        if isinstance(partition, str) and subscriptions is not None and resource not in subscriptions:
+            text = f"moved from {source} because {source} stopped subscribing to {resource}{where}"
+            return _decision("moved", source, rnd, text)
         return _decision("moved", source, rnd, f"moved from {source} ({source} was over quota{where})")
     if last is None:
         how = "its lease expired"

@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, TypeAlias
+from collections.abc import Iterable
+from typing import Any, TypeAlias, TypeVar
 
 from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.store import KeyValue
@@ -86,6 +87,27 @@ def pid_of_key(name: str) -> PartitionId | None:
         return int(name)
     head, sep, index = name.rpartition("-")
     return name if sep and head and index.isascii() and index.isdigit() else None
+
+
+_P = TypeVar("_P", bound=int | str)
+
+
+def pid_order(pid: PartitionId) -> tuple[str, int]:
+    """The sort key of a partition id, the one order of ids everywhere (callbacks, ``owned()``, status, the
+    report): an int (or its digits, as status keys name it) by value; ``<resource>-<index>`` by resource, then
+    index as an int (``orders-2`` before ``orders-10``, which text order reverses). Another string sorts by its text,
+    before the ids of a resource of that name."""
+    if isinstance(pid, int):
+        return ("", pid)
+    if pid.isascii() and pid.isdigit():
+        return ("", int(pid))
+    head, sep, index = pid.rpartition("-")
+    return (head, int(index)) if sep and index.isascii() and index.isdigit() else (pid, -1)
+
+
+def sorted_pids(pids: Iterable[_P]) -> list[_P]:
+    """``pids`` in :func:`pid_order`."""
+    return sorted(pids, key=pid_order)
 
 
 def subscribed(subscriptions: frozenset[str] | None, pid: PartitionId) -> bool:
@@ -249,6 +271,8 @@ __all__ = [
     "field",
     "owner_value",
     "pid_of_key",
+    "pid_order",
+    "sorted_pids",
     "subscribed",
     "validate_group",
     "valid_name",

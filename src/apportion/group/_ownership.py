@@ -56,6 +56,7 @@ from apportion.group._keys import (
     encode,
     field,
     owner_value,
+    sorted_pids,
     validate_member_id,
 )
 from apportion.model import AssignRequest, Plan
@@ -207,7 +208,7 @@ class FencedMember:
         with self._lock:
             if now >= self._deadline:
                 return []
-            return sorted(self._owned)
+            return sorted_pids(self._owned)
 
     def lease(self, partition: PartitionId) -> PartitionLease:
         now = self._clock.now()
@@ -568,7 +569,7 @@ class FencedMember:
             return
         now = self._clock.now()
         with self._lock:
-            owned = sorted(self._owned)
+            owned = sorted_pids(self._owned)
         self._claiming.clear()
         try:
             if owned and self._lease is not None and now < self._deadline:
@@ -650,7 +651,7 @@ class FencedMember:
             self._to_release.clear()
             return
         self._to_release.update(parts)
-        for chunk in chunks(sorted(parts)):
+        for chunk in chunks(sorted_pids(parts)):
             compares = [value_is(self.keys.owner(p), self._owner_value(parts[p])) for p in chunk]
             ops: list[Op] = [Delete(self.keys.owner(p)) for p in chunk]
             ops += self._recorder.put("release", now, partitions=list(chunk), epochs=[parts[p] for p in chunk])
@@ -659,7 +660,7 @@ class FencedMember:
                     self.store.txn([compares[chunk.index(p)]], [Delete(self.keys.owner(p))])
             for p in chunk:
                 self._to_release.pop(p, None)
-        self._trace("released", partitions=sorted(parts))
+        self._trace("released", partitions=sorted_pids(parts))
 
     def _claim(self, now: float) -> None:
         lease = self._lease
@@ -668,14 +669,14 @@ class FencedMember:
                 return
         claimed: dict[PartitionId, int] = {}
         try:
-            for chunk in chunks(sorted(self._claiming)):
+            for chunk in chunks(sorted_pids(self._claiming)):
                 claimed.update(self._claim_chunk(now, lease, list(chunk), retry=True))
         except LeaseNotFound:
             with self._lock:
                 self._lease_lost = True
         if not claimed:
             return
-        parts = sorted(claimed)
+        parts = sorted_pids(claimed)
         self._claiming.difference_update(parts)
         now = self._clock.now()
         with self._lock:

@@ -100,7 +100,7 @@ from typing import Any, Unpack
 from apportion.assign import check as check_plan
 from apportion.errors import CorruptRecord, InvalidRequest, LeaseNotFound, StoreUnavailable
 from apportion.group._config import GroupConfig
-from apportion.group._keys import Keys, PartitionId, decode, encode, validate_member_id
+from apportion.group._keys import Keys, PartitionId, decode, encode, sorted_pids, validate_member_id
 from apportion.group._ownership import (
     INF,
     FencedMember,
@@ -262,7 +262,7 @@ class RoundsMember(FencedMember):
 
     @property
     def assignment(self) -> list[PartitionId]:
-        return sorted(self._assignment)
+        return sorted_pids(self._assignment)
 
     def subscribe(self, subscriptions: Sequence[str] | None) -> None:
         """Consume ``subscriptions`` (None: every resource) from now on. Thread-safe: the stepping thread revokes at
@@ -485,7 +485,7 @@ class RoundsMember(FencedMember):
         self._assignment = frozenset(p for p in self._assignment if self.subscribes(p))
         self._claiming = {p for p in self._claiming if self.subscribes(p)}
         with self._lock:
-            revoke = sorted(p for p in self._owned if not self.subscribes(p))
+            revoke = sorted_pids(p for p in self._owned if not self.subscribes(p))
         if revoke:
             self._revoke(revoke)
         return bool(revoke)
@@ -530,7 +530,7 @@ class RoundsMember(FencedMember):
         lease = self._lease
         if lease is None:
             return
-        owned = sorted(self._assignment) if self._in_plan else []
+        owned = sorted_pids(self._assignment) if self._in_plan else []
         record: dict[str, Any] = {
             "owned": owned,
             "generation": self._plan_round if owned else 0,
@@ -709,15 +709,14 @@ class RoundsMember(FencedMember):
         if not self._dead.isdisjoint(participants) or not self._leaving.isdisjoint(set(participants) - {self.id}):
             self._need(rnd)
         with self._lock:
-            revoke = sorted(p for p in self._owned if p not in self._assignment)
+            revoke = sorted_pids(p for p in self._owned if p not in self._assignment)
             self._claiming = {p for p in self._assignment if p not in self._owned}
         standby, learners = (plan.get(name, {}).get(self.id, ()) if in_plan else () for name in ("standby", "learners"))
         self._plan_standby = tuple(map(parse, standby))
         self._plan_learners = frozenset(map(parse, learners))
         self._refresh_replicas()
-        self._trace(
-            "plan", round=rnd, in_plan=in_plan, assigned=sorted(self._assignment), revoke=revoke, kept=plan.get("kept")
-        )
+        assigned = sorted_pids(self._assignment)
+        self._trace("plan", round=rnd, in_plan=in_plan, assigned=assigned, revoke=revoke, kept=plan.get("kept"))
         if revoke:
             self._revoke(revoke)
 
@@ -732,7 +731,7 @@ class RoundsMember(FencedMember):
     def _refresh_replicas(self) -> None:
         """The plan's replicas, plus (as learners) the partitions given to me but not claimed yet: their previous
         owner is finishing its batch, and they keep warming up until it releases them."""
-        standby, learners = self._plan_standby, tuple(sorted(self._plan_learners | self._claiming))
+        standby, learners = self._plan_standby, tuple(sorted_pids(self._plan_learners | self._claiming))
         if (standby, learners) == (self._standby, self._learners):
             return
         self._standby, self._learners = standby, learners

@@ -46,7 +46,7 @@ from typing import Any, Unpack
 from apportion.assign import range_block
 from apportion.errors import InvalidRequest
 from apportion.group._config import GroupConfig
-from apportion.group._keys import Keys, PartitionId, decode, encode, field
+from apportion.group._keys import Keys, PartitionId, decode, encode, field, sorted_pids
 from apportion.group._ownership import FencedMember, MemberOptions
 from apportion.store import Event, EventType, KeyValue, Put, Store, absent, mod_revision_is
 
@@ -193,7 +193,7 @@ class StaticMember(FencedMember):
         target: set[PartitionId] = set(self.target())
         with self._lock:
             owned = set(self._owned)
-        revoke = sorted(owned - target)
+        revoke = sorted_pids(owned - target)
         if revoke:
             self._revoke(revoke)
             if self._busy_until is not None:

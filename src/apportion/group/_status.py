@@ -14,7 +14,17 @@ from typing import Any
 from apportion.errors import CorruptRecord
 from apportion.group._config import GroupConfig
 from apportion.group._coordinator import Entry
-from apportion.group._keys import Keys, PartitionId, decode, decode_epoch, decode_owner, field, pid_of_key
+from apportion.group._keys import (
+    Keys,
+    PartitionId,
+    decode,
+    decode_epoch,
+    decode_owner,
+    field,
+    pid_of_key,
+    pid_order,
+    sorted_pids,
+)
 from apportion.group._static import static_block
 from apportion.store import KeyValue, Store
 
@@ -113,12 +123,8 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     owner_leases = {p: kv.lease for p, kv in owner_kvs.items()}
     plan = None if latest_round not in plan_kvs else _plan(plan_kvs[latest_round])
     records = {latest_round: _records(record_kvs.get(latest_round, {}))}
-    if config is not None:
-        ids = config.partition_ids()
-    else:  # no definition (deleted by hand): what the records name
-        ids = sorted(
-            {*owners, *epochs, *commits}, key=lambda p: (isinstance(p, str), str(p) if isinstance(p, str) else p)
-        )
+    # no definition (deleted by hand): what the records name
+    ids = config.partition_ids() if config is not None else sorted_pids({*owners, *epochs, *commits})
     n = len(ids)
     partitions: dict[str, dict[str, Any]] = {}
     for p in ids:
@@ -156,7 +162,7 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
         "round": current_round,
         "plan_round": latest_round,
         "resource": resource,
-        "table": dict(sorted(table.items(), key=lambda item: _id_order(item[0]))),
+        "table": dict(sorted(table.items(), key=lambda item: pid_order(item[0]))),
         "failed": dict(sorted(failed.items(), key=lambda item: (-item[1]["failed_at"], item[0]))),
         **extra,
     }
@@ -167,12 +173,6 @@ def owners(store: Store, group: str) -> dict[Any, str | None]:
     ints in a one-resource group, ``<resource>-<index>`` strings otherwise (``Any``: callers know their kind)."""
     found = group_status(store, group)["partitions"].items()
     return {p if (p := pid_of_key(name)) is not None else name: info["owner"] for name, info in found}
-
-
-def _id_order(name: str) -> tuple[str, int]:
-    """Partition ids in (resource, index) order: ``7`` as ("", 7), ``orders-7`` as ("orders", 7)."""
-    head, _, index = name.rpartition("-")
-    return head, int(index) if index.isdigit() else 0
 
 
 def _subscriptions(kv: KeyValue) -> list[str] | None:
@@ -286,7 +286,7 @@ def committed(store: Store, group: str) -> dict[Any, str]:
         p = pid_of_key(kv.key[len(keys.commits) :])
         if p is not None:
             found[p] = str(field(decode(kv.value, kv.key), kv.key, "checkpoint", str))
-    return dict(sorted(found.items(), key=lambda item: str(item[0]) if isinstance(item[0], str) else f"{item[0]:09d}"))
+    return dict(sorted(found.items(), key=lambda item: pid_order(item[0])))
 
 
 def _plan(kv: KeyValue) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from apportion.errors import InvalidRequest
+from apportion.group import pid_order
 
 EVENTS_SCHEMA = (
     "revision LONG, seq LONG, time DOUBLE, type STRING, member STRING, partition INT, epoch LONG, "
@@ -41,7 +42,7 @@ def partition_numbers(events: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     (resource, index) order, 0..K-1, so that every per-partition computation keys on an int and the timeline's rows
     come grouped by resource (a one-resource group's int partitions need no numbering: empty)."""
     names = {str(e["partition"]) for e in events if isinstance(e.get("partition"), str)}
-    ordered = sorted(names, key=lambda name: (name.rpartition("-")[0], int(name.rpartition("-")[2] or 0)))
+    ordered = sorted(names, key=pid_order)
     return {name: k for k, name in enumerate(ordered)}
 
 

@@ -95,7 +95,7 @@ import pyarrow.parquet as pq
 
 from apportion import events
 from apportion.errors import ApportionError, Fenced, InvalidRequest, StoreUnavailable
-from apportion.group import PartitionId, PartitionLease
+from apportion.group import PartitionId, PartitionLease, sorted_pids
 from apportion.log import SCHEMA, PartitionedLog, Segment, segment_name
 from apportion.spark._output import (
     BATCH_COLUMN,
@@ -366,7 +366,7 @@ class Pipeline:
         self.emit("assigned", worker=self.worker_id, partitions=parts)
 
     def on_revoked(self, parts: list[int]) -> None:
-        for p in sorted(parts):
+        for p in sorted_pids(parts):
             # waits for the batch in flight that holds p (it commits first)
             with self._lock(p), self._state:
                 self._active.discard(p)
@@ -415,7 +415,7 @@ class Pipeline:
             raise InvalidRequest("pipeline", "attach a worker before running batches")
         owned = set(committer.owned())
         with self._state:
-            candidates = sorted(p for p in self._active if p in owned)
+            candidates = sorted_pids(p for p in self._active if p in owned)
         with contextlib.ExitStack() as stack:
             for p in candidates:
                 stack.enter_context(self._lock(p))
@@ -531,7 +531,7 @@ class Pipeline:
             tuple(t.partition for t in tasks),
             records,
             tuple(committed),
-            tuple(sorted(fenced)),
+            tuple(sorted_pids(fenced)),
             spark_s,
             write_s,
             commit_s,
