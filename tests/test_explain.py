@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from apportion.errors import InvalidRequest
-from apportion.group import explain
+from apportion.group import GroupConfig, explain, parse_resources
 from tests.group.harness import Harness
 
 
@@ -53,6 +53,24 @@ def test_first_round_partitions_are_filled_then_kept_and_moves_name_over_quota_a
     kept = explain(h.store, "g", stayed[0])
     assert kept["decision"]["kind"] == "kept", kept
     assert kept["acquired"]["kind"] == "filled"
+
+
+def test_a_partition_whose_owner_stopped_subscribing_to_its_resource_is_explained_by_that_not_by_quota() -> None:
+    config = GroupConfig(resources=parse_resources("orders:4,payments:4"), settle_s=0.5, min_interval_s=1.0)
+    h = Harness(config)
+    a = h.add("a")
+    h.run(3.0)
+    h.add("b")
+    h.run(4.0)
+    had = [p for p in a.owned() if str(p).startswith("orders-")]
+    assert had and len(a.owned()) == 4, h.assignment()
+    a.subscribe(["payments"])
+    h.run(4.0)
+    assert all(h.owners()[p] == "b" for p in had), h.assignment()
+    out = explain(h.store, "g", had[0])
+    assert out["acquired"]["kind"] == "moved" and out["acquired"]["from"] == "a", out
+    assert out["acquired"]["text"].startswith("moved from a because a stopped subscribing to orders in round"), out
+    assert "stopped subscribing to orders" in out["decision"]["text"] and "quota" not in out["decision"]["text"]
 
 
 def test_unknown_partition_is_an_invalid_request() -> None:

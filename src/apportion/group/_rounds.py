@@ -634,6 +634,7 @@ class RoundsMember(FencedMember):
                     replicas[name] = {mid: [pid(p) for p in parts] for mid, parts in table.items() if parts}
             if plan.probe_after_s is not None:
                 replicas["probe_after_s"] = plan.probe_after_s
+        subscribing = {"subscriptions": subscriptions} if subscriptions else {}  # explain: who stopped subscribing
         value = {
             "round": rnd,
             "participants": ids,
@@ -647,13 +648,13 @@ class RoundsMember(FencedMember):
             "closed_at": now,
             "resource_revision": self._config_revision,
             "partitions": config.partitions,
-            **({"subscriptions": subscriptions} if subscriptions else {}),
+            **subscribing,
             **replicas,
         }
         ops: list[Op] = [Put(self.keys.plan(rnd), encode(value)), Put(self.keys.latest, encode({"round": rnd}))]
         ops += [Delete(self.keys.round(old), prefix=True) for old in sorted(older)]
         movement = {"moves": moves, "min_moves": min_moves, "deferred": deferred, "kept": kept}
-        ops += self._recorder.put("round_closed", now, round=rnd, participants=ids, **movement)
+        ops += self._recorder.put("round_closed", now, round=rnd, participants=ids, **movement, **subscribing)
         compares = [
             absent(self.keys.plan(rnd)),
             mod_revision_is(self.keys.joined(rnd), joined_rev),
