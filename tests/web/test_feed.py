@@ -20,7 +20,7 @@ import httpx
 import pytest
 import uvicorn
 
-from apportion.group import GroupConfig, Keys, encode
+from apportion.group import GroupConfig, Keys, encode, parse_resources
 from apportion.store import connect
 from apportion.waiting import wait_for
 from apportion.web import Feed, allowed_hosts, dashboard_app
@@ -262,3 +262,28 @@ def test_without_the_dashboard_extra_the_command_says_how_to_install_it(tmp_path
         "apportion: error: this command needs the dashboard extra (starlette is not installed): "
         "pip install 'apportion[dashboard]'\n"
     )
+
+
+def test_a_group_over_named_resources_shows_its_ids_in_order_and_explains_one(tmp_path: Path) -> None:
+    """Issue 20's ids on the page: ``<resource>-<index>`` in the partitions, the members' lists and the timeline, in
+    the groups' one order (resource, then index as a number), and explain answers for one of them."""
+    url = f"memory://{uuid.uuid4().hex}"
+    h = Harness(GroupConfig(resources=parse_resources("clicks:2,orders:11"), settle_s=0.5, min_interval_s=1.0))
+    h.store = connect(url, clock=h.clock)
+    for mid, subs in (("a", None), ("b", ["orders"])):
+        h.add(mid, subscriptions=subs)
+    h.run(4.0)
+    with following(url, now=h.clock.now, refresh_s=0.1) as feed, server(feed) as base:
+        state = until(feed, "every named partition owned", lambda s: len(s["partitions"]) == 13 and all(
+            p["owner"] for p in s["partitions"]))  # fmt: skip
+        ids = [p["partition"] for p in state["partitions"]]
+        assert ids == ["clicks-0", "clicks-1", *(f"orders-{i}" for i in range(11))]
+        b = next(m for m in state["members"] if m["id"] == "b")
+        assert b["partitions"] and all(p.startswith("orders-") for p in b["partitions"])
+        assert b["partitions"] == sorted(b["partitions"], key=lambda p: int(p.split("-")[1]))  # orders-2 < orders-10
+        until(feed, "timeline segments of named partitions", lambda s: {seg["partition"] for seg in s["timeline"]}
+              >= set(ids))  # fmt: skip
+        why = httpx.get(f"{base}/api/explain/orders-10", timeout=10)
+        assert why.status_code == 200 and why.json()["partition"] == "orders-10", why.text
+        wrong = httpx.get(f"{base}/api/explain/payments-0", timeout=10)
+        assert wrong.status_code == 400, wrong.text

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from apportion.errors import ApportionError, Compacted, CorruptRecord, LeaseNotFound
-from apportion.group import Keys, checkpoint_offset, decode, group_status, history
+from apportion.group import Keys, PartitionId, checkpoint_offset, decode, group_status, history, sorted_pids
 from apportion.model import round_lower_bound
 from apportion.store import EventType, Store, Watch, connect, redact, redact_url, url_secrets
 
@@ -99,7 +99,7 @@ class Feed:
         # member -> (read at: monotonic, and the feed's clock; seconds since its lease was renewed)
         self._heartbeats: dict[str, tuple[float, float, float | None]] = {}
         self._segments: list[dict[str, Any]] = []
-        self._open: dict[int, dict[str, Any]] = {}  # partition -> its open timeline segment
+        self._open: dict[PartitionId, dict[str, Any]] = {}  # partition -> its open timeline segment
         self._plans: list[dict[str, Any]] = []
         self._faults: list[dict[str, Any]] = []
         self._left: dict[str, float] = {}  # member -> time of its last "left" event
@@ -277,7 +277,7 @@ class Feed:
         start = self._now() - self.window_s
         for e in events:
             p, member, at = e.get("partition"), e.get("member"), e.get("time")
-            if not isinstance(p, int) or not isinstance(at, int | float):
+            if not isinstance(p, int | str) or isinstance(p, bool) or not isinstance(at, int | float):
                 continue
             if e.get("type") == "claim":
                 self._switch(p, str(member), float(at))
@@ -287,7 +287,7 @@ class Feed:
                     self._switch(p, None, float(at))
         self._segments = [s for s in self._segments if s["end"] is None or s["end"] > start]
 
-    def _switch(self, p: int, member: str | None, at: float) -> None:
+    def _switch(self, p: PartitionId, member: str | None, at: float) -> None:
         """Partition ``p`` is owned by ``member`` (None: nobody) from ``at``: close its open segment, open one."""
         segment = self._open.pop(p, None)
         if segment is not None:
@@ -313,9 +313,10 @@ class Feed:
         self._take_members(snapshot, registrations, heartbeats, now)
         for p, info in snapshot["partitions"].items():
             owner = info["owner"]
-            segment = self._open.get(int(p))
+            pid = _pid(p)
+            segment = self._open.get(pid)
             if (segment["member"] if segment else None) != owner:
-                self._switch(int(p), owner, now)
+                self._switch(pid, owner, now)
         start = now - self.window_s
         self._segments = [s for s in self._segments if s["end"] is None or s["end"] > start]
         self._publish()
@@ -367,8 +368,8 @@ class Feed:
             entry.update(
                 alive=True,
                 gone_at=None,
-                partitions=sorted(int(p) for p in info["partitions"]),
-                lapsing=sorted(int(p) for p in info.get("lapsing", [])),
+                partitions=sorted_pids(_pid(p) for p in info["partitions"]),
+                lapsing=sorted_pids(_pid(p) for p in info.get("lapsing", [])),
                 heartbeat_age_s=age,
                 last_heartbeat_at=None if age is None else now - age,
             )
@@ -448,7 +449,7 @@ class Feed:
         partitions = []
         for p, info in snapshot["partitions"].items():
             row = {
-                "partition": int(p),
+                "partition": _pid(p),
                 "owner": info["owner"],
                 "epoch": info["epoch"],
                 "checkpoint": info["checkpoint"],
@@ -475,3 +476,10 @@ class Feed:
 
 
 __all__ = ["Feed"]
+
+
+def _pid(p: object) -> PartitionId:
+    """A partition id as the status snapshot keys it (a string): an int in a one-resource group, ``<resource>-<index>``
+    as it is in a named one."""
+    text = str(p)
+    return int(text) if text.isdigit() else text
