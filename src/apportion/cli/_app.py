@@ -84,8 +84,42 @@ def _redacting_log_records() -> None:
     logging.setLogRecordFactory(make)
 
 
+# every command -> the module that registers it on ``app``: imported when that command runs (or ``--help`` lists it),
+# so `apportion assign` loads neither the group layers nor Spark's, rich's or another command's imports
+COMMANDS = {
+    "assign": "apportion.cli._assign",
+    "dashboard": "apportion.cli._dashboard",
+    "demo": "apportion.cli._demo",
+    "demo-strategies": "apportion.cli._strategies_demo",
+    "explain": "apportion.cli._explain",
+    "pipeline": "apportion.cli._pipeline",
+    "rebalance": "apportion.cli._rebalance",
+    "report": "apportion.cli._report",
+    "route": "apportion.cli._route",
+    "scale": "apportion.cli._scale",
+    "simulate": "apportion.cli._simulate",
+    "spark": "apportion.cli._spark",
+    "status": "apportion.cli._status",
+    "subscribe": "apportion.cli._subscribe",
+    "worker": "apportion.cli._worker",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands (:data:`COMMANDS`) are imported by name when first asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            importlib.import_module(COMMANDS[cmd_name])  # registers it with @app.command()
+        return self.commands.get(cmd_name)
+
+
 @click.group(
     name="apportion",
+    cls=LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
 )
 @click.version_option(package_name="apportion")
