@@ -4,6 +4,6 @@ Each command lives in its own module (``_assign.py``, ``_worker.py``, ...) that 
 group imports it only when that command runs or ``--help`` lists it (``_app.COMMANDS``: one line per command).
 """
 
-from apportion.cli._app import app, main
+from apportion.cli._app import app, main, run
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "run"]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from apportion.assign import dumps_plan, gc_paused, loads_request, plan
-from apportion.cli._app import app
+from apportion.cli._app import app, keep_until_exit
 from apportion.errors import InvalidRequest
 from apportion.model import Partition, Plan
 
@@ -81,7 +81,9 @@ def assign(input_path: Path | None, fmt: str) -> None:
 
 
 def _assign(input_path: Path | None, fmt: str) -> None:
-    result = plan(loads_request(_read_request(input_path)))
+    request = loads_request(_read_request(input_path))
+    result = plan(request)
+    keep_until_exit(request, result)  # not freed one by one when this is the whole process
     if fmt == "table":
         from rich.console import Console
 
