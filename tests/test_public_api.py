@@ -1,7 +1,13 @@
 """The top-level API is exactly what the README documents."""
 
+import ast
+import importlib
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import apportion
 
@@ -20,15 +26,12 @@ def test_every_exported_name_exists() -> None:
         assert hasattr(apportion, name), name
 
 
-def test_the_lazy_spark_face_names_each_export_once_for_runtime_and_type_checkers() -> None:
-    """``apportion.spark`` loads its names lazily (``_LAZY``) and declares them again under ``TYPE_CHECKING`` for
-    mypy: the two lists and ``__all__`` must agree, and every name must load."""
-    import ast
-    import importlib
-
-    import apportion.spark as spark
-
-    source = Path(spark.__file__).read_text()
+@pytest.mark.parametrize("module_name", ["apportion", "apportion.spark"])
+def test_a_lazy_face_names_each_export_once_for_runtime_and_type_checkers(module_name: str) -> None:
+    """``apportion`` and ``apportion.spark`` load their names lazily (``_LAZY``) and declare them again under
+    ``TYPE_CHECKING`` for mypy: the two lists and ``__all__`` must agree, and every name must load."""
+    face = importlib.import_module(module_name)
+    source = Path(face.__file__ or "").read_text()
     declared = {
         alias.name
         for node in ast.walk(ast.parse(source))
@@ -37,7 +40,21 @@ def test_the_lazy_spark_face_names_each_export_once_for_runtime_and_type_checker
         if isinstance(stmt, ast.ImportFrom)
         for alias in stmt.names
     }
-    lazy = set(spark._LAZY)
-    assert declared == lazy == set(spark.__all__)
-    for name, module in spark._LAZY.items():
+    lazy = set(face._LAZY)
+    assert declared == lazy == set(face.__all__)
+    for name, module in face._LAZY.items():
         assert hasattr(importlib.import_module(module), name), f"{module} has no {name}"
+
+
+def test_importing_apportion_loads_no_layer_until_a_name_is_used() -> None:
+    """``import apportion`` (and so `apportion assign`) does not load the group, store and worker layers; ``from
+    apportion import Group`` does, and gives the worker layer's class."""
+    code = (
+        "import sys, apportion\n"
+        "before = sorted(m for m in ('apportion.group', 'apportion.store', 'apportion.worker') if m in sys.modules)\n"
+        "from apportion import Group\n"
+        "import apportion.worker\n"
+        "print(before, Group is apportion.worker.Group, 'Group' in dir(apportion))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["[]", "True", "True"]

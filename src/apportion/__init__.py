@@ -1,25 +1,57 @@
 """apportion: continuously assign the partitions of a resource to a changing fleet of workers.
 
 Balanced (by count or capacity), sticky (few moves), exclusive (one owner at a time, fenced by epochs).
+
+Names load lazily (PEP 562): ``import apportion`` costs nothing beyond this module, and ``from apportion import
+Group`` loads the group, store and worker layers only then. So `apportion assign` and ``apportion.assign`` never pay
+for the layers they do not use.
 """
 
-from apportion.errors import (
-    ApportionError,
-    Compacted,
-    Conflict,
-    Fenced,
-    InvalidRequest,
-    LeaseNotFound,
-    NotEnoughMembers,
-    PlanViolation,
-    StoreUnavailable,
-)
-from apportion.group import Router
-from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
-from apportion.store import Store, connect
-from apportion.worker import Group, PartitionLease, Worker
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from apportion._lazy import lazy_names
+
+if TYPE_CHECKING:  # the same names, eagerly, for type checkers
+    from apportion.errors import (
+        ApportionError,
+        Compacted,
+        Conflict,
+        Fenced,
+        InvalidRequest,
+        LeaseNotFound,
+        NotEnoughMembers,
+        PlanViolation,
+        StoreUnavailable,
+    )
+    from apportion.group import Router
+    from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
+    from apportion.store import Store, connect
+    from apportion.worker import Group, PartitionLease, Worker
 
 __version__ = "0.1.0"
+
+# every public name -> the module it loads from
+_LAZY = {
+    name: module
+    for module, names in {
+        "apportion.errors": "ApportionError Compacted Conflict Fenced InvalidRequest LeaseNotFound NotEnoughMembers "
+        "PlanViolation StoreUnavailable",
+        "apportion.group": "Router",
+        "apportion.model": "AssignRequest Member Move Partition Plan PlanStats Resource",
+        "apportion.store": "Store connect",
+        "apportion.worker": "Group PartitionLease Worker",
+    }.items()
+    for name in names.split()
+}
+
+__getattr__ = lazy_names(__name__, _LAZY)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "ApportionError",

@@ -149,3 +149,28 @@ def test_high_availability_option_out_of_range_exits_2() -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "options.max_warmup_replicas" in proc.stderr
+
+
+def test_a_process_ends_without_teardown_only_after_the_whole_plan_is_written() -> None:
+    """`apportion assign` as its own process ends with ``os._exit`` (no freeing of the plan, no atexit) once stdout
+    is flushed: a plan far larger than a pipe's buffer arrives whole; in process, ``main`` frees what it kept."""
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('teardown ran', file=sys.stderr))\n"
+        "from apportion.cli import run\n"
+        "run()\n"
+    )
+    request = {"strategy": "sticky", "resources": {"t": 20_000}, "members": {f"m{i}": {} for i in range(7)}}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "assign"], input=json.dumps(request), capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert sum(len(parts) for parts in json.loads(proc.stdout)["assignment"].values()) == 20_000
+    version = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and version.stderr == "teardown ran\n", "a command that kept nothing exits normally"
+
+    from apportion.cli import _app
+    from tests.cli.run import cli
+
+    assert cli("assign", stdin=json.dumps(request)).code == 0
+    assert _app._KEPT == [], "main() in process must free what the command kept"

@@ -1,7 +1,5 @@
 """`python -m apportion.cli`: the same entry point as the `apportion` command."""
 
-import sys
+from apportion.cli import run
 
-from apportion.cli import main
-
-sys.exit(main())
+run()

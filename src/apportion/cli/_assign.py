@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from apportion.assign import dumps_plan, gc_paused, loads_request, plan
-from apportion.cli._app import app
+from apportion.cli._app import app, keep_until_exit
 from apportion.errors import InvalidRequest
 from apportion.model import Partition, Plan
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def compact(parts: tuple[Partition, ...]) -> str:
@@ -30,6 +32,8 @@ def compact(parts: tuple[Partition, ...]) -> str:
 
 
 def render_table(result: Plan) -> Table:
+    from rich.table import Table  # only for --format table: the JSON path does not load rich
+
     moved_in: dict[str, int] = {}
     moved_out: dict[str, int] = {}
     for mv in result.moves:
@@ -77,8 +81,12 @@ def assign(input_path: Path | None, fmt: str) -> None:
 
 
 def _assign(input_path: Path | None, fmt: str) -> None:
-    result = plan(loads_request(_read_request(input_path)))
+    request = loads_request(_read_request(input_path))
+    result = plan(request)
+    keep_until_exit(request, result)  # not freed one by one when this is the whole process
     if fmt == "table":
+        from rich.console import Console
+
         Console().print(render_table(result))
         return
     out = dumps_plan(result) + b"\n"

@@ -1,0 +1,24 @@
+"""PEP 562 lazy package faces: a package's public names load from their modules on first use (``apportion``,
+``apportion.spark``), so importing the package costs only its ``__init__``."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def lazy_names(face: str, names: Mapping[str, str]) -> Callable[[str], Any]:
+    """The module ``__getattr__`` of package ``face``: ``names`` maps each public name to the module it is in; a name
+    is imported on first use and then kept on the package (later lookups do not come here)."""
+
+    def load(name: str) -> Any:
+        module = names.get(name)
+        if module is None:
+            raise AttributeError(f"module {face!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        setattr(sys.modules[face], name, value)
+        return value
+
+    return load
