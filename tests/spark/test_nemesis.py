@@ -137,6 +137,23 @@ def test_belief_overlaps_end_a_late_reported_belief_at_the_members_own_deadline(
     assert [o["partition"] for o in belief_overlaps([late, Incarnation("d#3", [_assigned(11.5, 3)])], 1.6)] == [3]
 
 
+def test_belief_overlaps_end_a_revocation_that_a_freeze_outlasted_at_the_members_reported_deadline() -> None:
+    """A nemesis finding (seed 215281227, thin workers): on_revoked of partition 5 began in time and waited for the
+    batch holding it; the process was frozen meanwhile, past its deadline (belief until 70.9); on resume the batch's
+    commit was fenced, on_revoked returned at 77.6 and on_lost followed at once, naming 5 with that deadline. The
+    partition's next owner claimed it at 71.3: after the belief ended, so no overlap."""
+    zombie = Incarnation("w3#2", [_assigned(66.5, 3, 4, 5), {"event": "fenced", "time": 77.62, "partition": 5},
+                                  {"event": "revoked", "time": 77.64, "partitions": [5]},
+                                  {"event": "lost", "time": 77.65, "partitions": [3, 4, 5], "belief_until": 70.9}],
+                         stops=((68.2, 72.2),))  # fmt: skip
+    taker = Incarnation("w1#0", [_assigned(71.3, 5)])
+    assert belief_overlaps([zombie, taker], deadline_s=1.6) == []
+    # a loss reported with a deadline after the taker's claim is still an overlap
+    late = Incarnation("w3#2", [_assigned(66.5, 5), {"event": "revoked", "time": 77.64, "partitions": [5]},
+                                {"event": "lost", "time": 77.65, "partitions": [5], "belief_until": 71.5}])  # fmt: skip
+    assert [o["partition"] for o in belief_overlaps([late, taker], 1.6)] == [5]
+
+
 def test_belief_overlaps_find_two_workers_on_one_partition() -> None:
     first = Incarnation("a#0", [_assigned(1.0, 0), {"event": "batch", "time": 4.0}])  # believes until its end
     second = Incarnation("b#1", [_assigned(2.0, 0), {"event": "commit", "time": 3.0, "partition": 0}])

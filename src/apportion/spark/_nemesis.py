@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import random
 import shutil
@@ -187,6 +188,17 @@ class Incarnation:
     killed_at: float | None = None
 
 
+def reported_end(events: Sequence[Mapping[str, Any]], partition: int, after: float) -> float:
+    """The ``belief_until`` of the first ``lost`` event at or after ``after`` that names ``partition`` (infinity when
+    there is none): the member's own deadline, when a loss it reports late had ended its belief."""
+    for e in events:
+        if e.get("event") != "lost" or float(e.get("time", 0.0)) < after:
+            continue
+        if partition in {int(p) for p in e.get("partitions", ())}:
+            return float(e.get("belief_until", math.inf))
+    return math.inf
+
+
 def belief_overlaps(processes: Sequence[Incarnation], deadline_s: float) -> list[dict[str, Any]]:
     """Pairs of worker processes that believed one partition at once, from their event lines.
 
@@ -194,6 +206,8 @@ def belief_overlaps(processes: Sequence[Incarnation], deadline_s: float) -> list
     ``lost`` of ``p`` (the definition of belief in ``apportion.group._ownership``: a fenced commit ends it through
     ``on_lost``), or its end (when it was killed, else its last event). A ``lost`` event's ``belief_until`` (the
     member's local deadline when it had passed: a frozen process reports its loss late) ends the belief there.
+    A ``revoked`` followed by a ``lost`` of the same partition ends at that loss's ``belief_until`` if earlier
+    (``on_revoked`` began in time and returned after the deadline: it waited for a batch that a freeze held).
     A process frozen with SIGSTOP longer than ``deadline_s`` (0.8 ttl) lost its belief at ``from + deadline_s`` at the
     latest (its last acknowledged renewal was before the freeze) when it ends that belief by ``lost`` or dies, not by
     a graceful ``revoked``: its late report is then not an overlap. Times are one machine's wall clock.
@@ -221,11 +235,15 @@ def belief_overlaps(processes: Sequence[Incarnation], deadline_s: float) -> list
             if kind == "assigned":
                 for p in e.get("partitions", ()):
                     open_at.setdefault(int(p), t)
-            elif kind == "revoked":  # a graceful revocation: the worker believed until then, frozen or not
+            elif kind == "revoked":  # a graceful revocation: the worker believed until then, frozen or not ...
                 for p in e.get("partitions", ()):
                     start = open_at.pop(int(p), None)
                     if start is not None:
-                        intervals.append((int(p), start, t, label))
+                        # ... unless its own report ends the belief earlier: an on_revoked that began in time and
+                        # returned after the deadline (it waited for a batch a freeze held) is followed by on_lost
+                        # of that partition, whose belief_until is when the belief really ended
+                        until = min(t, reported_end(events, int(p), t))
+                        intervals.append((int(p), start, max(start, until), label))
             elif kind == "lost":
                 until = min(t, float(e.get("belief_until", t)))
                 for p in e.get("partitions", ()):
