@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -79,19 +80,25 @@ class WorkerProcess:
 
     def start(self, *, replace: bool = False) -> None:
         """``replace``: fence a live member of the same id (a restart after kill -9, before its lease expired)."""
+        args = self.arguments(replace=replace)
+        if self._reader is not None:
+            self._reader.join(10)  # the previous incarnation's lines are all written
+        with self.log.open("ab") as err:
+            self.process = subprocess.Popen(  # a session of its own: kill -9 reaches its children (a JVM) too
+                self.host.command(*args), stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
+        self._reader = threading.Thread(target=self._read, args=(self.process,), daemon=True)
+        self._reader.start()
+
+    def arguments(self, *, replace: bool) -> list[str]:
+        """The worker's command line (run inside its host's namespace)."""
         args = [APPORTION, "worker", "--store", self.store_url, "--group", self.group, "--id", self.name,
                 "--partitions", str(PARTITIONS), "--commit-every", str(COMMIT_EVERY_S), "--ttl", str(self.ttl_s),
                 "--connect-timeout", "3600", *(["--replace"] if replace else [])]  # fmt: skip
         if self.clock is not None:
             args = ["env", f"PYTHONPATH={SKEWED_CLOCK}", f"APPORTION_TEST_CLOCK={self.clock}", *args]
-        if self._reader is not None:
-            self._reader.join(10)  # the previous incarnation's lines are all written
-        with self.log.open("ab") as err:
-            self.process = subprocess.Popen(
-                self.host.command(*args), stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL
-            )
-        self._reader = threading.Thread(target=self._read, args=(self.process,), daemon=True)
-        self._reader.start()
+        return args
 
     def _read(self, process: subprocess.Popen[bytes]) -> None:
         assert process.stdout is not None
@@ -129,7 +136,7 @@ class WorkerProcess:
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
-            self.process.kill()
+            os.killpg(self.process.pid, signal.SIGKILL)  # its session: the process and its children
             self.process.wait(10)
         if self._reader is not None:
             self._reader.join(10)

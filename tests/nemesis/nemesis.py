@@ -164,9 +164,11 @@ def _inject(dep: Deployment, planned: Planned) -> str:
     return target
 
 
-def wait_recovered(dep: Deployment, deadline_s: float, after: str, *, require: str | None = None) -> None:
-    """Every partition has an owner record of a running worker (read from the store by the control host), and
-    ``require``, if given, owns one of them."""
+def wait_recovered(
+    dep: Deployment, deadline_s: float, after: str, *, require: str | None = None, partitions: int = PARTITIONS
+) -> None:
+    """Every one of ``partitions`` has an owner record of a running worker (read from the store by the control
+    host), and ``require``, if given, owns one of them."""
     last: dict[int, str] = {}
 
     def recovered() -> bool:
@@ -178,7 +180,7 @@ def wait_recovered(dep: Deployment, deadline_s: float, after: str, *, require: s
             return False
         running = {name for name, w in dep.workers.items() if w.running}
         owners = set(last.values())
-        return sorted(last) == list(range(PARTITIONS)) and owners <= running and (require is None or require in owners)
+        return sorted(last) == list(range(partitions)) and owners <= running and (require is None or require in owners)
 
     wait_for(f"every partition owned by a running worker after {after}", recovered, deadline_s, poll_s=0.2,
              context=lambda: f"owners: {last}")  # fmt: skip
