@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from apportion.errors import Fenced
+from apportion.errors import Fenced, StoreUnavailable
 from apportion.group import GroupConfig, PartitionLease
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline, transform
@@ -247,3 +247,41 @@ def test_the_zombies_state_and_output_stay_exactly_once_after_it_is_fenced(spark
         (p, o) for p in (0, 1) for o in range(log.end_offset("r", p))
     ]
     assert verify_state(h.store, "g", log, "r").ok
+
+
+class Unreachable(Ownership):
+    """A committer cut off from its store for its first ``calls`` reads: each raises StoreUnavailable, as a member's
+    store call does while the worker cannot reach any endpoint."""
+
+    def __init__(self, partitions: list[int], calls: int) -> None:
+        super().__init__(partitions)
+        self.failing = calls
+
+    def checkpoint(self, partition: int) -> str | None:
+        if self.failing > 0:
+            self.failing -= 1
+            raise StoreUnavailable("etcd unreachable after 5s: 10.0.0.1:2379: connection timed out")
+        return super().checkpoint(partition)
+
+
+def test_a_store_that_does_not_answer_is_waited_for_and_the_batches_resume_exactly_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A nemesis finding (issue 19, a pipeline worker cut off from etcd): the batch loop let StoreUnavailable end the
+    worker (exit 1) where `apportion worker` waits for its store. It now says so once, waits, re-plans from the
+    committed checkpoints and commits every record exactly once when the store answers."""
+    log = _log(tmp_path)
+    out = tmp_path / "out"
+    ownership = Unreachable([0, 1], calls=5)
+    events = Events()
+    pipeline = Pipeline(spark, log, out, "r", batch_records=100, emit=events, worker_id="w")
+    pipeline.attach(ownership)
+    pipeline.on_assigned([0, 1])
+    pipeline.run(threading.Event(), idle_s=0.01, exit_after_idle_s=0.2)
+    assert ownership.failing == 0
+    assert [e["error"][:16] for e in events.of("store_unavailable")] == ["etcd unreachable"]  # one line per outage
+    assert [e["after_attempts"] for e in events.of("store_answers")] == [5]
+    checkpoints = {p: Checkpoint.parse(c, p) for p, c in ownership.commits.items()}
+    assert {p: c.offset for p, c in checkpoints.items()} == {p: log.end_offset("r", p) for p in (0, 1)}
+    rows = sum(pq.read_table(out / rel).num_rows for c in checkpoints.values() for rel in c.outputs)
+    assert rows == log.end_offset("r", 0) + log.end_offset("r", 1)

@@ -568,22 +568,40 @@ class Pipeline:
             self._cache.clear()
 
 
+STORE_RETRY_MAX_S = 1.0
+"""The longest pause between two turns of the batch loop while the store does not answer."""
+
+
 def run_batches(
     pipelines: Sequence[Pipeline], stop: threading.Event, *, idle_s: float = 0.2, exit_after_idle_s: float = 0.0
 ) -> None:
     """One batch loop over ``pipelines`` (one per resource, sharing a worker and its Spark session: each turn runs
     a batch of every one of them) until ``stop`` is set, or ``exit_after_idle_s`` passes without work. A failed
     Spark job is retried with a growing pause, re-planned from the committed checkpoints, up to
-    ``MAX_FAILED_BATCHES`` in a row."""
+    ``MAX_FAILED_BATCHES`` in a row. A store that does not answer (the worker cut off from it, an election) is
+    waited for as long as it takes, as ``apportion worker`` waits once registered: nothing of the turn was committed,
+    and the member's lease decides what it still owns (``on_lost`` at its deadline, registering again when the store
+    answers); the batches are re-planned from the committed checkpoints."""
     first = pipelines[0]
     idle_since: float | None = None
-    failures = 0
+    failures = outage = 0
     while not stop.is_set():
         try:
             worked = False
             for pipeline in pipelines:
                 worked = pipeline.run_once() is not None or worked
             failures = 0
+            if outage:
+                first.emit("store_answers", worker=first.worker_id, after_attempts=outage)
+                outage = 0
+        except StoreUnavailable as exc:
+            outage += 1
+            if outage == 1:  # one line per outage, not per attempt
+                first.emit("store_unavailable", worker=first.worker_id, error=str(exc)[:300])
+            for pipeline in pipelines:
+                pipeline.forget_checkpoints()
+            stop.wait(min(idle_s * 2 ** min(outage, 8), STORE_RETRY_MAX_S))
+            continue
         except ApportionError:
             raise  # ours (a bad transform's columns, the store): not a Spark job that may succeed again
         except Exception as exc:
