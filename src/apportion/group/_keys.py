@@ -89,6 +89,13 @@ def pid_of_key(name: str) -> PartitionId | None:
     return name if sep and head and index.isascii() and index.isdigit() else None
 
 
+def pid_of_text(text: str) -> PartitionId:
+    """A partition id that JSON or a key carries as text: its int in a one-resource group (``"7"``), else the text
+    itself (``"orders-7"``)."""
+    pid = pid_of_key(text)
+    return text if pid is None else pid
+
+
 _P = TypeVar("_P", bound=int | str)
 
 
@@ -271,6 +278,7 @@ __all__ = [
     "field",
     "owner_value",
     "pid_of_key",
+    "pid_of_text",
     "pid_order",
     "sorted_pids",
     "subscribed",

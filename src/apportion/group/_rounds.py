@@ -100,7 +100,7 @@ from typing import Any, Unpack
 from apportion.assign import check as check_plan
 from apportion.errors import CorruptRecord, InvalidRequest, LeaseNotFound, StoreUnavailable
 from apportion.group._config import GroupConfig
-from apportion.group._keys import Keys, PartitionId, decode, encode, sorted_pids, validate_member_id
+from apportion.group._keys import Keys, PartitionId, decode, encode, pid_of_text, sorted_pids, validate_member_id
 from apportion.group._ownership import (
     INF,
     FencedMember,
@@ -804,7 +804,7 @@ def _member(
         rack=record.get("rack"),
         standby=tuple(map(part, record.get("standby", []))),
         learners=tuple(map(part, record.get("learners", []))),
-        lag={part(int(p) if p.isdigit() else p): int(n) for p, n in lag.items()},  # JSON keys are strings
+        lag={part(pid_of_text(p)): int(n) for p, n in lag.items()},  # JSON keys are strings
         join_revision=joined,
         ready=tuple(map(part, was_ready)),
     )

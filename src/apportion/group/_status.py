@@ -22,6 +22,7 @@ from apportion.group._keys import (
     decode_owner,
     field,
     pid_of_key,
+    pid_of_text,
     pid_order,
     sorted_pids,
 )
@@ -172,7 +173,7 @@ def owners(store: Store, group: str) -> dict[Any, str | None]:
     """Every partition of ``group`` with the member its owner record names (None: unowned). Keys are partition ids:
     ints in a one-resource group, ``<resource>-<index>`` strings otherwise (``Any``: callers know their kind)."""
     found = group_status(store, group)["partitions"].items()
-    return {p if (p := pid_of_key(name)) is not None else name: info["owner"] for name, info in found}
+    return {pid_of_text(name): info["owner"] for name, info in found}
 
 
 def _subscriptions(kv: KeyValue) -> list[str] | None:

@@ -77,6 +77,7 @@ from apportion.group import (
     StaticMember,
     Tracer,
     parse_resources,
+    pid_of_text,
     set_replicas,
     stored_replicas,
     validate_settings,
@@ -668,8 +669,7 @@ class Simulation:
                 broadcast.append(event)
                 wake = True
             elif rest.startswith("owner/") and event.type is EventType.DELETE:
-                pid = rest[6:]  # a one-resource group's ids are ints, a named group's "<resource>-<index>"
-                freed.add(int(pid) if pid.isdigit() else pid)
+                freed.add(pid_of_text(rest[6:]))
         if broadcast or freed:
             # One pass over the members (in their fixed order, so the pushes and their seeded tie-breaks are the same
             # as delivering event by event): every live member gets the broadcast events, in order, and a step; a

@@ -40,7 +40,16 @@ from collections.abc import Callable
 from typing import Any
 
 from apportion.errors import ApportionError, Compacted, CorruptRecord, LeaseNotFound
-from apportion.group import Keys, PartitionId, checkpoint_offset, decode, group_status, history, sorted_pids
+from apportion.group import (
+    Keys,
+    PartitionId,
+    checkpoint_offset,
+    decode,
+    group_status,
+    history,
+    pid_of_text,
+    sorted_pids,
+)
 from apportion.model import round_lower_bound
 from apportion.store import EventType, Store, Watch, connect, redact, redact_url, url_secrets
 
@@ -313,7 +322,7 @@ class Feed:
         self._take_members(snapshot, registrations, heartbeats, now)
         for p, info in snapshot["partitions"].items():
             owner = info["owner"]
-            pid = _pid(p)
+            pid = pid_of_text(str(p))
             segment = self._open.get(pid)
             if (segment["member"] if segment else None) != owner:
                 self._switch(pid, owner, now)
@@ -368,8 +377,8 @@ class Feed:
             entry.update(
                 alive=True,
                 gone_at=None,
-                partitions=sorted_pids(_pid(p) for p in info["partitions"]),
-                lapsing=sorted_pids(_pid(p) for p in info.get("lapsing", [])),
+                partitions=sorted_pids(pid_of_text(str(p)) for p in info["partitions"]),
+                lapsing=sorted_pids(pid_of_text(str(p)) for p in info.get("lapsing", [])),
                 heartbeat_age_s=age,
                 last_heartbeat_at=None if age is None else now - age,
             )
@@ -449,7 +458,7 @@ class Feed:
         partitions = []
         for p, info in snapshot["partitions"].items():
             row = {
-                "partition": _pid(p),
+                "partition": pid_of_text(str(p)),
                 "owner": info["owner"],
                 "epoch": info["epoch"],
                 "checkpoint": info["checkpoint"],
@@ -476,10 +485,3 @@ class Feed:
 
 
 __all__ = ["Feed"]
-
-
-def _pid(p: object) -> PartitionId:
-    """A partition id as the status snapshot keys it (a string): an int in a one-resource group, ``<resource>-<index>``
-    as it is in a named one."""
-    text = str(p)
-    return int(text) if text.isdigit() else text
