@@ -103,11 +103,13 @@ def test_soak_many_seeds_with_every_strategy() -> None:
     assert not failures, f"failing seeds: {failures[:5]}"
 
 
-@pytest.mark.parametrize(("seed", "strategy"), [(1581, "weighted"), (6104, "range")])
+@pytest.mark.parametrize(("seed", "strategy"), [(6104, "range")])
 def test_a_fenced_partition_that_the_plan_still_gives_its_member_is_claimed_again(seed: int, strategy: str) -> None:
     """In these soak seeds a commit stuck in a hanging store call returns after the belief window and is refused
     (fenced): the member releases the partition, and it stayed unowned until the next round (heartbeat 30 s) because
-    the plan still gave it to that member, so nobody else claimed it."""
+    the plan still gave it to that member, so nobody else claimed it. Since claims wait for the owner record's
+    deletion instead of polling, 6104 is the one seed of 1,000-11,000 that still reaches this scenario (checked with
+    ``RoundsMember._reclaim`` disabled: it then fails, and only it); 1581 no longer fences."""
     base = small(seed)
     config = SimConfig(
         members=base.members, partitions=base.partitions, events=base.events + 5, seed=seed, strategy=strategy

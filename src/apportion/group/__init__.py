@@ -37,6 +37,7 @@ from apportion.group._keys import (
     validate_member_id,
 )
 from apportion.group._ownership import (
+    CHUNK,
     Callback,
     DelayHook,
     FencedMember,
@@ -70,6 +71,7 @@ from apportion.group._status import (
 )
 
 __all__ = [
+    "CHUNK",
     "DEFAULT_RETENTION_S",
     "EVENT_TYPES",
     "FAILED_RETENTION_S",

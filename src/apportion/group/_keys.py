@@ -157,6 +157,10 @@ class Keys:
     def owner(self, partition: PartitionId) -> str:
         return f"{self.prefix}owner/{partition}"
 
+    @property
+    def owners(self) -> str:
+        return self.prefix + "owner/"
+
     def epoch(self, partition: PartitionId) -> str:
         return f"{self.prefix}epoch/{partition}"
 

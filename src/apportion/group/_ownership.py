@@ -56,16 +56,32 @@ from apportion.group._keys import (
     encode,
     field,
     owner_value,
+    pid_of_key,
     sorted_pids,
     validate_member_id,
 )
 from apportion.model import AssignRequest, Plan
-from apportion.store import Delete, Event, Get, Op, Put, Store, Watch, absent, mod_revision_is, value_is
+from apportion.store import (
+    Delete,
+    Event,
+    EventType,
+    Get,
+    Op,
+    Put,
+    Store,
+    Watch,
+    absent,
+    mod_revision_is,
+    value_is,
+)
 from apportion.store import Lease as StoreLease
 
 INF = math.inf
 T = TypeVar("T")
-CHUNK = 30  # partitions per claim/release txn (etcd allows 128 ops per txn by default)
+# partitions per claim/release txn: a claim takes 2 compares, 2 puts (+1 history put) and 2 gets per partition, and
+# etcd allows 128 of each per txn by default (``--max-txn-ops``)
+CHUNK = 60
+CLAIM_SLICE_S = 0.5  # claiming one step does before it drains its watch again (a newer plan may want other things)
 _ID_RETRY_S = 0.25  # how often a member whose id is held by another registration looks again
 
 # partition ids: ints in a one-resource group, ``<resource>-<index>`` strings otherwise (``Any``: a callback typed
@@ -186,6 +202,10 @@ class FencedMember:
         self._epochs: dict[PartitionId, tuple[int, int]] = {}  # partition -> (last epoch, epoch key mod_revision)
         self._owner_values: dict[int, bytes] = {}  # epoch -> this member's owner value, encoded once
         self._to_release: dict[PartitionId, int] = {}
+        # wanted partitions another member's owner record holds -> when that was seen; claimed again at the record's
+        # deletion event, not polled (at size, polling every claim_retry_s was most of the store's load)
+        self._held: dict[PartitionId, float] = {}
+        self._uncertain: set[PartitionId] = set()  # claims whose txn outcome is unknown: ``_settle_uncertain``
         # partitions fenced by commit (-> epoch), awaiting on_lost and release on the stepping thread
         self._fenced: dict[PartitionId, int] = {}
         # store work a lapse left for later, done by _clean_up before the member registers again
@@ -390,6 +410,8 @@ class FencedMember:
                 self._release(now, fenced)
             if self._to_release:
                 self._release(now, dict(self._to_release))
+            if self._uncertain and self._lease is not None:
+                self._settle_uncertain(self._lease)
             if self._busy_until is not None:
                 return self._busy_until
             return self._advance(now)
@@ -421,7 +443,10 @@ class FencedMember:
         self._inbox = []
         if self._watch is not None:
             events.extend(self._watch.poll())
+        owners = self.keys.owners
         for event in events:
+            if event.kv.key.startswith(owners):
+                self._note_owner_event(event)
             self._on_event(event)
 
     def _on_event(self, event: Event) -> None:
@@ -540,6 +565,8 @@ class FencedMember:
         lost = list(held)
         epochs = list(held.values())
         self._claiming.clear()
+        self._held.clear()
+        self._uncertain.clear()  # records an unknown claim may have written die with the lapsed lease
         self._to_release.clear()
         self._revoke_started = None
         self._renew_failing = False
@@ -663,32 +690,85 @@ class FencedMember:
         self._trace("released", partitions=sorted_pids(parts))
 
     def _claim(self, now: float) -> None:
+        """Claim the wanted partitions not known to be held by another member, chunk by chunk, applying each chunk
+        as it lands (on_assigned per chunk: a member never holds owner records it does not act on), for at most
+        ``CLAIM_SLICE_S`` per step (the step then drains its watch: a newer plan may want something else)."""
         lease = self._lease
         with self._lock:
             if lease is None or now >= self._deadline:
                 return
-        claimed: dict[PartitionId, int] = {}
         try:
-            for chunk in chunks(sorted_pids(self._claiming)):
-                claimed.update(self._claim_chunk(now, lease, list(chunk), retry=True))
+            began = self._clock.now()
+            for chunk in chunks(self._claimable(began)):
+                claimed = self._claim_chunk(now, lease, list(chunk), retry=True)
+                if claimed and not self._apply_claims(lease, claimed):
+                    return
+                if self._clock.now() - began >= CLAIM_SLICE_S:
+                    break
         except LeaseNotFound:
             with self._lock:
                 self._lease_lost = True
-        if not claimed:
-            return
+
+    def _claimable(self, now: float) -> list[PartitionId]:
+        """The wanted partitions worth a claim now: not held by another member's record, unless that record was
+        seen more than a ttl ago (its deletion event is what frees it: ``_note_owner_event``; the ttl is a bound
+        on a missed one)."""
+        held = self._held
+        for p in [p for p in held if p not in self._claiming]:
+            del held[p]
+        retry_before = now - self.config.ttl_s
+        return sorted_pids(p for p in self._claiming if held.get(p, -INF) <= retry_before)
+
+    def _apply_claims(self, lease: StoreLease, claimed: Mapping[PartitionId, int]) -> bool:
+        """Believe ``claimed`` and call on_assigned; False when the lease ended meanwhile (the claims die with it)."""
         parts = sorted_pids(claimed)
         self._claiming.difference_update(parts)
         now = self._clock.now()
         with self._lock:
             if now >= self._deadline or self._lease is not lease:
-                return  # the claims die with the lease; the lapse path runs at the next step
+                return False  # the lapse path runs at the next step
             self._owned.update(claimed)
         self._trace("assigned", partitions=parts, epochs=[claimed[p] for p in parts])
         self._call(self._on_assigned, parts)
+        return True
+
+    def _settle_uncertain(self, lease: StoreLease) -> None:
+        """Claims whose transaction's outcome is unknown (the store did not answer) may have written owner records
+        under this lease: read them; adopt those still wanted, give the others back (a record nobody acts on would
+        keep its partition from everyone for as long as this member lives)."""
+        while self._uncertain:
+            chunk = sorted_pids(self._uncertain)[:CHUNK]
+            found = self.store.txn([], [Get(self.keys.owner(p)) for p in chunk]).responses
+            mine: dict[PartitionId, int] = {}
+            for p, kvs in zip(chunk, found, strict=True):
+                assert isinstance(kvs, list)
+                if kvs and kvs[0].lease == lease.id:
+                    member, epoch = decode_owner(kvs[0])
+                    if member == self.id:
+                        mine[p] = epoch
+                        self._epochs[p] = (epoch, kvs[0].mod_revision)  # a claim writes owner and epoch together
+            wanted = {p: e for p, e in mine.items() if p in self._claiming}
+            self._uncertain.difference_update(chunk)
+            if mine.keys() - wanted.keys():
+                self._trace("give_back", partitions=sorted_pids(mine.keys() - wanted.keys()))
+                self._release(self._clock.now(), {p: e for p, e in mine.items() if p not in wanted})
+            if wanted and not self._apply_claims(lease, wanted):
+                return
+
+    def _note_owner_event(self, event: Event) -> None:
+        """An owner record was deleted (released, or its lease ended): a claim of that partition may succeed now."""
+        if event.type is EventType.DELETE:
+            pid = pid_of_key(event.kv.key[len(self.keys.owners) :])
+            if pid is not None:
+                self._held.pop(pid, None)
 
     def _claim_chunk(
         self, now: float, lease: StoreLease, chunk: list[PartitionId], *, retry: bool
     ) -> dict[PartitionId, int]:
+        """One claim transaction: every partition of ``chunk`` (absent owner record, unchanged epoch) or none. On
+        failure the owner and epoch records read back say which are free (claimed again once, ``retry``), which
+        another member holds (``_held``) and which are this member's own under this lease: a claim whose outcome
+        it did not learn (adopted)."""
         compares = []
         success: list[Op] = []
         failure: list[Op] = []
@@ -703,13 +783,19 @@ class FencedMember:
             failure += [Get(owner_key), Get(epoch_key)]
         epochs = [self._epochs.get(p, (0, 0))[0] + 1 for p in chunk]
         success += self._recorder.put("claim", now, partitions=chunk, epochs=epochs)
-        result = self.store.txn(compares, success, failure)
+        try:
+            result = self.store.txn(compares, success, failure)
+        except StoreUnavailable:
+            self._uncertain.update(chunk)  # written or not: settled by reading back (``_settle_uncertain``)
+            raise
         if result.succeeded:
             for p, epoch in zip(chunk, epochs, strict=True):
                 self._epochs[p] = (epoch, result.revision)
             self._trace("claim", partitions=chunk, epochs=epochs)
             return dict(zip(chunk, epochs, strict=True))
         free: list[PartitionId] = []
+        mine: dict[PartitionId, int] = {}
+        seen = self._clock.now()
         for i, p in enumerate(chunk):
             owner_kvs, epoch_kvs = result.responses[2 * i], result.responses[2 * i + 1]
             assert isinstance(owner_kvs, list) and isinstance(epoch_kvs, list)
@@ -719,11 +805,18 @@ class FencedMember:
                 self._epochs[p] = (0, 0)
             if not owner_kvs:
                 free.append(p)
-            else:  # a record no claim wrote (bound to no lease) would hold p forever: say so instead of waiting
-                decode_owner(owner_kvs[0])
+                continue
+            # a record no claim wrote (bound to no lease) would hold p forever: say so instead of waiting
+            member, epoch = decode_owner(owner_kvs[0])
+            if member == self.id and owner_kvs[0].lease == lease.id:
+                mine[p] = epoch
+            else:
+                self._held[p] = seen
+        if mine:
+            self._trace("adopted", partitions=sorted_pids(mine))
         if free and retry:
-            return self._claim_chunk(now, lease, free, retry=False)
-        return {}
+            mine.update(self._claim_chunk(now, lease, free, retry=False))
+        return mine
 
     # -- helpers -------------------------------------------------------------------------------------------
 

@@ -654,7 +654,7 @@ class Simulation:
         n = len(self._prefix)
         broadcast: list[Event] = []
         wake = False
-        freed: set[PartitionId] = set()
+        freed: dict[PartitionId, Event] = {}
         quiet_registrations = self.config.mode == "rounds"
         for event in events:
             rest = event.kv.key[n:]
@@ -669,7 +669,7 @@ class Simulation:
                 broadcast.append(event)
                 wake = True
             elif rest.startswith("owner/") and event.type is EventType.DELETE:
-                freed.add(pid_of_text(rest[6:]))
+                freed[pid_of_text(rest[6:])] = event
         if broadcast or freed:
             # One pass over the members (in their fixed order, so the pushes and their seeded tie-breaks are the same
             # as delivering event by event): every live member gets the broadcast events, in order, and a step; a
@@ -679,7 +679,10 @@ class Simulation:
             for sim in self._live():
                 if broadcast:
                     sim.inbox.events.extend(broadcast)
-                if not wake and (not freed or freed.isdisjoint(sim.member._claiming)):
+                waiting = [e for p, e in freed.items() if p in sim.member._claiming] if freed else []
+                if waiting:  # the deletion is what a member waiting for that partition claims it at
+                    sim.inbox.events.extend(waiting)
+                elif not wake:
                     continue
                 if now < sim.next_step:  # _schedule_step, inline: this loop runs for every member
                     sim.next_step = now
