@@ -133,7 +133,8 @@ _META = (
     " (SELECT min(expires_at) FROM leases) FROM meta WHERE id = 0"
 )
 _SET_COMPACTED = "UPDATE meta SET compacted = ? WHERE id = 0"
-_GET = "SELECT key, value, create_revision, mod_revision, version, lease FROM kv WHERE key = ?"
+_SELECT_KV = "SELECT key, value, create_revision, mod_revision, version, lease FROM kv"
+_GET = _SELECT_KV + " WHERE key = ?"
 _RANGE = (
     "SELECT key, value, create_revision, mod_revision, version, lease FROM kv WHERE key >= ? AND key < ? ORDER BY key"
 )
@@ -250,6 +251,21 @@ class SqliteConfig:
 
 def _kv(row: Sequence[Any]) -> KeyValue:
     return KeyValue(row[0], row[1], row[2], row[3], row[4], row[5])
+
+
+_IN_BATCH = 500  # keys per ``IN (...)`` query: well under SQLite's bound-parameter limit
+
+
+def _read_keys(conn: sqlite3.Connection, keys: set[str]) -> dict[str, KeyValue | None]:
+    """The current value of each of ``keys`` (None: absent), in one query per ``_IN_BATCH`` keys."""
+    found: dict[str, KeyValue | None] = dict.fromkeys(keys)
+    wanted = sorted(keys)
+    for i in range(0, len(wanted), _IN_BATCH):
+        batch = wanted[i : i + _IN_BATCH]
+        marks = ",".join("?" * len(batch))
+        for row in conn.execute(f"{_SELECT_KV} WHERE key IN ({marks})", batch):
+            found[row[0]] = _kv(row)
+    return found
 
 
 def _event(row: Sequence[Any]) -> Event:
@@ -608,57 +624,65 @@ class SqliteStore(Store):
         writes = _validate_txn(compares, on_success, on_failure)
 
         def body(conn: sqlite3.Connection, state: _State) -> TxnResult:
-            known: dict[str, KeyValue | None] = {}
-            succeeded = True
-            for compare in compares:
-                if compare.key not in known:
-                    row = conn.execute(_GET, (compare.key,)).fetchone()
-                    known[compare.key] = None if row is None else _kv(row)
-                if not compare.holds(known[compare.key]):
-                    succeeded = False
-                    break
+            # a few statements per transaction, not several per key: every statement gives up the GIL and takes it
+            # back, and while another thread of the process runs Python (a watch, a plan) each take-back can wait a
+            # switch interval, all of it with the write lock held (a 60-partition claim held it ~60 ms, and other
+            # members' lease renewals starved behind a crowd of them)
+            puts = [op for op in (*on_success, *on_failure) if isinstance(op, Put)]
+            known = _read_keys(conn, {c.key for c in compares} | {op.key for op in puts})
+            succeeded = all(compare.holds(known[compare.key]) for compare in compares)
             ops = on_success if succeeded else on_failure
-            for op in ops:
-                if (
-                    isinstance(op, Put)
-                    and op.lease
-                    and conn.execute("SELECT 1 FROM leases WHERE id = ?", (op.lease,)).fetchone() is None
-                ):
-                    raise LeaseNotFound(f"lease {op.lease} not found")
+            for lease in sorted({op.lease for op in ops if isinstance(op, Put) and op.lease}):
+                if conn.execute("SELECT 1 FROM leases WHERE id = ?", (lease,)).fetchone() is None:
+                    raise LeaseNotFound(f"lease {lease} not found")
             base = state.revision
             revision = base + 1
             wrote = False
             responses: list[list[KeyValue] | int | None] = []
+            pending: list[KeyValue] = []  # puts not yet written: flushed before a Get or Delete reads the table
             for op in ops:
+                if isinstance(op, Put):
+                    old = known[op.key]
+                    if old is None:
+                        kv = KeyValue(op.key, op.value, revision, revision, 1, op.lease)
+                    else:
+                        kv = KeyValue(op.key, op.value, old.create_revision, revision, old.version + 1, op.lease)
+                    pending.append(kv)
+                    known[op.key] = kv
+                    wrote = True
+                    responses.append(None)
+                    continue
+                self._write_puts(conn, state, pending)
                 if isinstance(op, Get):
                     if op.prefix:
                         rows = conn.execute(_RANGE, (op.key, prefix_end(op.key))).fetchall()
                     else:
                         rows = conn.execute(_GET, (op.key,)).fetchall()
                     responses.append([_kv(row) for row in rows])
-                elif isinstance(op, Put):
-                    if op.key in known:
-                        old = known[op.key]
-                    else:
-                        row = conn.execute(_GET, (op.key,)).fetchone()
-                        old = None if row is None else _kv(row)
-                    if old is None:
-                        kv = KeyValue(op.key, op.value, revision, revision, 1, op.lease)
-                    else:
-                        kv = KeyValue(op.key, op.value, old.create_revision, revision, old.version + 1, op.lease)
-                    conn.execute(_UPSERT, (kv.key, kv.value, kv.create_revision, revision, kv.version, kv.lease))
-                    self._log(conn, state, _PUT, kv)
-                    known[op.key] = kv
-                    wrote = True
-                    responses.append(None)
                 else:
                     count = self._delete(conn, state, op, revision, known)
                     wrote = wrote or count > 0
                     responses.append(count)
+            self._write_puts(conn, state, pending)
             state.revision = revision if wrote else base
             return TxnResult(succeeded, tuple(responses), state.revision)
 
         return self._write(body) if writes else self._read(body)
+
+    def _write_puts(self, conn: sqlite3.Connection, state: _State, pending: list[KeyValue]) -> None:
+        """Write ``pending`` puts (in order: a key put twice keeps its last value) and their events; empty it."""
+        if not pending:
+            return
+        conn.executemany(_UPSERT, [(kv.key, kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)
+                                   for kv in pending])  # fmt: skip
+        first = state.event_idx
+        conn.executemany(
+            _EVENT,
+            [(kv.mod_revision, first + i, _PUT, kv.key, kv.value, kv.create_revision, kv.version, kv.lease)
+             for i, kv in enumerate(pending)],
+        )  # fmt: skip
+        state.event_idx += len(pending)
+        pending.clear()
 
     def _log(self, conn: sqlite3.Connection, state: _State, kind: int, kv: KeyValue) -> None:
         conn.execute(
