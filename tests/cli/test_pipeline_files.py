@@ -5,14 +5,20 @@ Parquet file, a truncated or empty ``_manifest.json`` or ``_resource.json``, a c
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from apportion.group import Keys, encode
+from apportion.log import PartitionedLog
+from apportion.store import connect
 from tests.cli.run import Result, cli
 
 GROUP = "orders"  # the group and its resource
@@ -35,6 +41,31 @@ def files(directory: Path) -> dict[str, bytes]:
         for f in sorted(directory.rglob("*"))
         if f.is_file() or f.is_symlink()
     }
+
+
+def commit(tmp_path: Path, checkpoints: dict[int, dict[str, object]]) -> None:
+    """Store ``checkpoints`` (partition -> checkpoint JSON) as the group's commit records, as a worker would."""
+    with connect(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        for p, checkpoint in checkpoints.items():
+            record = {"checkpoint": json.dumps(checkpoint), "epoch": 1, "member": "w1"}
+            store.put(Keys(GROUP).commit(p), encode(record))
+
+
+def output_rows(log: PartitionedLog, p: int) -> pa.Table:
+    """What the default transform writes for every record of partition ``p`` (the columns verify compares)."""
+    table = log.read(GROUP, p)
+    return pa.table(
+        {
+            "partition": pa.array([p] * table.num_rows, pa.int32()),
+            "offset": table.column("offset"),
+            "key": table.column("key"),
+            "value": table.column("value"),
+        }
+    )
+
+
+def batch_rel(p: int, end: int) -> str:
+    return f"{GROUP}/p={p}/batch={0:020d}-{end:020d}-e{1:010d}"
 
 
 def the_error(result: Result, path: Path | str, reason: str) -> None:
@@ -92,7 +123,53 @@ def test_produce_refuses_segments_an_older_manifest_does_not_list_and_deletes_no
     assert files(tmp_path / "log") == before
 
 
+# -- a checkpoint that names paths outside the output -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("escape", ["relative", "absolute", "symlink"])
+def test_verify_never_reads_outside_the_output_a_checkpoint_names(tmp_path: Path, escape: str) -> None:
+    """The files outside hold exactly the right records, so a verify that read them would pass (it did)."""
+    assert produce(tmp_path / "log", 300).code == 0
+    log = PartitionedLog(tmp_path / "log")
+    outside, out = tmp_path / "outside", tmp_path / "out"
+    checkpoints: dict[int, dict[str, object]] = {}
+    for p in range(2):
+        rows = output_rows(log, p)
+        (outside / str(p)).mkdir(parents=True)
+        pq.write_table(rows, outside / str(p) / "part-00000.parquet")
+        rel = {"relative": f"../outside/{p}", "absolute": str(outside / str(p)), "symlink": batch_rel(p, rows.num_rows)}
+        if escape == "symlink":
+            (out / rel[escape]).parent.mkdir(parents=True)
+            (out / rel[escape]).symlink_to(outside / str(p), target_is_directory=True)
+        checkpoints[p] = {"offset": rows.num_rows, "outputs": [rel[escape]]}
+    out.mkdir(exist_ok=True)
+    commit(tmp_path, checkpoints)
+    result = verify(tmp_path)
+    assert result.code == 2, result.stderr
+    assert re.match(
+        "apportion: error: a store record is corrupt: the committed checkpoint of partition 0 lists the output .*, "
+        "which (is not a relative path inside|leads out of) the output directory",
+        result.one_error_line(),
+    ), result.stderr
+
+
 # -- corrupt files ------------------------------------------------------------------------------------------------
+
+
+def test_verify_names_a_truncated_output_file_and_what_to_do(tmp_path: Path) -> None:
+    assert produce(tmp_path / "log", 300).code == 0
+    log = PartitionedLog(tmp_path / "log")
+    checkpoints: dict[int, dict[str, object]] = {}
+    for p in range(2):
+        rows = output_rows(log, p)
+        (tmp_path / "out" / batch_rel(p, rows.num_rows)).mkdir(parents=True)
+        pq.write_table(rows, tmp_path / "out" / batch_rel(p, rows.num_rows) / "part-00000.parquet")
+        checkpoints[p] = {"offset": rows.num_rows, "outputs": [batch_rel(p, rows.num_rows)]}
+    commit(tmp_path, checkpoints)
+    assert verify(tmp_path).code == 0
+    part = tmp_path / "out" / batch_rel(1, checkpoints[1]["offset"]) / "part-00000.parquet"  # type: ignore[arg-type]
+    part.write_bytes(part.read_bytes()[:-100])
+    the_error(verify(tmp_path), part, r"not a whole Parquet file .*; restore it from a backup, or rebuild the output")
 
 
 @pytest.mark.parametrize("content", [b"", b'{"version": 1, "end_offset": 1'], ids=["empty", "truncated"])
