@@ -18,6 +18,7 @@ import pytest
 
 from apportion.group import Keys, encode
 from apportion.log import PartitionedLog
+from apportion.spark.state import Aggregate, append_changelog
 from apportion.store import connect
 from tests.cli.run import Result, cli
 
@@ -183,3 +184,14 @@ def test_produce_and_verify_name_a_truncated_or_empty_log_file(tmp_path: Path, n
     the_error(produce(tmp_path / "log", 10), path, reason)
     the_error(verify(tmp_path), path, reason)
     assert files(tmp_path / "log") == before
+
+
+def test_verify_names_a_truncated_changelog_manifest(tmp_path: Path) -> None:
+    """A stateful group's changelog is a resource of the log: verify rebuilds the state from it."""
+    assert produce(tmp_path / "log", 100).code == 0
+    log = PartitionedLog(tmp_path / "log")
+    first, end = append_changelog(log, GROUP, 0, {"key-1": Aggregate(1, 3)})
+    commit(tmp_path, {0: {"offset": 0, "outputs": [], "changelog": [[first, end]]}})
+    manifest = tmp_path / "log" / f"{GROUP}.changelog" / "0" / "_manifest.json"
+    manifest.write_bytes(manifest.read_bytes()[:20])
+    the_error(verify(tmp_path), manifest, r"not JSON \(truncated\?\); restore it from a backup")
