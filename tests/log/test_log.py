@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from apportion.errors import CorruptFile, InvalidRequest
 from apportion.log import PartitionedLog, Producer, segment_name
+from apportion.log import _log as log_module
 from apportion.log._log import records_table
 from apportion.routing import partition_for
 
@@ -226,6 +227,23 @@ def test_a_first_append_writes_the_manifest_before_its_segment_so_its_crash_leav
     assert sorted(n for n in os.listdir(tmp_path / "log" / "orders" / "0") if n.endswith(".parquet")) == [
         segment_name(0, 0)
     ]
+
+
+def test_a_reader_that_finds_no_manifest_and_then_the_first_segment_reads_the_manifest_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race of a reader (no lock) with a first append: the reader finds no manifest, the append writes the
+    manifest then its segment, the reader lists the segment. It is no lost manifest: the second look finds it."""
+    log = _log(tmp_path, 1)
+    listing = log_module._segments_on_disk
+
+    def the_first_append_lands_now(directory: Path) -> list[str]:
+        monkeypatch.setattr(log_module, "_segments_on_disk", listing)
+        PartitionedLog(log.root).append("orders", 0, records_table([("a", "0")]))
+        return listing(directory)
+
+    monkeypatch.setattr(log_module, "_segments_on_disk", the_first_append_lands_now)
+    assert log.end_offset("orders", 0) == 1
 
 
 MANIFESTS = {
