@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apportion.clock import VirtualClock
-from apportion.errors import ApportionError, InvalidRequest
+from apportion.errors import ApportionError, CorruptFile, InvalidRequest
 from apportion.log import PartitionedLog
 from apportion.log._log import records_table
 from apportion.spark.state import (
@@ -233,6 +234,24 @@ def test_restore_fails_loudly_when_a_committed_range_is_missing_or_corrupt(
     assert store.position == 0 and len(store) == 0  # nothing half-applied
     with pytest.raises(InvalidRequest, match="max_records"):
         restore(log, "counts", 1, store, ((0, 1),), max_records=-1)
+
+
+@pytest.mark.parametrize("name", ["_manifest.json", "_resource.json"])
+def test_a_truncated_changelog_file_is_a_corrupt_file_naming_it_for_restore_and_append(
+    log: PartitionedLog, store: PartitionState, name: str
+) -> None:
+    """Issue 28: a truncated changelog manifest was an internal error (JSONDecodeError) in a stateful worker."""
+    active = Active(log, 1)
+    active.process([("a", "1"), ("b", "22")])
+    path = log.root / changelog_resource("counts") / ("1" if name == "_manifest.json" else "") / name
+    path.write_bytes(path.read_bytes()[:15])
+    for attempt in (
+        lambda: restore(log, "counts", 1, store, active.ranges),
+        lambda: append_changelog(log, "counts", 1, {"c": Aggregate(1, 1)}),
+    ):
+        with pytest.raises(CorruptFile, match=f"^{re.escape(str(path))}: not JSON .*; restore it from a backup"):
+            attempt()
+    assert store.position == 0
 
 
 @settings(max_examples=25, deadline=None)
