@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import logging
+import re
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apportion.clock import VirtualClock
-from apportion.errors import ApportionError, InvalidRequest
+from apportion.errors import ApportionError, CorruptFile, InvalidRequest
 from apportion.log import PartitionedLog
 from apportion.log._log import records_table
 from apportion.spark.state import (
@@ -234,6 +236,24 @@ def test_restore_fails_loudly_when_a_committed_range_is_missing_or_corrupt(
         restore(log, "counts", 1, store, ((0, 1),), max_records=-1)
 
 
+@pytest.mark.parametrize("name", ["_manifest.json", "_resource.json"])
+def test_a_truncated_changelog_file_is_a_corrupt_file_naming_it_for_restore_and_append(
+    log: PartitionedLog, store: PartitionState, name: str
+) -> None:
+    """Issue 28: a truncated changelog manifest was an internal error (JSONDecodeError) in a stateful worker."""
+    active = Active(log, 1)
+    active.process([("a", "1"), ("b", "22")])
+    path = log.root / changelog_resource("counts") / ("1" if name == "_manifest.json" else "") / name
+    path.write_bytes(path.read_bytes()[:15])
+    for attempt in (
+        lambda: restore(log, "counts", 1, store, active.ranges),
+        lambda: append_changelog(log, "counts", 1, {"c": Aggregate(1, 1)}),
+    ):
+        with pytest.raises(CorruptFile, match=f"^{re.escape(str(path))}: not JSON .*; restore it from a backup"):
+            attempt()
+    assert store.position == 0
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     st.lists(st.tuples(batch_st, st.booleans()), min_size=1, max_size=6),
@@ -353,10 +373,36 @@ def test_threads_sharing_one_store_apply_without_losing_updates(store: Partition
     assert len(store) == 200
 
 
+CORRUPTIONS = {
+    "not a database": lambda data: b"this is not a database, just enough bytes to look like a header" * 4,
+    "truncated": lambda data: data[: len(data) // 2],
+    "pages zeroed": lambda data: data[:4096] + bytes(len(data) - 4096),
+}
+
+
+@pytest.mark.parametrize("corrupt", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
+def test_a_corrupt_state_file_is_rebuilt_from_the_changelog_with_a_warning(
+    corrupt: Callable[[bytes], bytes], log: PartitionedLog, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The local file is a cache of the committed changelog: a corrupt one is started again and replayed whole."""
+    active = Active(log, 1)
+    for batch in range(3):
+        active.process([(f"key-{i}", "v" * (i % 7 + batch)) for i in range(700)])
+    with PartitionState.open(tmp_path / "state", 1) as state:
+        restore(log, "counts", 1, state, active.ranges)
+        state._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # everything in the file, as after a clean stop
+    path = tmp_path / "state" / "1.sqlite"
+    path.write_bytes(corrupt(path.read_bytes()))
+    with caplog.at_level(logging.WARNING, "apportion.state"), PartitionState.open(tmp_path / "state", 1) as state:
+        assert state.position == 0 and len(state) == 0
+        assert restore(log, "counts", 1, state, active.ranges) == 3 * 700
+        assert state.snapshot() == reference_fold(active.committed)
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert warning.startswith(f"local state {path} is corrupt (")
+    assert warning.endswith("rebuilding it from the changelog (it is a cache)")
+
+
 def test_sqlite_failures_surface_as_apportion_errors(tmp_path: Path) -> None:
-    (tmp_path / "0.sqlite").write_bytes(b"this is not a database, just enough bytes to look like a header" * 4)
-    with pytest.raises(ApportionError, match="cannot open"):
-        PartitionState.open(tmp_path, 0)
     (tmp_path / "file").write_text("")
     with pytest.raises(ApportionError, match="directory"):
         PartitionState.open(tmp_path / "file", 0)

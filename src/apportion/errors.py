@@ -8,6 +8,8 @@ pyspark) are mapped at the boundary with ``raise ... from exc``.
 - ``StoreUnavailable`` — the store cannot be reached or locked in time.
 - ``SparkUnavailable`` — Spark cannot be started (no Java) or its Connect server cannot be reached.
 - ``CorruptRecord``    — a record in the store is not what apportion writes there (names the key); the CLI exits 2.
+- ``CorruptFile``      — a file apportion wrote is not what it wrote (truncated, emptied, deleted, tampered with):
+                         names the path and what to do; the CLI exits 2.
 - ``Conflict``         — a compare-and-set lost a race that the caller cannot retry on its own.
 - ``LeaseNotFound``    — the lease expired or was revoked (or never existed).
 - ``Compacted``        — a watch asked for history older than the store's compaction point.
@@ -64,6 +66,24 @@ class CorruptRecord(ApportionError):
         self.reason = reason
 
 
+class CorruptFile(ApportionError):
+    """A file apportion wrote and now reads back as input (a log manifest or segment, ``_resource.json``, a committed
+    output) is not what it wrote: truncated, emptied, deleted or edited by hand, lost in a copy.
+
+    Exit 2, as ``CorruptRecord`` and for the same reason: the files are the operator's data, retrying cannot heal
+    them, and apportion does not guess (it never deletes or rewrites what it cannot prove is its own garbage). The
+    message names ``path``, says what is wrong (``reason``) and what to do (``remedy``). A disk that fails to read is
+    not this error: that is a runtime fault (exit 1)."""
+
+    exit_code = 2
+
+    def __init__(self, path: object, reason: str, remedy: str) -> None:
+        super().__init__(f"{path}: {reason}; {remedy}")
+        self.path = str(path)
+        self.reason = reason
+        self.remedy = remedy
+
+
 class Conflict(ApportionError):
     """A compare-and-set transaction lost a race."""
 
@@ -105,6 +125,7 @@ __all__ = [
     "ApportionError",
     "Compacted",
     "Conflict",
+    "CorruptFile",
     "CorruptRecord",
     "Fenced",
     "InvalidRequest",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import multiprocessing
 import os
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apportion.errors import InvalidRequest
+from apportion.errors import CorruptFile, InvalidRequest
 from apportion.log import PartitionedLog, Producer, segment_name
+from apportion.log import _log as log_module
 from apportion.log._log import records_table
 from apportion.routing import partition_for
 
@@ -145,6 +147,174 @@ def test_a_failed_append_between_temp_write_and_rename_commits_nothing_and_is_cl
     log.append("orders", 0, records_table([("c", "2")]))
     assert log.read("orders", 0).column("value").to_pylist() == ["0", "2"]
     assert not [n for n in os.listdir(tmp_path / "log" / "orders" / "0") if n.startswith(".tmp-")]
+
+
+def at(path: Path, reason: str) -> str:
+    """The regex of a ``CorruptFile`` message about ``path``: the path, then ``reason`` (a regex)."""
+    return f"^{re.escape(str(path))}: {reason}"
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    """Every file under ``directory`` with its bytes."""
+    return {str(f.relative_to(directory)): f.read_bytes() for f in sorted(directory.rglob("*")) if f.is_file()}
+
+
+def _three_appends(tmp_path: Path) -> tuple[PartitionedLog, Path]:
+    log = _log(tmp_path, 1)
+    for size in (3, 2, 4):
+        log.append("orders", 0, records_table([(f"k{i}", f"v{i}") for i in range(size)]))
+    return log, tmp_path / "log" / "orders" / "0"
+
+
+@pytest.mark.parametrize("segments", [1, 3])
+def test_a_partition_whose_manifest_is_lost_is_refused_and_nothing_is_deleted(tmp_path: Path, segments: int) -> None:
+    """Issue 28: segments without a manifest were taken for torn appends, deleted, and the offsets restarted at 0.
+    With one segment too: a first append's segment is never without a manifest (it is written first)."""
+    log = _log(tmp_path, 1)
+    for size in (3, 2, 4)[:segments]:
+        log.append("orders", 0, records_table([(f"k{i}", f"v{i}") for i in range(size)]))
+    directory = tmp_path / "log" / "orders" / "0"
+    (directory / "_manifest.json").unlink()
+    before = _files(tmp_path)
+    for attempt in (
+        lambda: log.append("orders", 0, records_table([("new", "record")])),
+        lambda: log.end_offset("orders", 0),
+        lambda: log.read("orders", 0),
+        lambda: log.segments("orders", 0),
+        lambda: log.check("orders"),
+    ):
+        with pytest.raises(CorruptFile, match=at(directory, rf"{segments} segment file\(s\) .* but no _manifest.json")):
+            attempt()
+    assert _files(tmp_path) == before
+
+
+def test_an_unlisted_segment_that_is_no_torn_append_is_refused_and_nothing_is_deleted(tmp_path: Path) -> None:
+    """An older manifest restored over newer segments: only an unlisted segment starting at the manifest's end can be
+    a torn append; the others are committed data the manifest lost track of."""
+    log, directory = _three_appends(tmp_path)
+    older = (directory / "_manifest.json").read_bytes()
+    log.append("orders", 0, records_table([("a", "9"), ("b", "10")]))
+    log.append("orders", 0, records_table([("c", "11")]))
+    (directory / "_manifest.json").write_bytes(older)  # ends at 9: 9-10 could be torn, 11-11 cannot
+    (directory / ".tmp-77-x.parquet").write_bytes(b"half")
+    before = _files(tmp_path)
+    for attempt in (lambda: log.append("orders", 0, records_table([("d", "12")])), lambda: log.check("orders")):
+        with pytest.raises(
+            CorruptFile, match=at(directory, rf"segment file\(s\) {segment_name(11, 11)} are not listed")
+        ):
+            attempt()
+    assert _files(tmp_path) == before
+    assert log.end_offset("orders", 0) == 9  # readers read what the manifest lists
+
+
+def test_a_first_append_writes_the_manifest_before_its_segment_so_its_crash_leaves_a_torn_append(
+    tmp_path: Path,
+) -> None:
+    def crash_at_the_segment(tmp: Path) -> None:
+        if tmp.name.endswith(".parquet"):
+            assert (tmp.parent / "_manifest.json").read_text() == '{"version": 1, "end_offset": 0, "segments": []}'
+            os.replace(tmp, tmp.parent / segment_name(0, 1))  # the rename happened, the manifest update did not
+            raise OSError(5, "I/O error")
+
+    log = _log(tmp_path, 1)
+    with pytest.raises(OSError, match="I/O error"):
+        PartitionedLog(log.root, fault=crash_at_the_segment).append(
+            "orders", 0, records_table([("a", "0"), ("b", "1")])
+        )
+    assert log.end_offset("orders", 0) == 0
+    log.append("orders", 0, records_table([("c", "2")]))  # the torn segment 0-1 is cleaned up, not refused
+    assert log.read("orders", 0).column("value").to_pylist() == ["2"]
+    assert sorted(n for n in os.listdir(tmp_path / "log" / "orders" / "0") if n.endswith(".parquet")) == [
+        segment_name(0, 0)
+    ]
+
+
+def test_a_reader_that_finds_no_manifest_and_then_the_first_segment_reads_the_manifest_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race of a reader (no lock) with a first append: the reader finds no manifest, the append writes the
+    manifest then its segment, the reader lists the segment. It is no lost manifest: the second look finds it."""
+    log = _log(tmp_path, 1)
+    listing = log_module._segments_on_disk
+
+    def the_first_append_lands_now(directory: Path) -> list[str]:
+        monkeypatch.setattr(log_module, "_segments_on_disk", listing)
+        PartitionedLog(log.root).append("orders", 0, records_table([("a", "0")]))
+        return listing(directory)
+
+    monkeypatch.setattr(log_module, "_segments_on_disk", the_first_append_lands_now)
+    assert log.end_offset("orders", 0) == 1
+
+
+MANIFESTS = {
+    "empty": b"",
+    "truncated": b'{"version": 1, "end_offset": 9, "segm',
+    "not a manifest": b"[1, 2]",
+    "end beyond its segments": b'{"version": 1, "end_offset": 99, "segments": []}',
+    "a path for a segment": b'{"end_offset": 1, "segments": [{"file": "../../x.parquet", "first": 0, "last": 0}]}',
+    "offsets not its name's": (
+        b'{"end_offset": 5, "segments": [{"file": "00000000000000000000-00000000000000000002.parquet", '
+        b'"first": 0, "last": 4}]}'
+    ),
+}
+
+
+@pytest.mark.parametrize("content", MANIFESTS.values(), ids=MANIFESTS.keys())
+def test_a_corrupt_manifest_is_refused_naming_it_and_nothing_is_deleted(tmp_path: Path, content: bytes) -> None:
+    log, directory = _three_appends(tmp_path)
+    (directory / "_manifest.json").write_bytes(content)
+    before = _files(tmp_path)
+    for attempt in (
+        lambda: log.append("orders", 0, records_table([("new", "record")])),
+        lambda: log.end_offset("orders", 0),
+        lambda: log.read("orders", 0),
+    ):
+        with pytest.raises(CorruptFile, match=at(directory / "_manifest.json", ".*; restore it from a backup")):
+            attempt()
+    assert _files(tmp_path) == before
+
+
+RESOURCES = {"empty": b"", "truncated": b'{"version": 1, "parti', "no count": b"{}", "zero": b'{"partitions": 0}'}
+
+
+@pytest.mark.parametrize("content", RESOURCES.values(), ids=RESOURCES.keys())
+def test_a_corrupt_resource_file_is_refused_naming_it_and_what_to_write(tmp_path: Path, content: bytes) -> None:
+    log, _ = _three_appends(tmp_path)
+    path = tmp_path / "log" / "orders" / "_resource.json"
+    path.write_bytes(content)
+    before = _files(tmp_path)
+    for attempt in (lambda: log.create("orders", 1), lambda: log.partitions("orders"), lambda: log.read("orders", 0)):
+        with pytest.raises(CorruptFile, match=at(path, '.*"partitions": N} to it .*; 1 partition directories here')):
+            attempt()
+    assert _files(tmp_path) == before
+
+
+def test_a_lost_resource_file_is_refused_when_its_partitions_hold_data(tmp_path: Path) -> None:
+    """Re-created with another partition count, every key would route elsewhere: refuse instead."""
+    log, _ = _three_appends(tmp_path)
+    path = tmp_path / "log" / "orders" / "_resource.json"
+    path.unlink()
+    before = _files(tmp_path)
+    with pytest.raises(CorruptFile, match=at(path, "missing, but partitions 0 hold data")):
+        log.create("orders", 4)
+    assert _files(tmp_path) == before
+    PartitionedLog(tmp_path / "log").create("fresh", 2)  # a new resource, or one whose creation crashed: fine
+
+
+def test_listed_segments_that_are_truncated_missing_or_lead_out_are_corrupt_files(tmp_path: Path) -> None:
+    log, directory = _three_appends(tmp_path)
+    first, second, third = (directory / segment_name(a, b) for a, b in ((0, 2), (3, 4), (5, 8)))
+    first.write_bytes(first.read_bytes()[:-30])
+    with pytest.raises(CorruptFile, match=at(first, "not a whole Parquet file .*; restore it from a backup")):
+        log.read("orders", 0)
+    second.unlink()
+    with pytest.raises(CorruptFile, match=at(second, "missing; restore it from a backup")):
+        log.read("orders", 0, 3)
+    outside = tmp_path / "elsewhere.parquet"
+    third.rename(outside)
+    third.symlink_to(outside)
+    with pytest.raises(CorruptFile, match=at(third, "leads out of its partition directory")):
+        log.segments("orders", 0, 5)
 
 
 def test_invalid_names_partitions_and_offsets_are_rejected(tmp_path: Path) -> None:

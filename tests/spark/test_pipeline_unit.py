@@ -5,13 +5,14 @@ Spark's executors lay them out (``write_output``: a batch directory with one par
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from apportion.errors import ApportionError, Fenced
+from apportion.errors import CorruptRecord, Fenced
 from apportion.group import RoundsMember
 from apportion.log import PartitionedLog
 from apportion.spark._output import Checkpoint, committed_checkpoints, output_relpath, read_committed_arrow, verify
@@ -162,8 +163,31 @@ def task_rel(task: Task) -> str:
 def test_a_foreign_checkpoint_is_reported_not_misread() -> None:
     assert Checkpoint.parse(None, 3) == Checkpoint()
     assert Checkpoint.parse(Checkpoint(7, ("x",)).to_json(), 3) == Checkpoint(7, ("x",))
-    with pytest.raises(ApportionError, match="partition 3"):
-        Checkpoint.parse("w1:17", 3)
+    for foreign in ("w1:17", '{"offset": 1, "outputs": "r/p=3/x"}', "[1]", '{"offset": 1}'):
+        with pytest.raises(CorruptRecord, match=r"checkpoint of partition 3, .* is not a pipeline checkpoint"):
+            Checkpoint.parse(foreign, 3)
+
+
+@pytest.mark.parametrize("output", ["../../etc", "/etc/passwd", "r/../../x", "r/p=3/../../..", "", "r//x", "./r", 5])
+def test_a_checkpoint_whose_output_is_no_plain_relative_path_is_a_corrupt_record(output: object) -> None:
+    """Issue 28: ``../../etc`` in a checkpoint made verify read outside the output directory."""
+    text = json.dumps({"offset": 3, "outputs": [task_rel(Task(3, 1, 0, 3, Checkpoint(), ())), output]})
+    with pytest.raises(CorruptRecord, match=r"checkpoint of partition 3 lists the output .*, which is not a relative"):
+        Checkpoint.parse(text, 3)
+
+
+def test_reading_the_committed_output_refuses_an_output_that_a_symlink_leads_out_of_the_directory(
+    tmp_path: Path,
+) -> None:
+    _, a, _ = _settled_pair()
+    p = a.owned()[0]
+    task = _task(a, p, 0, 4)
+    rel = write_output(tmp_path / "outside", "r", task, _rows(p, 0, 4))
+    (tmp_path / "out" / rel).parent.mkdir(parents=True)
+    (tmp_path / "out" / rel).symlink_to(tmp_path / "outside" / rel, target_is_directory=True)
+    commit_task(a, task, rel, tmp_path / "out")
+    with pytest.raises(CorruptRecord, match=f"partition {p} lists the output .*, which leads out of the output"):
+        read_committed_arrow(a.store, "g", tmp_path / "out")
 
 
 def _committed_group(tmp_path: Path, tables: dict[int, list[pa.Table]]) -> tuple[Harness, PartitionedLog]:

@@ -101,6 +101,7 @@ def produce(
     writable_dir(input_dir, "input")
     log = PartitionedLog(input_dir)
     log.create(resource, partitions)
+    log.check(resource)  # a partition the appends would refuse: refused before any is appended to
     rng = random.Random(seed)
     chunk = 10_000
     with Producer(log, resource, batch_records=batch_records) as producer, Progress(transient=True) as progress:

@@ -23,6 +23,12 @@ and ``read_committed_arrow`` read exactly the listed outputs, in checkpoint orde
 Checkpoints written before this layout list single files ``<resource>/<p>/<start>-<end>-e<epoch>.parquet``; they
 are read the same way (a listed output is a Parquet file or a directory of them).
 
+A checkpoint is input that anyone with write access to the store can change: ``Checkpoint.parse`` refuses one whose
+outputs are not plain relative paths (absolute, ``..``, empty names) and ``committed_files`` — the one reader of
+output paths — one whose output resolves outside the output directory through a symlink (``apportion._files``):
+both ``CorruptRecord`` (exit 2), never a read outside the output. A listed output file that is truncated or not
+Parquet is ``CorruptFile`` (exit 2) naming it.
+
 Paths: the worker resolves the output directory (clean-up, the stateful path, verify) and Spark's executors resolve
 it (the writes), so it must be the same directory for both: the same machine, or a shared mount at the same path.
 """
@@ -40,9 +46,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from apportion.errors import ApportionError, InvalidRequest
+from apportion._files import inside, plain_relpath, read_parquet
+from apportion.errors import CorruptFile, CorruptRecord, InvalidRequest
 from apportion.group import committed
 from apportion.log import PartitionedLog
 from apportion.store import Store
@@ -86,19 +92,30 @@ class Checkpoint:
 
     @classmethod
     def parse(cls, text: str | None, partition: int) -> Checkpoint:
-        """The checkpoint in ``text`` (None: nothing committed yet). Raises ApportionError for a foreign format."""
+        """The checkpoint in ``text`` (None: nothing committed yet). ``CorruptRecord`` for a foreign format, and for
+        an output that is not a plain relative path (absolute, ``..``: it would be read outside the output)."""
         if text is None:
             return cls()
         try:
             raw = json.loads(text)
             offset = int(raw["offset"])
-            outputs = tuple(str(o) for o in raw["outputs"])
+            if not isinstance(raw["outputs"], list):
+                raise TypeError("outputs must be a list")
+            outputs = tuple(raw["outputs"])
             changelog = tuple((int(first), int(end)) for first, end in raw.get("changelog", ()))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ApportionError(
-                f"partition {partition}: the committed checkpoint {text[:80]!r} is not a pipeline checkpoint "
-                "(was the group used by something else?)"
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            raise CorruptRecord(
+                None,
+                f"the committed checkpoint of partition {partition}, {text[:80]!r}, is not a pipeline checkpoint "
+                "(was the group used by something else?)",
             ) from exc
+        for output in outputs:
+            if not plain_relpath(output):
+                raise CorruptRecord(
+                    None,
+                    f"the committed checkpoint of partition {partition} lists the output {output!r:.80}, which is not "
+                    "a relative path inside the output directory",
+                )
         return cls(offset, outputs, changelog)
 
     def then(self, end: int, output: str | None, changelog: tuple[tuple[int, int], ...] | None = None) -> Checkpoint:
@@ -123,9 +140,16 @@ def output_relpath(resource: str, partition: int, start: int, end: int, epoch: i
     return f"{partition_dir(resource, partition)}/{BATCH_COLUMN}={batch_name(start, end, epoch)}"
 
 
+OUTPUT_REMEDY = (
+    "restore it from a backup, or rebuild the output: the input log still holds its records (a new group over an "
+    "empty output directory processes them again)"
+)
+
+
 def read_output(path: str | Path) -> pa.Table:
-    """One listed output (a batch directory, or a Parquet file of the layout before it) as a table."""
-    return pq.read_table(path)  # a directory: its data files; names starting with "." or "_" (.crc) are skipped
+    """One listed output (a batch directory, or a Parquet file of the layout before it) as a table; ``CorruptFile``
+    naming a data file that is truncated or not Parquet."""
+    return read_parquet(path, OUTPUT_REMEDY)  # a directory: its data files; names starting with "." or "_" skipped
 
 
 def remove_output(path: str | Path) -> None:
@@ -153,14 +177,21 @@ def committed_checkpoints(store: Store, group: str, resource: str | None = None)
 
 def committed_files(store: Store, group: str, output_dir: str | Path, resource: str | None = None) -> list[Path]:
     """The committed outputs (batch directories, or files of the older layout), by partition then offset; raises
-    ApportionError if a listed output is missing. ``resource``: as for :func:`committed_checkpoints`."""
+    ``CorruptFile`` if a listed output is missing, ``CorruptRecord`` if one leads out of ``output_dir``.
+    ``resource``: as for :func:`committed_checkpoints`."""
     root = Path(output_dir)
     files: list[Path] = []
     for partition, checkpoint in committed_checkpoints(store, group, resource).items():
         for rel in checkpoint.outputs:
+            if inside(root, rel) is None:
+                raise CorruptRecord(
+                    None,
+                    f"the committed checkpoint of partition {partition} lists the output {rel!r:.80}, which leads out "
+                    f"of the output directory {root} (a symlink?)",
+                )
             path = root / rel
             if not path.exists():
-                raise ApportionError(f"partition {partition}: committed output {path} is missing (disk lost data?)")
+                raise CorruptFile(path, f"missing, but the checkpoint of partition {partition} lists it", OUTPUT_REMEDY)
             files.append(path)
     return files
 

@@ -12,13 +12,18 @@ aggregate of one key, ``{"count":c,"total":t}``, so replaying a record twice is 
   fenced zombie or a crashed writer appended but never committed is never applied; ``lag`` is what is left to replay.
 - Local files are caches: a crash between the commit and the local write leaves the file at an older position, and
   replaying from that position repairs it. SQLite runs in WAL mode with ``synchronous=NORMAL``: a power loss may roll
-  back the last transactions, but state and position roll back together, so replay repairs that too.
+  back the last transactions, but state and position roll back together, so replay repairs that too. A file that is
+  corrupt when opened (not a database, truncated, a page that fails SQLite's ``quick_check``) is deleted and started
+  again at position 0, with a warning: the restore then replays the whole committed changelog.
+- The changelog is a resource of the partitioned log: a truncated or lost manifest of it is ``CorruptFile`` (exit 2,
+  naming the file), as for any resource (``apportion.log``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 import sqlite3
 import threading
@@ -36,12 +41,19 @@ from apportion.clock import SYSTEM_CLOCK, Clock
 from apportion.errors import ApportionError, InvalidRequest
 from apportion.log import PartitionedLog
 
+log = logging.getLogger("apportion.state")
+
 Ranges = tuple[tuple[int, int], ...]
 """Committed changelog ranges: sorted, non-overlapping, half-open ``(first, end)`` offset ranges."""
 
 _VALUE = re.compile(r'^\{"count":(?P<count>\d+),"total":(?P<total>\d+)\}$')
 _GET_CHUNK = 500  # keys per ``IN (...)`` query: well under SQLite's bound-parameter limit
 _RESTORE_CHUNK = 100_000  # changelog records read and applied per transaction by ``restore``
+_CORRUPT_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)  # the file is not (any more) a whole database
+
+
+class _CorruptCache(Exception):
+    """The local state file is corrupt (``PartitionState.open`` rebuilds it)."""
 
 
 def changelog_resource(resource: str) -> str:
@@ -254,30 +266,25 @@ class PartitionState:
 
     @classmethod
     def open(cls, directory: str | Path, partition: int) -> PartitionState:
-        """Open (creating the directory and the file if needed) the store of ``partition``."""
+        """Open (creating the directory and the file if needed) the store of ``partition``. A corrupt file is a lost
+        cache: it is deleted and started again at position 0 (a warning), so a restore rebuilds it from the changelog.
+        """
         _check_offset("partition", partition)
         path = Path(directory) / f"{partition}.sqlite"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ApportionError(f"cannot create the state directory {path.parent}: {exc}") from exc
-        connection = None
         try:
-            connection = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=NORMAL")
-            connection.execute("BEGIN IMMEDIATE")
-            connection.execute(
-                "CREATE TABLE IF NOT EXISTS state "
-                "(key TEXT PRIMARY KEY, count INTEGER NOT NULL, total INTEGER NOT NULL)"
-            )
-            connection.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
-            connection.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if connection is not None:
-                connection.close()
+            return cls(path, _connect(path))
+        except _CorruptCache as exc:
+            log.warning("local state %s is corrupt (%s): rebuilding it from the changelog (it is a cache)", path, exc)
+            for name in (path.name, f"{path.name}-wal", f"{path.name}-shm"):
+                (path.parent / name).unlink(missing_ok=True)
+        try:
+            return cls(path, _connect(path))
+        except _CorruptCache as exc:  # pragma: no cover - a new file is not corrupt
             raise ApportionError(f"local state {path}: cannot open: {exc}") from exc
-        return cls(path, connection)
 
     @contextlib.contextmanager
     def _sql(self, what: str) -> Iterator[sqlite3.Connection]:
@@ -365,6 +372,35 @@ class PartitionState:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """A connection to the local state file ``path`` with its tables; ``_CorruptCache`` when the file is corrupt,
+    ``ApportionError`` for any other failure (a disk, permissions)."""
+    connection = None
+    try:
+        connection = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        problems = [str(row[0]) for row in connection.execute("PRAGMA quick_check(1)")]
+        if problems == ["ok"]:
+            connection.execute("BEGIN IMMEDIATE")
+            connection.execute(
+                "CREATE TABLE IF NOT EXISTS state "
+                "(key TEXT PRIMARY KEY, count INTEGER NOT NULL, total INTEGER NOT NULL)"
+            )
+            connection.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+            connection.execute("COMMIT")
+            return connection
+    except sqlite3.Error as exc:
+        if connection is not None:
+            connection.close()
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is not None and int(code) & 0xFF in _CORRUPT_CODES:
+            raise _CorruptCache(str(exc)) from exc
+        raise ApportionError(f"local state {path}: cannot open: {exc}") from exc
+    connection.close()
+    raise _CorruptCache(problems[0].splitlines()[0] if problems else "quick_check found problems")
 
 
 # -- validation ----------------------------------------------------------------------------------------------------
