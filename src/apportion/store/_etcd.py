@@ -20,7 +20,8 @@ Behaviour worth knowing:
   raises ``StoreUnavailable`` — re-check with a compare, as with any CAS.
 - **Errors.** Transport errors and etcd's ``Unavailable``-class codes → ``StoreUnavailable``; bad input (too many
   ops, duplicate keys in one txn, future revision) → ``InvalidRequest``; unknown lease → ``LeaseNotFound``; watch
-  below the compaction point → ``Compacted``; always ``raise ... from`` the cause.
+  below the compaction point → ``Compacted``; etcd's NOSPACE refusal → ``StoreFull`` at once (see "Space" below);
+  always ``raise ... from`` the cause.
 - **Authentication** (``user:password@``): the token is fetched by the first request (under its time limit) and
   fetched again when it expires. A wrong user name or password is a user mistake: ``InvalidRequest("url", "etcd
   authentication failed ...")`` (CLI exit 2), raised by the first request; so is a server that needs credentials
@@ -59,7 +60,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import httpx
 
-from apportion.errors import ApportionError, Compacted, InvalidRequest, LeaseNotFound, StoreUnavailable
+from apportion.errors import ApportionError, Compacted, InvalidRequest, LeaseNotFound, StoreFull, StoreUnavailable
 from apportion.store._base import Store, Watch, lease_id
 from apportion.store._connect import redact_url
 from apportion.store._types import (
@@ -100,6 +101,9 @@ _INVALID_ARGUMENT, _NOT_FOUND, _PERMISSION_DENIED, _RESOURCE_EXHAUSTED = 3, 5, 7
 _FAILED_PRECONDITION, _OUT_OF_RANGE, _UNAVAILABLE, _UNAUTHENTICATED = 9, 11, 14, 16
 # Rejections etcd makes before proposing anything: safe to send the same write to another member.
 _NOT_PROPOSED = ("no leader", "too many requests", "not capable", "unhealthy cluster", "proposal dropped")
+# etcd's NOSPACE refusal (RESOURCE_EXHAUSTED, like "too many requests", which is worth retrying; this one is not: the
+# alarm is cluster-wide, every member refuses until an operator disarms it).
+_NO_SPACE = "database space exceeded"
 
 
 def _b64(data: bytes) -> str:
@@ -311,6 +315,7 @@ class EtcdStore(Store):
         self._token: str | None = None
         self._watches: set[_EtcdWatch] = set()
         self._closed = False
+        self._refusing: str | None = None  # the StoreFull message while etcd refuses writes (NOSPACE alarm)
         # With credentials the token is fetched by the first request, under that request's time limit (a worker's
         # --connect-timeout bounds it like any other call; opening the store sends nothing).
 
@@ -455,6 +460,12 @@ class EtcdStore(Store):
             raise LeaseNotFound(message.removeprefix("etcdserver: ")) from cause
         if code == _OUT_OF_RANGE and "compacted" in lowered:
             raise _CompactedRevision from cause
+        if _NO_SPACE in lowered:
+            self._refusing = (
+                f"etcd at {self.url} is out of space (NOSPACE alarm): writes are refused until an operator compacts, "
+                'defragments and disarms it (README "Running etcd for apportion")'
+            )
+            raise StoreFull(self._refusing) from cause
         if "duplicate key" in lowered:
             raise InvalidRequest(
                 "op.key", "etcd refuses two writes to one key (or a put inside a deleted range) in one transaction"
@@ -506,6 +517,8 @@ class EtcdStore(Store):
         }
         read_only = all(isinstance(op, Get) for op in (*on_success, *on_failure))
         reply = self._call("/v3/kv/txn", body, idempotent=read_only)
+        if self._refusing is not None and any(isinstance(op, Put) for op in (*on_success, *on_failure)):
+            self._refusing = None  # a write NOSPACE would refuse was taken (deletes pass under the alarm)
         succeeded = bool(reply.get("succeeded", False))
         ops = on_success if succeeded else on_failure
         replies = reply.get("responses", [])
@@ -520,6 +533,7 @@ class EtcdStore(Store):
         reply = self._call("/v3/lease/grant", {"TTL": str(max(1, math.ceil(ttl_s)))}, idempotent=False)
         if reply.get("error"):
             raise StoreUnavailable(f"etcd refused the lease: {reply['error']}")
+        self._refusing = None
         return Lease(int(reply["ID"]), float(reply.get("TTL", max(1, math.ceil(ttl_s)))))
 
     def keepalive(self, lease: Lease | int) -> float:
@@ -590,6 +604,9 @@ class EtcdStore(Store):
             pass  # already compacted there or beyond: nothing to do
         except InvalidRequest as exc:
             raise InvalidRequest("revision", f"{revision}: {exc.reason}") from exc
+
+    def refusing_writes(self) -> str | None:
+        return self._refusing
 
     def close(self) -> None:
         with self._lock:
