@@ -3,12 +3,16 @@
 Filled by writes until etcd raises the alarm, then repaired as an operator would (compact, defragment, disarm). The
 store must refuse writes at once with ``StoreFull`` (not retry them for the request timeout), apply none of them,
 keep reads, lease renewals, revocations and deletes working (what etcd 3.4 still accepts under the alarm) and take
-writes again once the alarm is disarmed. What a worker and the CLI make of it is in test_nospace_worker.py.
+writes again once the alarm is disarmed. Then what a worker makes of it (an ``apportion worker`` process committing
+every 0.2 s: one log line per outage, partitions kept, no acknowledged commit lost, commits again after the repair)
+and the commands that write (worker start-up, ``scale``, ``subscribe``: one line, exit 1).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +20,12 @@ from pathlib import Path
 import pytest
 
 from apportion.errors import StoreFull, StoreUnavailable
+from apportion.group import GroupConfig, Keys, decode, encode
+from apportion.model import Resource
 from apportion.store import Put, Store, connect, value_is
+from apportion.waiting import wait_for
+from tests.cli.run import cli
+from tests.etcd.processes import WorkerProcess
 from tests.etcd_server import EtcdServer
 
 pytestmark = pytest.mark.etcd
@@ -108,3 +117,74 @@ def test_writes_are_taken_again_once_the_operator_compacts_defragments_and_disar
         assert store.refusing_writes() is None
         lease = store.grant(5)
         store.revoke(lease)
+
+
+# -- a worker and the commands that write ----------------------------------------------------------------------
+
+FULL = "is out of space (NOSPACE alarm)"
+
+
+@pytest.mark.slow
+def test_a_running_worker_says_once_that_etcd_is_full_keeps_its_partitions_and_commits_again_after_the_repair(
+    small_etcd: EtcdServer, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    w = WorkerProcess(small_etcd.url, tmp_path / "w1.log", "--commit-every", "0.2")
+    workers.append(w)
+    wait_for(f"the worker to own every partition; its log:\n{w.text()}", w.owns_everything, 30)
+
+    def count(kind: str) -> int:
+        return sum(1 for e in list(w.events) if e["event"] == kind)
+
+    with connect(small_etcd.url) as store:
+        fill(store)
+        wait_for(f"the worker to say etcd is full; its log:\n{w.text()}", lambda: FULL in w.text(), 10)
+        refused = count("commit_failed")
+        wait_for("40 more refused commits (2 s of outage)", lambda: count("commit_failed") >= refused + 40, 30)
+        assert w.owns_everything(), "renewals work under NOSPACE: no partition may be lost"
+
+        accepted = count("commit")
+        store.delete("/filler/", prefix=True)
+        repair(small_etcd)
+        wait_for(f"commits accepted again; its log:\n{w.text()}", lambda: count("commit") >= accepted + 8, 30)
+        wait_for("the worker to say writes are taken again", lambda: "takes writes again" in w.text(), 10)
+        assert w.stop() == 0, w.text()
+
+        text = w.text()
+        assert [line for line in text.splitlines() if FULL in line] == [
+            next(line for line in text.splitlines() if FULL in line)
+        ], text  # one line for the whole outage
+        line = next(line for line in text.splitlines() if FULL in line)
+        said = f"worker w1: etcd at {small_etcd.url} {FULL}: writes are refused until an operator compacts, "
+        assert line.endswith(said + 'defragments and disarms it (README "Running etcd for apportion")'), line
+        assert text.count("takes writes again") == 1 and "Traceback" not in text and "apportion: error" not in text
+        assert not [e for e in w.events if e["event"] in ("lost", "fenced")], "nothing was lost or fenced"
+        # every acknowledged commit is what the store holds: the refused ones were neither applied nor lost
+        last = {e["partitions"][0]: e["checkpoint"] for e in w.events if e["event"] == "commit"}
+        for p, checkpoint in last.items():
+            kv = store.get(Keys("g").commit(p))
+            assert kv is not None and decode(kv.value, kv.key)["checkpoint"] == checkpoint
+
+
+def test_commands_that_write_say_etcd_is_full_in_one_line_and_exit_1(small_etcd: EtcdServer) -> None:
+    url = small_etcd.url
+    with connect(url) as store:
+        store.put(Keys("g").resource, encode(GroupConfig(partitions=4).to_json()))
+        resources = (Resource("a", 2), Resource("b", 2))
+        store.put(Keys("r").resource, encode(GroupConfig(resources=resources).to_json()))
+        fill(store)
+    expected = f"apportion: error: etcd at {url} {FULL}: writes are refused until an operator"
+
+    scaled = cli("scale", "--store", url, "--group", "g", "--replicas", "3")
+    assert scaled.code == 1 and scaled.one_error_line().startswith(expected), scaled.stderr
+    subscribed = cli("subscribe", "--store", url, "--group", "r", "--id", "w1", "a")
+    assert subscribed.code == 1 and subscribed.one_error_line().startswith(expected), subscribed.stderr
+
+    started = time.monotonic()  # a worker process: its registration is refused, it says so and exits 1 at once
+    worker = subprocess.run(
+        [sys.executable, "-m", "apportion.cli", "worker", "--store", url, "--group", "g", "--id", "w1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert worker.returncode == 1, worker.stderr
+    assert worker.stderr.splitlines() == [worker.stderr.splitlines()[-1]], worker.stderr
+    assert worker.stderr.startswith(expected), worker.stderr
+    assert time.monotonic() - started < 20, "the worker must not wait out --connect-timeout (30 s) for space"

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Required, TypedDict, TypeVar
 
 from apportion.clock import Clock
-from apportion.errors import Fenced, InvalidRequest, LeaseNotFound, StoreUnavailable
+from apportion.errors import Fenced, InvalidRequest, LeaseNotFound, StoreFull, StoreUnavailable
 from apportion.group._config import GroupConfig
 from apportion.group._history import DEFAULT_RETENTION_S, Recorder
 from apportion.group._keys import (
@@ -359,8 +359,8 @@ class FencedMember:
             with self._lock:
                 self._lease_lost = True
             return now
-        except StoreUnavailable as exc:
-            self._trace("store_unavailable", reason=str(exc))
+        except StoreUnavailable as exc:  # StoreFull too: retried until an operator gives the store space again
+            self._trace("store_unavailable", reason=str(exc), full=isinstance(exc, StoreFull))
             return min(now + max(self.claim_retry_s, 0.05) * 2, self._lapse_at())
 
     def _lapse_at(self) -> float:
