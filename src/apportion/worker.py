@@ -379,6 +379,8 @@ class Worker:
                 fields.get("previous"),
                 fields.get("replicas"),
             )
+        elif kind == "watch_lost":  # not a fault: a quiet watch re-opened after the store compacted (README)
+            log.info("worker %s: its watch lost events (%s); reading the group again", self.id, fields.get("reason"))
         elif kind == "store_full":
             log.warning("worker %s: %s", self.id, fields.get("reason"))
         elif kind == "store_writes":
