@@ -35,7 +35,26 @@ Behaviour worth knowing:
   (one round trip). etcd's first revision is 1 and holds no events.
 - **Permissions.** Everything apportion stores is under ``/apportion/`` and revision probes read the key
   ``/apportion/`` itself: a user whose role grants readwrite on the prefix ``/apportion/`` (and nothing else) can run
-  workers, status and reports. Compaction needs more (it is an admin operation).
+  workers, status and reports. (etcd 3.4 lets such a user compact the whole cluster too; defragmenting needs root.)
+- **Compaction: etcd's job, not apportion's (decided in issue 27).** Every write adds a revision and etcd keeps every
+  old one until compacted: a fleet committing 16,384 partitions every 5 s grew its database by ~194 MB/min until the
+  2 GB quota (bench/etcd_space_bench.py: ~1.2 kB per commit with 300-byte checkpoints, half of it the old revisions
+  compaction frees, half the group-history event that lives ``--history-retention``). apportion does not compact:
+  compaction is cluster-wide (one call forgets the history of every key of every application on that etcd and cancels
+  their watches that are behind), so the etcd's operator chooses it, once, for everyone; etcd does it itself with
+  ``--auto-compaction-mode=periodic --auto-compaction-retention=1m`` (run by the leader, no coordination among 32
+  workers, no extra permission, as Kubernetes' apiserver does for the etcd it owns every 5 min). apportion needs no
+  history beyond a watch's resume after a broken stream, and survives any compaction at any time: a watch resumed
+  below the compaction point raises ``Compacted`` and the member opens a new one and reads the group again
+  (``FencedMember._replace_watch``; tests/etcd/test_compaction.py). ``compact()`` exists for the store contract and
+  for tests. README "Running etcd for apportion" has the settings and the numbers.
+- **Space.** Past ``--quota-backend-bytes`` etcd raises its NOSPACE alarm and refuses every put, transaction that
+  puts and lease grant until an operator compacts, defragments and disarms it; reads, keepalives, revocations and
+  deletes still work. Such a refusal (``database space exceeded``, code 8 like the retryable ``too many requests``) is
+  raised at once as ``StoreFull`` (a ``StoreUnavailable``), never re-sent: the alarm is cluster-wide and the write was
+  not applied. ``refusing_writes()`` holds its message until a write that NOSPACE would refuse is taken again (a
+  worker logs each change once). So a running worker keeps its lease and partitions through the outage, its commits
+  raise (not applied: commit again later) and it resumes by itself after the disarm; a starting worker exits 1.
 - **Transactions.** etcd refuses two writes to the same key in one branch of a transaction, a put inside a range
   the same branch deletes included (``InvalidRequest`` here, unlike the memory backend), and more than
   ``--max-txn-ops`` (default 128) operations.
