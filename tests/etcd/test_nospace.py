@@ -93,7 +93,8 @@ def test_under_nospace_leases_renew_and_deletes_pass_so_a_worker_keeps_its_belie
         fill(store)
         for _ in range(3):
             assert store.keepalive(lease) == 60.0
-        assert store.delete("/filler/", prefix=True) == 8
+        fillers = len(store.range("/filler/"))
+        assert fillers > 0 and store.delete("/filler/", prefix=True) == fillers
         with pytest.raises(StoreFull):  # deleting is not enough: the alarm stays until it is disarmed
             store.put("/apportion/g/commit/0", b"x")
         store.revoke(lease)
@@ -147,6 +148,7 @@ def test_a_running_worker_says_once_that_etcd_is_full_keeps_its_partitions_and_c
         repair(small_etcd)
         wait_for(f"commits accepted again; its log:\n{w.text()}", lambda: count("commit") >= accepted + 8, 30)
         wait_for("the worker to say writes are taken again", lambda: "takes writes again" in w.text(), 10)
+        running = list(w.events)  # a commit racing the leave's revocation is fenced: that is the stop, not NOSPACE
         assert w.stop() == 0, w.text()
 
         text = w.text()
@@ -157,7 +159,7 @@ def test_a_running_worker_says_once_that_etcd_is_full_keeps_its_partitions_and_c
         said = f"worker w1: etcd at {small_etcd.url} {FULL}: writes are refused until an operator compacts, "
         assert line.endswith(said + 'defragments and disarms it (README "Running etcd for apportion")'), line
         assert text.count("takes writes again") == 1 and "Traceback" not in text and "apportion: error" not in text
-        assert not [e for e in w.events if e["event"] in ("lost", "fenced")], "nothing was lost or fenced"
+        assert not [e for e in running if e["event"] in ("lost", "fenced")], "nothing was lost or fenced"
         # every acknowledged commit is what the store holds: the refused ones were neither applied nor lost
         last = {e["partitions"][0]: e["checkpoint"] for e in w.events if e["event"] == "commit"}
         for p, checkpoint in last.items():
