@@ -3,7 +3,8 @@
 ``EtcdServer.single(binary, data_dir)`` and ``EtcdServer.cluster(binary, data_dir, n=3)`` are context managers that
 start the processes, wait (with a deadline) until ``/health`` answers, and always stop them. Raft timings are short
 (heartbeat 50 ms, election 500 ms) so a killed leader is replaced within about a second and etcd's minimum lease TTL
-is 1 s.
+is 1 s. ``single(..., args=[...])`` adds etcd flags (a small ``--quota-backend-bytes``, ``--auto-compaction-*``);
+``compact``, ``defragment``, ``disarm``, ``alarms`` and ``db_size`` do what an operator does with ``etcdctl``.
 """
 
 from __future__ import annotations
