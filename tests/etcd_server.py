@@ -3,7 +3,8 @@
 ``EtcdServer.single(binary, data_dir)`` and ``EtcdServer.cluster(binary, data_dir, n=3)`` are context managers that
 start the processes, wait (with a deadline) until ``/health`` answers, and always stop them. Raft timings are short
 (heartbeat 50 ms, election 500 ms) so a killed leader is replaced within about a second and etcd's minimum lease TTL
-is 1 s.
+is 1 s. ``single(..., args=[...])`` adds etcd flags (a small ``--quota-backend-bytes``, ``--auto-compaction-*``);
+``compact``, ``defragment``, ``disarm``, ``alarms`` and ``db_size`` do what an operator does with ``etcdctl``.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import socket
 import ssl
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -196,9 +198,39 @@ class EtcdServer:
 
     def status(self) -> dict[str, str]:
         """``/v3/maintenance/status`` of this member: ``member_id`` and ``leader`` as decimal strings."""
-        with self._client() as client:
-            reply = client.post(self.client_url + "/v3/maintenance/status", json={}).json()
+        reply = self.call("/v3/maintenance/status")
         return {"member_id": str(reply["header"]["member_id"]), "leader": str(reply.get("leader", "0"))}
+
+    def call(self, path: str, body: Mapping[str, Any] | None = None, timeout_s: float = 10.0) -> dict[str, Any]:
+        """POST ``body`` to this member's JSON gateway (what ``etcdctl`` does over gRPC); the reply, errors included."""
+        with self._client() as client:
+            reply: dict[str, Any] = client.post(self.client_url + path, json=body or {}, timeout=timeout_s).json()
+        return reply
+
+    # -- maintenance (what an operator does with etcdctl) ----------------------------------------------------
+
+    def db_size(self) -> int:
+        """The size of this member's database file in bytes (``etcdctl endpoint status``: DB SIZE)."""
+        return int(self.call("/v3/maintenance/status")["dbSize"])
+
+    def alarms(self) -> list[str]:
+        """The cluster's raised alarms (``etcdctl alarm list``), e.g. ``["NOSPACE"]``."""
+        return [str(a.get("alarm")) for a in self.call("/v3/maintenance/alarm", {"action": "GET"}).get("alarms", [])]
+
+    def compact(self) -> int:
+        """Forget every revision before the current one (``etcdctl compact``); returns it."""
+        revision = int(self.call("/v3/kv/range", {"key": "AA=="})["header"]["revision"])
+        self.call("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
+    def defragment(self) -> None:
+        """Give the space that compaction freed back to the file system (``etcdctl defrag``)."""
+        self.call("/v3/maintenance/defragment", timeout_s=60.0)
+
+    def disarm(self) -> None:
+        """Clear every raised alarm (``etcdctl alarm disarm``): writes are accepted again."""
+        for alarm in self.call("/v3/maintenance/alarm", {"action": "GET"}).get("alarms", []):
+            self.call("/v3/maintenance/alarm", {"action": "DEACTIVATE", **alarm})
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -210,10 +242,14 @@ class EtcdServer:
 
     @classmethod
     @contextlib.contextmanager
-    def single(cls, binary: str, data_dir: Path, *, tls: TlsFiles | None = None) -> Iterator[EtcdServer]:
-        """One fresh member; stopped (and waited for) on exit."""
+    def single(
+        cls, binary: str, data_dir: Path, *, tls: TlsFiles | None = None, args: Sequence[str] = ()
+    ) -> Iterator[EtcdServer]:
+        """One fresh member; stopped (and waited for) on exit. ``args``: more etcd flags (``--quota-backend-bytes``,
+        ``--auto-compaction-retention``, ...)."""
         peer_port, client_port = free_ports(2)
-        server = cls(binary, data_dir, "node0", client_port, peer_port, f"node0=http://127.0.0.1:{peer_port}", tls)
+        initial = f"node0=http://127.0.0.1:{peer_port}"
+        server = cls(binary, data_dir, "node0", client_port, peer_port, initial, tls, (*RAFT_ARGS, *args))
         try:
             server.start()
             server.wait_ready()

@@ -6,6 +6,7 @@ pyspark) are mapped at the boundary with ``raise ... from exc``.
 - ``ApportionError``   — root; ``exit_code`` is what the CLI exits with (1: a runtime fault).
 - ``InvalidRequest``   — bad input from the user (field + reason); the CLI exits 2.
 - ``StoreUnavailable`` — the store cannot be reached or locked in time.
+- ``StoreFull``        — (a ``StoreUnavailable``) the store refuses writes for lack of space: etcd's NOSPACE alarm.
 - ``SparkUnavailable`` — Spark cannot be started (no Java) or its Connect server cannot be reached.
 - ``CorruptRecord``    — a record in the store is not what apportion writes there (names the key); the CLI exits 2.
 - ``CorruptFile``      — a file apportion wrote is not what it wrote (truncated, emptied, deleted, tampered with):
@@ -42,6 +43,13 @@ class InvalidRequest(ApportionError):
 
 class StoreUnavailable(ApportionError):
     """The store cannot be reached, or a lock could not be taken in time."""
+
+
+class StoreFull(StoreUnavailable):
+    """The store answers but refuses every write for lack of space (etcd's NOSPACE alarm) until an operator frees
+    space and disarms the alarm. Reads, lease renewals, revocations and deletes still work, so a running worker
+    keeps its partitions; a refused write (a commit) was not applied. A ``StoreUnavailable``: every caller that
+    waits for a store that does not answer waits for this one too; start-up and one-shot commands fail at once."""
 
 
 class SparkUnavailable(ApportionError):
@@ -132,6 +140,7 @@ __all__ = [
     "LeaseNotFound",
     "NotEnoughMembers",
     "PlanViolation",
+    "StoreFull",
     "StoreUnavailable",
     "TimedOut",
     "WorkerExited",

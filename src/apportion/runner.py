@@ -18,6 +18,9 @@ Start-up and a store that cannot be reached (:class:`StartUp`)::
                  change is one log line (worker.py logs them; "registered again" is logged here)
     OPENING/REGISTERING --(connect_timeout_s passes)--> FAILED: the worker stops; StoreUnavailable (exit 1)
                  "cannot reach the store <url> within N s (--connect-timeout): <reason>"
+    REGISTERING --StoreFull (the store refuses writes for lack of space: etcd's NOSPACE alarm)--> FAILED at once:
+                 the worker stops; StoreFull (exit 1), its one line says what the operator must do. Waiting would
+                 only repeat it: space comes back by an operator's hand, and a supervisor restarts the worker then
 
 A live member holding the same id is not a store fault: the member decides about it (refused after 1.5 ttl, exit 2),
 whatever connect_timeout_s says.
@@ -32,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
+from apportion.errors import Fenced, InvalidRequest, StoreFull, StoreUnavailable
 from apportion.group import DEFAULT_RETENTION_S, PartitionId, pid_order
 from apportion.store import Store, connect, redact_url
 from apportion.worker import Group, Tracer, Worker
@@ -136,6 +139,7 @@ class StartUp:
         self._next_log = 0.0
         self._reason: str | None = None
         self._last = ""  # the member's last start-up trace: "store_unavailable" or "id_taken"
+        self._worker: Worker | None = None  # the worker being started, once run_member knows it
 
     def _left(self) -> float:
         return self._deadline - time.monotonic()
@@ -182,12 +186,24 @@ class StartUp:
                 self._on_registered(fields)
             elif kind in ("store_unavailable", "id_taken") and not self._registered.is_set():
                 self._last = kind
-                if kind == "store_unavailable":
+                if kind == "store_unavailable" and fields.get("full"):
+                    self._refused(str(fields.get("reason")))
+                elif kind == "store_unavailable":
                     self._failed(str(fields.get("reason") or "the store did not answer"))
             if inner is not None:
                 inner(kind, fields)
 
         return trace
+
+    def _refused(self, reason: str) -> None:
+        """The store refused to register the member for lack of space (StoreFull): fail now (see the module
+        docstring); the run loop ends at the next step and the run raises this error."""
+        with self._lock:
+            if self.error is None:
+                self.error = StoreFull(reason)
+            worker = self._worker
+        if worker is not None:
+            worker.stop(0)
 
     def _on_registered(self, fields: Mapping[str, Any]) -> None:
         with self._lock:
@@ -203,6 +219,13 @@ class StartUp:
     def watch(self, worker: Worker) -> None:
         """Stop ``worker`` (and fail the run) if it has not registered by the deadline because the store does not
         answer; runs on a daemon thread."""
+
+        with self._lock:
+            self._worker = worker
+            refused = self.error is not None  # StoreFull before the worker was known: stop it now
+        if refused:
+            worker.stop(0)
+            return
 
         def monitor() -> None:
             if self._registered.wait(max(self._left(), 0.0)):

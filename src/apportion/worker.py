@@ -10,7 +10,8 @@ seed 0), :class:`apportion.group.CoordinatorMember` (``mode="coordinator"``, see
                       member.leave() (on_revoked and release of what is left, lease revoked)
     keepalive thread: every ttl/4 (0.5 s on etcd): member.keepalive(request time)  — so a slow callback does not
                       lose the lease, unless a revocation overruns ``revoke_timeout_s`` (then renewal stops and the
-                      lease lapses)
+                      lease lapses); then a look at ``store.refusing_writes()``: one line when the store starts
+                      refusing writes for lack of space (``StoreFull``), one when it takes them again
 
 Worker states::
 
@@ -111,6 +112,7 @@ class Worker:
         self._done = threading.Event()
         self._changed = threading.Condition()
         self.error: BaseException | None = None
+        self._refusing: str | None = None  # the store's refusal of writes last logged (StoreFull), None: none
         common: dict[str, Any] = {
             "clock": group.clock,
             "on_assigned": on_assigned,
@@ -325,6 +327,21 @@ class Worker:
                 log.warning("worker %s keepalive failed: %r", self.id, exc)
             holding = self._member.store_lease is not None and self._clock.now() < self._member.local_deadline
             wait = interval if renewed or not holding else min(interval, _RETRY_S)
+            self._note_refusal()
+
+    def _note_refusal(self) -> None:
+        """Trace ``store_full`` when the store starts refusing writes (StoreFull: etcd's NOSPACE alarm) and
+        ``store_writes`` when it takes them again: one log line each per outage, whichever write was refused (a
+        commit, a step). Checked at every renewal; renewals still work under the alarm, so the lease and the
+        partitions are kept meanwhile, and commits raise StoreFull (not applied: commit again later)."""
+        why = self.group.store.refusing_writes()
+        if (why is None) == (self._refusing is None):
+            return
+        self._refusing = why
+        if why is not None:
+            self._log("store_full", {"reason": why})
+        else:
+            self._log("store_writes", {})
 
     def _member_wake(self) -> None:
         with self._changed:
@@ -362,6 +379,12 @@ class Worker:
                 fields.get("previous"),
                 fields.get("replicas"),
             )
+        elif kind == "watch_lost":  # not a fault: a quiet watch re-opened after the store compacted (README)
+            log.info("worker %s: its watch lost events (%s); reading the group again", self.id, fields.get("reason"))
+        elif kind == "store_full":
+            log.warning("worker %s: %s", self.id, fields.get("reason"))
+        elif kind == "store_writes":
+            log.warning("worker %s: the store takes writes again", self.id)
         elif kind == "renew_recovered":
             log.warning("worker %s renewed its lease again; belief until %s", self.id, _clock_time(fields["deadline"]))
         elif kind == "leaving":

@@ -1,4 +1,5 @@
-"""Fixtures for the etcd failure tests: a 3-node cluster, TLS material, the etcd binary (never skipped in CI)."""
+"""Fixtures for the etcd failure tests: a 3-node cluster, TLS material, worker processes stopped after each test,
+the etcd binary (never skipped in CI)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.etcd.processes import WorkerProcess
 from tests.etcd_server import EtcdCluster, EtcdServer, TlsFiles
 
 pytestmark = pytest.mark.etcd
@@ -18,6 +20,17 @@ def etcd_cluster(etcd_bin: str, tmp_path: Path) -> Iterator[EtcdCluster]:
     """A fresh 3-member cluster on loopback; every member stopped after the test."""
     with EtcdServer.cluster(etcd_bin, tmp_path / "cluster", n=3) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def workers() -> Iterator[list[WorkerProcess]]:
+    """The ``apportion worker`` processes a test starts (append them): killed if still running after it."""
+    started: list[WorkerProcess] = []
+    yield started
+    for w in started:
+        if w.proc.poll() is None:
+            w.proc.kill()
+        w.proc.wait(10)
 
 
 def _openssl(*args: str | Path) -> None:

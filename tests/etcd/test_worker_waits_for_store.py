@@ -4,77 +4,20 @@ closed (exit 1 after --connect-timeout, one error line, the waiting logged), an 
 
 from __future__ import annotations
 
-import signal
 import socket
 import sqlite3
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from apportion import events
 from apportion.errors import StoreUnavailable
 from apportion.store import connect
 from apportion.waiting import wait_for
+from tests.etcd.processes import WorkerProcess
 from tests.etcd_server import EtcdServer, free_port
 
 pytestmark = pytest.mark.slow
-
-
-class Worker:
-    """``apportion worker`` in its own process: JSON events from stdout, the log (stderr) in a file."""
-
-    def __init__(self, url: str, log: Path, *args: str) -> None:
-        self.log = log
-        self.events: list[dict[str, Any]] = []
-        self.started = time.monotonic()
-        with log.open("w") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "apportion.cli", "worker", "--store", url, "--group", "g", "--id", "w1",
-                 "--partitions", "4", *args],
-                stdout=subprocess.PIPE, stderr=err, text=True,
-            )  # fmt: skip
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            event = events.parse(line)
-            if event is not None:
-                self.events.append(event)
-
-    def text(self) -> str:
-        return self.log.read_text()
-
-    def owns_everything(self) -> bool:
-        owned: set[int] = set()
-        for event in list(self.events):
-            if event["event"] == "assigned":
-                owned |= set(event["partitions"])
-            elif event["event"] in ("revoked", "lost"):
-                owned -= set(event["partitions"])
-        return owned == {0, 1, 2, 3}
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(30)
-
-
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for w in started:
-        if w.proc.poll() is None:
-            w.proc.kill()
-        w.proc.wait(10)
 
 
 def waiting_lines(text: str, url: str) -> list[str]:
@@ -82,10 +25,10 @@ def waiting_lines(text: str, url: str) -> list[str]:
 
 
 def test_a_closed_etcd_port_is_waited_for_then_exit_1_with_one_error_line(
-    tmp_path: Path, workers: list[Worker]
+    tmp_path: Path, workers: list[WorkerProcess]
 ) -> None:
     url = f"etcd://127.0.0.1:{free_port()}"  # nothing listens there
-    w = Worker(url, tmp_path / "w1.log", "--connect-timeout", "2")
+    w = WorkerProcess(url, tmp_path / "w1.log", "--connect-timeout", "2")
     workers.append(w)
     code = w.proc.wait(30)
     elapsed = time.monotonic() - w.started
@@ -105,11 +48,11 @@ def test_a_closed_etcd_port_is_waited_for_then_exit_1_with_one_error_line(
 
 @pytest.mark.etcd
 def test_an_etcd_that_starts_2_s_after_the_worker_is_waited_for_and_used(
-    etcd_bin: str, tmp_path: Path, workers: list[Worker]
+    etcd_bin: str, tmp_path: Path, workers: list[WorkerProcess]
 ) -> None:
     client_port, peer_port = free_port(), free_port()
     url = f"etcd://127.0.0.1:{client_port}"
-    w = Worker(url, tmp_path / "w1.log", "--connect-timeout", "30")
+    w = WorkerProcess(url, tmp_path / "w1.log", "--connect-timeout", "30")
     workers.append(w)
     wait_for(f"the worker to log that it waits for {url}", lambda: bool(waiting_lines(w.text(), url)), 30)
     time.sleep(max(0.0, 2.0 - (time.monotonic() - w.started)))
@@ -128,7 +71,7 @@ def test_an_etcd_that_starts_2_s_after_the_worker_is_waited_for_and_used(
     assert "apportion: error" not in text and "Traceback" not in text
 
 
-def test_an_sqlite_file_locked_by_another_process_is_waited_for(tmp_path: Path, workers: list[Worker]) -> None:
+def test_an_sqlite_file_locked_by_another_process_is_waited_for(tmp_path: Path, workers: list[WorkerProcess]) -> None:
     """connect() itself fails here (the schema transaction cannot take the write lock within the URL's timeout)."""
     path = tmp_path / "s.db"
     url = f"sqlite:///{path}?timeout=0.3"
@@ -136,7 +79,7 @@ def test_an_sqlite_file_locked_by_another_process_is_waited_for(tmp_path: Path, 
     holder.execute("PRAGMA journal_mode=WAL")
     holder.execute("BEGIN IMMEDIATE")
     try:
-        w = Worker(url, tmp_path / "w1.log", "--connect-timeout", "30")
+        w = WorkerProcess(url, tmp_path / "w1.log", "--connect-timeout", "30")
         workers.append(w)
         wait_for("the worker to log that it waits for the lock", lambda: bool(waiting_lines(w.text(), url)), 30)
         assert "database is locked" in waiting_lines(w.text(), url)[0]

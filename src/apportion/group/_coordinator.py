@@ -56,8 +56,9 @@ coordinator itself failed records that failure too. ``status`` lists them.
 
 Reads: a step runs on every watched event and at least every ttl/4, so it reads nothing the watch tells: the
 ``coordinator`` and ``rebalance`` keys and the ``members/`` and ``table/`` prefixes are tracked copies
-(``_tracked``), read at start and after a lapse, after this member's own writes to them, or after a transaction
-comparing them failed, and otherwise kept current by their events.
+(``_tracked``), read at start and after a lapse, after this member's own writes to them, after a transaction
+comparing them failed, or after the watch lost events (compacted history: ``_resync``), and otherwise kept current
+by their events.
 """
 
 from __future__ import annotations
@@ -477,6 +478,18 @@ class CoordinatorMember(FencedMember):
     def _forget(self) -> None:
         for tracked in (self._coordinator, self._rebalance, self._members, self._tables):
             tracked.forget()
+
+    def _resync_keys(self) -> list[str]:
+        return [self._subs.key]
+
+    def _resync(self) -> dict[str, KeyValue | None]:
+        """After a watch lost events: every copy is read again at the next step (failures noticed from lost
+        deletes are not recorded: the record is for operators, the table and the leases decide)."""
+        self._forget()
+        found = super()._resync()
+        if found[self._subs.key] is None:
+            self._subs.on_record(self.config, None)
+        return found
 
     def _on_event(self, event: Event) -> None:
         if event.kv.key == self.keys.resource and event.kv.mod_revision > self._config_revision:

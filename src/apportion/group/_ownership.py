@@ -22,6 +22,14 @@ never commit after losing a partition. A revocation that overruns ``revoke_timeo
 lease lapses and others take over. Every claim, release, commit and loss is recorded in the group's history inside
 the transaction that makes it true.
 
+The member's watch on the group's prefix::
+
+    FOLLOWING --poll/wait raises Compacted (it resumed below the store's compaction point: events are lost)-->
+        LOST (trace "watch_lost"; closed) --next step, within the belief--> new watch from now, then ``_resync``
+        re-reads what the lost events would have told (the group's definition and the protocol's own keys, applied
+        as their events) --> FOLLOWING
+    LOST --the store does not answer--> LOST (retried at every step; beliefs and renewals go on meanwhile)
+
 Member lifecycle shared by all protocols: ``step`` starts the member when it has no lease (watch the group, read or
 create the resource definition, grant the lease, register ``members/<id>`` lease-bound if no other registration
 holds the id: a holder that is dead lets go within its ttl, a live one makes this member fail after 1.5 ttl unless
@@ -39,12 +47,13 @@ import math
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Required, TypedDict, TypeVar
 
 from apportion.clock import Clock
-from apportion.errors import Fenced, InvalidRequest, LeaseNotFound, StoreUnavailable
+from apportion.errors import Compacted, Fenced, InvalidRequest, LeaseNotFound, StoreFull, StoreUnavailable
 from apportion.group._config import GroupConfig
 from apportion.group._history import DEFAULT_RETENTION_S, Recorder
 from apportion.group._keys import (
@@ -66,6 +75,7 @@ from apportion.store import (
     Event,
     EventType,
     Get,
+    KeyValue,
     Op,
     Put,
     Store,
@@ -140,7 +150,7 @@ class FencedMember:
     """Lease, beliefs, claims, releases and fenced commits of one member. Not thread-safe except for
     ``keepalive``, ``commit``, ``owned``, ``lease``, ``checkpoint`` and ``stable`` (guarded by an internal lock);
     everything else runs on one stepping thread. Subclasses implement ``_advance`` (and may override the hooks
-    ``_on_event``, ``_started``, ``_reset``, ``_registration``, ``stable``)."""
+    ``_on_event``, ``_started``, ``_reset``, ``_resync``, ``_resync_keys``, ``_registration``, ``stable``)."""
 
     def __init__(
         self,
@@ -183,6 +193,8 @@ class FencedMember:
         self._watch = watch
         self._own_watch = watch is None
         self._inbox: list[Event] = []
+        self._watch_failed: Compacted | None = None  # the watch lost events (wait_events saw it): replace it
+        self._resync_pending = False  # a new watch replaced a lost one: re-read what its events would have told
         self.safety = safety
         self.claim_retry_s = claim_retry_s
         self.revoke_timeout_s = revoke_timeout_s
@@ -355,10 +367,15 @@ class FencedMember:
     # -- stepping ------------------------------------------------------------------------------------------
 
     def wait_events(self, timeout_s: float) -> None:
-        """Block (real time) until the watch has events or ``timeout_s`` passes; keep them for the next step."""
-        if self._watch is None:
+        """Block (real time) until the watch has events or ``timeout_s`` passes; keep them for the next step. A
+        watch that lost events (``Compacted``) is left to the next step, which replaces it."""
+        if self._watch is None or self._watch_failed is not None:
+            time.sleep(max(0.0, timeout_s))  # no watch to wake us (the store did not answer): the step retries
             return
-        self._inbox.extend(self._watch.wait(max(0.0, timeout_s)))
+        try:
+            self._inbox.extend(self._watch.wait(max(0.0, timeout_s)))
+        except Compacted as exc:
+            self._watch_failed = exc
 
     def step(self, now: float | None = None) -> float:
         """Advance the protocol; return the local time by which it wants to be stepped again."""
@@ -379,8 +396,8 @@ class FencedMember:
             with self._lock:
                 self._lease_lost = True
             return now
-        except StoreUnavailable as exc:
-            self._trace("store_unavailable", reason=str(exc))
+        except StoreUnavailable as exc:  # StoreFull too: retried until an operator gives the store space again
+            self._trace("store_unavailable", reason=str(exc), full=isinstance(exc, StoreFull))
             return min(now + max(self.claim_retry_s, 0.05) * 2, self._lapse_at())
 
     def _lapse_at(self) -> float:
@@ -399,6 +416,8 @@ class FencedMember:
                 return now + _ID_RETRY_S
             now = self._clock.now()
         with self._within_belief():
+            if self._resync_pending:
+                self._watch_again()
             if self._fenced:
                 with self._lock:
                     fenced, self._fenced = dict(sorted(self._fenced.items())), {}
@@ -441,13 +460,59 @@ class FencedMember:
     def _drain_events(self) -> None:
         events = self._inbox
         self._inbox = []
-        if self._watch is not None:
-            events.extend(self._watch.poll())
+        failed, self._watch_failed = self._watch_failed, None
+        if self._watch is not None and failed is None:
+            try:
+                events.extend(self._watch.poll())
+            except Compacted as exc:
+                failed = exc
         owners = self.keys.owners
         for event in events:
             if event.kv.key.startswith(owners):
                 self._note_owner_event(event)
             self._on_event(event)
+        if failed is not None:
+            self._replace_watch(failed)
+
+    def _replace_watch(self, failed: Compacted) -> None:
+        """The watch lost events: it broke (an etcd member restarted, a stream went idle) and resumed below the
+        store's compaction point, so what changed meanwhile is gone from the history. Close it; the step opens a
+        new one from now and re-reads what the lost events would have told (``_resync``), never guessing past them.
+        A watch the caller passed in is the caller's to replace: the error goes to it."""
+        if not self._own_watch:
+            raise failed
+        if self._watch is not None:
+            self._watch.close()
+        self._watch = None
+        self._resync_pending = True
+        self._held.clear()  # the deletions a claim waits for may be among the lost events: claim again
+        self._trace("watch_lost", reason=str(failed))
+
+    def _watch_again(self) -> None:
+        """Open the new watch (``_start`` may have) and re-read; a store that does not answer leaves both to the
+        next step. Runs inside the belief's time limit, after a lapse is handled, like every store call of a step."""
+        if self._watch is None:
+            self._watch = self.store.watch(self.keys.prefix)
+        self._resync()
+        self._resync_pending = False
+
+    def _resync(self) -> dict[str, KeyValue | None]:
+        """Re-read, in one snapshot, the keys whose changes this member takes from its watch (``_resync_keys``;
+        the group's definition here) and apply each present one as the PUT event of its last change; returns what
+        was read (None: absent) for an override that must act on an absence (hook)."""
+        keys = [self.keys.resource, *self._resync_keys()]
+        result = self.store.txn([], [Get(key) for key in keys])
+        found: dict[str, KeyValue | None] = {}
+        for key, kvs in zip(keys, result.responses, strict=True):
+            found[key] = kvs[0] if isinstance(kvs, list) and kvs else None
+        for kv in found.values():
+            if kv is not None:
+                self._on_event(Event(EventType.PUT, kv))
+        return found
+
+    def _resync_keys(self) -> list[str]:
+        """The keys besides the group's definition that ``_resync`` re-reads (hook)."""
+        return []
 
     def _on_event(self, event: Event) -> None:
         """One watched change under the group's prefix (hook)."""

@@ -42,7 +42,9 @@ Reads
 A step happens on every watched event (any member's commit wakes every member), so a step reads nothing it can
 learn from the watch: ``current`` is a ``TrackedKey`` (read at start and after a lapse or a failed open/close, then
 kept by its events), and the plan of the open round comes from its ``round/R/plan`` event, or is read once when it
-may exist unseen (at start, after a lapse, a failed join or close, a ``latest`` event). Closing a round still reads
+may exist unseen (at start, after a lapse, a failed join or close, a ``latest`` event). A watch that lost events
+(compacted history) is replaced and what they told is read again (``_resync``: ``current`` and the plan as after a
+lapse, ``latest``, the subscriptions and the registrations as their events). Closing a round still reads
 the round's records, as it must. A member that joined a round but was busy while its plan came and a newer round
 opened reads that plan and applies it before joining the newer one (``_catch_up``): otherwise it would report the
 holdings and generation of a plan before, and a strategy reading generations would re-plan on stale claims.
@@ -113,7 +115,7 @@ from apportion.group._ownership import (
 from apportion.group._subscriptions import Subscriptions
 from apportion.group._tracked import TrackedKey
 from apportion.model import AssignRequest, Member, Partition, Plan
-from apportion.store import Delete, Event, EventType, KeyValue, Op, Put, Store, absent, mod_revision_is
+from apportion.store import Delete, Event, EventType, Get, KeyValue, Op, Put, Store, absent, mod_revision_is
 
 ReplicaLags = Callable[[], Mapping[Any, int]]
 """partition id -> lag of the replica (standby or learner) this member holds of it; called when joining a round."""
@@ -502,6 +504,29 @@ class RoundsMember(FencedMember):
 
     def _config_changed(self, revision: int) -> None:
         self._need(revision)
+
+    def _resync_keys(self) -> list[str]:
+        return [self.keys.latest, self._subs.key]
+
+    def _resync(self) -> dict[str, KeyValue | None]:
+        """After a watch lost events: the copies are read again when next needed, the plan of the current round
+        too; ``latest``, the operator's subscriptions and every registration are applied as their events, and a
+        participant of the applied plan with no registration any more as the delete that was lost."""
+        self._current.forget()
+        self._plan_unread = True
+        found = super()._resync()
+        if found[self._subs.key] is None:
+            self._subs.on_record(self.config, None)
+        result = self.store.txn([], [Get(self.keys.members, prefix=True)])
+        registered = result.responses[0] if isinstance(result.responses[0], list) else []
+        for kv in registered:
+            self._on_event(Event(EventType.PUT, kv))
+        present = {kv.key for kv in registered}
+        for mid in sorted((self._participant_set | self._leaving) - self._dead):
+            key = self.keys.member(mid)
+            if key not in present:
+                self._on_event(Event(EventType.DELETE, KeyValue(key, b"", 0, result.revision, 0, 0)))
+        return found
 
     def _reset(self) -> None:
         self._current.forget()

@@ -32,7 +32,8 @@ Member phases (``StaticPhase``)::
     STARTING --lease granted, members/<id> put (ordinal); first registration only: the count written if absent,
                raised to ordinal + 1 if below it; the stored count read--> RUNNING
     RUNNING  --each step: revoke owned - target (on_revoked, release); claim target - owned (when free)--> RUNNING
-    RUNNING  --replicas or resource changed (watch)--> RUNNING with the new target
+    RUNNING  --replicas or resource changed (watch; read again when the watch lost events)--> RUNNING with the
+             new target
     any      --local lease deadline passed, or lease gone--> on_lost(all), lease revoked --> STARTING
     any      --leave()--> on_revoked(all), release, lease revoked --> STOPPED
 """
@@ -177,6 +178,9 @@ class StaticMember(FencedMember):
                 self._trace("scale", ordinal=self.ordinal, replicas=count, previous=previous)
                 return self.store.get(key)
             kv = self.store.get(key)
+
+    def _resync_keys(self) -> list[str]:
+        return [self.keys.replicas]
 
     def _on_event(self, event: Event) -> None:
         kv = event.kv

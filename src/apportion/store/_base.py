@@ -149,6 +149,12 @@ class Store(abc.ABC):
     def close(self) -> None:  # noqa: B027 - backends without resources need nothing
         """Release connections and background threads."""
 
+    def refusing_writes(self) -> str | None:
+        """Why this store refuses writes while it still answers (etcd's NOSPACE alarm: the ``StoreFull`` message),
+        as this client last heard; None once a write is accepted again, and on backends that never refuse so.
+        A worker logs the change (one line per outage); thread-safe."""
+        return None
+
     # Conveniences expressed through txn; backends may override them for speed.
 
     def get(self, key: str) -> KeyValue | None:

@@ -20,7 +20,8 @@ Behaviour worth knowing:
   raises ``StoreUnavailable`` — re-check with a compare, as with any CAS.
 - **Errors.** Transport errors and etcd's ``Unavailable``-class codes → ``StoreUnavailable``; bad input (too many
   ops, duplicate keys in one txn, future revision) → ``InvalidRequest``; unknown lease → ``LeaseNotFound``; watch
-  below the compaction point → ``Compacted``; always ``raise ... from`` the cause.
+  below the compaction point → ``Compacted``; etcd's NOSPACE refusal → ``StoreFull`` at once (see "Space" below);
+  always ``raise ... from`` the cause.
 - **Authentication** (``user:password@``): the token is fetched by the first request (under its time limit) and
   fetched again when it expires. A wrong user name or password is a user mistake: ``InvalidRequest("url", "etcd
   authentication failed ...")`` (CLI exit 2), raised by the first request; so is a server that needs credentials
@@ -34,7 +35,26 @@ Behaviour worth knowing:
   (one round trip). etcd's first revision is 1 and holds no events.
 - **Permissions.** Everything apportion stores is under ``/apportion/`` and revision probes read the key
   ``/apportion/`` itself: a user whose role grants readwrite on the prefix ``/apportion/`` (and nothing else) can run
-  workers, status and reports. Compaction needs more (it is an admin operation).
+  workers, status and reports. (etcd 3.4 lets such a user compact the whole cluster too; defragmenting needs root.)
+- **Compaction: etcd's job, not apportion's (decided in issue 27).** Every write adds a revision and etcd keeps every
+  old one until compacted: a fleet committing 16,384 partitions every 5 s grew its database by ~194 MB/min until the
+  2 GB quota (bench/etcd_space_bench.py: ~1.2 kB per commit with 300-byte checkpoints, half of it the old revisions
+  compaction frees, half the group-history event that lives ``--history-retention``). apportion does not compact:
+  compaction is cluster-wide (one call forgets the history of every key of every application on that etcd and cancels
+  their watches that are behind), so the etcd's operator chooses it, once, for everyone; etcd does it itself with
+  ``--auto-compaction-mode=periodic --auto-compaction-retention=1m`` (run by the leader, no coordination among 32
+  workers, no extra permission, as Kubernetes' apiserver does for the etcd it owns every 5 min). apportion needs no
+  history beyond a watch's resume after a broken stream, and survives any compaction at any time: a watch resumed
+  below the compaction point raises ``Compacted`` and the member opens a new one and reads the group again
+  (``FencedMember._replace_watch``; tests/etcd/test_compaction.py). ``compact()`` exists for the store contract and
+  for tests. README "Running etcd for apportion" has the settings and the numbers.
+- **Space.** Past ``--quota-backend-bytes`` etcd raises its NOSPACE alarm and refuses every put, transaction that
+  puts and lease grant until an operator compacts, defragments and disarms it; reads, keepalives, revocations and
+  deletes still work. Such a refusal (``database space exceeded``, code 8 like the retryable ``too many requests``) is
+  raised at once as ``StoreFull`` (a ``StoreUnavailable``), never re-sent: the alarm is cluster-wide and the write was
+  not applied. ``refusing_writes()`` holds its message until a write that NOSPACE would refuse is taken again (a
+  worker logs each change once). So a running worker keeps its lease and partitions through the outage, its commits
+  raise (not applied: commit again later) and it resumes by itself after the disarm; a starting worker exits 1.
 - **Transactions.** etcd refuses two writes to the same key in one branch of a transaction, a put inside a range
   the same branch deletes included (``InvalidRequest`` here, unlike the memory backend), and more than
   ``--max-txn-ops`` (default 128) operations.
@@ -59,7 +79,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import httpx
 
-from apportion.errors import ApportionError, Compacted, InvalidRequest, LeaseNotFound, StoreUnavailable
+from apportion.errors import ApportionError, Compacted, InvalidRequest, LeaseNotFound, StoreFull, StoreUnavailable
 from apportion.store._base import Store, Watch, lease_id
 from apportion.store._connect import redact_url
 from apportion.store._types import (
@@ -100,6 +120,9 @@ _INVALID_ARGUMENT, _NOT_FOUND, _PERMISSION_DENIED, _RESOURCE_EXHAUSTED = 3, 5, 7
 _FAILED_PRECONDITION, _OUT_OF_RANGE, _UNAVAILABLE, _UNAUTHENTICATED = 9, 11, 14, 16
 # Rejections etcd makes before proposing anything: safe to send the same write to another member.
 _NOT_PROPOSED = ("no leader", "too many requests", "not capable", "unhealthy cluster", "proposal dropped")
+# etcd's NOSPACE refusal (RESOURCE_EXHAUSTED, like "too many requests", which is worth retrying; this one is not: the
+# alarm is cluster-wide, every member refuses until an operator disarms it).
+_NO_SPACE = "database space exceeded"
 
 
 def _b64(data: bytes) -> str:
@@ -311,6 +334,7 @@ class EtcdStore(Store):
         self._token: str | None = None
         self._watches: set[_EtcdWatch] = set()
         self._closed = False
+        self._refusing: str | None = None  # the StoreFull message while etcd refuses writes (NOSPACE alarm)
         # With credentials the token is fetched by the first request, under that request's time limit (a worker's
         # --connect-timeout bounds it like any other call; opening the store sends nothing).
 
@@ -455,6 +479,12 @@ class EtcdStore(Store):
             raise LeaseNotFound(message.removeprefix("etcdserver: ")) from cause
         if code == _OUT_OF_RANGE and "compacted" in lowered:
             raise _CompactedRevision from cause
+        if _NO_SPACE in lowered:
+            self._refusing = (
+                f"etcd at {self.url} is out of space (NOSPACE alarm): writes are refused until an operator compacts, "
+                'defragments and disarms it (README "Running etcd for apportion")'
+            )
+            raise StoreFull(self._refusing) from cause
         if "duplicate key" in lowered:
             raise InvalidRequest(
                 "op.key", "etcd refuses two writes to one key (or a put inside a deleted range) in one transaction"
@@ -506,6 +536,8 @@ class EtcdStore(Store):
         }
         read_only = all(isinstance(op, Get) for op in (*on_success, *on_failure))
         reply = self._call("/v3/kv/txn", body, idempotent=read_only)
+        if self._refusing is not None and any(isinstance(op, Put) for op in (*on_success, *on_failure)):
+            self._refusing = None  # a write NOSPACE would refuse was taken (deletes pass under the alarm)
         succeeded = bool(reply.get("succeeded", False))
         ops = on_success if succeeded else on_failure
         replies = reply.get("responses", [])
@@ -520,6 +552,7 @@ class EtcdStore(Store):
         reply = self._call("/v3/lease/grant", {"TTL": str(max(1, math.ceil(ttl_s)))}, idempotent=False)
         if reply.get("error"):
             raise StoreUnavailable(f"etcd refused the lease: {reply['error']}")
+        self._refusing = None
         return Lease(int(reply["ID"]), float(reply.get("TTL", max(1, math.ceil(ttl_s)))))
 
     def keepalive(self, lease: Lease | int) -> float:
@@ -590,6 +623,9 @@ class EtcdStore(Store):
             pass  # already compacted there or beyond: nothing to do
         except InvalidRequest as exc:
             raise InvalidRequest("revision", f"{revision}: {exc.reason}") from exc
+
+    def refusing_writes(self) -> str | None:
+        return self._refusing
 
     def close(self) -> None:
         with self._lock:
