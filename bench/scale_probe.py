@@ -52,10 +52,16 @@ class Verdict:
     quota: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # floor/ceil of each live member's share
     unapplied: int = 0  # owned by a live member in the store, not in its applied set
     stray: int = 0  # in a live member's applied set, the store names another owner or none
+    unapplied_by: Mapping[str, int] = field(default_factory=dict)  # members with unapplied partitions: how many
 
     @property
     def outside_quota(self) -> list[str]:
         return sorted(m for m, n in self.counts.items() if not self.quota[m][0] <= n <= self.quota[m][1])
+
+    @property
+    def laggards(self) -> list[str]:
+        """Members with claimed partitions they have not applied, most first."""
+        return sorted(self.unapplied_by, key=lambda m: (-self.unapplied_by[m], m))
 
     @property
     def all_owned(self) -> bool:
@@ -72,12 +78,13 @@ class Verdict:
         highs = sorted({q[1] for q in self.quota.values()})
         quota = f"{lows[0]}..{highs[-1]}" if lows else "-"
         empty = sum(1 for n in counts if n == 0)
+        worst = ", ".join(f"{m} {self.unapplied_by[m]}" for m in self.laggards[:3])
         return (
             f"{self.partitions - self.unowned - self.foreign}/{self.partitions} owned by live members "
             f"({self.unowned} unowned, {self.foreign} by others); {len(counts)} members own "
             f"{counts[0] if counts else 0}..{counts[-1] if counts else 0} (quota {quota}), {empty} none, "
-            f"{len(self.outside_quota)} outside quota; {self.unapplied} claimed not applied, "
-            f"{self.stray} applied not owned"
+            f"{len(self.outside_quota)} outside quota; {self.unapplied} claimed not applied"
+            f"{f' ({worst})' if worst else ''}, {self.stray} applied not owned"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -126,11 +133,14 @@ def judge(
         else:
             counts[owner] += 1
     stray = 0
+    unapplied_by: dict[str, int] = {}
     for member in capacities:
-        mine = applied.get(member, ())
-        held = set(mine)
+        held = set(applied.get(member, ()))
         stray += sum(1 for p in held if owners.get(p) != member)
-        unapplied += counts[member] - sum(1 for p in held if owners.get(p) == member)
+        missing = counts[member] - sum(1 for p in held if owners.get(p) == member)
+        if missing:
+            unapplied_by[member] = missing
+            unapplied += missing
     return Verdict(
         partitions=len(partitions),
         unowned=unowned,
@@ -139,6 +149,7 @@ def judge(
         quota=quotas(len(partitions), capacities) if capacities else {},
         unapplied=unapplied,
         stray=stray,
+        unapplied_by=unapplied_by,
     )
 
 

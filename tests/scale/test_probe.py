@@ -16,7 +16,8 @@ def test_an_evenly_owned_and_applied_group_is_converged() -> None:
 
 def test_a_claimed_partition_its_owner_has_not_applied_is_not_owned() -> None:
     verdict = judge({0: "a", 1: "a", 2: "b"}, range(3), EQUAL, {"a": {0}, "b": {2}})
-    assert not verdict.ok and verdict.all_owned and verdict.unapplied == 1
+    assert not verdict.ok and verdict.all_owned and verdict.unapplied == 1 and verdict.laggards == ["a"]
+    assert "1 claimed not applied (a 1)" in verdict.summary()
 
 
 def test_a_partition_applied_by_a_member_the_store_does_not_name_is_a_stray() -> None:

@@ -35,10 +35,12 @@ REPORT_PAST_S = 10.0  # a failover past its goal is waited for this much longer,
 
 
 def _failure(phase: Phase, fleet: Fleet, bound: str) -> str:
-    tails = "\n".join(f"--- {wid}:\n{w.tail(5)}" for wid, w in sorted(fleet.workers.items())[:3])
+    """What was expected, the last look, and the logs of the members most behind (else the first ones)."""
+    shown = (phase.verdict.laggards if phase.verdict is not None else [])[:3] or sorted(fleet.workers)[:3]
+    tails = "\n".join(f"--- {wid}:\n{fleet[wid].tail(5)}" for wid in shown)
     return (
-        f"{phase.what}: {phase.text()}, expected within {bound}; the last look: {phase.summary()}; the first "
-        f"workers' logs end with:\n{tails}"
+        f"{phase.what}: {phase.text()}, expected within {bound}; the last look: {phase.summary()}; the logs of "
+        f"{', '.join(shown)} end with:\n{tails}"
     )
 
 
