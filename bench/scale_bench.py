@@ -153,7 +153,7 @@ def steady_window(
         while time.monotonic() < began + seconds:
             live = set(members)
             with contextlib.suppress(StoreUnavailable):  # a loaded machine: this sample is skipped
-                owned.append(sum(1 for m in read_owners(store, GROUP).values() if m in live))
+                owned.append(sum(1 for m in read_owners(store, GROUP).owners.values() if m in live))
             watched += len(watch.poll())
             _counts(fleet, members)  # keep reading the logs as they grow
             time.sleep(max(0.0, min(1.0, began + seconds - time.monotonic())))

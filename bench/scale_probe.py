@@ -8,8 +8,10 @@ revoked and lost, ``WorkerProcess.applied``). A claimed partition whose ``on_ass
 nobody processes it yet.
 
 - ``judge`` is the pure part: a ``Verdict`` from the owner map, the capacities and the applied sets;
-- ``read_owners`` reads the owner map with one range of ``/apportion/<group>/owner/`` (not ``group_status``: at
-  100,000 partitions that reads and decodes every record of the group on every poll);
+- ``read_owners`` reads the owner records and the registrations in one transaction (two prefix ranges, not
+  ``group_status``: at 100,000 partitions that reads and decodes every record of the group on every poll); a record
+  bound to another lease than its owner's registration is *lapsing* (its owner registered again, or is gone: the
+  record waits for its old lease to end; nobody processes that partition), as ``apportion status`` says;
 - ``Probe.until_converged`` polls both until converged or a deadline counted from a given instant (the last start,
   the kill) and returns a ``Phase``: its time, or "never (N s)" with the last verdict;
 - ``start_staggered`` starts workers as a Deployment's pods start: the same command line, a fixed gap apart;
@@ -35,7 +37,7 @@ from typing import Any
 from apportion.errors import StoreUnavailable, TimedOut
 from apportion.fleet import Fleet
 from apportion.group import Keys, PartitionId, decode_owner, pid_of_text
-from apportion.store import Store
+from apportion.store import Get, Store
 from apportion.waiting import wait_for
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -48,6 +50,7 @@ class Verdict:
     partitions: int
     unowned: int  # no owner record
     foreign: int  # an owner record naming a member not in the live set (a dead one, or a stranger)
+    lapsing: int = 0  # an owner record that outlives its live owner's registration (its owner gave it up)
     counts: Mapping[str, int] = field(default_factory=dict)  # owner records per live member
     quota: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # floor/ceil of each live member's share
     unapplied: int = 0  # owned by a live member in the store, not in its applied set
@@ -66,7 +69,7 @@ class Verdict:
     @property
     def all_owned(self) -> bool:
         """Every partition owned by a live member (balance and application aside)."""
-        return self.unowned == 0 and self.foreign == 0
+        return self.unowned == 0 and self.foreign == 0 and self.lapsing == 0
 
     @property
     def ok(self) -> bool:
@@ -79,9 +82,11 @@ class Verdict:
         quota = f"{lows[0]}..{highs[-1]}" if lows else "-"
         empty = sum(1 for n in counts if n == 0)
         worst = ", ".join(f"{m} {self.unapplied_by[m]}" for m in self.laggards[:3])
+        owned = self.partitions - self.unowned - self.foreign - self.lapsing
+        lapsing = f", {self.lapsing} lapsing" if self.lapsing else ""
         return (
-            f"{self.partitions - self.unowned - self.foreign}/{self.partitions} owned by live members "
-            f"({self.unowned} unowned, {self.foreign} by others); {len(counts)} members own "
+            f"{owned}/{self.partitions} owned by live members ({self.unowned} unowned, {self.foreign} by others"
+            f"{lapsing}); {len(counts)} members own "
             f"{counts[0] if counts else 0}..{counts[-1] if counts else 0} (quota {quota}), {empty} none, "
             f"{len(self.outside_quota)} outside quota; {self.unapplied} claimed not applied"
             f"{f' ({worst})' if worst else ''}, {self.stray} applied not owned"
@@ -94,6 +99,7 @@ class Verdict:
             "partitions": self.partitions,
             "unowned": self.unowned,
             "foreign": self.foreign,
+            "lapsing": self.lapsing,
             "min_count": counts[0] if counts else 0,
             "max_count": counts[-1] if counts else 0,
             "members_owning_none": sum(1 for n in counts if n == 0),
@@ -118,15 +124,19 @@ def judge(
     partitions: Collection[PartitionId],
     capacities: Mapping[str, float],
     applied: Mapping[str, Collection[PartitionId]],
+    lapsing: Collection[PartitionId] = (),
 ) -> Verdict:
-    """The verdict on ``owners`` (partition -> the member its owner record names) for the live members of
-    ``capacities``, each of which has applied ``applied[member]``. Owner records of partitions outside
-    ``partitions`` are ignored."""
+    """The verdict on ``owners`` (partition -> the member its owner record names; ``lapsing``: partitions whose
+    record outlives its owner's registration, not in ``owners``) for the live members of ``capacities``, each of
+    which has applied ``applied[member]``. Records of partitions outside ``partitions`` are ignored."""
     counts = dict.fromkeys(capacities, 0)
-    unowned = foreign = unapplied = 0
+    unowned = foreign = unapplied = lapsed = 0
+    gone = set(lapsing)
     for p in partitions:
         owner = owners.get(p)
-        if owner is None:
+        if p in gone:
+            lapsed += 1
+        elif owner is None:
             unowned += 1
         elif owner not in counts:
             foreign += 1
@@ -145,6 +155,7 @@ def judge(
         partitions=len(partitions),
         unowned=unowned,
         foreign=foreign,
+        lapsing=lapsed,
         counts=counts,
         quota=quotas(len(partitions), capacities) if capacities else {},
         unapplied=unapplied,
@@ -153,13 +164,31 @@ def judge(
     )
 
 
-def read_owners(store: Store, group: str) -> dict[PartitionId, str]:
-    """Partition -> the member its owner record names: one range of the group's owner prefix."""
-    prefix = Keys(group).prefix + "owner/"
-    found: dict[PartitionId, str] = {}
-    for kv in store.range(prefix):
-        found[pid_of_text(kv.key[len(prefix) :])] = decode_owner(kv)[0]
-    return found
+@dataclass(frozen=True, slots=True)
+class Records:
+    """The owner records of a group at one revision: ``owners`` (partition -> member) bound to their owner's
+    registration's lease, and the ``lapsing`` ones (partition -> member) bound to another (or whose owner has no
+    registration)."""
+
+    owners: dict[PartitionId, str]
+    lapsing: dict[PartitionId, str]
+
+
+def read_owners(store: Store, group: str) -> Records:
+    """The owner records and the registrations, in one transaction (one revision)."""
+    keys = Keys(group)
+    prefix = keys.prefix + "owner/"
+    found = store.txn([], [Get(prefix, prefix=True), Get(keys.members, prefix=True)]).responses
+    owner_kvs, member_kvs = found[0], found[1]
+    assert isinstance(owner_kvs, list) and isinstance(member_kvs, list)
+    registered = {kv.key[len(keys.members) :]: kv.lease for kv in member_kvs}
+    owners: dict[PartitionId, str] = {}
+    lapsing: dict[PartitionId, str] = {}
+    for kv in owner_kvs:
+        member = decode_owner(kv)[0]
+        current = registered.get(member) == kv.lease
+        (owners if current else lapsing)[pid_of_text(kv.key[len(prefix) :])] = member
+    return Records(owners, lapsing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,9 +237,10 @@ class Probe:
         self.partitions = list(partitions)
 
     def verdict(self, members: Collection[str], capacities: Mapping[str, float] | None = None) -> Verdict:
-        owners = read_owners(self.store, self.group)  # first: a worker applies after its claim is in the store
+        records = read_owners(self.store, self.group)  # first: a worker applies after its claim is in the store
         applied = {m: self.fleet[m].applied() for m in members}
-        return judge(owners, self.partitions, capacities or dict.fromkeys(members, 1.0), applied)
+        capacities = capacities or dict.fromkeys(members, 1.0)
+        return judge(records.owners, self.partitions, capacities, applied, records.lapsing)
 
     def until_converged(
         self,
@@ -294,4 +324,4 @@ def say(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
 
-__all__ = ["Phase", "Probe", "Verdict", "cpu_s", "judge", "quotas", "read_owners", "say", "start_staggered"]
+__all__ = ["Phase", "Probe", "Records", "Verdict", "cpu_s", "judge", "quotas", "read_owners", "say", "start_staggered"]

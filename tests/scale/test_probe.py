@@ -40,3 +40,9 @@ def test_a_member_outside_floor_ceil_of_its_share_is_unbalanced() -> None:
 def test_quotas_are_floor_and_ceil_of_the_capacity_share() -> None:
     assert quotas(10, {"a": 1.0, "b": 1.0, "c": 1.0}) == {"a": (3, 4), "b": (3, 4), "c": (3, 4)}
     assert quotas(9, {"a": 2.0, "b": 1.0}) == {"a": (6, 6), "b": (3, 3)}
+
+
+def test_a_record_that_outlives_its_owners_registration_is_lapsing_not_owned() -> None:
+    verdict = judge({0: "a", 1: "a"}, range(3), EQUAL, {"a": {0, 1}, "b": set()}, lapsing={2: "b"})
+    assert (verdict.lapsing, verdict.all_owned, verdict.ok) == (1, False, False)
+    assert "1 lapsing" in verdict.summary()
