@@ -407,6 +407,7 @@ def main() -> int:
     sizes: list[tuple[int, int]] = args.sizes
 
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored (a background job)
     logging.basicConfig(level=logging.WARNING, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")  # stderr
     root = Path(tempfile.mkdtemp(prefix="apportion-scale-"))
     results: list[dict[str, Any]] = []
