@@ -46,7 +46,8 @@ def _failure(phase: Phase, fleet: Fleet, bound: str) -> str:
 
 def converge_then_fail_over(url: str, logs: Path, workers: int, partitions: int, converge_within_s: float) -> None:
     """Start ``workers`` 0.1 s apart; assert converged within ``converge_within_s`` of the last start, then after a
-    kill -9 of one, converged on the others within ttl + RST + 2 s, and no ``lost`` event from a survivor."""
+    kill -9 of one, converged on the others within ttl + RST + 2 s, and no ``lost`` event from a survivor at any time
+    of the run (a member whose lease lapses under load loses partitions as surely as one hit by the kill)."""
     options = ["--partitions", str(partitions), "--commit-every", f"{COMMIT_EVERY_S:g}", "--ttl", f"{TTL_S:g}",
                "--settle", f"{SETTLE_S:g}"]  # fmt: skip
     ids = [f"w{i:02d}" for i in range(workers)]
