@@ -19,6 +19,7 @@ SCRIPTS = [
     "router_bench.py",
     "dashboard_bench.py",
     "protocol_bench.py",
+    "scale_bench.py",
     "spark_bench.py",
     "stateful_bench.py",
 ]

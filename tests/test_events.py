@@ -23,3 +23,8 @@ def test_an_emitted_event_is_one_json_line_kind_then_time_then_fields(capsys: py
 )
 def test_a_line_that_is_not_an_event_parses_as_none(text: str | bytes) -> None:
     assert events.parse(text) is None
+
+
+def test_every_line_of_a_kind_begins_with_its_head() -> None:
+    assert events.line("commit", partitions=[1]).encode().startswith(events.head("commit"))
+    assert not events.line("committed").encode().startswith(events.head("commit"))

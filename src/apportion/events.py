@@ -6,7 +6,8 @@ seconds, to the millisecond), then the event's own fields::
     {"event": "assigned", "time": 1718000000.123, "partitions": [0, 3]}
 
 ``line`` formats one (what `apportion pipeline run` logs on stderr); ``emit`` writes one whole line to stdout (what
-`apportion worker` prints); ``parse`` reads one back, None for any other line of a log (Spark's, a traceback).
+`apportion worker` prints); ``parse`` reads one back, None for any other line of a log (Spark's, a traceback);
+``head`` is how every line of one kind begins (a reader that only counts a kind need not parse its lines).
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ def emit(event: str, **fields: Any) -> None:
         sys.stdout.flush()
 
 
+def head(event: str) -> bytes:
+    """The bytes every line of an ``event`` begins with (its kind is the first key), up to and including the comma."""
+    return json.dumps({"event": event})[:-1].encode() + b","
+
+
 def parse(text: str | bytes) -> dict[str, Any] | None:
     """The event on ``text`` (one line), or None when it is not an event line."""
     if isinstance(text, bytes):
@@ -50,4 +56,4 @@ def parse(text: str | bytes) -> dict[str, Any] | None:
     return None
 
 
-__all__ = ["emit", "line", "parse"]
+__all__ = ["emit", "head", "line", "parse"]

@@ -5,8 +5,10 @@ The one harness behind the demo, the process tests, the benches and the nemesis;
 `apportion worker` processes runs without Spark). ``worker_args`` and ``pipeline_args`` build the two command lines.
 Each worker runs in its own session (``start_new_session``), so a signal to its process group reaches its Spark JVM
 too; its stdout and stderr go to ``<logs>/<id>.log``, whose event lines (``apportion.events``) are read
-incrementally by ``WorkerLog``. ``Fleet`` is a context manager: on exit every process still running is resumed
-(SIGCONT) and killed (SIGKILL), whatever happened.
+incrementally by ``WorkerLog`` (``count_only`` kinds, such as the committer's one ``commit`` line per partition and
+batch, are counted without being parsed or kept: a large fleet writes thousands a second). ``WorkerProcess.applied``
+is what a worker's lines say it holds (assigned, less revoked and lost). ``Fleet`` is a context manager: on exit
+every process still running is resumed (SIGCONT) and killed (SIGKILL), whatever happened.
 
     with Fleet(logs, pipeline_args(url, "g", log_dir, out_dir, "r", "--ttl", "2")) as fleet:
         w1 = fleet.start("w1")
@@ -21,7 +23,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -46,11 +49,14 @@ def pipeline_args(
 
 
 class WorkerLog:
-    """A worker's JSON event lines, read incrementally: each refresh parses only what was appended since."""
+    """A worker's JSON event lines, read incrementally: each refresh parses only what was appended since. Lines of a
+    ``count_only`` kind are counted (``count``) but neither parsed nor kept in ``events``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, count_only: Collection[str] = ()) -> None:
         self.path = path
         self.events: list[dict[str, Any]] = []
+        self._counts: Counter[str] = Counter()
+        self._heads = tuple((events.head(kind), kind) for kind in sorted(count_only))
         self._offset = 0
         self._partial = b""
 
@@ -64,10 +70,18 @@ class WorkerLog:
         self._offset += len(data)
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
+        heads = self._heads
         for line in lines:
+            if heads:
+                text = line.lstrip()
+                kind = next((k for h, k in heads if text.startswith(h)), None)
+                if kind is not None:
+                    self._counts[kind] += 1
+                    continue
             event = events.parse(line)
             if event is not None:
                 self.events.append(event)
+                self._counts[event["event"]] += 1
         return self.events
 
     def of(self, kind: str) -> list[dict[str, Any]]:
@@ -75,7 +89,9 @@ class WorkerLog:
         return [e for e in self.refresh() if e.get("event") == kind]
 
     def count(self, kind: str) -> int:
-        return len(self.of(kind))
+        """How many events of type ``kind`` so far (``count_only`` kinds too)."""
+        self.refresh()
+        return self._counts[kind]
 
     def lost(self) -> list[int]:
         """Every partition the worker reported through on_lost, in order (a partition once per report)."""
@@ -126,10 +142,30 @@ class WorkerProcess:
         self.log = log
         self.first_event = first_event  # this process's events in ``log`` start at this index...
         self.end_event: int | None = None  # ...and end here (set when the fleet starts the id again)
+        self._applied: set[int | str] = set()  # partition ids (apportion.group.PartitionId, a layer above)
+        self._applied_upto = first_event
 
     def own_events(self) -> list[dict[str, Any]]:
         """The events this process wrote (not those of earlier or later processes of the same id)."""
         return self.log.refresh()[self.first_event : self.end_event]
+
+    def applied(self) -> set[int | str]:
+        """The partitions this process's event lines say it holds now: each ``assigned`` adds its partitions, each
+        ``revoked`` and ``lost`` takes them away, in the order written (callbacks run one at a time on the worker
+        thread). A partition the store names this worker the owner of, but missing here, is claimed and not (yet)
+        applied. Read incrementally; a copy."""
+        events = self.log.refresh()
+        end = len(events) if self.end_event is None else self.end_event
+        for e in events[self._applied_upto : end]:
+            kind = e.get("event")
+            if kind in ("assigned", "revoked", "lost"):
+                parts = e.get("partitions") or ()
+                if kind == "assigned":
+                    self._applied.update(parts)
+                else:
+                    self._applied.difference_update(parts)
+        self._applied_upto = max(self._applied_upto, end)
+        return set(self._applied)
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -176,12 +212,21 @@ class Fleet:
     """Worker processes started from one command line (``worker_args``, ``pipeline_args``) plus per-worker options.
 
     ``workers`` maps each id to its latest process; ``started`` keeps every process ever started (a restart under
-    the same id appends to the same log). Leaving the ``with`` block kills whatever still runs.
+    the same id appends to the same log). Leaving the ``with`` block kills whatever still runs. ``count_only``: event
+    kinds the logs only count (see ``WorkerLog``).
     """
 
-    def __init__(self, log_dir: Path, args: Sequence[str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        args: Sequence[str],
+        env: dict[str, str] | None = None,
+        *,
+        count_only: Collection[str] = (),
+    ) -> None:
         self.log_dir = Path(log_dir)
         self.args = list(args)
+        self.count_only = tuple(count_only)
         self.env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", **(env or {}))
         self.workers: dict[str, WorkerProcess] = {}
         self.started: list[WorkerProcess] = []
@@ -191,7 +236,7 @@ class Fleet:
     def log(self, worker_id: str) -> WorkerLog:
         """The event log of ``worker_id`` (one reader per id, shared by its restarts)."""
         if worker_id not in self.logs:
-            self.logs[worker_id] = WorkerLog(self.log_dir / f"{worker_id}.log")
+            self.logs[worker_id] = WorkerLog(self.log_dir / f"{worker_id}.log", self.count_only)
         return self.logs[worker_id]
 
     def start(self, worker_id: str, *extra: str) -> WorkerProcess:
