@@ -6,6 +6,7 @@ claims, releases, fences commits and ends beliefs. Per partition, from this memb
 
     (wanted) CLAIMING --txn [absent(owner/p), epoch/p unchanged] -> [owner/p (my lease), epoch/p = e+1]-->
         OWNED --on_assigned--> (believed)
+    OWNED --commit: txn [owner/p == (me, epoch)] -> [put .commit/<group>/p]--> OWNED
     OWNED --protocol gives p up--> REVOKING --on_revoked returns--> release txn [owner/p is mine] -> delete
     OWNED --commit fails (owner/p not mine+epoch, or refused here): Fenced--> on_lost(p) --> release txn
     OWNED --local lease deadline passes / lease gone--> on_lost(p)
@@ -45,16 +46,15 @@ from typing import Any, Required, TypedDict, TypeVar
 
 from apportion.clock import Clock
 from apportion.errors import Fenced, InvalidRequest, LeaseNotFound, StoreUnavailable
+from apportion.group._commits import commit_record, read_checkpoint
 from apportion.group._config import GroupConfig
 from apportion.group._history import DEFAULT_RETENTION_S, Recorder
 from apportion.group._keys import (
     Keys,
     PartitionId,
-    decode,
     decode_epoch,
     decode_owner,
     encode,
-    field,
     owner_value,
     sorted_pids,
     validate_member_id,
@@ -314,7 +314,7 @@ class FencedMember:
     def commit_txn(self, partition: PartitionId, checkpoint: str, epoch: int, now: float) -> int:
         """The fence itself, without the local-deadline check: ``txn([owner/p == (me, epoch)], [put commit/p])``.
         The store revision of the accepted commit; 0 when the store refused it."""
-        record = encode({"checkpoint": checkpoint, "epoch": epoch, "member": self.id})
+        record = commit_record(checkpoint, epoch, self.id)
         ops: list[Op] = [Put(self.keys.commit(partition), record)]
         ops += self._recorder.put("commit", now, partitions=[partition], epochs=[epoch], checkpoint=checkpoint)
         result = self.store.txn([value_is(self.keys.owner(partition), self._owner_value(epoch))], ops)
@@ -329,8 +329,8 @@ class FencedMember:
         return len(self._claiming)
 
     def checkpoint(self, partition: PartitionId) -> str | None:
-        kv = self.store.get(self.keys.commit(partition))
-        return None if kv is None else str(field(decode(kv.value, kv.key), kv.key, "checkpoint", str))
+        """``partition``'s last committed checkpoint, whoever wrote it (either key layout, ``_keys``)."""
+        return read_checkpoint(self.store, self.keys, partition)
 
     # -- stepping ------------------------------------------------------------------------------------------
 
