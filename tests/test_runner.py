@@ -46,5 +46,7 @@ def test_run_worker_emits_its_assignment_and_commits_until_the_caller_stops_it()
     commits = [f for e, f in events if e == "commit"]  # the history: each accepted commit, its epoch and revision
     assert commits and all(f["revision"] > 0 and f["epoch"] >= 1 for f in commits), commits
     revisions = [f["revision"] for f in commits]
-    assert revisions == sorted(set(revisions)), f"each commit is its own transaction, in order: {revisions}"
+    assert revisions == sorted(revisions), f"in order: {revisions}"
+    first_batch = [f["partitions"][0] for f in commits if f["revision"] == revisions[0]]
+    assert first_batch == [0, 1, 2, 3], f"a batch is one transaction (commit_many), one line per partition: {commits}"
     assert committed in {f["checkpoint"] for f in commits}

@@ -33,7 +33,7 @@ def test_workers_with_mixed_subscriptions_split_a_two_resource_group_and_follow_
         lease = w2.lease("payments-1")
         w2.commit("payments-1", "cp", epoch=lease.epoch)
         assert w1.checkpoint("payments-1") == "cp"
-        assert store.get("/apportion/g/commit/payments-1") is not None
+        assert store.get("/apportion/.commit/g/payments-1") is not None
         w1.subscribe(["payments"])
         wait_for("w1 holds payments only", lambda: _resources_held(w1) == {"payments"}, 10)
         wait_for("settled after the change", lambda: settled(store, "g", ["w1", "w2"]), 10)

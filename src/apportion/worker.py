@@ -39,6 +39,7 @@ from apportion.errors import CorruptRecord, InvalidRequest, StoreUnavailable
 from apportion.group import (
     DEFAULT_RETENTION_S,
     Callback,
+    CommitResult,
     CoordinatorMember,
     FencedMember,
     GroupConfig,
@@ -198,9 +199,22 @@ class Worker:
         """Fenced commit: succeeds only while this worker owns ``partition`` with ``epoch`` (default: the current
         lease's) and returns the store revision of the commit. Raises Fenced otherwise; the partition is then
         reported through on_lost."""
-        revision = self._member.commit(partition, checkpoint, epoch=epoch)
+        try:
+            return self._member.commit(partition, checkpoint, epoch=epoch)
+        finally:
+            self._member_wake()  # a fenced partition's on_lost comes from the worker thread's next step
+
+    def commit_many(
+        self, checkpoints: Mapping[PartitionId, str], *, epochs: Mapping[PartitionId, int] | None = None
+    ) -> CommitResult:
+        """Fenced commits of a batch: each partition's checkpoint is recorded only while this worker owns it with its
+        epoch in ``epochs`` (default: the current lease's), in as few store transactions as the store allows. Never
+        raises Fenced or StoreUnavailable: the result lists what was ``committed`` (with the store revision),
+        ``fenced`` (reported through on_lost, as by ``commit``) and ``failed`` (the store did not answer: outcome
+        unknown)."""
+        result = self._member.commit_many(checkpoints, epochs=epochs)
         self._member_wake()
-        return revision
+        return result
 
     def checkpoint(self, partition: PartitionId) -> str | None:
         """The last committed checkpoint of ``partition``, whoever wrote it."""
@@ -581,4 +595,4 @@ class Group:
             worker.stop()
 
 
-__all__ = ["Group", "ModeOptions", "PartitionLease", "Tracer", "Worker"]
+__all__ = ["CommitResult", "Group", "ModeOptions", "PartitionLease", "Tracer", "Worker"]

@@ -87,6 +87,19 @@ def test_a_corrupt_record_is_exit_2_naming_the_key_in_status(key: str, value: by
         assert_names(result.one_error_line(), key)
 
 
+@pytest.mark.parametrize("value", CORRUPT["commit/3"], ids=str)
+def test_a_corrupt_commit_record_beside_the_group_prefix_is_exit_2_naming_its_key(value: bytes, tmp_path: Path) -> None:
+    """``CORRUPT``'s ``commit/3`` is the layout before (still read); a commit record of the current layout is named
+    the same way."""
+    url = make_store(tmp_path)
+    with connect(url) as store:
+        store.put(KEYS.commit(3), value)
+    for args in (["status"], ["status", "--json"]):
+        result = cli(*args, "--store", url, "--group", "g")
+        assert result.code == 2, result.stderr
+        assert result.one_error_line().startswith(f"apportion: error: store record {KEYS.commit(3)} is corrupt: ")
+
+
 @pytest.mark.parametrize(("key", "value"), [(k, v) for k in ("owner/3", "table/3") for v in CORRUPT[k]], ids=str)
 def test_route_names_a_corrupt_owner_or_table_record(key: str, value: bytes, tmp_path: Path) -> None:
     url = make_store(tmp_path, {key: value}, lease=key.startswith("owner/"))

@@ -26,11 +26,12 @@ def test_events_beyond_the_former_per_member_count_are_kept_within_the_retention
     h = Harness()
     (a,) = _settled(h, "a")  # default retention: one hour
     p = a.owned()[0]
+    revisions = []
     for i in range(1500):  # more than the 1,000 events per member the history used to keep
-        a.commit(p, str(i))
+        revisions.append(a.commit(p, str(i)))
         h.run(0.02)
-    commits = [e["checkpoint"] for e in history(h.store, h.group) if e["type"] == "commit"]
-    assert commits == [str(i) for i in range(1500)]
+    commits = [(e["revision"], e["partition"]) for e in history(h.store, h.group) if e["type"] == "commit"]
+    assert commits == [(revision, p) for revision in revisions]
     assert history(h.store, h.group)[0]["type"] == "registered"  # the whole run, from its first event
     assert history_expired_before(h.store, h.group) is None
 
@@ -41,16 +42,16 @@ def test_events_older_than_the_retention_are_removed_also_those_of_departed_memb
     gone.leave()
     del h.members["gone"]
     start = h.clock.now()
-    a.commit(a.owned()[0], "early")
+    early = a.commit(a.owned()[0], "early")
     h.run(700.0, tick=0.5)  # a steps (and prunes) all along; heartbeat rounds keep recording
     now = h.clock.now()
-    a.commit(a.owned()[0], "late")
+    late = a.commit(a.owned()[0], "late")
     h.run(1.0)
     events = history(h.store, h.group)
     assert min(e["time"] for e in events) >= now - 600.0 - 2 * BUCKET_S
     assert "gone" not in {e["member"] for e in events}  # pruned by a: nobody else is left to do it
-    checkpoints = {e.get("checkpoint") for e in events if e["type"] == "commit"}
-    assert "late" in checkpoints and "early" not in checkpoints
+    commits = {e["revision"] for e in events if e["type"] == "commit"}
+    assert late in commits and early not in commits
     expired = history_expired_before(h.store, h.group)
     assert expired is not None and start < expired <= now - 600.0
 

@@ -1,6 +1,7 @@
-"""Watch handling reads only what changed: a step woken by another member's commit reads nothing from the store.
+"""Watch handling reads only what changed: a step after other members' commits reads nothing from the store.
 
-Every commit is an event under the group's prefix, and every member's watch wakes it for each one; the members keep
+Every change under the group's prefix wakes every member's watch (commits did too until they moved beside the prefix,
+``apportion.group._keys``; tests/group/test_commits.py checks that they wake nobody now); the members keep
 ``current``, the plan, the coordinator record and the partition table from those events instead of reading them.
 """
 

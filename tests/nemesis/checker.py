@@ -1,7 +1,9 @@
 """An independent checker of a nemesis run, written against the README's "Guarantees and their limits" and the store
 layout the README documents (``owner/<p>`` holds the owner and its epoch, bound to its lease; ``epoch/<p>`` is the
-per-partition counter, bumped by every claim; ``commit/<p>`` the last checkpoint with its epoch) — not against the
-implementation: it imports nothing of apportion.
+per-partition counter, bumped by every claim; ``/apportion/.commit/<group>/<p>`` the last checkpoint with its epoch,
+``commit/<p>`` under the group's prefix in the layout before) — not against the implementation: it imports nothing of
+apportion. Keys in ``store.jsonl`` are relative to the group's prefix, commit records of the current layout relative
+to ``/apportion/`` (``.commit/<group>/<p>``).
 
 Inputs (JSON lines, see tests/nemesis/cluster.py): the store's own MVCC history of the group (every put and delete,
 by revision), each worker's event lines (its own ``time`` stamps; beliefs are ordered by ``seen``, the harness's
@@ -14,7 +16,7 @@ Safety (each breach is one line in ``Report.violations``):
 - **fence**: every commit the store accepted carried the then-current epoch: at its revision ``owner/<p>`` held that
   epoch (the commit's own member) and ``epoch/<p>`` had not moved past it.
 - **order**: commits for one partition from different epochs never interleave at the store: in revision order the
-  epochs of ``commit/<p>`` never go down.
+  epochs of its commit records (either layout) never go down.
 - **epochs**: ``epoch/<p>`` only goes up, by one per claim, and each owner record names the counter's value.
 - **durability**: every commit a worker was told succeeded (its ``commit`` event: epoch, revision, checkpoint) is in
   the store's history at that revision with that epoch and checkpoint.
@@ -138,6 +140,9 @@ def _t(event: Mapping[str, Any]) -> float:
 
 def _partition(key: str, kind: str) -> int | None:
     head, _, tail = key.partition("/")
+    if kind == "commit" and head == ".commit":  # .commit/<group>/<p>
+        tail = tail.partition("/")[2]
+        head = kind
     return int(tail) if head == kind and tail.isdigit() else None
 
 

@@ -11,9 +11,10 @@ The history, all JSON lines, under ``directory/history``:
 - ``<worker>.jsonl``: the worker's stdout, its own event lines (``assigned``, ``revoked``, ``lost``, ``commit`` with
   epoch and store revision, ``fenced``, ``stopped``) with its own timestamps; restarts append.
 - ``nemesis.jsonl``: what the harness did and when: ``start``/``kill``/``stop`` of a process, ``fault`` and ``heal``.
-- ``store.jsonl``: read at the end by the control host, every change etcd made under the group's prefix since
-  revision 1 (its MVCC history: revision, put/delete, key, value, lease) — the store's own account, which the
-  checker compares with what the workers say.
+- ``store.jsonl``: read at the end by the control host, every change etcd made under the group's prefix and to its
+  commit records since revision 1 (its MVCC history: revision, put/delete, key, value, lease) — the store's own
+  account, which the checker compares with what the workers say. Keys are relative to the group's prefix
+  (``owner/3``), commit records relative to ``/apportion/`` (``.commit/<group>/3``).
 """
 
 from __future__ import annotations
@@ -267,10 +268,13 @@ class Deployment:
             return {int(kv.key[len(prefix) :]): json.loads(kv.value)["member"] for kv in store.range(prefix)}
 
     def dump_store_history(self) -> Path:
-        """Write every change under the group's prefix since revision 1 to ``history/store.jsonl``."""
+        """Write every change under the group's prefix and to its commit records since revision 1 to
+        ``history/store.jsonl`` (one watch of ``/apportion/``: one stream in revision order; the history's events
+        are left out)."""
         path = self.directory / "history" / "store.jsonl"
-        prefix = f"/apportion/{self.group}/"
-        with connect(self.store_url) as store, store.watch(prefix, start_revision=1) as watch, path.open("w") as out:
+        root, prefix = "/apportion/", f"/apportion/{self.group}/"
+        commits = f"{root}.commit/{self.group}/"
+        with connect(self.store_url) as store, store.watch(root, start_revision=1) as watch, path.open("w") as out:
             last = store.revision()  # the watch may end below it: the last writes may lie outside the prefix
             seen, idle_since = 0, time.monotonic()
             while seen < last and time.monotonic() - idle_since < 5.0:
@@ -279,8 +283,15 @@ class Deployment:
                     idle_since = time.monotonic()
                 for event in events:
                     seen = max(seen, event.revision)
+                    key = event.kv.key
+                    if key.startswith(prefix):
+                        key = key[len(prefix) :]
+                    elif key.startswith(commits):
+                        key = key[len(root) :]
+                    else:
+                        continue
                     record = {
-                        "revision": event.revision, "type": event.type.value, "key": event.kv.key[len(prefix) :],
+                        "revision": event.revision, "type": event.type.value, "key": key,
                         "value": event.kv.value.decode(errors="replace"), "lease": event.kv.lease,
                     }  # fmt: skip
                     out.write(json.dumps(record) + "\n")

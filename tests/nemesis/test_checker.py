@@ -21,6 +21,12 @@ def claim(revision: int, p: int, member: str, epoch: int) -> list[dict[str, Any]
 
 
 def commit(revision: int, p: int, member: str, epoch: int, checkpoint: str = "c") -> dict[str, Any]:
+    """A commit record as the dump names it: ``.commit/<group>/<p>``, relative to ``/apportion/``."""
+    return put(revision, f".commit/g/{p}", {"checkpoint": checkpoint, "epoch": epoch, "member": member})
+
+
+def legacy_commit(revision: int, p: int, member: str, epoch: int, checkpoint: str = "c") -> dict[str, Any]:
+    """A commit record of the layout before: ``commit/<p>`` under the group's prefix."""
     return put(revision, f"commit/{p}", {"checkpoint": checkpoint, "epoch": epoch, "member": member})
 
 
@@ -74,6 +80,31 @@ def test_commits_of_an_older_epoch_after_a_newer_ones_break_the_order() -> None:
     store = [*claim(1, 0, "w1", 2), commit(2, 0, "w1", 2), put(3, "owner/0", {"member": "w0", "epoch": 1})]
     store.append(commit(4, 0, "w0", 1))  # an owner record rolled back and an old epoch committing again
     assert "order" in kinds(check(store, {}, [], partitions=1).violations)
+
+
+def test_commit_records_of_the_layout_before_are_checked_alike_and_ordered_with_the_current_ones() -> None:
+    store = [*claim(1, 0, "w0", 1), legacy_commit(2, 0, "w0", 1, "a"), delete(3, "owner/0"), *claim(4, 0, "w1", 2)]
+    store.append(commit(5, 0, "w1", 2, "b"))
+    workers = {"w0": [ev(10.0, "commit", [0], epoch=1, revision=2, checkpoint="a")]}
+    report = check(store, workers, [], partitions=1)
+    assert report.ok and report.store_commits == 2, report.violations
+    stale = [*store, put(6, "owner/0", {"member": "w0", "epoch": 1}), legacy_commit(7, 0, "w0", 1)]
+    assert {"fence", "order"} <= kinds(check(stale, {}, [], partitions=1).violations)
+
+
+def test_a_batch_committed_in_one_transaction_is_checked_partition_by_partition() -> None:
+    store = [*claim(1, 0, "w0", 1), *claim(1, 1, "w0", 1), commit(2, 0, "w0", 1, "a"), commit(2, 1, "w0", 1, "b")]
+    workers = {
+        "w0": [
+            ev(10.0, "assigned", [0, 1]),
+            ev(10.5, "commit", [0], epoch=1, revision=2, checkpoint="a"),
+            ev(10.5, "commit", [1], epoch=1, revision=2, checkpoint="b"),
+        ]
+    }
+    report = check(store, workers, [], partitions=2)
+    assert report.ok and report.store_commits == report.worker_commits == 2, report.violations
+    workers["w0"].append(ev(10.6, "commit", [1], epoch=1, revision=2, checkpoint="a"))  # not what rev 2 stored
+    assert kinds(check(store, workers, [], partitions=2).violations) == {"durability"}
 
 
 def test_an_epoch_counter_that_skips_or_an_owner_record_without_its_bump_is_caught() -> None:

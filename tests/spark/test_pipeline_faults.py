@@ -7,6 +7,7 @@ record committed twice."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from apportion.errors import Fenced, StoreUnavailable
-from apportion.group import GroupConfig, PartitionLease
+from apportion.group import CommitResult, GroupConfig, PartitionId, PartitionLease
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline, transform
 from apportion.spark._output import Checkpoint, committed_checkpoints, read_committed_arrow
@@ -171,10 +172,19 @@ class Ownership:
             raise Fenced(f"partition {partition} is not owned")
         return PartitionLease(partition, self.epochs[partition], "w")
 
-    def commit(self, partition: int, checkpoint: str, *, epoch: int | None = None) -> None:
-        if partition not in self.mine or epoch != self.epochs[partition]:
-            raise Fenced(f"partition {partition}: epoch {epoch} is stale")
-        self.commits[partition] = checkpoint
+    def commit_many(
+        self, checkpoints: Mapping[PartitionId, str], *, epochs: Mapping[PartitionId, int] | None = None
+    ) -> CommitResult:
+        committed: dict[PartitionId, int] = {}
+        fenced: dict[PartitionId, int | None] = {}
+        for p, checkpoint in checkpoints.items():
+            epoch = (epochs or {}).get(p)
+            if p not in self.mine or epoch != self.epochs[int(p)]:
+                fenced[p] = epoch
+            else:
+                self.commits[int(p)] = checkpoint
+                committed[p] = len(self.commits)
+        return CommitResult(committed, fenced, member="w")
 
     def checkpoint(self, partition: int) -> str | None:
         return self.commits.get(partition)

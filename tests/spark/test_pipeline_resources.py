@@ -23,7 +23,7 @@ from apportion.spark._analytics import partition_numbers
 from apportion.spark._output import uncommitted_records
 from apportion.spark._pipeline import run_batches
 from apportion.spark._report import write_report
-from apportion.spark._resources import joined_resources, split
+from apportion.spark._resources import ResourceView, joined_resources, split
 from apportion.store import connect
 from apportion.waiting import wait_for
 from apportion.worker import Group
@@ -34,6 +34,19 @@ pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 
 def test_split_groups_partition_ids_by_resource() -> None:
     assert split(["orders-3", "payments-0", "orders-1"]) == {"orders": [1, 3], "payments": [0]}
+
+
+def test_a_resource_view_commits_a_batch_of_its_indices_under_the_workers_ids() -> None:
+    store = connect(f"memory://view-{uuid.uuid4().hex}")
+    group = Group(store, "g", resources={"orders": 2, "payments": 2}, settle_s=0.05, min_interval_s=0.1)
+    with group.join("w1") as worker:
+        wait_for("w1 owns all 4 partitions", lambda: len(worker.owned()) == 4, 10)
+        view = ResourceView(worker, "payments")
+        epoch = worker.lease("payments-1").epoch
+        result = view.commit_many({0: "a", 1: "b"}, epochs={1: epoch - 1})  # 0: the epoch owned now; 1: stale
+        assert set(result.committed) == {0} and dict(result.fenced) == {1: epoch - 1}
+        assert worker.checkpoint("payments-0") == "a" and view.checkpoint(0) == "a"
+        assert worker.checkpoint("payments-1") is None and worker.checkpoint("orders-0") is None
 
 
 # 97 s on a loaded 2-core machine: make soak only; make test runs the process test below (exactly once per resource

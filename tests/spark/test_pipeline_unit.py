@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from apportion.errors import CorruptRecord, Fenced
-from apportion.group import RoundsMember
+from apportion.group import CommitResult, PartitionId, RoundsMember
 from apportion.log import PartitionedLog
 from apportion.spark._output import Checkpoint, committed_checkpoints, output_relpath, read_committed_arrow, verify
-from apportion.spark._pipeline import Task, clean_partition, commit_task, output_rows
+from apportion.spark._pipeline import Task, clean_partition, commit_task, commit_tasks, output_rows
 from tests.group.harness import FAST, Harness
 
 
@@ -87,9 +88,11 @@ def test_fenced_commit_keeps_a_file_that_the_committed_checkpoint_lists(tmp_path
         def __init__(self, member: RoundsMember) -> None:
             self.member = member
 
-        def commit(self, partition: int, checkpoint: str, *, epoch: int | None = None) -> None:
-            self.member.commit(partition, checkpoint, epoch=epoch)
-            raise Fenced("lost right after the commit applied")
+        def commit_many(
+            self, checkpoints: Mapping[PartitionId, str], *, epochs: Mapping[PartitionId, int] | None = None
+        ) -> CommitResult:
+            assert self.member.commit_many(checkpoints, epochs=epochs).ok
+            return CommitResult(fenced=dict(epochs or {}), member="a")  # lost right after the commit applied
 
         def checkpoint(self, partition: int) -> str | None:
             return self.member.checkpoint(partition)
@@ -106,6 +109,24 @@ def test_fenced_commit_keeps_a_file_that_the_committed_checkpoint_lists(tmp_path
         commit_task(AppliedThenFenced(a), task, rel, tmp_path)  # type: ignore[arg-type]
     assert (tmp_path / rel).is_dir()
     assert Checkpoint.parse(a.checkpoint(p), p).outputs == (rel,)
+
+
+def test_a_batch_commits_its_tasks_in_one_transaction_and_discards_only_the_fenced_ones_output(
+    tmp_path: Path,
+) -> None:
+    h, a, _ = _settled_pair()
+    p1, p2, p3 = a.owned()[:3]
+    fresh = [_task(a, p, 0, 4) for p in (p1, p2, p3)]
+    tasks = [fresh[0], dataclasses.replace(fresh[1], epoch=fresh[1].epoch - 1), fresh[2]]  # p2's epoch is stale
+    written = [(t, write_output(tmp_path, "r", t, _rows(t.partition, 0, 4)), None) for t in tasks]
+    before = h.store.revision()
+    outcome = commit_tasks(a, written, tmp_path)
+    assert set(outcome.committed) == {p1, p3} and set(outcome.fenced) == {p2} and not outcome.unknown
+    assert h.store.revision() == before + 1  # p1 and p3 in one transaction; p2 refused without a store call
+    assert not (tmp_path / str(written[1][1])).exists()  # the fenced task's output is gone, the others' listed
+    for p, (_, rel, _) in ((p1, written[0]), (p3, written[2])):
+        assert (tmp_path / str(rel)).is_dir() and Checkpoint.parse(a.checkpoint(p), p) == outcome.committed[p]
+    assert a.checkpoint(p2) is None
 
 
 def test_new_owner_cleans_only_unlisted_outputs_of_older_epochs(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ are stepped state machines; ``GroupConfig`` the resource definition; ``history``
 owner from a watch-backed copy of the partition table); ``Keys`` the key space.
 """
 
+from apportion.group._commits import CommitResult
 from apportion.group._config import STRATEGIES, GroupConfig, parse_resources
 from apportion.group._coordinator import (
     FAILED_RETENTION_S,
@@ -77,6 +78,7 @@ __all__ = [
     "FAILED_RETENTION_S",
     "STRATEGIES",
     "Callback",
+    "CommitResult",
     "CoordinatorMember",
     "CoordinatorPhase",
     "DelayHook",

@@ -15,7 +15,7 @@
     owner/<p>           {epoch, member} (<p>: the partition id, ``7`` in a one-resource group, ``orders-7`` in a
                         group over named resources: see ``_config``) (lease-bound to the owner's lease)
     epoch/<p>           last epoch handed out for p (not lease-bound: epochs only grow)
-    commit/<p>          {checkpoint, epoch, member}
+    commit/<p>          legacy checkpoint records {checkpoint, epoch, member}: read, no longer written (below)
     history             {expired_before}: history events older than this may have expired (see ``_history``)
     replicas            static mode: {replicas} — the replica count the ordinals are spread over
     coordinator         coordinator mode (lease-bound to the coordinator's member lease): {member, settings}
@@ -25,9 +25,26 @@
     failed/<id>         coordinator mode: a member whose lease ended without a graceful leave: {failed_at,
                         partitions, detected_by}; bound to a lease of FAILED_RETENTION_S (kept an hour)
 
-The history's events live outside the watched prefix, under ``/apportion/.history/<group>/`` (see ``_history``):
-inside ``/apportion/``, so an etcd role limited to that prefix suffices, and in no group's prefix (group names start
-with a letter or digit). Everything apportion stores is under ``/apportion/``.
+Two kinds of records live outside the watched prefix, in no group's prefix (group names start with a letter or
+digit) but inside ``/apportion/``, so an etcd role limited to that prefix suffices (everything apportion stores is
+under ``/apportion/``)::
+
+    /apportion/.history/<group>/...    the history's events (see ``_history``)
+    /apportion/.commit/<group>/<p>     the last committed checkpoint of p: {checkpoint, epoch, member}
+
+Commits are the group's busiest writes (every owned partition, every few seconds): under the group's prefix every
+one of them woke every member's watch (32 members x 16,384 partitions committing every 5 s: ~100,000 events/s
+delivered for nothing). Outside it they wake nobody; a fenced commit compares ``owner/<p>``, which stays inside.
+
+Checkpoints of the layout before (``/apportion/<group>/commit/<p>``) are read, never migrated: ``Keys.commit``
+is the only key written, and a reader takes, of the two records of p, the one written last (the greater
+mod_revision; ``_commits.latest_commits``). Why reading both rather than a migration: a migration would have to copy
+every record in one step that no running worker can interleave with (or stop the fleet first), and a crash halfway
+leaves both layouts anyway; reading both needs no step at all, costs one more Get in the same read (a txn of two
+Gets, one round trip), and a store upgraded in place keeps every checkpoint. The last-written rule (rather than
+"new first") stays right even if a worker of the earlier version commits after a current one. Mixed versions in one
+group are still not supported: an earlier version reads only the legacy key and would miss checkpoints written
+since; upgrade a group's workers together. Legacy records are left in place; the next commit of p supersedes one.
 
 Decoding: every value read back goes through :func:`decode` (a JSON object), :func:`decode_epoch` or
 :func:`decode_owner`, which raise :class:`~apportion.errors.CorruptRecord` naming the key when a record is not what
@@ -52,6 +69,7 @@ from apportion.store import KeyValue
 
 ROOT = "/apportion/"
 HISTORY_ROOT = ROOT + ".history/"
+COMMIT_ROOT = ROOT + ".commit/"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 RESERVED_IDS = ("joined", "plan")
 
@@ -126,7 +144,18 @@ def subscribed(subscriptions: frozenset[str] | None, pid: PartitionId) -> bool:
 class Keys:
     """Key names of one group."""
 
-    __slots__ = ("current", "events", "history", "latest", "members", "prefix", "resource", "rounds")
+    __slots__ = (
+        "commits",
+        "current",
+        "events",
+        "history",
+        "latest",
+        "legacy_commits",
+        "members",
+        "prefix",
+        "resource",
+        "rounds",
+    )
 
     def __init__(self, group: str) -> None:
         validate_group(group)
@@ -138,6 +167,8 @@ class Keys:
         self.rounds = self.prefix + "round/"
         self.history = self.prefix + "history"
         self.events = f"{HISTORY_ROOT}{group}/"
+        self.commits = f"{COMMIT_ROOT}{group}/"  # outside the watched prefix: a commit wakes no member
+        self.legacy_commits = self.prefix + "commit/"  # read, never written
 
     def member(self, member_id: str) -> str:
         return self.members + member_id
@@ -165,11 +196,12 @@ class Keys:
         return f"{self.prefix}epoch/{partition}"
 
     def commit(self, partition: PartitionId) -> str:
-        return f"{self.prefix}commit/{partition}"
+        """Where a commit writes ``partition``'s checkpoint."""
+        return f"{self.commits}{partition}"
 
-    @property
-    def commits(self) -> str:
-        return self.prefix + "commit/"
+    def legacy_commit(self, partition: PartitionId) -> str:
+        """Where the layout before kept it (read as a fallback, never written)."""
+        return f"{self.legacy_commits}{partition}"
 
     @property
     def replicas(self) -> str:

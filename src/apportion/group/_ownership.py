@@ -6,8 +6,9 @@ claims, releases, fences commits and ends beliefs. Per partition, from this memb
 
     (wanted) CLAIMING --txn [absent(owner/p), epoch/p unchanged] -> [owner/p (my lease), epoch/p = e+1]-->
         OWNED --on_assigned--> (believed)
+    OWNED --commit: txn [owner/p == (me, epoch)] -> [put .commit/<group>/p]--> OWNED
     OWNED --protocol gives p up--> REVOKING --on_revoked returns--> release txn [owner/p is mine] -> delete
-    OWNED --commit fails (owner/p not mine+epoch, or refused here): Fenced--> on_lost(p) --> release txn
+    OWNED --commit fails (owner/p not mine+epoch, or refused here): fenced--> on_lost(p) --> release txn
     OWNED --local lease deadline passes / lease gone--> on_lost(p)
 
 The belief "I own p" lasts from on_assigned until on_revoked returns or on_lost is called, and never beyond the
@@ -17,10 +18,14 @@ runs under ``store.time_limit(deadline - now)``, so a store that does not answer
 the deadline; at the deadline ``on_lost`` is called *first*, and only then are the lease revoked and the ``lost``
 event recorded (retried at every later step until they succeed or the lease is gone, before the member registers
 again). After ``on_lost`` the member itself refuses commits for the lost epoch (``Fenced``), whatever the store
-still holds. ``commit`` compares the owner record's value (member and epoch), so a frozen zombie can
-never commit after losing a partition. A revocation that overruns ``revoke_timeout_s`` stops lease renewal: the
-lease lapses and others take over. Every claim, release, commit and loss is recorded in the group's history inside
-the transaction that makes it true.
+still holds. A commit compares the owner record's value (member and epoch), so a frozen zombie can never commit
+after losing a partition. ``commit_many`` commits a batch in as few transactions as the store's limits allow, each
+partition still fenced by its own compare (``_commits``: the chunks, the retry of a chunk without its fenced
+partitions, what a commit costs the store); the belief is checked before each chunk is sent, and fenced partitions
+are reported in its result where ``commit``, its batch of one, raises ``Fenced``. A revocation that overruns
+``revoke_timeout_s`` stops lease renewal: the lease lapses and others take over. Every claim, release, commit and
+loss is recorded in the group's history inside the transaction that makes it true (a commit: one event per
+transaction, whatever the number of partitions in it).
 
 The member's watch on the group's prefix::
 
@@ -54,16 +59,24 @@ from typing import Any, Required, TypedDict, TypeVar
 
 from apportion.clock import Clock
 from apportion.errors import Compacted, Fenced, InvalidRequest, LeaseNotFound, StoreFull, StoreUnavailable
+from apportion.group._commits import (
+    CHUNK_BYTES,
+    CHUNK_PARTITIONS,
+    CommitResult,
+    chunked,
+    commit_record,
+    commit_size,
+    fence,
+    read_checkpoint,
+)
 from apportion.group._config import GroupConfig
 from apportion.group._history import DEFAULT_RETENTION_S, Recorder
 from apportion.group._keys import (
     Keys,
     PartitionId,
-    decode,
     decode_epoch,
     decode_owner,
     encode,
-    field,
     owner_value,
     pid_of_key,
     sorted_pids,
@@ -148,9 +161,15 @@ class MemberOptions(TypedDict, total=False):
 
 class FencedMember:
     """Lease, beliefs, claims, releases and fenced commits of one member. Not thread-safe except for
-    ``keepalive``, ``commit``, ``owned``, ``lease``, ``checkpoint`` and ``stable`` (guarded by an internal lock);
-    everything else runs on one stepping thread. Subclasses implement ``_advance`` (and may override the hooks
-    ``_on_event``, ``_started``, ``_reset``, ``_resync``, ``_resync_keys``, ``_registration``, ``stable``)."""
+    ``keepalive``, ``commit``, ``commit_many``, ``owned``, ``lease``, ``checkpoint`` and ``stable`` (guarded by an
+    internal lock); everything else runs on one stepping thread. Subclasses implement ``_advance`` (and may
+    override the hooks ``_on_event``, ``_started``, ``_reset``, ``_resync``, ``_resync_keys``, ``_registration``,
+    ``stable``)."""
+
+    # the most partitions and bytes of one commit transaction (``_commits``: etcd's defaults; lower them for a
+    # server configured with smaller limits)
+    max_commit_partitions: int = CHUNK_PARTITIONS
+    max_commit_bytes: int = CHUNK_BYTES
 
     def __init__(
         self,
@@ -313,47 +332,134 @@ class FencedMember:
         return True
 
     def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> int:
-        """Record ``checkpoint`` for ``partition`` if this member still owns it with ``epoch``; else raise Fenced.
-        Returns the store revision of the commit's transaction."""
-        if not isinstance(checkpoint, str):
-            raise InvalidRequest("checkpoint", "must be a string")
-        now = self._clock.now()
-        with self._lock:
-            current = self._owned.get(partition)
-            left = self._deadline - now
-        use = current if epoch is None else epoch
-        if use is None:
-            raise Fenced(f"partition {partition} is not owned by {self.id}")
-        if current == use and left > 0:
-            with self.store.time_limit(left):
-                revision = self.commit_txn(partition, checkpoint, use, now)
-                if revision:
-                    return revision
-                rejected = True
-        else:
-            rejected = False  # refused here: the belief in (partition, epoch) has ended; no store call
-        with self._lock:
-            if self._owned.get(partition) == use:
-                del self._owned[partition]
-                self._fenced[partition] = use
-                self._fenced_deadline = max(self._fenced_deadline, now + left)
-        self._trace("fenced", partition=partition, epoch=use)
-        if rejected:  # the store answered: record it (bounded, it is only history)
-            with contextlib.suppress(StoreUnavailable), self.store.time_limit(max(0.0, left)):
-                self._put_event("fenced", now, partitions=[partition], epochs=[use])
-        raise Fenced(f"partition {partition}: epoch {use} of {self.id} is no longer the owner's")
+        """Record ``checkpoint`` for ``partition`` if this member still owns it with ``epoch`` (default: the epoch
+        it owns it with now); else raise Fenced. Returns the store revision of the commit's transaction. The batch
+        of one of :meth:`commit_many` (StoreUnavailable when the store does not answer)."""
+        result, error = self._commit({partition: checkpoint}, None if epoch is None else {partition: epoch})
+        revision = result.committed.get(partition)
+        if revision is not None:
+            return revision
+        if error is not None:
+            raise error  # the store did not answer: the exception itself, with its cause
+        raise result.error(partition) or Fenced(f"partition {partition}: not committed")  # fenced: says why
+
+    def commit_many(
+        self, checkpoints: Mapping[PartitionId, str], *, epochs: Mapping[PartitionId, int] | None = None
+    ) -> CommitResult:
+        """Record each partition's checkpoint if this member still owns it with its epoch in ``epochs`` (default:
+        the epoch it owns it with now), in as few store transactions as the store's limits allow (``_commits``),
+        each partition fenced by its own compare. Never raises Fenced nor StoreUnavailable: the result says what
+        was committed (with its revision), fenced (reported through ``on_lost`` as by ``commit``) or left unknown
+        by a store that did not answer (the partitions after it are not sent). InvalidRequest for a checkpoint that
+        is not a string, an epoch that is not an int, an epoch without a checkpoint, or a partition that is
+        neither owned here nor one of the group's."""
+        return self._commit(checkpoints, epochs)[0]
 
     def commit_txn(self, partition: PartitionId, checkpoint: str, epoch: int, now: float) -> int:
-        """The fence itself, without the local-deadline check: ``txn([owner/p == (me, epoch)], [put commit/p])``.
-        The store revision of the accepted commit; 0 when the store refused it."""
-        record = encode({"checkpoint": checkpoint, "epoch": epoch, "member": self.id})
-        ops: list[Op] = [Put(self.keys.commit(partition), record)]
-        ops += self._recorder.put("commit", now, partitions=[partition], epochs=[epoch], checkpoint=checkpoint)
-        result = self.store.txn([value_is(self.keys.owner(partition), self._owner_value(epoch))], ops)
-        if not result.succeeded:
-            return 0
-        self._trace("commit", partition=partition, epoch=epoch, revision=result.revision)
-        return result.revision
+        """The fence itself, without the local check of the belief (the simulator's zombie, whose commits were sent
+        before it froze): ``_commits.fence`` of one partition. The store revision of the accepted commit; 0 when
+        the store refused it."""
+        record = commit_record(checkpoint, epoch, self.id)
+        chunk, epochs = {partition: record}, {partition: epoch}
+        committed, _ = fence(self.store, self.keys, self._recorder, chunk, epochs, self._owner_value, now)
+        for p, revision in committed.items():
+            self._trace("commit", partition=p, epoch=epoch, revision=revision)
+        return committed.get(partition, 0)
+
+    def _commit(
+        self, checkpoints: Mapping[PartitionId, str], epochs: Mapping[PartitionId, int] | None
+    ) -> tuple[CommitResult, StoreUnavailable | None]:
+        """``commit_many``, and the StoreUnavailable that ended it early (``commit`` raises it). Chunk by chunk: the
+        belief is checked just before the chunk is sent (a partition whose belief ended meanwhile — ``on_lost``, the
+        local deadline — is refused here, never sent), and the chunk's store calls run under what is left of the
+        belief window (``store.time_limit``)."""
+        uses = self._commit_epochs(checkpoints, epochs)
+        fenced: dict[PartitionId, int | None] = {p: None for p, use in uses.items() if use is None}
+        epoch_of = {p: use for p, use in uses.items() if use is not None}
+        sending = sorted_pids(epoch_of)
+        records = {p: commit_record(checkpoints[p], epoch_of[p], self.id) for p in sending}
+        sizes = [commit_size(self.keys, p, records[p], self._owner_value(epoch_of[p])) for p in sending]
+        committed: dict[PartitionId, int] = {}
+        failed: dict[PartitionId, str] = {}
+        error: StoreUnavailable | None = None
+        for chunk in chunked(sending, sizes, count=self.max_commit_partitions, budget=self.max_commit_bytes):
+            if error is not None:  # the store did not answer: the rest is not sent (each would wait as long)
+                failed.update(dict.fromkeys(chunk, str(error)))
+                continue
+            now = self._clock.now()
+            with self._lock:
+                deadline = self._deadline
+                send = [p for p in chunk if now < deadline and self._owned.get(p) == epoch_of[p]]
+            sent = frozenset(send)
+            refused = {p: epoch_of[p] for p in chunk if p not in sent}  # the belief has ended: no store call
+            self._fence_here(refused, now, deadline, rejected=False)
+            fenced.update(refused)
+            if not send:
+                continue
+            try:
+                batch = {p: records[p] for p in send}
+                with self.store.time_limit(deadline - now):
+                    done, rejected = fence(
+                        self.store, self.keys, self._recorder, batch, epoch_of, self._owner_value, now
+                    )
+            except StoreUnavailable as exc:
+                error = exc
+                failed.update(dict.fromkeys(send, str(exc)))
+                continue
+            for p, revision in done.items():
+                self._trace("commit", partition=p, epoch=epoch_of[p], revision=revision)
+            committed.update(done)
+            self._fence_here(rejected, now, deadline, rejected=True)
+            fenced.update(rejected)
+        return CommitResult(committed, fenced, failed, self.id), error
+
+    def _commit_epochs(
+        self, checkpoints: Mapping[PartitionId, str], epochs: Mapping[PartitionId, int] | None
+    ) -> dict[PartitionId, int | None]:
+        """Check a commit's input (InvalidRequest); each partition's epoch to commit under (the given one, else the
+        one owned now; None: neither)."""
+        if not isinstance(checkpoints, Mapping):
+            raise InvalidRequest("checkpoints", "must map partitions to checkpoints")
+        given: Mapping[PartitionId, int] = {} if epochs is None else epochs
+        if not isinstance(given, Mapping):
+            raise InvalidRequest("epochs", "must map partitions to epochs")
+        extra = [p for p in given if p not in checkpoints]
+        if extra:
+            raise InvalidRequest("epochs", f"partitions {extra[:5]!r} have an epoch but no checkpoint")
+        with self._lock:
+            owned = {p: self._owned[p] for p in checkpoints if p in self._owned}
+        uses: dict[PartitionId, int | None] = {}
+        for p, checkpoint in checkpoints.items():
+            if isinstance(p, bool) or not isinstance(p, int | str):  # True would pass for partition 1
+                raise InvalidRequest("partition", f"{p!r} is not a partition id (an int or <resource>-<index>)")
+            if not isinstance(checkpoint, str):
+                raise InvalidRequest("checkpoint", f"must be a string (partition {p!r}: {type(checkpoint).__name__})")
+            epoch = given.get(p)
+            if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int)):
+                raise InvalidRequest("epochs", f"partition {p!r}: an epoch is an int, got {epoch!r}")
+            if epoch is None and p not in owned and self.config.check_pid(p) != p:
+                # a partition never owned here and not the group's: "3" for 3, a typo (check_pid raises for most)
+                raise InvalidRequest("partition", f"{p!r} is not a partition id of group {self.group!r}")
+            uses[p] = owned.get(p) if epoch is None else epoch
+        return uses
+
+    def _fence_here(self, parts: Mapping[PartitionId, int], now: float, deadline: float, *, rejected: bool) -> None:
+        """The partitions whose commit was refused (by the store: ``rejected``; else here, the belief having ended):
+        this member's belief in (p, epoch) ends — the stepping thread calls ``on_lost`` and releases — and a
+        refusal by the store is recorded (one ``fenced`` event; best effort, it is only history)."""
+        if not parts:
+            return
+        with self._lock:
+            for p, use in parts.items():
+                if self._owned.get(p) == use:
+                    del self._owned[p]
+                    self._fenced[p] = use
+                    self._fenced_deadline = max(self._fenced_deadline, deadline)
+        for p, use in parts.items():
+            self._trace("fenced", partition=p, epoch=use)
+        if rejected:
+            with contextlib.suppress(StoreUnavailable), self.store.time_limit(max(0.0, deadline - self._clock.now())):
+                self._put_event("fenced", now, partitions=list(parts), epochs=list(parts.values()))
 
     @property
     def claiming(self) -> int:
@@ -361,8 +467,8 @@ class FencedMember:
         return len(self._claiming)
 
     def checkpoint(self, partition: PartitionId) -> str | None:
-        kv = self.store.get(self.keys.commit(partition))
-        return None if kv is None else str(field(decode(kv.value, kv.key), kv.key, "checkpoint", str))
+        """``partition``'s last committed checkpoint, whoever wrote it (either key layout, ``_keys``)."""
+        return read_checkpoint(self.store, self.keys, partition)
 
     # -- stepping ------------------------------------------------------------------------------------------
 

@@ -39,15 +39,16 @@ same participants as the previous plan and the resource definition is unchanged,
 
 Reads
 -----
-A step happens on every watched event (any member's commit wakes every member), so a step reads nothing it can
-learn from the watch: ``current`` is a ``TrackedKey`` (read at start and after a lapse or a failed open/close, then
-kept by its events), and the plan of the open round comes from its ``round/R/plan`` event, or is read once when it
-may exist unseen (at start, after a lapse, a failed join or close, a ``latest`` event). A watch that lost events
-(compacted history) is replaced and what they told is read again (``_resync``: ``current`` and the plan as after a
-lapse, ``latest``, the subscriptions and the registrations as their events). Closing a round still reads
-the round's records, as it must. A member that joined a round but was busy while its plan came and a newer round
-opened reads that plan and applies it before joining the newer one (``_catch_up``): otherwise it would report the
-holdings and generation of a plan before, and a strategy reading generations would re-plan on stale claims.
+A step happens on every watched event (any change under the group's prefix: claims, releases, registrations; not
+commits, which live beside it, ``_keys``), so a step reads nothing it can learn from the watch: ``current`` is a
+``TrackedKey`` (read at start and after a lapse or a failed open/close, then kept by its events), and the plan of the
+open round comes from its ``round/R/plan`` event, or is read once when it may exist unseen (at start, after a lapse, a
+failed join or close, a ``latest`` event). A watch that lost events (compacted history) is replaced and what they
+told is read again (``_resync``: ``current`` and the plan as after a lapse, ``latest``, the subscriptions and the
+registrations as their events). Closing a round still reads the round's records, as it must. A member that
+joined a round but was busy while its plan came and a newer round opened reads that plan and applies it before joining
+the newer one (``_catch_up``): otherwise it would report the holdings and generation of a plan before, and a strategy
+reading generations would re-plan on stale claims.
 
 Replicas (seed 2, ``high_availability``)
 ----------------------------------------

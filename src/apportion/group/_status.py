@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from apportion.errors import CorruptRecord
+from apportion.group._commits import checkpoint_of, latest_commits, read_commits
 from apportion.group._config import GroupConfig
 from apportion.group._coordinator import Entry
 from apportion.group._keys import (
@@ -27,7 +28,7 @@ from apportion.group._keys import (
     sorted_pids,
 )
 from apportion.group._static import static_block
-from apportion.store import KeyValue, Store
+from apportion.store import Get, KeyValue, Store
 
 log = logging.getLogger("apportion.status")
 
@@ -36,14 +37,15 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     """``{"members": {id: {"alive", "partitions", ...}}, "partitions": {p: {"owner", "epoch", "checkpoint"}},
     "round": R, "plan_round": R', "resource": {...}, "table": {p: {owner, target, state}}}`` plus ``coordinator``
     and ``replicas`` when those modes run; partition ids are strings (JSON object keys): ``"7"`` in a one-resource
-    group, ``"orders-7"`` in a group over named resources (whose members list their ``subscriptions``).
+    group, ``"orders-7"`` in a group over named resources (whose members list their ``subscriptions``). A
+    partition's ``checkpoint`` is that of its commit record written last, in either key layout (``_keys``).
 
     An owner record is ``"lapsing": true`` when it outlives its owner's belief: the member it names is gone or has
     registered again under a new lease (it gave up that ownership and the record waits for its old lease to be
     revoked or to expire). Nobody processes such a partition; it is not counted in the member's ``partitions``.
 
     A record that decides ownership (``resource``, ``latest``, the latest plan, ``owner/<p>``, ``epoch/<p>``,
-    ``commit/<p>``, ``table/<p>``, ``coordinator``, ``replicas``) and is not what apportion writes raises
+    a commit record, ``table/<p>``, ``coordinator``, ``replicas``) and is not what apportion writes raises
     ``CorruptRecord`` naming its key; a corrupt registration or participation record is skipped with a warning.
 
     In static mode (a ``replicas`` record), an unowned partition says which ordinal it is ``waiting_for``: the one
@@ -57,7 +59,9 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     Stateful groups (seed 2) also list, per partition, its ``standby`` and ``learners`` holders of the latest plan
     with the lag each reported in that round (``{member: lag or None}``)."""
     keys = Keys(group)
-    kvs = store.range(keys.prefix)
+    # one read, one revision: the group's prefix and the commit records beside it (``_keys``)
+    found = store.txn([], [Get(keys.prefix, prefix=True), Get(keys.commits, prefix=True)]).responses
+    kvs, commit_kvs = (reply if isinstance(reply, list) else [] for reply in found)
     resource: dict[str, Any] | None = None
     members: dict[str, dict[str, Any]] = {}
     owners: dict[PartitionId, dict[str, Any]] = {}
@@ -96,9 +100,6 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
             owner_kvs[p] = kv
         elif kind == "epoch" and (p := pid_of_key(name)) is not None:
             epochs[p] = decode_epoch(kv.value, kv.key)
-        elif kind == "commit" and (p := pid_of_key(name)) is not None:
-            commits[p] = decode(kv.value, kv.key)
-            field(commits[p], kv.key, "checkpoint", str)
         elif kind == "table" and pid_of_key(name) is not None:
             table[name] = table_entry(kv)
         elif kind == "failed" and name:
@@ -117,6 +118,9 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
             head, _, mid = name.partition("/")
             if head.isdigit():
                 record_kvs.setdefault(int(head), {})[mid] = kv
+    for p, kv in latest_commits(keys, [*kvs, *commit_kvs]).items():  # either layout: the one written last
+        commits[p] = decode(kv.value, kv.key)
+        field(commits[p], kv.key, "checkpoint", str)
     for p, kv in owner_kvs.items():  # a claim writes owner/p and epoch/p together, with the same epoch
         if p not in epochs or owners[p]["epoch"] > epochs[p]:
             last = "none" if p not in epochs else str(epochs[p])
@@ -281,12 +285,7 @@ def table_entry_of(store: Store, group: str, partition: int) -> dict[str, Any] |
 def committed(store: Store, group: str) -> dict[Any, str]:
     """Every partition's last committed checkpoint (what ``commit`` stored), by partition; partitions that never
     committed are absent. CorruptRecord naming a commit record that is not one."""
-    keys = Keys(group)
-    found: dict[PartitionId, str] = {}
-    for kv in store.range(keys.commits):
-        p = pid_of_key(kv.key[len(keys.commits) :])
-        if p is not None:
-            found[p] = str(field(decode(kv.value, kv.key), kv.key, "checkpoint", str))
+    found = {p: checkpoint_of(kv) for p, kv in read_commits(store, Keys(group)).items()}
     return dict(sorted(found.items(), key=lambda item: pid_order(item[0])))
 
 

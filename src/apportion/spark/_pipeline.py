@@ -2,13 +2,14 @@
 
 Why micro-batches driven by the worker (and not Structured Streaming with the Python Data Source API)
 --------------------------------------------------------------------------------------------------------
-Ownership changes *between* batches, and each partition's progress must be committed by its own fenced store
-transaction (``commit/<p>`` only if ``owner/p`` is still (me, epoch)). A streaming source plans offsets for all its
+Ownership changes *between* batches, and each partition's progress must be committed under its own fence (its
+checkpoint written only if ``owner/p`` is still (me, epoch)). A streaming source plans offsets for all its
 partitions at once and commits them in Spark's own checkpoint directory, which knows nothing of epochs: a zombie's
 stream would keep writing, and a revocation could not wait for "the batch that holds p". Driving ``spark.read``
 from the worker loop keeps the whole exactly-once argument in one place and in the store: every batch is planned
 from the committed checkpoints of the partitions owned *now*, under per-partition locks that ``on_revoked`` also
-takes, and each partition commits (or is fenced) separately.
+takes, and each partition commits (or is fenced) by its own compare — the batch's partitions together, in as few
+store transactions as the store allows (``commit_many``), since a compare per partition is what fences it.
 
 One micro-batch (``Pipeline.run_once``)
 ---------------------------------------
@@ -26,10 +27,12 @@ One micro-batch (``Pipeline.run_once``)
    and epoch replaces its own attempt) and nothing else; Spark stages the files and renames each directory into
    place when the job commits. Nothing is collected to the worker: a batch is bounded by the cluster, not by the
    worker's memory (``--batch-records`` x owned partitions records per job);
-4. per partition: ``worker.commit(p, Checkpoint(end, outputs + [directory]), epoch=epoch)`` — the checkpoint is
-   the manifest. On ``Fenced``: delete the directory unless the committed checkpoint lists it (an ambiguous commit
-   that did apply), stop processing ``p`` (the protocol reports ``on_lost``). A batch that wrote no row for ``p``
-   (a filtering transform) commits its offsets without a directory.
+4. ONE fenced commit of every partition's ``Checkpoint(end, outputs + [directory])`` under its epoch
+   (``commit_tasks``: ``worker.commit_many``; each partition is still fenced by its own compare) — the checkpoint is
+   the manifest. Per fenced partition: delete its directory unless the committed checkpoint lists it (an ambiguous
+   commit that did apply), stop processing ``p`` (the protocol reports ``on_lost``); the other partitions of the
+   batch are committed all the same. A batch that wrote no row for ``p`` (a filtering transform) commits its offsets
+   without a directory.
 
 Races with a newer epoch (a zombie — frozen, partitioned away — resumes while the next owner works). The next
 owner's clean-up (step 2) may run at any moment of the zombie's steps 3 and 4; every outcome is a fence, never a crash:
@@ -47,7 +50,8 @@ owner's clean-up (step 2) may run at any moment of the zombie's steps 3 and 4; e
 ``fault`` (constructor) is the deterministic fault-injection point for these windows: a callable
 ``fault(point, task, path)`` run at ``"before_write"`` (the batch planned, Spark's job not started; ``path`` the
 directory it will write) and ``"before_commit"`` (the directory written, changelog appended, commit not yet
-attempted). Tests make the other actor act there; production passes nothing.
+attempted; run for every task of the batch before its one commit). Tests make the other actor act there;
+production passes nothing.
 
 A failed Spark job (an executor lost beyond Spark's own task retries, the Connect server restarting) commits
 nothing: the batch is reported (``batch_failed``) and re-planned from the committed checkpoints after a pause; after
@@ -85,7 +89,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -95,7 +99,7 @@ import pyarrow.parquet as pq
 
 from apportion import events
 from apportion.errors import ApportionError, Fenced, InvalidRequest, StoreUnavailable
-from apportion.group import PartitionId, PartitionLease, sorted_pids
+from apportion.group import CommitResult, PartitionId, PartitionLease, sorted_pids
 from apportion.log import SCHEMA, PartitionedLog, Segment, segment_name
 from apportion.spark._output import (
     BATCH_COLUMN,
@@ -133,7 +137,9 @@ class Committer(Protocol):
 
     def owned(self) -> list[PartitionId]: ...
     def lease(self, partition: PartitionId) -> PartitionLease: ...
-    def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> object: ...
+    def commit_many(
+        self, checkpoints: Mapping[PartitionId, str], *, epochs: Mapping[PartitionId, int] | None = None
+    ) -> CommitResult: ...
     def checkpoint(self, partition: PartitionId) -> str | None: ...
 
 
@@ -231,6 +237,53 @@ def output_rows(path: Path) -> int:
     return sum(pq.read_metadata(f).num_rows for f in files)
 
 
+Written = tuple[Task, str | None, tuple[tuple[int, int], ...] | None]
+"""A task to commit: the task, its output directory (None: no rows) and, when stateful, its changelog ranges."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCommits:
+    """What the commit of a batch's tasks did, by partition (each task in exactly one): ``committed`` -> the new
+    checkpoint; ``fenced`` -> why (its output directory deleted unless the committed checkpoint lists it);
+    ``unknown`` -> why the store's answer is unknown (no answer to the commit, or to the read of a fenced
+    partition's checkpoint): its output is kept, unlisted, so invisible, for a later clean-up."""
+
+    committed: dict[int, Checkpoint]
+    fenced: dict[int, str]
+    unknown: dict[int, str]
+
+
+def commit_tasks(committer: Committer, written: Sequence[Written], output_dir: Path) -> TaskCommits:
+    """The fenced commit of a batch: every task's output directory and changelog ranges in its new checkpoint, in
+    one ``commit_many`` (each partition fenced by its own compare). A fenced partition's directory is deleted unless
+    the committed checkpoint lists it (an ambiguous commit of ours that did apply)."""
+    checkpoints = {task.partition: task.checkpoint.then(task.end, rel, changelog) for task, rel, changelog in written}
+    result = committer.commit_many(
+        {p: checkpoint.to_json() for p, checkpoint in checkpoints.items()},
+        epochs={task.partition: task.epoch for task, _, _ in written},
+    )
+    committed: dict[int, Checkpoint] = {}
+    fenced: dict[int, str] = {}
+    unknown: dict[int, str] = {}
+    for task, rel, _ in written:
+        p = task.partition
+        if p in result.committed:
+            committed[p] = checkpoints[p]
+            continue
+        if p in result.failed:
+            unknown[p] = result.failed[p]
+            continue
+        try:
+            listed = Checkpoint.parse(committer.checkpoint(p), p).outputs
+        except StoreUnavailable as exc:  # cannot tell: keep the output (unlisted outputs are invisible)
+            unknown[p] = str(exc)
+            continue
+        if rel is not None and rel not in listed:
+            remove_output(output_dir / rel)
+        fenced[p] = str(result.error(p))
+    return TaskCommits(committed, fenced, unknown)
+
+
 def commit_task(
     committer: Committer,
     task: Task,
@@ -238,21 +291,15 @@ def commit_task(
     output_dir: Path,
     changelog: tuple[tuple[int, int], ...] | None = None,
 ) -> Checkpoint:
-    """The fenced commit of one task's output directory ``rel`` (None: no rows) and, when stateful, of its
-    ``changelog`` ranges. Returns the new checkpoint; on ``Fenced`` deletes the directory unless the committed
-    checkpoint lists it, and re-raises."""
-    checkpoint = task.checkpoint.then(task.end, rel, changelog)
-    try:
-        committer.commit(task.partition, checkpoint.to_json(), epoch=task.epoch)
-    except Fenced:
-        try:
-            committed = Checkpoint.parse(committer.checkpoint(task.partition), task.partition)
-        except StoreUnavailable:
-            raise  # cannot tell: keep the output (unlisted outputs are invisible; the next owner cleans up)
-        if rel is not None and rel not in committed.outputs:
-            remove_output(output_dir / rel)
-        raise
-    return checkpoint
+    """``commit_tasks`` of one task: returns the new checkpoint; raises ``Fenced`` (its directory deleted unless the
+    committed checkpoint lists it) or ``StoreUnavailable`` (outcome unknown; the directory kept)."""
+    outcome = commit_tasks(committer, [(task, rel, changelog)], output_dir)
+    p = task.partition
+    if p in outcome.fenced:
+        raise Fenced(outcome.fenced[p])
+    if p in outcome.unknown:
+        raise StoreUnavailable(outcome.unknown[p])
+    return outcome.committed[p]
 
 
 def clean_partition(output_dir: Path, resource: str, partition: int, checkpoint: Checkpoint, epoch: int) -> list[str]:
@@ -499,24 +546,28 @@ class Pipeline:
             time.sleep(self._pause_s)
 
         started = time.perf_counter()
+        if self._fault is not None:
+            for task, _, _ in written:
+                self._fault("before_commit", task, self.output_dir / self._relpath(task))
+        outcome = commit_tasks(
+            committer,
+            [(task, rel, None if staged is None else staged.changelog) for task, rel, staged in written],
+            self.output_dir,
+        )
         committed: list[int] = []
         for task, rel, staged in written:
             p = task.partition
-            if self._fault is not None:
-                self._fault("before_commit", task, self.output_dir / self._relpath(task))
-            try:
-                checkpoint = commit_task(
-                    committer, task, rel, self.output_dir, None if staged is None else staged.changelog
-                )
-            except Fenced:
+            if p in outcome.fenced:
                 fenced.append(p)
                 self._on_fenced(task, rel)
                 continue
-            except StoreUnavailable as exc:
+            if p in outcome.unknown:
                 with self._state:
                     self._cache.pop(p, None)  # ambiguous: re-read the checkpoint next batch
-                self.emit("commit_unknown", worker=self.worker_id, partition=p, epoch=task.epoch, error=str(exc))
+                error = outcome.unknown[p]
+                self.emit("commit_unknown", worker=self.worker_id, partition=p, epoch=task.epoch, error=error)
                 continue
+            checkpoint = outcome.committed[p]
             if staged is not None and self.state is not None:
                 self.state.committed(p, staged)
             with self._state:
@@ -649,8 +700,11 @@ __all__ = [
     "FaultHook",
     "Pipeline",
     "Task",
+    "TaskCommits",
+    "Written",
     "clean_partition",
     "commit_task",
+    "commit_tasks",
     "emit_log",
     "joined",
     "load_transform",

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from apportion.group import PartitionId, PartitionLease
+from apportion.group import CommitResult, PartitionId, PartitionLease
 from apportion.spark._pipeline import Committer, Pipeline
 from apportion.worker import Group, Worker
+
+V = TypeVar("V")
 
 
 def split(parts: Sequence[PartitionId]) -> dict[str, list[int]]:
@@ -48,12 +50,28 @@ class ResourceView(Committer):
     def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> int:
         return self.worker.commit(self._pid(int(partition)), checkpoint, epoch=epoch)
 
+    def commit_many(
+        self, checkpoints: Mapping[PartitionId, str], *, epochs: Mapping[PartitionId, int] | None = None
+    ) -> CommitResult:
+        """The worker's ``commit_many`` of these indices' partitions; the result by index again."""
+        given: dict[PartitionId, int] | None = None
+        if epochs is not None:
+            given = {self._pid(int(p)): epoch for p, epoch in epochs.items()}
+        result = self.worker.commit_many({self._pid(int(p)): c for p, c in checkpoints.items()}, epochs=given)
+        fenced, failed = _by_index(result.fenced), _by_index(result.failed)
+        return CommitResult(_by_index(result.committed), fenced, failed, result.member)
+
     def checkpoint(self, partition: PartitionId) -> str | None:
         return self.worker.checkpoint(self._pid(int(partition)))
 
     @property
     def belief_ended_at(self) -> float | None:
         return self.worker.belief_ended_at
+
+
+def _by_index(values: Mapping[PartitionId, V]) -> dict[PartitionId, V]:
+    """``{"orders-3": v}`` -> ``{3: v}`` (one resource's partitions)."""
+    return {int(str(pid).rpartition("-")[2]): value for pid, value in values.items()}
 
 
 class Resources:

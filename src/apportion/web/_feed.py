@@ -1,11 +1,12 @@
 """The dashboard's one reader of the store: a thread that follows the group and publishes what the page shows.
 
 One ``Feed`` per server, whatever the number of browsers: it opens the store read-only (``connect(url,
-read_only=True)``: nothing is ever created, written or expired), watches the group's prefix and its history prefix,
-and after each batch of changes (at most every ``MIN_GAP_S``) or every ``refresh_s`` at the latest (a lease that
-expired with no writer to delete it, the age of each member's last heartbeat) reads a ``group_status`` snapshot and
-publishes a new state: one JSON document, serialised once, numbered by ``version``. The browsers' event streams wait
-on that number (``wait_newer``), so a browser costs no store call.
+read_only=True)``: nothing is ever created, written or expired), watches the group's prefix and its history prefix (a
+commit, whose record lives beside the group's prefix, arrives as its transaction's history event; with the history off,
+a new checkpoint shows within ``refresh_s``), and after each batch of changes (at most every ``MIN_GAP_S``) or every
+``refresh_s`` at the latest (a lease that expired with no writer to delete it, the age of each member's last heartbeat)
+reads a ``group_status`` snapshot and publishes a new state: one JSON document, serialised once, numbered by
+``version``. The browsers' event streams wait on that number (``wait_newer``), so a browser costs no store call.
 
 What the feed remembers beyond a snapshot (the store keeps only the present):
 
