@@ -12,8 +12,9 @@ opener's clock). Member phases (``Phase``)::
     STARTING --lease granted, members/<id> put, resource read or created--> WAITING
     WAITING  --current R open, (R opened after I started) or (age < RST)--> join R --> JOINED(R)
     WAITING  --R closed without me, or open and older than RST--> open a new round at max(now, seen(R) + MRI)
-    JOINED(R) --local seen(R) + RST passed, plan absent, no member of the previous plan missing because it is
-                inside on_revoked (or seen(R) + RST + ttl passed)--> close R (first closer wins) --> SETTLED(R)
+    JOINED(R) --local seen(R) + RST passed, plan absent, no live member of the previous plan missing (registered,
+                not leaving: inside on_revoked, or busy; ``_awaited``), or seen(R) + RST + ttl passed--> close R
+                (first closer wins) --> SETTLED(R)
     JOINED(R) --plan of R read--> SETTLED(R)         (every member reads the same plan)
     SETTLED(R) --current changes to R2--> join R2 --> JOINED(R2)
     SETTLED(R) --a plan participant's members/<id> deleted (lease expiry), resource changed (ext. 2),
@@ -698,15 +699,16 @@ class RoundsMember(FencedMember):
         return True  # closed by me, or the txn lost a race: re-read at once
 
     def _awaited(self, previous: Mapping[str, Any] | None, joined: Mapping[str, Any], now: float) -> list[str]:
-        """Members of the previous plan that have not joined yet because they are inside ``on_revoked`` (their
-        ``members/<id>`` says ``revoking``). The round waits for them up to ``ttl_s`` past RST: such a member cannot
-        join while its callback runs (it waits for its batch in flight), and closing without it would take every
-        partition it keeps away, only to give them back a round later. A probing round (the previous plan has
-        learners warming up) waits so for every live participant of the previous plan: it is opened to move ready
-        actives, not to change membership, and a member busy in a slow batch past ``settle_s`` is not gone."""
+        """Members of the previous plan that have not joined yet although they are live (their ``members/<id>``
+        exists and does not announce a planned leave). The round waits for them up to ``ttl_s`` past RST, or until
+        each has joined or its registration has gone with its lease: closing without a live member takes every
+        partition it keeps away, only to give them back a round later. Such a member is inside ``on_revoked`` (it
+        cannot join while its callback waits for its batch in flight), or busy: at 32 members x 16,384 partitions
+        on two cores, a kill -9's round closed 0.5 s after it opened with 26 of the 31 survivors; the other 5
+        revoked 512 partitions each and the next round moved 2,640 back (issue 27). A dead member's registration
+        goes with its lease, so a failover is not slowed; a frozen one is waited for until its lease ends (ttl)."""
         if previous is None or now >= self._first_seen + self.config.settle_s + self.config.ttl_s:
             return []
-        probing = previous.get("probe_after_s") is not None
         missing = [m for m in previous.get("participants", ()) if m not in joined and m != self.id]
         if not missing:
             return []
@@ -715,7 +717,7 @@ class RoundsMember(FencedMember):
         awaited = []
         for m in missing:
             kv = registered.get(m)
-            if kv is not None and (probing or decode(kv.value, kv.key).get("revoking")):
+            if kv is not None and not _says_leaving(kv):
                 awaited.append(m)
         return awaited
 
