@@ -197,6 +197,21 @@ def test_history_is_trimmed_and_a_watch_left_behind_raises_compacted(tmp_path: P
             assert idle.poll() == []
 
 
+def test_history_is_bounded_in_events_not_only_revisions(tmp_path: Path) -> None:
+    """A commit transaction of 120 partitions is one revision and 120 events: the history keeps about ``history``
+    events (plus 1/16 slack and one check's worth of writes), not ``history`` revisions of them (issue 27)."""
+    path = tmp_path / "s.db"
+    with open_sqlite(f"sqlite:///{path}?history=64") as store:
+        for n in range(30):
+            store.txn([], [Put(f"/c/{p}", f"{n}".encode()) for p in range(40)])
+        kept = sqlite3.connect(path).execute("SELECT count(*) FROM events").fetchone()[0]
+        assert kept <= 64 + 4 + 16 * 40, f"{kept} events kept"
+        with pytest.raises(Compacted):
+            store.watch("/c/", store.revision() - 25)
+        with store.watch("/c/", store.revision()) as watch:  # the newest revision's events are all still there
+            assert len(watch.poll()) == 40
+
+
 def test_a_closed_store_is_unavailable(url: str) -> None:
     store = connect(url)
     store.close()
