@@ -257,15 +257,17 @@ def _kv(row: Sequence[Any]) -> KeyValue:
 _IN_BATCH = 500  # keys per ``IN (...)`` query: well under SQLite's bound-parameter limit
 
 
-def _read_keys(conn: sqlite3.Connection, keys: set[str]) -> dict[str, KeyValue | None]:
-    """The current value of each of ``keys`` (None: absent), in one query per ``_IN_BATCH`` keys."""
+def _read_keys(conn: sqlite3.Connection, keys: set[str], expired: frozenset[int]) -> dict[str, KeyValue | None]:
+    """The current value of each of ``keys`` (None: absent, or bound to an ``expired`` lease that a read-only
+    snapshot hides), in one query per ``_IN_BATCH`` keys."""
     found: dict[str, KeyValue | None] = dict.fromkeys(keys)
     wanted = sorted(keys)
     for i in range(0, len(wanted), _IN_BATCH):
         batch = wanted[i : i + _IN_BATCH]
         marks = ",".join("?" * len(batch))
         for row in conn.execute(f"{_SELECT_KV} WHERE key IN ({marks})", batch):
-            found[row[0]] = _kv(row)
+            if row[5] not in expired:
+                found[row[0]] = _kv(row)
     return found
 
 
@@ -659,7 +661,7 @@ class SqliteStore(Store):
             # switch interval, all of it with the write lock held (a 60-partition claim held it ~60 ms, and other
             # members' lease renewals starved behind a crowd of them)
             puts = [op for op in (*on_success, *on_failure) if isinstance(op, Put)]
-            known = _read_keys(conn, {c.key for c in compares} | {op.key for op in puts})
+            known = _read_keys(conn, {c.key for c in compares} | {op.key for op in puts}, state.expired)
             succeeded = all(compare.holds(known[compare.key]) for compare in compares)
             ops = on_success if succeeded else on_failure
             for lease in sorted({op.lease for op in ops if isinstance(op, Put) and op.lease}):
@@ -688,7 +690,7 @@ class SqliteStore(Store):
                         rows = conn.execute(_RANGE, (op.key, prefix_end(op.key))).fetchall()
                     else:
                         rows = conn.execute(_GET, (op.key,)).fetchall()
-                    responses.append([_kv(row) for row in rows])
+                    responses.append([_kv(row) for row in rows if row[5] not in state.expired])
                 else:
                     count = self._delete(conn, state, op, revision, known)
                     wrote = wrote or count > 0
