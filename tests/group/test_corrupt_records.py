@@ -159,6 +159,10 @@ def test_a_corrupt_plan_of_the_latest_round_is_exit_2(tmp_path: Path) -> None:
     result = cli("status", "--store", url, "--group", "g")
     assert result.code == 2
     assert_names(result.one_error_line(), "round/5/plan")
+    with connect(url) as store:
+        store.put(KEYS.plan(5), encode({"participants": ["w1"], "assignment": {"w1": [[1]]}}))
+    result = cli("status", "--store", url, "--group", "g")
+    assert result.code == 2 and "'assignment' must map member ids" in result.one_error_line()
 
 
 def test_corrupt_registrations_participations_and_history_are_skipped_with_a_warning(

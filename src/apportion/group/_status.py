@@ -57,6 +57,10 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     Stateful groups (seed 2) also list, per partition, its ``standby`` and ``learners`` holders of the latest plan
     with the lag each reported in that round (``{member: lag or None}``).
 
+    In a group that plans rounds, a partition whose latest plan gives it to another member than its owner (or gives
+    an unowned one to a member) says ``moving_to`` that member: a handoff in flight, or a plan naming a member that
+    is gone (the next round re-plans).
+
     Cost: one range of the group's prefix (three keys per partition: owner, epoch, commit); each distinct owner,
     epoch or table value is decoded once. 100,000 partitions: about 2 s of CPU on SQLite (bench/README.md)."""
     keys = Keys(group)
@@ -172,6 +176,11 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
                     if str(p) in partitions:
                         holders = partitions[str(p)].setdefault(kind, {})
                         holders[mid] = lags.get(mid, {}).get(str(p))
+        for mid, parts in plan.get("assignment", {}).items():
+            for p in parts:
+                info = partitions.get(str(p))
+                if info is not None and info["owner"] != mid:
+                    info["moving_to"] = mid
     return {
         "members": dict(sorted(members.items())),
         "partitions": partitions,
@@ -236,6 +245,30 @@ def settled(store: Store, group: str, members: Iterable[str]) -> bool:
     if not isinstance(assignment, dict):
         raise CorruptRecord(plan_key, "'assignment' must map member ids to lists of partitions")
     return {p: m for m, parts in assignment.items() for p in parts} == {p: o for p, o in found.items() if o is not None}
+
+
+def not_at_rest(info: dict[str, Any], entry: dict[str, Any] | None = None) -> list[str]:
+    """Why a partition of a ``group_status`` snapshot (``info``, and ``entry``: its partition table entry in
+    coordinator mode) is not at rest; empty when it is. ``waiting for ordinal N``, ``unowned`` (``(planned for M)``
+    when the latest plan gives it to M), ``lapsing``, ``moving to M`` (the latest plan), the table entry's state when
+    it is not ONLINE on its owner (``MIGRATING → M``), ``learners warming up``. What ``status`` and the dashboard
+    show of a large group."""
+    why: list[str] = []
+    moving_to = info.get("moving_to")
+    if info.get("waiting_for") is not None:
+        why.append(f"waiting for ordinal {info['waiting_for']}")
+    elif info["owner"] is None:
+        why.append("unowned" + (f" (planned for {moving_to})" if moving_to else ""))
+    elif info.get("lapsing"):
+        why.append("lapsing")
+    if moving_to and info["owner"] is not None:
+        why.append(f"moving to {moving_to}")
+    if entry is not None and (entry["state"] != "ONLINE" or entry["target"] not in (None, entry["owner"])):
+        target = entry["target"]
+        why.append(entry["state"] + (f" → {target}" if target not in (None, entry["owner"]) else ""))
+    if info.get("learners"):
+        why.append("learners warming up")
+    return why
 
 
 def checkpoint_offset(checkpoint: object) -> int | None:
@@ -306,12 +339,13 @@ def committed(store: Store, group: str) -> dict[Any, str]:
 
 
 def _plan(kv: KeyValue) -> dict[str, Any]:
-    """The latest round's plan: ``participants`` and the replicas (``standby``, ``learners``: member -> [p])."""
+    """The latest round's plan: ``participants``, the ``assignment`` and the replicas (``standby``, ``learners``):
+    member -> [p] each."""
     plan = decode(kv.value, kv.key)
     participants = field(plan, kv.key, "participants", list)
     if not all(isinstance(m, str) for m in participants):
         raise CorruptRecord(kv.key, "'participants' must be a list of member ids")
-    for kind in ("standby", "learners"):
+    for kind in ("assignment", "standby", "learners"):
         replicas = plan.get(kind, {})
         ok = isinstance(replicas, dict) and all(
             isinstance(parts, list) and all(isinstance(p, int | str) for p in parts) for parts in replicas.values()
@@ -336,4 +370,4 @@ def _records(kvs: dict[str, KeyValue]) -> dict[str, dict[str, Any]]:
     return out
 
 
-__all__ = ["checkpoint_offset", "group_status", "owned_by", "owners", "settled", "table_entry"]
+__all__ = ["checkpoint_offset", "group_status", "not_at_rest", "owned_by", "owners", "settled", "table_entry"]
