@@ -21,11 +21,13 @@ import pytest
 import uvicorn
 
 from apportion.group import GroupConfig, Keys, encode, parse_resources
-from apportion.store import connect
+from apportion.store import Put, connect
 from apportion.waiting import wait_for
 from apportion.web import Feed, allowed_hosts, dashboard_app
+from apportion.web._feed import LISTED, LISTED_FAULT_PARTITIONS
 from tests.cli.run import cli
 from tests.group.harness import FAST, Harness
+from tests.group.large_group import build_group
 from tests.group.modes_harness import RR, ModeHarness
 
 DEADLINE_S = 20.0
@@ -287,3 +289,51 @@ def test_a_group_over_named_resources_shows_its_ids_in_order_and_explains_one(tm
         assert why.status_code == 200 and why.json()["partition"] == "orders-10", why.text
         wrong = httpx.get(f"{base}/api/explain/payments-0", timeout=10)
         assert wrong.status_code == 400, wrong.text
+
+
+def test_a_large_group_state_lists_what_is_not_at_rest_and_what_moved_and_counts_the_rest() -> None:
+    """Issue 27: 64 members x 20,000 partitions. A state lists at most LISTED partitions (the ones not at rest,
+    then the latest to change owner) and their timeline, with every count; a member's partitions are counted, not
+    listed; a partition that moves is listed; a member that dies lists LISTED_FAULT_PARTITIONS of its partitions."""
+    url = f"memory://{uuid.uuid4().hex}"
+    store = connect(url)
+    group = build_group(store, "big", partitions=20_000, unowned=30, now=store.clock.now() - 600)  # at rest 10 min
+    keys = Keys("big")
+    with following(url, "big", refresh_s=0.1) as feed:
+        state = until(feed, "a snapshot", lambda s: s["status"] == "ok" and s["partition_count"])
+        assert state["partition_count"] == 20_000 and state["owned_count"] == 20_000 - 30
+        assert [p["partition"] for p in state["partitions"]] == list(group.unowned)  # nothing moved in the window
+        assert all(p["owner"] is None and p["moving_to"] for p in state["partitions"])
+        assert state["listed"] != "all" and state["timeline"] == []
+        w05 = next(m for m in state["members"] if m["id"] == "w05")
+        owned = {m: [p for p in parts if p not in group.unowned] for m, parts in group.assignment.items()}
+        assert w05["partition_count"] == len(owned["w05"]) and "partitions" not in w05
+        _, payload = feed.wait_newer(0, 0.0)
+        assert len(payload) < 100_000, len(payload)  # 20,000 partitions listed were ~4 MB
+        w01 = store.get(keys.member("w01"))
+        assert w01 is not None
+        store.txn([], [Put(keys.owner(0), encode({"epoch": 2, "member": "w01"}), w01.lease), Put(keys.epoch(0), b"2")])
+        state = until(feed, "partition 0 listed with its new owner", lambda s: any(
+            p["partition"] == 0 and p["owner"] == "w01" for p in s["partitions"]))  # fmt: skip
+        assert {seg["partition"] for seg in state["timeline"]} == {0}
+        assert [seg["member"] for seg in state["timeline"]] == ["w00", "w01"]  # w00's claim (10 min ago), w01's
+        lease = store.get(keys.member("w03"))
+        assert lease is not None
+        store.revoke(lease.lease)  # w03 dies: its registration and owner records go
+        state = until(feed, "w03's expiry fault", lambda s: any(f["type"] == "expired" for f in s["faults"]))
+        fault = next(f for f in state["faults"] if f["type"] == "expired")
+        assert fault["member"] == "w03" and fault["partition_count"] == len(owned["w03"])
+        assert fault["partitions"] == owned["w03"][:LISTED_FAULT_PARTITIONS]
+        state = until(feed, "w03's partitions unowned", lambda s: len(s["partitions"]) == 1 + 30 + len(owned["w03"]))
+        assert [p["partition"] for p in state["partitions"]] == sorted({0, *group.unowned, *owned["w03"]})
+
+
+def test_a_group_that_just_started_lists_the_not_at_rest_then_the_latest_claims_up_to_the_limit() -> None:
+    url = f"memory://{uuid.uuid4().hex}"
+    store = connect(url)
+    group = build_group(store, "g", members=8, partitions=2_000, unowned=5)  # every claim inside the window
+    with following(url, refresh_s=0.1) as feed:
+        state = until(feed, "a snapshot", lambda s: s["status"] == "ok" and s["partition_count"])
+        listed = [p["partition"] for p in state["partitions"]]
+        assert len(listed) == LISTED and set(group.unowned) <= set(listed) and listed == sorted(listed)
+        assert {seg["partition"] for seg in state["timeline"]} == set(listed) - set(group.unowned)

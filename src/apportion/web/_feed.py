@@ -28,10 +28,22 @@ States of the feed::
     any --close()--> CLOSED
 
 The published ``store`` is the URL with its password masked; error texts are masked the same way.
+
+Large groups (issue 27): a snapshot of 100,000 partitions takes seconds (one range of 300,000 keys, decoded), so
+after a snapshot of ``d`` seconds the next waits ``READ_PAUSE x d`` (a change shows within about ``4 d``, and the
+feed uses at most a quarter of a core); the time limit of a snapshot grows with the last one's duration. A state
+lists at most ``LISTED`` partitions with their timeline: every partition up to that size, else the ones not at rest
+(unowned, lapsing, moving, waiting for an ordinal, warming up learners, moving in the partition table) first, then
+the latest to change owner, shown in partition order. ``partition_count`` and ``owned_count`` count them all,
+``listed`` says which are listed (``"all"`` or ``"not at rest, then the latest to change owner"``); each member has
+``partition_count`` (and its ``partitions`` only when every partition is listed); a fault or failed member lists at
+most ``LISTED_FAULT_PARTITIONS`` of its partitions (``partition_count``: all). Measured before and after at
+100,000 partitions: bench/README.md ("status and dashboard at 100,000 partitions").
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import threading
@@ -47,8 +59,8 @@ from apportion.group import (
     decode,
     group_status,
     history,
+    not_at_rest,
     pid_of_text,
-    sorted_pids,
 )
 from apportion.model import round_lower_bound
 from apportion.store import EventType, Store, Watch, connect, redact, redact_url, url_secrets
@@ -56,8 +68,12 @@ from apportion.store import EventType, Store, Watch, connect, redact, redact_url
 log = logging.getLogger("apportion.dashboard")
 
 MIN_GAP_S = 0.1  # at most ten snapshots a second, however busy the store
+READ_PAUSE = 3.0  # after a snapshot that took d seconds, the next one waits READ_PAUSE x d: at most a quarter core
 RETRY_S = 0.5  # pause before reconnecting after a failure
-READ_LIMIT_S = 2.0  # a snapshot that takes longer means the store is unreachable
+READ_LIMIT_S = 2.0  # a snapshot that takes longer (and READ_PAUSE x the last one) means the store is unreachable
+FIRST_READ_LIMIT_S = 60.0  # the first snapshot, whose size is not known yet (100,000 partitions on etcd: seconds)
+LISTED = 500  # partitions a state lists with their timeline (a larger group: those not at rest, then the latest moved)
+LISTED_FAULT_PARTITIONS = 100  # partitions a fault or a failed member lists in a larger group's state
 KEEP_DEAD_S = 600.0
 KEEP_PLANS = 12
 KEEP_FAULTS = 30
@@ -112,6 +128,8 @@ class Feed:
         self._plans: list[dict[str, Any]] = []
         self._faults: list[dict[str, Any]] = []
         self._left: dict[str, float] = {}  # member -> time of its last "left" event
+        self._changed: dict[PartitionId, float] = {}  # partition -> when its owner last changed (the feed's clock)
+        self._read_s: float | None = None  # how long the last snapshot took (None: none yet)
         self._thread = threading.Thread(target=self._run, name=f"dashboard-{group}", daemon=True)
 
     # -- the browsers' side ------------------------------------------------------------------------------------
@@ -174,11 +192,12 @@ class Feed:
                 changed = True
                 self._take_history(self._decode_events(events))
             since = time.monotonic() - last
-            if (changed and since >= MIN_GAP_S) or since >= self.refresh_s:
+            gap = max(MIN_GAP_S, READ_PAUSE * (self._read_s or 0.0))  # a slow snapshot: a longer pause
+            if (changed and since >= gap) or since >= max(self.refresh_s, gap):
                 self._read(store)
                 last = time.monotonic()
             elif changed:  # too soon after the last read: wait out the gap, then read
-                self._closed.wait(MIN_GAP_S - since)
+                self._closed.wait(gap - since)
                 self._read(store)
                 last = time.monotonic()
 
@@ -299,6 +318,7 @@ class Feed:
     def _switch(self, p: PartitionId, member: str | None, at: float) -> None:
         """Partition ``p`` is owned by ``member`` (None: nobody) from ``at``: close its open segment, open one."""
         segment = self._open.pop(p, None)
+        self._changed[p] = at
         if segment is not None:
             segment["end"] = max(at, segment["start"])
         if member is not None:
@@ -309,11 +329,14 @@ class Feed:
     # -- snapshots ---------------------------------------------------------------------------------------------
 
     def _read(self, store: Store) -> None:
-        with store.time_limit(READ_LIMIT_S):
+        limit = FIRST_READ_LIMIT_S if self._read_s is None else max(READ_LIMIT_S, READ_PAUSE * self._read_s)
+        started = time.monotonic()
+        with store.time_limit(limit):
             revision = store.revision()
             snapshot = group_status(store, self.group)
             registrations = {kv.key[len(self.keys.members) :]: kv for kv in store.range(self.keys.members)}
             heartbeats = self._read_heartbeats(store, registrations, snapshot)
+        self._read_s = time.monotonic() - started
         self._problem = None
         self._status = "ok"
         self._revision = revision
@@ -377,8 +400,8 @@ class Feed:
             entry.update(
                 alive=True,
                 gone_at=None,
-                partitions=sorted_pids(pid_of_text(str(p)) for p in info["partitions"]),
-                lapsing=sorted_pids(pid_of_text(str(p)) for p in info.get("lapsing", [])),
+                partitions=[pid_of_text(p) for p in info["partitions"]],  # group_status lists them in id order
+                lapsing=[pid_of_text(p) for p in info.get("lapsing", [])],
                 heartbeat_age_s=age,
                 last_heartbeat_at=None if age is None else now - age,
             )
@@ -446,19 +469,23 @@ class Feed:
             "started": self._started,
             "revision": self._revision,
             "window_s": self.window_s,
-            "members": [dict(e) for _, e in sorted(self._members.items())],
             "plans": list(reversed(self._plans)),
-            "faults": list(reversed(self._faults)),
-            "timeline": [dict(s) for s in self._segments],
         }
         if snapshot is None:
-            state.update(mode=None, resource=None, round=None, plan_round=None, partitions=[])
+            state.update(
+                mode=None, resource=None, round=None, plan_round=None, partitions=[], partition_count=0, owned_count=0
+            )
+            state.update(listed="all", members=self._members_state(True), faults=self._faults_state(True), timeline=[])
             return state
         table = snapshot["table"]
+        found = snapshot["partitions"]
+        every = len(found) <= LISTED
+        listed = list(found) if every else self._listed(snapshot, now)
         partitions = []
-        for p, info in snapshot["partitions"].items():
+        for p in listed:
+            info = found[p]
             row = {
-                "partition": pid_of_text(str(p)),
+                "partition": pid_of_text(p),
                 "owner": info["owner"],
                 "epoch": info["epoch"],
                 "checkpoint": info["checkpoint"],
@@ -467,10 +494,15 @@ class Feed:
                 "standby": info.get("standby", {}),
                 "learners": info.get("learners", {}),
                 "waiting_for": info.get("waiting_for"),
+                "moving_to": info.get("moving_to"),
             }
             if p in table:
                 row["table"] = table[p]
             partitions.append(row)
+        shown = {row["partition"] for row in partitions}
+        failed = snapshot["failed"]
+        if not every:  # a failed member of a large group: the first of its partitions and how many
+            failed = {m: {**f, **_bounded(f["partitions"])} for m, f in failed.items()}
         state.update(
             mode=_mode(snapshot),
             resource=snapshot["resource"],
@@ -478,10 +510,50 @@ class Feed:
             plan_round=snapshot["plan_round"],
             coordinator=(snapshot.get("coordinator") or {}).get("member"),
             replicas=(snapshot.get("replicas") or {}).get("replicas"),
-            failed=snapshot["failed"],
+            failed=failed,
             partitions=partitions,
+            partition_count=len(found),
+            owned_count=sum(1 for info in found.values() if info["owner"] is not None),
+            listed="all" if every else "not at rest, then the latest to change owner",
+            members=self._members_state(every),
+            faults=self._faults_state(every),
+            timeline=[dict(seg) for seg in self._segments if every or seg["partition"] in shown],
         )
         return state
+
+    def _listed(self, snapshot: dict[str, Any], now: float) -> list[str]:
+        """The ``LISTED`` partitions a large group's state shows: those not at rest, then the latest to change owner
+        (within the window), in partition order."""
+        table = snapshot["table"]
+        restless = [p for p, info in snapshot["partitions"].items() if not_at_rest(info, table.get(p))]
+        chosen = set(restless[:LISTED])
+        if len(chosen) < LISTED:
+            start = now - self.window_s
+            recent = heapq.nlargest(LISTED, ((at, p) for p, at in self._changed.items() if at >= start))
+            for _, pid in recent:
+                if len(chosen) >= LISTED:
+                    break
+                chosen.add(str(pid))
+        return [p for p in snapshot["partitions"] if p in chosen]
+
+    def _members_state(self, every: bool) -> list[dict[str, Any]]:
+        out = []
+        for _, entry in sorted(self._members.items()):
+            member = dict(entry, partition_count=len(entry["partitions"]))
+            if not every:
+                member.pop("partitions")
+                member.pop("lapsing", None)
+            out.append(member)
+        return out
+
+    def _faults_state(self, every: bool) -> list[dict[str, Any]]:
+        faults = reversed(self._faults)
+        return [dict(f) if every else {**f, **_bounded(f["partitions"])} for f in faults]
+
+
+def _bounded(partitions: list[Any]) -> dict[str, Any]:
+    """A fault's partitions in a large group's state: the first ``LISTED_FAULT_PARTITIONS`` and the count."""
+    return {"partitions": partitions[:LISTED_FAULT_PARTITIONS], "partition_count": len(partitions)}
 
 
 __all__ = ["Feed"]
