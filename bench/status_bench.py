@@ -214,6 +214,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         sources = {"this checkout": ROOT / "src"}
         if args.against:
+            (Path(tmp) / "against").mkdir()
             sources[args.against] = export_src(args.against, Path(tmp) / "against")
         for kind in args.stores.split(","):
             with store_url(kind, Path(tmp)) as url:
