@@ -3,7 +3,8 @@
 The group is written straight into each store by ``tests/group/large_group.py`` (the records the protocol leaves
 at rest: definition, lease-bound registrations and owner records, epochs, one round's plan and participations, a
 pipeline-style commit per partition, the claims' history events, ten minutes old: a group at rest); ``--unowned``
-partitions of the plan have no owner record (a handoff in flight). Stores: a SQLite file and a fresh single-node etcd (tests/etcd_server.py).
+partitions of the plan have no owner record (a handoff in flight). Stores: a SQLite file and a fresh single-node
+etcd (tests/etcd_server.py).
 
 Each command runs as its own process (``python -m apportion.cli``, ``COLUMNS=120``), output to a pipe:
 
@@ -131,11 +132,14 @@ def run_dashboard(src: Path, url: str, idle_s: float, mover: str) -> dict[str, f
     assert server.stdout is not None
     events: Events | None = None
     try:
-        ready, _, _ = select.select([server.stdout], [], [], 120)
-        first_line = server.stdout.readline().decode() if ready else ""
-        if "http://" not in first_line:
-            raise RuntimeError(f"dashboard did not start: {first_line!r}")
-        base = "http://" + first_line.split("http://", 1)[1].split()[0]
+        printed = ""
+        while "http://" not in printed:  # its address (after any warning line)
+            ready, _, _ = select.select([server.stdout], [], [], 120)
+            line = server.stdout.readline().decode() if ready else ""
+            if not line:
+                raise RuntimeError(f"dashboard did not start: {printed!r}")
+            printed += line
+        base = "http://" + printed.split("http://", 1)[1].split()[0]
         events = Events(base + "api/events")
         while True:  # the first state that shows the group (a state before the first snapshot has no status ok)
             at, data = events.next()

@@ -70,8 +70,8 @@ log = logging.getLogger("apportion.dashboard")
 MIN_GAP_S = 0.1  # at most ten snapshots a second, however busy the store
 READ_PAUSE = 3.0  # after a snapshot that took d seconds, the next one waits READ_PAUSE x d: at most a quarter core
 RETRY_S = 0.5  # pause before reconnecting after a failure
-READ_LIMIT_S = 2.0  # a snapshot that takes longer (and READ_PAUSE x the last one) means the store is unreachable
-FIRST_READ_LIMIT_S = 60.0  # the first snapshot, whose size is not known yet (100,000 partitions on etcd: seconds)
+READ_LIMIT_S = 2.0  # a snapshot that takes longer (and 10 x the last one) means the store is unreachable
+FIRST_READ_LIMIT_S = 300.0  # the first snapshot, whose size is not known yet (100,000 partitions on etcd: 10-40 s)
 LISTED = 500  # partitions a state lists with their timeline (a larger group: those not at rest, then the latest moved)
 LISTED_FAULT_PARTITIONS = 100  # partitions a fault or a failed member lists in a larger group's state
 KEEP_DEAD_S = 600.0
@@ -329,7 +329,7 @@ class Feed:
     # -- snapshots ---------------------------------------------------------------------------------------------
 
     def _read(self, store: Store) -> None:
-        limit = FIRST_READ_LIMIT_S if self._read_s is None else max(READ_LIMIT_S, READ_PAUSE * self._read_s)
+        limit = FIRST_READ_LIMIT_S if self._read_s is None else max(READ_LIMIT_S, 10 * self._read_s)
         started = time.monotonic()
         with store.time_limit(limit):
             revision = store.revision()
