@@ -60,8 +60,10 @@ def _env(src: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(src), "COLUMNS": "120"}
 
 
-def run_status(src: Path, url: str, *flags: str) -> dict[str, float]:
-    """One ``apportion status`` process: wall and CPU seconds, stdout bytes and lines."""
+def run_status(src: Path, url: str, store_pid: int | None, *flags: str) -> dict[str, float]:
+    """One ``apportion status`` process: wall and CPU seconds (and the etcd server's, ``store_pid``), stdout bytes
+    and lines."""
+    store0 = _cpu_s(store_pid) if store_pid else 0.0
     argv = [sys.executable, "-m", "apportion.cli", "status", "--store", url, "--group", GROUP, *flags]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
@@ -71,7 +73,14 @@ def run_status(src: Path, url: str, *flags: str) -> dict[str, float]:
     if proc.returncode != 0:
         raise RuntimeError(f"status {' '.join(flags)} exited {proc.returncode}: {proc.stderr.decode()[-2000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu, "bytes": len(proc.stdout), "lines": proc.stdout.count(b"\n")}
+    store_cpu = _cpu_s(store_pid) - store0 if store_pid else 0.0
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "store_cpu_s": store_cpu,
+        "bytes": len(proc.stdout),
+        "lines": proc.stdout.count(b"\n"),
+    }
 
 
 def has_all_flag(src: Path) -> bool:
@@ -124,7 +133,7 @@ def move(url: str, member: str, epoch: int) -> None:
         store.txn([], [owner, Put(keys.epoch(0), str(epoch).encode())])
 
 
-def run_dashboard(src: Path, url: str, idle_s: float, mover: str) -> dict[str, float]:
+def run_dashboard(src: Path, url: str, store_pid: int | None, idle_s: float, mover: str) -> dict[str, float]:
     """``apportion dashboard`` as its own process; see the module docstring."""
     argv = [sys.executable, "-m", "apportion.cli", "dashboard", "--store", url, "--group", GROUP, "--port", "0"]
     started = time.perf_counter()
@@ -150,12 +159,14 @@ def run_dashboard(src: Path, url: str, idle_s: float, mover: str) -> dict[str, f
                 raise RuntimeError(f"no snapshot of the group within {FIRST_STATE_LIMIT_S:g} s: {problem}")
         first_s, first_bytes = at - started, len(data.encode())
         cpu0, t0, sent, count = _cpu_s(server.pid), time.perf_counter(), 0, 0
+        store0 = _cpu_s(store_pid) if store_pid else 0.0
         while time.perf_counter() - t0 < idle_s:
             _, data = events.next()
             sent += len(data.encode())
             count += 1
         idle = time.perf_counter() - t0
         idle_cpu = _cpu_s(server.pid) - cpu0
+        idle_store_cpu = _cpu_s(store_pid) - store0 if store_pid else 0.0
         moved_at = time.perf_counter()
         move(url, mover, 2)
         while True:
@@ -171,6 +182,7 @@ def run_dashboard(src: Path, url: str, idle_s: float, mover: str) -> dict[str, f
             "idle_events_per_s": count / idle,
             "idle_bytes_per_s": sent / idle,
             "idle_cpu": idle_cpu / idle,
+            "idle_store_cpu": idle_store_cpu / idle,
             "move_s": at - moved_at,
             "move_bytes": len(data.encode()),
         }
@@ -186,15 +198,17 @@ def run_dashboard(src: Path, url: str, idle_s: float, mover: str) -> dict[str, f
 
 
 @contextlib.contextmanager
-def store_url(kind: str, directory: Path) -> Iterator[str]:
+def store_url(kind: str, directory: Path) -> Iterator[tuple[str, int | None]]:
+    """The store's URL and its server's pid (None: SQLite, in the client's process)."""
     if kind == "sqlite":
-        yield f"sqlite:///{directory / 'big.db'}"
+        yield f"sqlite:///{directory / 'big.db'}", None
         return
     binary = etcd_binary()
     if binary is None:
         raise SystemExit("etcd is not installed")
     with EtcdServer.single(binary, directory / "etcd") as server:
-        yield server.url
+        assert server.process is not None
+        yield server.url, server.process.pid
 
 
 def _median(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -221,7 +235,7 @@ def main() -> None:
             (Path(tmp) / "against").mkdir()
             sources[args.against] = export_src(args.against, Path(tmp) / "against")
         for kind in args.stores.split(","):
-            with store_url(kind, Path(tmp)) as url:
+            with store_url(kind, Path(tmp)) as (url, store_pid):
                 started = time.perf_counter()
                 with connect(url) as store:
                     group = build_group(store, GROUP, members=args.members, partitions=args.partitions,
@@ -237,7 +251,7 @@ def main() -> None:
                         if label.split()[-1].lstrip("-") in skip or (label == "status" and "table" in skip):
                             continue
                         try:
-                            row = _median([run_status(src, url, *flags) for _ in range(repeat)])
+                            row = _median([run_status(src, url, store_pid, *flags) for _ in range(repeat)])
                         except RuntimeError as exc:
                             print(kind, name, label, "failed:", exc, flush=True)
                             results.append((kind, name, label, {"failed": str(exc).splitlines()[-1]}))
@@ -246,7 +260,7 @@ def main() -> None:
                         print(kind, name, label, {k: round(v, 3) for k, v in row.items()}, flush=True)
                     if "dashboard" not in skip:
                         try:
-                            row = run_dashboard(src, url, args.idle, group.members[1])
+                            row = run_dashboard(src, url, store_pid, args.idle, group.members[1])
                         except RuntimeError as exc:
                             print(kind, name, "dashboard failed:", exc, flush=True)
                             results.append((kind, name, "dashboard", {"failed": str(exc).splitlines()[-1]}))
@@ -256,18 +270,19 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(f"\npython {sys.version.split()[0]}; {args.partitions:,} partitions x {args.members} members, "
           f"{args.unowned} unowned; load average at the end {load:.1f}")  # fmt: skip
-    print("\n| store | src | command | wall | CPU | output |")
-    print("|---|---|---|---:|---:|---:|")
+    print("\n| store | src | command | wall | CPU | etcd CPU | output |")
+    print("|---|---|---|---:|---:|---:|---:|")
     for kind, name, label, row in results:
         if label == "dashboard":
             continue
         if "failed" in row:
-            print(f"| {kind} | {name} | `{label}` | failed: {row['failed']} | | |")
+            print(f"| {kind} | {name} | `{label}` | failed: {row['failed']} | | | |")
             continue
         out = f"{row['bytes'] / 1e6:.2f} MB, {int(row['lines']):,} lines"
-        print(f"| {kind} | {name} | `{label}` | {row['wall_s']:.2f} s | {row['cpu_s']:.2f} s | {out} |")
-    print("\n| store | src | first state | first state size | idle: events/s, bytes/s, server CPU | a move shown after"
-          " (event size) |")  # fmt: skip
+        etcd = f"{row['store_cpu_s']:.2f} s" if kind == "etcd" else "-"
+        print(f"| {kind} | {name} | `{label}` | {row['wall_s']:.2f} s | {row['cpu_s']:.2f} s | {etcd} | {out} |")
+    print("\n| store | src | first state | first state size | idle: events/s, bytes/s, server CPU (etcd CPU) |"
+          " a move shown after (event size) |")  # fmt: skip
     print("|---|---|---:|---:|---|---:|")
     for kind, name, label, row in results:
         if label != "dashboard":
@@ -277,7 +292,9 @@ def main() -> None:
             continue
         print(
             f"| {kind} | {name} | {row['first_s']:.1f} s | {row['first_bytes'] / 1e6:.2f} MB | "
-            f"{row['idle_events_per_s']:.2f}, {row['idle_bytes_per_s'] / 1e6:.2f} MB/s, {row['idle_cpu']:.0%} | "
+            f"{row['idle_events_per_s']:.2f}, {row['idle_bytes_per_s'] / 1e6:.2f} MB/s, {row['idle_cpu']:.0%}"
+            + (f" ({row['idle_store_cpu']:.0%})" if kind == "etcd" else "")
+            + " | "
             f"{row['move_s']:.1f} s ({row['move_bytes'] / 1e3:.0f} kB) |"
         )
 
