@@ -337,3 +337,57 @@ def test_a_group_that_just_started_lists_the_not_at_rest_then_the_latest_claims_
         listed = [p["partition"] for p in state["partitions"]]
         assert len(listed) == LISTED and set(group.unowned) <= set(listed) and listed == sorted(listed)
         assert {seg["partition"] for seg in state["timeline"]} == set(listed) - set(group.unowned)
+
+
+def test_snapshots_come_from_the_copy_of_the_keys_not_a_range_of_the_store_each_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the first full read the feed applies the group watch's events to its copy (_Mirror): changes show
+    without another range of the group's prefix (at 100,000 partitions one costs etcd seconds of CPU)."""
+    from apportion.store import _sqlite
+
+    url = make_store(tmp_path / "s.db")
+    keys = Keys("g")
+    ranges: list[str] = []
+    real_range = _sqlite.SqliteStore.range
+
+    def counted(self: Any, prefix: str, limit: int | None = None) -> Any:
+        ranges.append(prefix)
+        return real_range(self, prefix, limit)
+
+    with connect(url, read_only=True) as reader:  # make_store's w1: its lease expired, its keys hidden from now on
+        wait_for("w1's lease to expire", lambda: not reader.range(keys.members), 10)
+    monkeypatch.setattr(_sqlite.SqliteStore, "range", counted)
+    with connect(url) as writer, following(url, refresh_s=0.1) as feed:
+        lease = writer.grant(60.0)
+        writer.put(keys.member("w2"), encode({"capacity": 1.0}), lease=lease)
+        until(feed, "w2 alive", lambda s: any(m["id"] == "w2" and m["alive"] for m in s["members"]))
+        full_reads = ranges.count(keys.prefix)
+        for epoch, p in enumerate((0, 1, 3), start=1):
+            writer.txn([], [Put(keys.owner(p), encode({"epoch": epoch, "member": "w2"}), lease.id),
+                            Put(keys.epoch(p), str(epoch).encode())])  # fmt: skip
+        state = until(feed, "w2 owning 0, 1 and 3", lambda s: [p["owner"] for p in s["partitions"]] == [
+            "w2", "w2", None, "w2"])  # fmt: skip
+        assert [p["epoch"] for p in state["partitions"]] == [1, 2, 1, 3]  # epoch/2: w1's (its owner record expired)
+        writer.revoke(lease)  # its keys are deleted: events say so
+        until(feed, "w2 dead and 0, 1, 3 unowned", lambda s: not any(p["owner"] == "w2" for p in s["partitions"]))
+        assert ranges.count(keys.prefix) == full_reads  # every change came through the watch
+
+
+def test_a_lease_that_expires_with_no_writer_is_seen_on_a_read_only_sqlite_store(tmp_path: Path) -> None:
+    """No writer deletes the keys of an expired lease and no event says so: the feed finds the member's lease gone
+    when it reads its heartbeat, and reads the group again in full (a read-only store hides those keys)."""
+    url = make_store(tmp_path / "s.db")
+    keys = Keys("g")
+    with connect(url) as writer:
+        lease = writer.grant(1.0)
+        writer.put(keys.member("w3"), encode({"capacity": 1.0}), lease=lease)
+        writer.put(keys.owner(1), encode({"epoch": 1, "member": "w3"}), lease=lease)
+        writer.put(keys.epoch(1), b"1")
+    with following(url, refresh_s=0.1) as feed:
+        state = until(feed, "w3 alive", lambda s: any(m["id"] == "w3" and m["alive"] for m in s["members"]))
+        assert state["partitions"][1]["owner"] == "w3"
+        state = until(feed, "w3 dead, partition 1 unowned", lambda s: s["partitions"][1]["owner"] is None and not any(
+            m["alive"] for m in s["members"] if m["id"] == "w3"))  # fmt: skip
+    with connect(url, read_only=True) as store:
+        assert store.get(keys.member("w3")) is None  # expired (hidden), and nobody wrote its deletion

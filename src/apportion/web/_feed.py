@@ -3,9 +3,15 @@
 One ``Feed`` per server, whatever the number of browsers: it opens the store read-only (``connect(url,
 read_only=True)``: nothing is ever created, written or expired), watches the group's prefix and its history prefix,
 and after each batch of changes (at most every ``MIN_GAP_S``) or every ``refresh_s`` at the latest (a lease that
-expired with no writer to delete it, the age of each member's last heartbeat) reads a ``group_status`` snapshot and
+expired with no writer to delete it, the age of each member's last heartbeat) takes a ``group_status`` snapshot and
 publishes a new state: one JSON document, serialised once, numbered by ``version``. The browsers' event streams wait
 on that number (``wait_newer``), so a browser costs no store call.
+
+The snapshot is of the feed's copy of the group's keys (``_Mirror``): one full read of the prefix, then the group
+watch's events on top, so a snapshot costs the store one ``revision`` call and the members' lease reads, not a
+range of every key (100,000 partitions: 300,000 keys, seconds of etcd's CPU). The copy is read again in full every
+``RESYNC_S`` (or ``RESYNC_READS`` x its own time) at the latest, after a failure, and sooner when a member's lease
+turns out gone: a read-only SQLite store hides the keys of an expired lease but no event says so.
 
 What the feed remembers beyond a snapshot (the store keeps only the present):
 
@@ -48,7 +54,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from apportion.errors import ApportionError, Compacted, CorruptRecord, LeaseNotFound
@@ -63,7 +69,21 @@ from apportion.group import (
     pid_of_text,
 )
 from apportion.model import round_lower_bound
-from apportion.store import EventType, Store, Watch, connect, redact, redact_url, url_secrets
+from apportion.store import (
+    Compare,
+    Event,
+    EventType,
+    KeyValue,
+    Lease,
+    Op,
+    Store,
+    TxnResult,
+    Watch,
+    connect,
+    redact,
+    redact_url,
+    url_secrets,
+)
 
 log = logging.getLogger("apportion.dashboard")
 
@@ -72,6 +92,8 @@ READ_PAUSE = 3.0  # after a snapshot that took d seconds, the next one waits REA
 RETRY_S = 0.5  # pause before reconnecting after a failure
 READ_LIMIT_S = 2.0  # a snapshot that takes longer (and 10 x the last one) means the store is unreachable
 FIRST_READ_LIMIT_S = 300.0  # the first snapshot, whose size is not known yet (100,000 partitions on etcd: 10-40 s)
+RESYNC_S = 60.0  # the copy of the group's keys is read again in full at least this often...
+RESYNC_READS = 10  # ...and no more often than every RESYNC_READS x the time a full read takes
 LISTED = 500  # partitions a state lists with their timeline (a larger group: those not at rest, then the latest moved)
 LISTED_FAULT_PARTITIONS = 100  # partitions a fault or a failed member lists in a larger group's state
 KEEP_DEAD_S = 600.0
@@ -86,6 +108,68 @@ def _mode(snapshot: dict[str, Any]) -> str:
     if "coordinator" in snapshot or snapshot["table"]:
         return "coordinator"
     return "rounds"
+
+
+class _Mirror(Store):
+    """The keys under ``prefix`` as a full read gave them, with the watch's events since applied on top (an event
+    newer than the copy of its key replaces or deletes it; events are applied in revision order, so the copy ends
+    as the store was at the last event). ``group_status`` reads it as a store: a range or get inside ``prefix`` is
+    answered from the copy; any other key, prefix or call goes to ``store`` itself."""
+
+    def __init__(self, store: Store, prefix: str, kvs: list[KeyValue]) -> None:
+        self.store = store
+        self.url = store.url
+        self.clock = store.clock
+        self.prefix = prefix
+        self.kvs = {kv.key: kv for kv in kvs}
+        self._sorted: list[KeyValue] | None = None
+
+    def apply(self, events: list[Event]) -> None:
+        for event in events:
+            key = event.kv.key
+            have = self.kvs.get(key)
+            if not key.startswith(self.prefix) or (have is not None and event.revision <= have.mod_revision):
+                continue  # an event the full read already holds
+            if event.type is EventType.PUT:
+                self.kvs[key] = event.kv
+            elif have is not None:
+                del self.kvs[key]
+            self._sorted = None
+
+    def range(self, prefix: str, limit: int | None = None) -> list[KeyValue]:
+        if not prefix.startswith(self.prefix):
+            return self.store.range(prefix, limit)
+        if self._sorted is None:
+            self._sorted = [self.kvs[key] for key in sorted(self.kvs)]
+        found = self._sorted if prefix == self.prefix else [kv for kv in self._sorted if kv.key.startswith(prefix)]
+        return list(found if limit is None else found[:limit])
+
+    def get(self, key: str) -> KeyValue | None:
+        return self.kvs.get(key) if key.startswith(self.prefix) else self.store.get(key)
+
+    def revision(self) -> int:
+        return self.store.revision()
+
+    def txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op] = ()) -> TxnResult:
+        return self.store.txn(compares, on_success, on_failure)
+
+    def grant(self, ttl_s: float) -> Lease:
+        return self.store.grant(ttl_s)
+
+    def keepalive(self, lease: Lease | int) -> float:
+        return self.store.keepalive(lease)
+
+    def revoke(self, lease: Lease | int) -> None:
+        self.store.revoke(lease)
+
+    def time_to_live(self, lease: Lease | int) -> float:
+        return self.store.time_to_live(lease)
+
+    def watch(self, key: str, start_revision: int | None = None, *, prefix: bool = True) -> Watch:
+        return self.store.watch(key, start_revision, prefix=prefix)
+
+    def compact(self, revision: int) -> None:
+        self.store.compact(revision)
 
 
 class Feed:
@@ -130,6 +214,10 @@ class Feed:
         self._left: dict[str, float] = {}  # member -> time of its last "left" event
         self._changed: dict[PartitionId, float] = {}  # partition -> when its owner last changed (the feed's clock)
         self._read_s: float | None = None  # how long the last snapshot took (None: none yet)
+        self._full_s: float | None = None  # how long the last full read took
+        self._mirror: _Mirror | None = None  # the group's keys as last read, with the watch's events since
+        self._pending: list[Event] = []  # group watch events not applied to the mirror yet
+        self._resync_at = 0.0  # monotonic: the next full read
         self._thread = threading.Thread(target=self._run, name=f"dashboard-{group}", daemon=True)
 
     # -- the browsers' side ------------------------------------------------------------------------------------
@@ -186,7 +274,9 @@ class Feed:
         self._read(store)
         last = time.monotonic()
         while not self._closed.is_set():
-            changed = bool(group_watch.wait(min(self.refresh_s, 0.5)))
+            changes = group_watch.wait(min(self.refresh_s, 0.5))
+            self._pending += changes
+            changed = bool(changes)
             events = history_watch.poll()
             if events:
                 changed = True
@@ -219,6 +309,7 @@ class Feed:
         return watch
 
     def _disconnect(self) -> None:
+        self._mirror, self._pending = None, []  # the events of a new watch start later: read everything again
         watches, self._watches = self._watches, []
         for watch in watches:
             watch.close()
@@ -329,14 +420,26 @@ class Feed:
     # -- snapshots ---------------------------------------------------------------------------------------------
 
     def _read(self, store: Store) -> None:
-        limit = FIRST_READ_LIMIT_S if self._read_s is None else max(READ_LIMIT_S, 10 * self._read_s)
+        full = self._mirror is None or time.monotonic() >= self._resync_at
+        last = self._full_s if full else self._read_s
+        limit = FIRST_READ_LIMIT_S if last is None else max(READ_LIMIT_S, 10 * last)
         started = time.monotonic()
         with store.time_limit(limit):
+            if self._watches:
+                self._pending += self._watches[0].poll()
             revision = store.revision()
-            snapshot = group_status(store, self.group)
-            registrations = {kv.key[len(self.keys.members) :]: kv for kv in store.range(self.keys.members)}
+            if full or self._mirror is None:
+                self._mirror = _Mirror(store, self.keys.prefix, store.range(self.keys.prefix))
+            mirror = self._mirror
+            mirror.apply(self._pending)
+            self._pending = []
+            snapshot = group_status(mirror, self.group)
+            registrations = {kv.key[len(self.keys.members) :]: kv for kv in mirror.range(self.keys.members)}
             heartbeats = self._read_heartbeats(store, registrations, snapshot)
         self._read_s = time.monotonic() - started
+        if full:
+            self._full_s = self._read_s
+            self._resync_at = time.monotonic() + max(RESYNC_S, RESYNC_READS * self._read_s)
         self._problem = None
         self._status = "ok"
         self._revision = revision
@@ -369,9 +472,12 @@ class Feed:
             age: float | None = None
             if kv.lease and isinstance(ttl, int | float):
                 try:
-                    age = max(0.0, float(ttl) - store.time_to_live(kv.lease))
+                    left = store.time_to_live(kv.lease)
+                    age = max(0.0, float(ttl) - left)
                 except LeaseNotFound:
-                    age = None
+                    left, age = 0.0, None
+                if left <= 0.0:  # gone or going, maybe with no event to say so (read-only SQLite): read it all
+                    self._resync_at = 0.0
             self._heartbeats[mid] = (tick, now, age)
             out[mid] = age
         for mid in set(self._heartbeats) - set(registrations):
