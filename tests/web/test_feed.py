@@ -391,3 +391,36 @@ def test_a_lease_that_expires_with_no_writer_is_seen_on_a_read_only_sqlite_store
             m["alive"] for m in s["members"] if m["id"] == "w3"))  # fmt: skip
     with connect(url, read_only=True) as store:
         assert store.get(keys.member("w3")) is None  # expired (hidden), and nobody wrote its deletion
+
+
+def test_the_copy_applies_only_events_newer_than_what_it_holds() -> None:
+    """_Mirror: an event at or below the revision of the copy of its key is one the full read already holds (the
+    watch starts before the read); newer puts replace, newer deletes remove; other prefixes go to the store."""
+    from apportion.store import Event, EventType, KeyValue
+    from apportion.web._feed import _Mirror
+
+    store = connect(f"memory://{uuid.uuid4().hex}")
+    store.put("/other/x", b"elsewhere")
+
+    def kv(key: str, value: bytes, revision: int) -> KeyValue:
+        return KeyValue(key, value, revision, revision, 1)
+
+    mirror = _Mirror(store, "/g/", [kv("/g/a", b"a5", 5), kv("/g/b", b"b7", 7), kv("/g/m/1", b"m", 3)])
+    events = [
+        Event(EventType.PUT, kv("/g/a", b"a4", 4)),  # older than the read: ignored
+        Event(EventType.DELETE, KeyValue("/g/b", b"", 0, 6, 0)),  # older: ignored
+        Event(EventType.PUT, kv("/g/a", b"a8", 8)),
+        Event(EventType.PUT, kv("/g/c", b"c9", 9)),
+        Event(EventType.DELETE, KeyValue("/g/m/1", b"", 0, 10, 0)),
+        Event(EventType.DELETE, KeyValue("/g/never", b"", 0, 11, 0)),
+        Event(EventType.PUT, kv("/g/m/2", b"m2", 12)),
+    ]
+    mirror.apply(events)
+    assert [(x.key, x.value) for x in mirror.range("/g/")] == [
+        ("/g/a", b"a8"), ("/g/b", b"b7"), ("/g/c", b"c9"), ("/g/m/2", b"m2")
+    ]  # fmt: skip
+    assert mirror.changes == 4
+    assert [x.key for x in mirror.range("/g/m/")] == ["/g/m/2"] and [x.key for x in mirror.range("/g/", 2)] == [
+        "/g/a", "/g/b"]  # fmt: skip
+    assert mirror.get("/g/c") is not None and mirror.get("/g/m/1") is None
+    assert [x.value for x in mirror.range("/other/")] == [b"elsewhere"]  # not copied: the store's

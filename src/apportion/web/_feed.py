@@ -49,6 +49,7 @@ most ``LISTED_FAULT_PARTITIONS`` of its partitions (``partition_count``: all). M
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
 import logging
@@ -122,7 +123,9 @@ class _Mirror(Store):
         self.clock = store.clock
         self.prefix = prefix
         self.kvs = {kv.key: kv for kv in kvs}
-        self._sorted: list[KeyValue] | None = None
+        self._sorted: list[KeyValue] | None = None  # the values in key order, and the keys: rebuilt after a change
+        self._keys: list[str] = []
+        self.changes = 0  # events applied: a snapshot of an unchanged copy is the last one
 
     def apply(self, events: list[Event]) -> None:
         for event in events:
@@ -134,15 +137,20 @@ class _Mirror(Store):
                 self.kvs[key] = event.kv
             elif have is not None:
                 del self.kvs[key]
+            else:
+                continue
             self._sorted = None
+            self.changes += 1
 
     def range(self, prefix: str, limit: int | None = None) -> list[KeyValue]:
         if not prefix.startswith(self.prefix):
             return self.store.range(prefix, limit)
         if self._sorted is None:
-            self._sorted = [self.kvs[key] for key in sorted(self.kvs)]
-        found = self._sorted if prefix == self.prefix else [kv for kv in self._sorted if kv.key.startswith(prefix)]
-        return list(found if limit is None else found[:limit])
+            self._keys = sorted(self.kvs)
+            self._sorted = [self.kvs[key] for key in self._keys]
+        start = bisect.bisect_left(self._keys, prefix)
+        end = bisect.bisect_left(self._keys, prefix + "\x7f", start)  # keys are printable ASCII, below 0x7f
+        return self._sorted[start : end if limit is None else min(end, start + limit)]
 
     def get(self, key: str) -> KeyValue | None:
         return self.kvs.get(key) if key.startswith(self.prefix) else self.store.get(key)
@@ -218,6 +226,9 @@ class Feed:
         self._mirror: _Mirror | None = None  # the group's keys as last read, with the watch's events since
         self._pending: list[Event] = []  # group watch events not applied to the mirror yet
         self._resync_at = 0.0  # monotonic: the next full read
+        self._full_reads = 0
+        self._snapshot_of = (0, 0)  # (full reads, changes to the copy since) when the last snapshot was taken
+        self._restless: list[str] = []  # the last snapshot's partitions not at rest, in id order
         self._thread = threading.Thread(target=self._run, name=f"dashboard-{group}", daemon=True)
 
     # -- the browsers' side ------------------------------------------------------------------------------------
@@ -430,10 +441,20 @@ class Feed:
             revision = store.revision()
             if full or self._mirror is None:
                 self._mirror = _Mirror(store, self.keys.prefix, store.range(self.keys.prefix))
+                self._full_reads += 1
             mirror = self._mirror
             mirror.apply(self._pending)
             self._pending = []
-            snapshot = group_status(mirror, self.group)
+            seen = (self._full_reads, mirror.changes)
+            last_snapshot = self._snapshot
+            fresh = last_snapshot is None or seen != self._snapshot_of
+            if last_snapshot is None or fresh:  # a function of the keys alone: an unchanged copy, the last snapshot
+                snapshot = group_status(mirror, self.group)
+                self._snapshot_of = seen
+                table = snapshot["table"]
+                self._restless = [p for p, info in snapshot["partitions"].items() if not_at_rest(info, table.get(p))]
+            else:
+                snapshot = last_snapshot
             registrations = {kv.key[len(self.keys.members) :]: kv for kv in mirror.range(self.keys.members)}
             heartbeats = self._read_heartbeats(store, registrations, snapshot)
         self._read_s = time.monotonic() - started
@@ -445,8 +466,8 @@ class Feed:
         self._revision = revision
         self._snapshot = snapshot
         now = self._now()
-        self._take_members(snapshot, registrations, heartbeats, now)
-        for p, info in snapshot["partitions"].items():
+        self._take_members(snapshot, registrations, heartbeats, now, fresh=fresh)
+        for p, info in snapshot["partitions"].items() if fresh else ():
             owner = info["owner"]
             pid = pid_of_text(str(p))
             segment = self._open.get(pid)
@@ -490,7 +511,10 @@ class Feed:
         registrations: dict[str, Any],
         heartbeats: dict[str, float | None],
         now: float,
+        *,
+        fresh: bool = True,
     ) -> None:
+        """Members from a snapshot (``fresh``: a new one; else the last one again: their partitions stand)."""
         for mid, info in snapshot["members"].items():
             kv = registrations.get(mid)
             record: dict[str, Any] = {}
@@ -504,13 +528,13 @@ class Feed:
                 continue  # a dead member keeps what it owned when last seen alive (its fault lists them)
             age = heartbeats.get(mid)
             entry.update(
-                alive=True,
-                gone_at=None,
-                partitions=[pid_of_text(p) for p in info["partitions"]],  # group_status lists them in id order
-                lapsing=[pid_of_text(p) for p in info.get("lapsing", [])],
-                heartbeat_age_s=age,
-                last_heartbeat_at=None if age is None else now - age,
+                alive=True, gone_at=None, heartbeat_age_s=age, last_heartbeat_at=None if age is None else now - age
             )
+            if fresh or "lapsing" not in entry:
+                entry.update(
+                    partitions=[pid_of_text(p) for p in info["partitions"]],  # group_status lists them in id order
+                    lapsing=[pid_of_text(p) for p in info.get("lapsing", [])],
+                )
             for name in ("capacity", "rack", "host", "ordinal", "revoking"):
                 if name in record:
                     entry[name] = record[name]
@@ -630,9 +654,7 @@ class Feed:
     def _listed(self, snapshot: dict[str, Any], now: float) -> list[str]:
         """The ``LISTED`` partitions a large group's state shows: those not at rest, then the latest to change owner
         (within the window), in partition order."""
-        table = snapshot["table"]
-        restless = [p for p, info in snapshot["partitions"].items() if not_at_rest(info, table.get(p))]
-        chosen = set(restless[:LISTED])
+        chosen = set(self._restless[:LISTED])
         if len(chosen) < LISTED:
             start = now - self.window_s
             recent = heapq.nlargest(LISTED, ((at, p) for p, at in self._changed.items() if at >= start))
