@@ -36,14 +36,15 @@ States of the feed::
 The published ``store`` is the URL with its password masked; error texts are masked the same way.
 
 Large groups (issue 27): a snapshot of 100,000 partitions takes about a second of CPU even from the copy (300,000
-keys decoded), so after a snapshot of ``d`` seconds the next waits ``READ_PAUSE x d`` (a change shows within about
-``4 d``, and the feed uses at most a quarter of a core); the time limit of a snapshot grows with the last one's. A state
-lists at most ``LISTED`` partitions with their timeline: every partition up to that size, else the ones not at rest
-(unowned, lapsing, moving, waiting for an ordinal, warming up learners, moving in the partition table) first, then
-the latest to change owner, shown in partition order. ``partition_count`` and ``owned_count`` count them all,
-``listed`` says which are listed (``"all"`` or ``"not at rest, then the latest to change owner"``); each member has
-``partition_count`` (and its ``partitions`` only when every partition is listed); a fault or failed member lists at
-most ``LISTED_FAULT_PARTITIONS`` of its partitions (``partition_count``: all). Measured before and after at
+keys decoded; an unchanged copy gives the last snapshot again, for free), so after a snapshot from the copy of ``d``
+seconds the next waits ``READ_PAUSE x d`` (a change shows within about ``4 d``, and the feed uses at most a quarter
+of a core); the time limit of a read grows with the last one's (the first full read gets ``FIRST_READ_LIMIT_S``).
+A state lists at most ``LISTED`` partitions with their timeline: every partition up to that size, else the ones not
+at rest (unowned, lapsing, moving, waiting for an ordinal, warming up learners, moving in the partition table)
+first, then the latest to change owner, shown in partition order. ``partition_count`` and ``owned_count`` count them
+all, ``listed`` says which are listed (``"all"`` or ``"not at rest, then the latest to change owner"``); each member
+has ``partition_count`` (and its ``partitions`` only when every partition is listed); a fault or failed member lists
+at most ``LISTED_FAULT_PARTITIONS`` of its partitions (``partition_count``: all). Measured before and after at
 100,000 partitions: bench/README.md ("status and dashboard at 100,000 partitions").
 """
 
@@ -221,8 +222,8 @@ class Feed:
         self._faults: list[dict[str, Any]] = []
         self._left: dict[str, float] = {}  # member -> time of its last "left" event
         self._changed: dict[PartitionId, float] = {}  # partition -> when its owner last changed (the feed's clock)
-        self._read_s: float | None = None  # how long the last snapshot took (None: none yet)
-        self._full_s: float | None = None  # how long the last full read took
+        self._read_s: float | None = None  # how long the last snapshot from the copy took (None: none yet)
+        self._full_s: float | None = None  # how long the last full read took (it paces nothing: it is rare)
         self._mirror: _Mirror | None = None  # the group's keys as last read, with the watch's events since
         self._pending: list[Event] = []  # group watch events not applied to the mirror yet
         self._resync_at = 0.0  # monotonic: the next full read
@@ -432,7 +433,7 @@ class Feed:
 
     def _read(self, store: Store) -> None:
         full = self._mirror is None or time.monotonic() >= self._resync_at
-        last = self._full_s if full else self._read_s
+        last = self._full_s if full else self._read_s or self._full_s
         limit = FIRST_READ_LIMIT_S if last is None else max(READ_LIMIT_S, 10 * last)
         started = time.monotonic()
         with store.time_limit(limit):
@@ -457,10 +458,12 @@ class Feed:
                 snapshot = last_snapshot
             registrations = {kv.key[len(self.keys.members) :]: kv for kv in mirror.range(self.keys.members)}
             heartbeats = self._read_heartbeats(store, registrations, snapshot)
-        self._read_s = time.monotonic() - started
+        elapsed = time.monotonic() - started
         if full:
-            self._full_s = self._read_s
-            self._resync_at = time.monotonic() + max(RESYNC_S, RESYNC_READS * self._read_s)
+            self._full_s = elapsed
+            self._resync_at = time.monotonic() + max(RESYNC_S, RESYNC_READS * elapsed)
+        else:
+            self._read_s = elapsed
         self._problem = None
         self._status = "ok"
         self._revision = revision
