@@ -18,6 +18,7 @@ SCRIPTS = [
     "store_bench.py",
     "router_bench.py",
     "dashboard_bench.py",
+    "status_bench.py",
     "protocol_bench.py",
     "scale_bench.py",
     "spark_bench.py",

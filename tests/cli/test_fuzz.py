@@ -159,7 +159,7 @@ COMMANDS: dict[tuple[str, ...], list[str]] = {
     ("assign",): ["--format", "--input"],
     ("simulate",): ["--members", "--partitions", "--events", "--seed", "--strategy", "--option", "--no-faults",
                     "--stateful", "--trace", "--mode", "--max-in-flight"],
-    ("status",): ["--store", "--group", "--json", "--interval"],
+    ("status",): ["--store", "--group", "--json", "--interval", "--all"],
     ("explain",): ["--store", "--group", "--json"],
     ("route",): ["--store", "--group"],
     ("rebalance",): ["--store", "--group", "--dry-run", "--json"],
@@ -169,7 +169,7 @@ COMMANDS: dict[tuple[str, ...], list[str]] = {
     ("pipeline", "produce"): ["--input", "--resource", "--partitions", "--records", "--keys", "--seed",
                               "--batch-records"],
 }  # fmt: skip
-FLAGS = {"--no-faults", "--stateful", "--trace", "--json", "--dry-run", "--update"}
+FLAGS = {"--no-faults", "--stateful", "--trace", "--json", "--dry-run", "--update", "--all"}
 SMALL = {"--members", "--partitions", "--events", "--records", "--keys"}  # keeps valid runs short
 
 

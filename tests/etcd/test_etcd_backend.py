@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -258,6 +259,52 @@ def test_unreachable_etcd_is_store_unavailable_after_the_timeout() -> None:
         with pytest.raises(StoreUnavailable, match="unreachable"):
             store.put("/x", b"v")
         assert time.monotonic() - started < 2.0
+
+
+# -- large ranges --------------------------------------------------------------------------------------------------
+
+
+def test_a_range_larger_than_a_page_is_read_page_by_page_as_one_snapshot(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A range is read in pages of RANGE_PAGE keys (one answer of 300,000 keys took etcd longer to marshal than a
+    request may wait): the pages after the first read at its revision, so a write between two pages is not seen;
+    a limit stops it; a compaction between two pages reads everything again at the new revision."""
+    from apportion.store import _etcd
+
+    monkeypatch.setattr(_etcd, "RANGE_PAGE", 3)
+    with connect(etcd_url) as store, connect(etcd_url) as writer:
+        for i in range(10):
+            store.put(f"/r/{i:02d}", str(i).encode())
+        store.put("/s", b"outside")
+        calls: list[dict[str, str]] = []
+        between: list[Callable[[], None]] = []  # what happens before the second page is asked for
+        real_call = store._call  # type: ignore[attr-defined]
+
+        def call(path: str, body: dict[str, str], **kwargs: bool) -> dict[str, object]:
+            if path == "/v3/kv/range" and body.get("limit"):
+                calls.append(dict(body))
+                if len(calls) == 2 and between:
+                    between.pop()()
+            return real_call(path, body, **kwargs)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(store, "_call", call)
+        between.append(lambda: (writer.put("/r/05", b"changed"), writer.put("/r/99", b"new")))
+        found = store.range("/r/")
+        assert [kv.key for kv in found] == [f"/r/{i:02d}" for i in range(10)]
+        assert [kv.value for kv in found] == [str(i).encode() for i in range(10)]
+        assert len(calls) == 4 and all(c.get("revision") == calls[1]["revision"] for c in calls[1:])
+        calls.clear()
+        assert [kv.key for kv in store.range("/r/", limit=4)] == ["/r/00", "/r/01", "/r/02", "/r/03"]
+        assert [c["limit"] for c in calls] == ["3", "1"]
+        calls.clear()
+        assert [kv.value for kv in store.range("/r/")][5] == b"changed"  # a new snapshot sees it
+        calls.clear()
+        # the first page's revision compacted away before the second page: read again at the new revision
+        between.append(lambda: (writer.put("/r/06", b"changed too"), writer.compact(writer.revision())))
+        found = store.range("/r/")
+        assert len(found) == 11 and found[6].value == b"changed too"
+        assert len(calls) > 5  # read again from the first page
 
 
 # -- compaction -----------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ a corrupt one is skipped with a warning.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -20,7 +21,7 @@ import pytest
 
 from apportion import Group, InvalidRequest
 from apportion.errors import CorruptRecord
-from apportion.group import GroupConfig, Keys, encode, explain, group_status
+from apportion.group import GroupConfig, Keys, decode, encode, explain, group_status
 from apportion.store import connect
 from tests.cli.run import cli
 
@@ -134,6 +135,36 @@ def test_an_owner_record_no_claim_wrote_is_corrupt(tmp_path: Path) -> None:
     assert "epoch 7 is above the last one handed out (2)" in result.one_error_line()
 
 
+def test_an_owner_value_seen_before_is_still_corrupt_on_a_record_bound_to_no_lease(tmp_path: Path) -> None:
+    """status decodes each distinct owner value once (issue 27): the lease check is still made on every record."""
+    url = make_store(tmp_path)
+    value = b'{"epoch":1,"member":"w1"}'
+    with connect(url) as store:
+        lease = store.grant(60.0).id
+        for p in (1, 2, 3):
+            store.put(KEYS.epoch(p), b"1")
+        store.put(KEYS.owner(1), value, lease=lease)
+        store.put(KEYS.owner(2), value, lease=lease)
+        store.put(KEYS.owner(3), value)
+    result = cli("status", "--store", url, "--group", "g")
+    assert result.code == 2
+    assert_names(result.one_error_line(), "owner/3")
+
+
+@pytest.mark.parametrize(
+    "raw", [b'{"a": NaN}', b'{"a": 1e400}', b'{"a": "\\ud800"}', b'\xef\xbb\xbf{"a": 1}', b'{"a": [1, {"b": null}]}']
+)
+def test_decode_gives_what_json_loads_gives(raw: bytes) -> None:
+    """decode reads with msgspec and leaves to json.loads what msgspec refuses: the same value either way."""
+    assert repr(decode(raw)) == repr(json.loads(raw))
+
+
+@pytest.mark.parametrize("raw", [b"{", b"[1]", b'{"a": 1} x', b'{"a": "\x01"}', b"\xff", b"[" * 100_000])
+def test_decode_names_the_key_of_what_is_not_a_json_object(raw: bytes) -> None:
+    with pytest.raises(CorruptRecord, match="/k"):
+        decode(raw, "/k")
+
+
 def test_a_corrupt_plan_of_the_latest_round_is_exit_2(tmp_path: Path) -> None:
     url = make_store(tmp_path, {"latest": b'{"round": 5}'})
     with connect(url) as store:
@@ -141,6 +172,10 @@ def test_a_corrupt_plan_of_the_latest_round_is_exit_2(tmp_path: Path) -> None:
     result = cli("status", "--store", url, "--group", "g")
     assert result.code == 2
     assert_names(result.one_error_line(), "round/5/plan")
+    with connect(url) as store:
+        store.put(KEYS.plan(5), encode({"participants": ["w1"], "assignment": {"w1": [[1]]}}))
+    result = cli("status", "--store", url, "--group", "g")
+    assert result.code == 2 and "'assignment' must map member ids" in result.one_error_line()
 
 
 def test_corrupt_registrations_participations_and_history_are_skipped_with_a_warning(

@@ -21,11 +21,13 @@ import pytest
 import uvicorn
 
 from apportion.group import GroupConfig, Keys, encode, parse_resources
-from apportion.store import connect
+from apportion.store import Put, connect
 from apportion.waiting import wait_for
 from apportion.web import Feed, allowed_hosts, dashboard_app
+from apportion.web._feed import LISTED, LISTED_FAULT_PARTITIONS
 from tests.cli.run import cli
 from tests.group.harness import FAST, Harness
+from tests.group.large_group import build_group
 from tests.group.modes_harness import RR, ModeHarness
 
 DEADLINE_S = 20.0
@@ -287,3 +289,138 @@ def test_a_group_over_named_resources_shows_its_ids_in_order_and_explains_one(tm
         assert why.status_code == 200 and why.json()["partition"] == "orders-10", why.text
         wrong = httpx.get(f"{base}/api/explain/payments-0", timeout=10)
         assert wrong.status_code == 400, wrong.text
+
+
+def test_a_large_group_state_lists_what_is_not_at_rest_and_what_moved_and_counts_the_rest() -> None:
+    """Issue 27: 64 members x 20,000 partitions. A state lists at most LISTED partitions (the ones not at rest,
+    then the latest to change owner) and their timeline, with every count; a member's partitions are counted, not
+    listed; a partition that moves is listed; a member that dies lists LISTED_FAULT_PARTITIONS of its partitions."""
+    url = f"memory://{uuid.uuid4().hex}"
+    store = connect(url)
+    group = build_group(store, "big", partitions=20_000, unowned=30, now=store.clock.now() - 600)  # at rest 10 min
+    keys = Keys("big")
+    with following(url, "big", refresh_s=0.1) as feed:
+        state = until(feed, "a snapshot", lambda s: s["status"] == "ok" and s["partition_count"])
+        assert state["partition_count"] == 20_000 and state["owned_count"] == 20_000 - 30
+        assert [p["partition"] for p in state["partitions"]] == list(group.unowned)  # nothing moved in the window
+        assert all(p["owner"] is None and p["moving_to"] for p in state["partitions"])
+        assert state["listed"] != "all" and state["timeline"] == []
+        w05 = next(m for m in state["members"] if m["id"] == "w05")
+        owned = {m: [p for p in parts if p not in group.unowned] for m, parts in group.assignment.items()}
+        assert w05["partition_count"] == len(owned["w05"]) and "partitions" not in w05
+        _, payload = feed.wait_newer(0, 0.0)
+        assert len(payload) < 100_000, len(payload)  # 20,000 partitions listed were ~4 MB
+        w01 = store.get(keys.member("w01"))
+        assert w01 is not None
+        store.txn([], [Put(keys.owner(0), encode({"epoch": 2, "member": "w01"}), w01.lease), Put(keys.epoch(0), b"2")])
+        state = until(feed, "partition 0 listed with its new owner", lambda s: any(
+            p["partition"] == 0 and p["owner"] == "w01" for p in s["partitions"]))  # fmt: skip
+        assert {seg["partition"] for seg in state["timeline"]} == {0}
+        assert [seg["member"] for seg in state["timeline"]] == ["w00", "w01"]  # w00's claim (10 min ago), w01's
+        lease = store.get(keys.member("w03"))
+        assert lease is not None
+        store.revoke(lease.lease)  # w03 dies: its registration and owner records go
+        state = until(feed, "w03's expiry fault", lambda s: any(f["type"] == "expired" for f in s["faults"]))
+        fault = next(f for f in state["faults"] if f["type"] == "expired")
+        assert fault["member"] == "w03" and fault["partition_count"] == len(owned["w03"])
+        assert fault["partitions"] == owned["w03"][:LISTED_FAULT_PARTITIONS]
+        state = until(feed, "w03's partitions unowned", lambda s: len(s["partitions"]) == 1 + 30 + len(owned["w03"]))
+        assert [p["partition"] for p in state["partitions"]] == sorted({0, *group.unowned, *owned["w03"]})
+
+
+def test_a_group_that_just_started_lists_the_not_at_rest_then_the_latest_claims_up_to_the_limit() -> None:
+    url = f"memory://{uuid.uuid4().hex}"
+    store = connect(url)
+    group = build_group(store, "g", members=8, partitions=2_000, unowned=5)  # every claim inside the window
+    with following(url, refresh_s=0.1) as feed:
+        state = until(feed, "a snapshot", lambda s: s["status"] == "ok" and s["partition_count"])
+        listed = [p["partition"] for p in state["partitions"]]
+        assert len(listed) == LISTED and set(group.unowned) <= set(listed) and listed == sorted(listed)
+        assert {seg["partition"] for seg in state["timeline"]} == set(listed) - set(group.unowned)
+
+
+def test_snapshots_come_from_the_copy_of_the_keys_not_a_range_of_the_store_each_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the first full read the feed applies the group watch's events to its copy (_Mirror): changes show
+    without another range of the group's prefix (at 100,000 partitions one costs etcd seconds of CPU)."""
+    from apportion.store import _sqlite
+
+    url = make_store(tmp_path / "s.db")
+    keys = Keys("g")
+    ranges: list[str] = []
+    real_range = _sqlite.SqliteStore.range
+
+    def counted(self: Any, prefix: str, limit: int | None = None) -> Any:
+        ranges.append(prefix)
+        return real_range(self, prefix, limit)
+
+    with connect(url, read_only=True) as reader:  # make_store's w1: its lease expired, its keys hidden from now on
+        wait_for("w1's lease to expire", lambda: not reader.range(keys.members), 10)
+    monkeypatch.setattr(_sqlite.SqliteStore, "range", counted)
+    with connect(url) as writer, following(url, refresh_s=0.1) as feed:
+        lease = writer.grant(60.0)
+        writer.put(keys.member("w2"), encode({"capacity": 1.0}), lease=lease)
+        until(feed, "w2 alive", lambda s: any(m["id"] == "w2" and m["alive"] for m in s["members"]))
+        full_reads = ranges.count(keys.prefix)
+        for epoch, p in enumerate((0, 1, 3), start=1):
+            writer.txn([], [Put(keys.owner(p), encode({"epoch": epoch, "member": "w2"}), lease.id),
+                            Put(keys.epoch(p), str(epoch).encode())])  # fmt: skip
+        state = until(feed, "w2 owning 0, 1 and 3", lambda s: [p["owner"] for p in s["partitions"]] == [
+            "w2", "w2", None, "w2"])  # fmt: skip
+        assert [p["epoch"] for p in state["partitions"]] == [1, 2, 1, 3]  # epoch/2: w1's (its owner record expired)
+        writer.revoke(lease)  # its keys are deleted: events say so
+        until(feed, "w2 dead and 0, 1, 3 unowned", lambda s: not any(p["owner"] == "w2" for p in s["partitions"]))
+        assert ranges.count(keys.prefix) == full_reads  # every change came through the watch
+
+
+def test_a_lease_that_expires_with_no_writer_is_seen_on_a_read_only_sqlite_store(tmp_path: Path) -> None:
+    """No writer deletes the keys of an expired lease and no event says so: the feed finds the member's lease gone
+    when it reads its heartbeat, and reads the group again in full (a read-only store hides those keys)."""
+    url = make_store(tmp_path / "s.db")
+    keys = Keys("g")
+    with connect(url) as writer:
+        lease = writer.grant(1.0)
+        writer.put(keys.member("w3"), encode({"capacity": 1.0}), lease=lease)
+        writer.put(keys.owner(1), encode({"epoch": 1, "member": "w3"}), lease=lease)
+        writer.put(keys.epoch(1), b"1")
+    with following(url, refresh_s=0.1) as feed:
+        state = until(feed, "w3 alive", lambda s: any(m["id"] == "w3" and m["alive"] for m in s["members"]))
+        assert state["partitions"][1]["owner"] == "w3"
+        state = until(feed, "w3 dead, partition 1 unowned", lambda s: s["partitions"][1]["owner"] is None and not any(
+            m["alive"] for m in s["members"] if m["id"] == "w3"))  # fmt: skip
+    with connect(url, read_only=True) as store:
+        assert store.get(keys.member("w3")) is None  # expired (hidden), and nobody wrote its deletion
+
+
+def test_the_copy_applies_only_events_newer_than_what_it_holds() -> None:
+    """_Mirror: an event at or below the revision of the copy of its key is one the full read already holds (the
+    watch starts before the read); newer puts replace, newer deletes remove; other prefixes go to the store."""
+    from apportion.store import Event, EventType, KeyValue
+    from apportion.web._feed import _Mirror
+
+    store = connect(f"memory://{uuid.uuid4().hex}")
+    store.put("/other/x", b"elsewhere")
+
+    def kv(key: str, value: bytes, revision: int) -> KeyValue:
+        return KeyValue(key, value, revision, revision, 1)
+
+    mirror = _Mirror(store, "/g/", [kv("/g/a", b"a5", 5), kv("/g/b", b"b7", 7), kv("/g/m/1", b"m", 3)])
+    events = [
+        Event(EventType.PUT, kv("/g/a", b"a4", 4)),  # older than the read: ignored
+        Event(EventType.DELETE, KeyValue("/g/b", b"", 0, 6, 0)),  # older: ignored
+        Event(EventType.PUT, kv("/g/a", b"a8", 8)),
+        Event(EventType.PUT, kv("/g/c", b"c9", 9)),
+        Event(EventType.DELETE, KeyValue("/g/m/1", b"", 0, 10, 0)),
+        Event(EventType.DELETE, KeyValue("/g/never", b"", 0, 11, 0)),
+        Event(EventType.PUT, kv("/g/m/2", b"m2", 12)),
+    ]
+    mirror.apply(events)
+    assert [(x.key, x.value) for x in mirror.range("/g/")] == [
+        ("/g/a", b"a8"), ("/g/b", b"b7"), ("/g/c", b"c9"), ("/g/m/2", b"m2")
+    ]  # fmt: skip
+    assert mirror.changes == 4
+    assert [x.key for x in mirror.range("/g/m/")] == ["/g/m/2"] and [x.key for x in mirror.range("/g/", 2)] == [
+        "/g/a", "/g/b"]  # fmt: skip
+    assert mirror.get("/g/c") is not None and mirror.get("/g/m/1") is None
+    assert [x.value for x in mirror.range("/other/")] == [b"elsewhere"]  # not copied: the store's

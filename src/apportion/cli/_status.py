@@ -6,6 +6,12 @@ or not started: a StatefulSet keeps an ordinal's partitions for it).
 
 ``--watch`` redraws the tables every ``--interval`` seconds (rich Live) until Ctrl-C. A checkpoint that is a JSON
 object with an integer ``"offset"`` gets its own column (the store does not know a log's end, so no lag is shown).
+
+A group of more than ``SUMMARY_ABOVE`` partitions is summarised (100,000 partitions listed are 110,000 lines that
+rich took a minute to lay out): per-member counts (per resource too in a group over named resources), the
+partitions counted by state, and at most ``SUMMARY_ROWS`` of the partitions that are not at rest. ``--all`` lists
+every partition as before (above ``SUMMARY_ABOVE`` as plain aligned lines, not a rich table: seconds, not a
+minute); ``--json`` always has everything.
 """
 
 from __future__ import annotations
@@ -13,18 +19,23 @@ from __future__ import annotations
 import datetime
 import json
 import time
+from collections import Counter
 from typing import Any
 
 import click
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from apportion.cli._app import app
 from apportion.cli._common import group_option, store_option
 from apportion.cli._store import read_group
 from apportion.errors import InvalidRequest
-from apportion.group import FAILED_RETENTION_S, checkpoint_offset, group_status
+from apportion.group import FAILED_RETENTION_S, checkpoint_offset, group_status, not_at_rest
+
+SUMMARY_ABOVE = 200  # partitions: a larger group's table is a summary unless --all
+SUMMARY_ROWS = 20  # partitions not at rest that a summary lists
 
 
 @app.command()
@@ -34,14 +45,30 @@ from apportion.group import FAILED_RETENTION_S, checkpoint_offset, group_status
 @click.option("--watch", is_flag=True, help="Refresh the tables live until Ctrl-C (not with --json).")
 @click.option("--interval", "interval_s", type=click.FloatRange(min=0.05), default=1.0, help="--watch refresh (s).")
 @click.option("--max-refreshes", type=int, default=None, hidden=True, help="--watch: stop after N refreshes (tests).")
+@click.option(
+    "--all", "list_all", is_flag=True,
+    help=f"List every partition and each member's partition ids, also in a group of more than {SUMMARY_ABOVE:,} "
+    "partitions (which gets a summary otherwise).",
+)  # fmt: skip
 def status(
-    store_url: str, group_name: str, as_json: bool, watch: bool, interval_s: float, max_refreshes: int | None
+    store_url: str,
+    group_name: str,
+    as_json: bool,
+    watch: bool,
+    interval_s: float,
+    max_refreshes: int | None,
+    list_all: bool,
 ) -> None:
-    """Print the group's members and partitions."""
+    """Print the group's members and partitions.
+
+    A group of more than 200 partitions gets a summary: each member's partition count (and per resource in a group
+    over named resources), the partitions counted by state, and at most 20 of the partitions not at rest
+    (unowned, lapsing, moving, waiting for an ordinal, warming up learners). It leaves out each member's partition
+    ids and the owner, epoch and checkpoint of every other partition: --all lists them, --json always has them."""
     if watch and as_json:
         raise InvalidRequest("watch", "--watch cannot be combined with --json (poll `status --json` instead)")
     if watch:
-        _watch(store_url, group_name, interval_s, max_refreshes)
+        _watch(store_url, group_name, interval_s, max_refreshes, list_all)
         return
     with read_group(store_url, group_name) as store:
         snapshot = group_status(store, group_name)
@@ -58,17 +85,18 @@ def status(
             out["replicas"] = snapshot["replicas"]["replicas"]
         click.echo(json.dumps(out, sort_keys=True))
         return
-    Console().print(render(group_name, snapshot))
+    Console().print(render(group_name, snapshot, list_all=list_all), soft_wrap=_listed_plainly(snapshot, list_all))
 
 
-def _watch(store_url: str, group_name: str, interval_s: float, max_refreshes: int | None) -> None:
+def _watch(store_url: str, group_name: str, interval_s: float, max_refreshes: int | None, list_all: bool) -> None:
     with read_group(store_url, group_name) as store, Live(auto_refresh=False) as live:
         n = 0
         try:
             while max_refreshes is None or n < max_refreshes:
                 snapshot = group_status(store, group_name)
                 stamp = time.strftime("%H:%M:%S")
-                live.update(Group(render(group_name, snapshot), f"updated {stamp}, every {interval_s}s"))
+                shown = render(group_name, snapshot, list_all=list_all)
+                live.update(Group(shown, f"updated {stamp}, every {interval_s}s"))
                 live.refresh()
                 n += 1
                 if max_refreshes is None or n < max_refreshes:
@@ -89,47 +117,27 @@ def _holders(holders: dict[str, int | None]) -> str:
     return " ".join(f"{m} ({'?' if lag is None else f'{lag:,}'})" for m, lag in holders.items()) or "-"
 
 
-def render(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
-    """The status tables of a ``group_status`` snapshot."""
-    replicas = snapshot.get("replicas")
-    about = f"replicas {replicas['replicas']}" if replicas else f"round {snapshot['round']}"
-    resource = snapshot.get("resource") or {}
-    if resource.get("resources"):  # a group over named resources: what each consumes
-        about += " — " + ", ".join(f"{r['name']} ({r['partitions']})" for r in resource["resources"])
-    members = Table(title=f"group {group_name} — {about}")
+def render(group_name: str, snapshot: dict[str, Any], *, list_all: bool = False) -> RenderableType:
+    """The status tables of a ``group_status`` snapshot: every partition when the group has at most
+    ``SUMMARY_ABOVE`` of them or ``list_all``, else the summary (see the module docstring)."""
+    if not (list_all or len(snapshot["partitions"]) <= SUMMARY_ABOVE):
+        return _summary(group_name, snapshot)
+    members = Table(title=_title(group_name, snapshot))
     subscribing = any("subscriptions" in info for info in snapshot["members"].values())
     for column in ("member", "alive", *(["subscriptions"] if subscribing else []), "partitions"):
         members.add_column(column)
     for mid, info in snapshot["members"].items():
         subs = [",".join(info.get("subscriptions", ["all"]))] if subscribing else []
         members.add_row(mid, "yes" if info["alive"] else "no", *subs, " ".join(info["partitions"]))
-    offsets = {p: checkpoint_offset(info["checkpoint"]) for p, info in snapshot["partitions"].items()}
-    show_offsets = any(o is not None for o in offsets.values())
-    show_replicas = any("standby" in info or "learners" in info for info in snapshot["partitions"].values())
+    if _listed_plainly(snapshot, list_all):
+        return Group(members, *_failed(snapshot, counts=False), _plain_listing(snapshot))
     parts = Table(title="partitions")
-    columns = ["partition", "owner", "epoch", "checkpoint", *(["offset"] if show_offsets else [])]
-    for column in columns + (["standby (lag)", "learners (lag)"] if show_replicas else []):
+    columns, rows = _partition_rows(snapshot, snapshot["partitions"])
+    for column in columns:
         parts.add_column(column)
-    for p, info in snapshot["partitions"].items():
-        owner = f"{info['owner']} (lapsing)" if info.get("lapsing") else info["owner"] or "-"
-        if info.get("waiting_for") is not None:
-            owner = f"waiting for ordinal {info['waiting_for']}"
-        row = [p, owner, str(info["epoch"] or "-"), info["checkpoint"] or "-"]
-        if show_offsets:
-            offset = offsets[p]
-            row.append("-" if offset is None else str(offset))
-        if show_replicas:
-            row += [_holders(info.get("standby", {})), _holders(info.get("learners", {}))]
+    for row in rows:
         parts.add_row(*row)
-    tables: list[RenderableType] = [members, parts]
-    if snapshot["failed"]:
-        failed = Table(title=f"failed members (lease ended without leaving; kept {FAILED_RETENTION_S / 3600:g} h)")
-        for column in ("member", "failed at", "owned then", "seen by"):
-            failed.add_column(column)
-        for mid, info in snapshot["failed"].items():
-            owned = " ".join(map(str, info["partitions"])) or "-"
-            failed.add_row(mid, _when(info["failed_at"]), owned, str(info["detected_by"] or "-"))
-        tables.append(failed)
+    tables: list[RenderableType] = [members, parts, *_failed(snapshot, counts=False)]
     if snapshot["table"]:
         coordinator = snapshot.get("coordinator", {}).get("member", "-")
         table = Table(title=f"partition table — coordinator {coordinator}")
@@ -139,3 +147,172 @@ def render(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
             table.add_row(p, entry["owner"] or "-", entry["target"] or "-", entry["state"])
         tables.append(table)
     return Group(*tables)
+
+
+def _listed_plainly(snapshot: dict[str, Any], list_all: bool) -> bool:
+    """``--all`` on a group above ``SUMMARY_ABOVE``: the partitions as plain aligned lines (a rich table of 100,000
+    rows took a minute to lay out), printed unwrapped (soft wrap) so that each partition stays one line."""
+    return list_all and len(snapshot["partitions"]) > SUMMARY_ABOVE
+
+
+def _title(group_name: str, snapshot: dict[str, Any]) -> str:
+    replicas = snapshot.get("replicas")
+    about = f"replicas {replicas['replicas']}" if replicas else f"round {snapshot['round']}"
+    resource = snapshot.get("resource") or {}
+    if resource.get("resources"):  # a group over named resources: what each consumes
+        about += " — " + ", ".join(f"{r['name']} ({r['partitions']})" for r in resource["resources"])
+    return f"group {group_name} — {about}"
+
+
+def _partition_rows(
+    snapshot: dict[str, Any], partitions: dict[str, dict[str, Any]], *, state: bool = False
+) -> tuple[list[str], list[list[str]]]:
+    """The columns and rows of a partitions table (the offset and replica columns only when some partition has
+    them; ``state``: why each is not at rest)."""
+    offsets = {p: checkpoint_offset(info["checkpoint"]) for p, info in partitions.items()}
+    show_offsets = any(o is not None for o in offsets.values())
+    show_replicas = any("standby" in info or "learners" in info for info in partitions.values())
+    columns = ["partition", "owner", "epoch", "checkpoint", *(["offset"] if show_offsets else [])]
+    columns += ["standby (lag)", "learners (lag)"] if show_replicas else []
+    columns += ["not at rest"] if state else []
+    rows = []
+    table = snapshot["table"]
+    for p, info in partitions.items():
+        owner = f"{info['owner']} (lapsing)" if info.get("lapsing") else info["owner"] or "-"
+        if info.get("waiting_for") is not None:
+            owner = f"waiting for ordinal {info['waiting_for']}"
+        row = [p, owner, str(info["epoch"] or "-"), info["checkpoint"] or "-"]
+        if show_offsets:
+            offset = offsets[p]
+            row.append("-" if offset is None else str(offset))
+        if show_replicas:
+            row += [_holders(info.get("standby", {})), _holders(info.get("learners", {}))]
+        if state:
+            row.append(", ".join(not_at_rest(info, table.get(p))))
+        rows.append(row)
+    return columns, rows
+
+
+def _plain_listing(snapshot: dict[str, Any]) -> Text:
+    """Every partition, one plain line each with the columns aligned (``--all`` on a large group), with the
+    partition table's target and state in coordinator mode."""
+    columns, rows = _partition_rows(snapshot, snapshot["partitions"])
+    table = snapshot["table"]
+    if table:
+        columns += ["target", "state"]
+        for row in rows:
+            entry = table.get(row[0])
+            row += ["-", "-"] if entry is None else [entry["target"] or "-", entry["state"]]
+    widths = [max(len(column), *(len(row[i]) for row in rows)) for i, column in enumerate(columns)]
+    last = len(columns) - 1
+    lines = [
+        "  ".join(cell if i == last else cell.ljust(widths[i]) for i, cell in enumerate(row))
+        for row in [columns, ["-" * w for w in widths], *rows]
+    ]
+    return Text("partitions\n" + "\n".join(lines))
+
+
+def _failed(snapshot: dict[str, Any], *, counts: bool) -> list[RenderableType]:
+    if not snapshot["failed"]:
+        return []
+    failed = Table(title=f"failed members (lease ended without leaving; kept {FAILED_RETENTION_S / 3600:g} h)")
+    for column in ("member", "failed at", "owned then", "seen by"):
+        failed.add_column(column)
+    for mid, info in snapshot["failed"].items():
+        parts = info["partitions"]
+        owned = f"{len(parts):,} partitions" if counts else " ".join(map(str, parts)) or "-"
+        failed.add_row(mid, _when(info["failed_at"]), owned, str(info["detected_by"] or "-"))
+    return [failed]
+
+
+def _summary(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
+    """Counts instead of lists (a group above ``SUMMARY_ABOVE`` partitions, without ``--all``)."""
+    partitions = snapshot["partitions"]
+    resources = [r["name"] for r in (snapshot.get("resource") or {}).get("resources", [])]
+    table = snapshot["table"]
+    unrest = {p: why for p, info in partitions.items() if (why := not_at_rest(info, table.get(p)))}
+    per_member: dict[str, dict[str, int]] = {}  # member -> resource -> count
+    if resources:
+        for mid, info in snapshot["members"].items():
+            counted = per_member.setdefault(mid, {})
+            for p in info["partitions"]:
+                name = p[: p.rfind("-")]
+                counted[name] = counted.get(name, 0) + 1
+    members = Table(title=_title(group_name, snapshot))
+    subscribing = any("subscriptions" in info for info in snapshot["members"].values())
+    lapsing = any(info.get("lapsing") for info in snapshot["members"].values())
+    columns = ["member", "alive", *(["subscriptions"] if subscribing else []), "partitions"]
+    columns += resources if len(resources) <= 6 else ["by resource"] if resources else []
+    columns += ["lapsing"] if lapsing else []
+    for column in columns:
+        members.add_column(column, justify="right" if column in ("partitions", "lapsing", *resources) else "left")
+    for mid, info in snapshot["members"].items():
+        row = [mid, "yes" if info["alive"] else "no"]
+        row += [",".join(info.get("subscriptions", ["all"]))] if subscribing else []
+        row.append(f"{len(info['partitions']):,}")
+        counted = per_member.get(mid, {})
+        if resources and len(resources) <= 6:
+            row += [f"{counted.get(r, 0):,}" for r in resources]
+        elif resources:
+            row.append(" ".join(f"{r} {n:,}" for r, n in sorted(counted.items())) or "-")
+        row += [f"{len(info.get('lapsing', [])):,}"] if lapsing else []
+        members.add_row(*row)
+    tables: list[RenderableType] = [members]
+    if resources:
+        by_resource = Table(title="resources")
+        for column in ("resource", "partitions", "owned", "unowned", "not at rest"):
+            by_resource.add_column(column, justify="left" if column == "resource" else "right")
+        stats = {r: [0, 0, 0, 0] for r in resources}
+        for p, info in partitions.items():
+            row_stats = stats.setdefault(p[: p.rfind("-")], [0, 0, 0, 0])
+            row_stats[0] += 1
+            row_stats[1 if info["owner"] is not None and not info.get("lapsing") else 2] += 1
+            row_stats[3] += p in unrest
+        for r, (n, owned, unowned, restless) in stats.items():
+            by_resource.add_row(r, f"{n:,}", f"{owned:,}", f"{unowned:,}", f"{restless:,}")
+        tables.append(by_resource)
+    tables.append(Text(_counts(snapshot, unrest)))
+    if unrest:
+        shown = dict(list(unrest.items())[:SUMMARY_ROWS])
+        parts = Table(title=f"partitions not at rest: the first {len(shown):,} of {len(unrest):,}")
+        columns, rows = _partition_rows(snapshot, {p: partitions[p] for p in shown}, state=True)
+        for column in columns:
+            parts.add_column(column)
+        for row in rows:
+            parts.add_row(*row)
+        tables.append(parts)
+        if len(unrest) > len(shown):
+            tables.append(
+                Text(f"… and {len(unrest) - len(shown):,} more: apportion status --all lists every partition")
+            )
+    return Group(*tables, *_failed(snapshot, counts=True))
+
+
+def _counts(snapshot: dict[str, Any], unrest: dict[str, list[str]]) -> str:
+    """One line: the partitions by state (and the partition table's entries by state, in coordinator mode)."""
+    owned = lapsing = waiting = moving = learning = 0
+    for info in snapshot["partitions"].values():  # one pass: 100,000 of them
+        if info.get("lapsing"):
+            lapsing += 1
+        elif info["owner"] is not None:
+            owned += 1
+        waiting += info.get("waiting_for") is not None
+        moving += bool(info.get("moving_to"))
+        learning += bool(info.get("learners"))
+    unowned = len(snapshot["partitions"]) - owned - lapsing
+    parts = [
+        f"{owned:,} owned",
+        f"{unowned:,} unowned" + (f" ({waiting:,} waiting for their ordinal)" if waiting else ""),
+    ]
+    parts += [f"{lapsing:,} lapsing", f"{moving:,} moving"] + (
+        [f"{learning:,} with learners warming up"] if learning else []
+    )
+    line = f"partitions: {len(snapshot['partitions']):,} — " + ", ".join(parts) + f"; {len(unrest):,} not at rest"
+    line += " (a summary: --all lists every partition)"
+    if snapshot["table"]:
+        states = Counter(entry["state"] for entry in snapshot["table"].values())
+        coordinator = snapshot.get("coordinator", {}).get("member", "-")
+        line += f"\npartition table (coordinator {coordinator}): " + ", ".join(
+            f"{n:,} {state}" for state, n in sorted(states.items())
+        )
+    return line

@@ -64,6 +64,8 @@ import re
 from collections.abc import Iterable
 from typing import Any, TypeAlias, TypeVar
 
+import msgspec
+
 from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.store import KeyValue
 
@@ -248,12 +250,22 @@ def encode(value: dict[str, Any]) -> bytes:
     return _ENCODER.encode(value).encode()
 
 
+_DECODER = msgspec.json.Decoder()
+
+
 def decode(raw: bytes, key: str | None = None) -> dict[str, Any]:
-    """A stored JSON object; :class:`CorruptRecord` naming ``key`` when ``raw`` is not one."""
+    """A stored JSON object; :class:`CorruptRecord` naming ``key`` when ``raw`` is not one.
+
+    msgspec decodes it (a tenth of ``json.loads``'s time: a status of 100,000 partitions decodes as many commit
+    records); what msgspec refuses (``NaN``, ``1e400``, a lone surrogate, a byte-order mark, a syntax error) goes to
+    ``json.loads``, which decides and words the error, so the result is always ``json.loads``'s."""
     try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError; RecursionError: deep nesting
-        raise CorruptRecord(key, f"not JSON ({str(exc)[:80]})") from None
+        value = _DECODER.decode(raw)
+    except (msgspec.MsgspecError, RecursionError):
+        try:
+            value = json.loads(raw)
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError; RecursionError: nesting
+            raise CorruptRecord(key, f"not JSON ({str(exc)[:80]})") from None
     if not isinstance(value, dict):
         raise CorruptRecord(key, f"expected a JSON object, got {_short(raw)}")
     return value

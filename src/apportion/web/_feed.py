@@ -8,6 +8,12 @@ a new checkpoint shows within ``refresh_s``), and after each batch of changes (a
 reads a ``group_status`` snapshot and publishes a new state: one JSON document, serialised once, numbered by
 ``version``. The browsers' event streams wait on that number (``wait_newer``), so a browser costs no store call.
 
+The snapshot is of the feed's copy of the group's keys (``_Mirror``): one full read of the prefix, then the group
+watch's events on top, so a snapshot costs the store one ``revision`` call and the members' lease reads, not a
+range of every key (100,000 partitions: 300,000 keys, seconds of etcd's CPU). The copy is read again in full every
+``RESYNC_S`` (or ``RESYNC_READS`` x its own time) at the latest, after a failure, and sooner when a member's lease
+turns out gone: a read-only SQLite store hides the keys of an expired lease but no event says so.
+
 What the feed remembers beyond a snapshot (the store keeps only the present):
 
 - members it has seen: one that is no longer registered stays listed as dead (``gone_at``) for ``KEEP_DEAD_S``;
@@ -29,15 +35,29 @@ States of the feed::
     any --close()--> CLOSED
 
 The published ``store`` is the URL with its password masked; error texts are masked the same way.
+
+Large groups (issue 27): a snapshot of 100,000 partitions takes about a second of CPU even from the copy (300,000
+keys decoded; an unchanged copy gives the last snapshot again, for free), so after a snapshot from the copy of ``d``
+seconds the next waits ``READ_PAUSE x d`` (a change shows within about ``4 d``, and the feed uses at most a quarter
+of a core); the time limit of a read grows with the last one's (the first full read gets ``FIRST_READ_LIMIT_S``).
+A state lists at most ``LISTED`` partitions with their timeline: every partition up to that size, else the ones not
+at rest (unowned, lapsing, moving, waiting for an ordinal, warming up learners, moving in the partition table)
+first, then the latest to change owner, shown in partition order. ``partition_count`` and ``owned_count`` count them
+all, ``listed`` says which are listed (``"all"`` or ``"not at rest, then the latest to change owner"``); each member
+has ``partition_count`` (and its ``partitions`` only when every partition is listed); a fault or failed member lists
+at most ``LISTED_FAULT_PARTITIONS`` of its partitions (``partition_count``: all). Measured before and after at
+100,000 partitions: bench/README.md ("status and dashboard at 100,000 partitions").
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from apportion.errors import ApportionError, Compacted, CorruptRecord, LeaseNotFound
@@ -48,17 +68,37 @@ from apportion.group import (
     decode,
     group_status,
     history,
+    not_at_rest,
     pid_of_text,
-    sorted_pids,
 )
 from apportion.model import round_lower_bound
-from apportion.store import EventType, Store, Watch, connect, redact, redact_url, url_secrets
+from apportion.store import (
+    Compare,
+    Event,
+    EventType,
+    KeyValue,
+    Lease,
+    Op,
+    Store,
+    TxnResult,
+    Watch,
+    connect,
+    redact,
+    redact_url,
+    url_secrets,
+)
 
 log = logging.getLogger("apportion.dashboard")
 
 MIN_GAP_S = 0.1  # at most ten snapshots a second, however busy the store
+READ_PAUSE = 3.0  # after a snapshot that took d seconds, the next one waits READ_PAUSE x d: at most a quarter core
 RETRY_S = 0.5  # pause before reconnecting after a failure
-READ_LIMIT_S = 2.0  # a snapshot that takes longer means the store is unreachable
+READ_LIMIT_S = 2.0  # a snapshot that takes longer (and 10 x the last one) means the store is unreachable
+FIRST_READ_LIMIT_S = 300.0  # the first snapshot, whose size is not known yet (100,000 partitions on etcd: 10-40 s)
+RESYNC_S = 60.0  # the copy of the group's keys is read again in full at least this often...
+RESYNC_READS = 10  # ...and no more often than every RESYNC_READS x the time a full read takes
+LISTED = 500  # partitions a state lists with their timeline (a larger group: those not at rest, then the latest moved)
+LISTED_FAULT_PARTITIONS = 100  # partitions a fault or a failed member lists in a larger group's state
 KEEP_DEAD_S = 600.0
 KEEP_PLANS = 12
 KEEP_FAULTS = 30
@@ -71,6 +111,75 @@ def _mode(snapshot: dict[str, Any]) -> str:
     if "coordinator" in snapshot or snapshot["table"]:
         return "coordinator"
     return "rounds"
+
+
+class _Mirror(Store):
+    """The keys under ``prefix`` as a full read gave them, with the watch's events since applied on top (an event
+    newer than the copy of its key replaces or deletes it; events are applied in revision order, so the copy ends
+    as the store was at the last event). ``group_status`` reads it as a store: a range or get inside ``prefix`` is
+    answered from the copy; any other key, prefix or call goes to ``store`` itself."""
+
+    def __init__(self, store: Store, prefix: str, kvs: list[KeyValue]) -> None:
+        self.store = store
+        self.url = store.url
+        self.clock = store.clock
+        self.prefix = prefix
+        self.kvs = {kv.key: kv for kv in kvs}
+        self._sorted: list[KeyValue] | None = None  # the values in key order, and the keys: rebuilt after a change
+        self._keys: list[str] = []
+        self.changes = 0  # events applied: a snapshot of an unchanged copy is the last one
+
+    def apply(self, events: list[Event]) -> None:
+        for event in events:
+            key = event.kv.key
+            have = self.kvs.get(key)
+            if not key.startswith(self.prefix) or (have is not None and event.revision <= have.mod_revision):
+                continue  # an event the full read already holds
+            if event.type is EventType.PUT:
+                self.kvs[key] = event.kv
+            elif have is not None:
+                del self.kvs[key]
+            else:
+                continue
+            self._sorted = None
+            self.changes += 1
+
+    def range(self, prefix: str, limit: int | None = None) -> list[KeyValue]:
+        if not prefix.startswith(self.prefix):
+            return self.store.range(prefix, limit)
+        if self._sorted is None:
+            self._keys = sorted(self.kvs)
+            self._sorted = [self.kvs[key] for key in self._keys]
+        start = bisect.bisect_left(self._keys, prefix)
+        end = bisect.bisect_left(self._keys, prefix + "\x7f", start)  # keys are printable ASCII, below 0x7f
+        return self._sorted[start : end if limit is None else min(end, start + limit)]
+
+    def get(self, key: str) -> KeyValue | None:
+        return self.kvs.get(key) if key.startswith(self.prefix) else self.store.get(key)
+
+    def revision(self) -> int:
+        return self.store.revision()
+
+    def txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op] = ()) -> TxnResult:
+        return self.store.txn(compares, on_success, on_failure)
+
+    def grant(self, ttl_s: float) -> Lease:
+        return self.store.grant(ttl_s)
+
+    def keepalive(self, lease: Lease | int) -> float:
+        return self.store.keepalive(lease)
+
+    def revoke(self, lease: Lease | int) -> None:
+        self.store.revoke(lease)
+
+    def time_to_live(self, lease: Lease | int) -> float:
+        return self.store.time_to_live(lease)
+
+    def watch(self, key: str, start_revision: int | None = None, *, prefix: bool = True) -> Watch:
+        return self.store.watch(key, start_revision, prefix=prefix)
+
+    def compact(self, revision: int) -> None:
+        self.store.compact(revision)
 
 
 class Feed:
@@ -113,6 +222,15 @@ class Feed:
         self._plans: list[dict[str, Any]] = []
         self._faults: list[dict[str, Any]] = []
         self._left: dict[str, float] = {}  # member -> time of its last "left" event
+        self._changed: dict[PartitionId, float] = {}  # partition -> when its owner last changed (the feed's clock)
+        self._read_s: float | None = None  # how long the last snapshot from the copy took (None: none yet)
+        self._full_s: float | None = None  # how long the last full read took (it paces nothing: it is rare)
+        self._mirror: _Mirror | None = None  # the group's keys as last read, with the watch's events since
+        self._pending: list[Event] = []  # group watch events not applied to the mirror yet
+        self._resync_at = 0.0  # monotonic: the next full read
+        self._full_reads = 0
+        self._snapshot_of = (0, 0)  # (full reads, changes to the copy since) when the last snapshot was taken
+        self._restless: list[str] = []  # the last snapshot's partitions not at rest, in id order
         self._thread = threading.Thread(target=self._run, name=f"dashboard-{group}", daemon=True)
 
     # -- the browsers' side ------------------------------------------------------------------------------------
@@ -169,17 +287,20 @@ class Feed:
         self._read(store)
         last = time.monotonic()
         while not self._closed.is_set():
-            changed = bool(group_watch.wait(min(self.refresh_s, 0.5)))
+            changes = group_watch.wait(min(self.refresh_s, 0.5))
+            self._pending += changes
+            changed = bool(changes)
             events = history_watch.poll()
             if events:
                 changed = True
                 self._take_history(self._decode_events(events))
             since = time.monotonic() - last
-            if (changed and since >= MIN_GAP_S) or since >= self.refresh_s:
+            gap = max(MIN_GAP_S, READ_PAUSE * (self._read_s or 0.0))  # a slow snapshot: a longer pause
+            if (changed and since >= gap) or since >= max(self.refresh_s, gap):
                 self._read(store)
                 last = time.monotonic()
             elif changed:  # too soon after the last read: wait out the gap, then read
-                self._closed.wait(MIN_GAP_S - since)
+                self._closed.wait(gap - since)
                 self._read(store)
                 last = time.monotonic()
 
@@ -201,6 +322,7 @@ class Feed:
         return watch
 
     def _disconnect(self) -> None:
+        self._mirror, self._pending = None, []  # the events of a new watch start later: read everything again
         watches, self._watches = self._watches, []
         for watch in watches:
             watch.close()
@@ -300,6 +422,7 @@ class Feed:
     def _switch(self, p: PartitionId, member: str | None, at: float) -> None:
         """Partition ``p`` is owned by ``member`` (None: nobody) from ``at``: close its open segment, open one."""
         segment = self._open.pop(p, None)
+        self._changed[p] = at
         if segment is not None:
             segment["end"] = max(at, segment["start"])
         if member is not None:
@@ -310,18 +433,45 @@ class Feed:
     # -- snapshots ---------------------------------------------------------------------------------------------
 
     def _read(self, store: Store) -> None:
-        with store.time_limit(READ_LIMIT_S):
+        full = self._mirror is None or time.monotonic() >= self._resync_at
+        last = self._full_s if full else self._read_s or self._full_s
+        limit = FIRST_READ_LIMIT_S if last is None else max(READ_LIMIT_S, 10 * last)
+        started = time.monotonic()
+        with store.time_limit(limit):
+            if self._watches:
+                self._pending += self._watches[0].poll()
             revision = store.revision()
-            snapshot = group_status(store, self.group)
-            registrations = {kv.key[len(self.keys.members) :]: kv for kv in store.range(self.keys.members)}
+            if full or self._mirror is None:
+                self._mirror = _Mirror(store, self.keys.prefix, store.range(self.keys.prefix))
+                self._full_reads += 1
+            mirror = self._mirror
+            mirror.apply(self._pending)
+            self._pending = []
+            seen = (self._full_reads, mirror.changes)
+            last_snapshot = self._snapshot
+            fresh = last_snapshot is None or seen != self._snapshot_of
+            if last_snapshot is None or fresh:  # a function of the keys alone: an unchanged copy, the last snapshot
+                snapshot = group_status(mirror, self.group)
+                self._snapshot_of = seen
+                table = snapshot["table"]
+                self._restless = [p for p, info in snapshot["partitions"].items() if not_at_rest(info, table.get(p))]
+            else:
+                snapshot = last_snapshot
+            registrations = {kv.key[len(self.keys.members) :]: kv for kv in mirror.range(self.keys.members)}
             heartbeats = self._read_heartbeats(store, registrations, snapshot)
+        elapsed = time.monotonic() - started
+        if full:
+            self._full_s = elapsed
+            self._resync_at = time.monotonic() + max(RESYNC_S, RESYNC_READS * elapsed)
+        else:
+            self._read_s = elapsed
         self._problem = None
         self._status = "ok"
         self._revision = revision
         self._snapshot = snapshot
         now = self._now()
-        self._take_members(snapshot, registrations, heartbeats, now)
-        for p, info in snapshot["partitions"].items():
+        self._take_members(snapshot, registrations, heartbeats, now, fresh=fresh)
+        for p, info in snapshot["partitions"].items() if fresh else ():
             owner = info["owner"]
             pid = pid_of_text(str(p))
             segment = self._open.get(pid)
@@ -347,9 +497,12 @@ class Feed:
             age: float | None = None
             if kv.lease and isinstance(ttl, int | float):
                 try:
-                    age = max(0.0, float(ttl) - store.time_to_live(kv.lease))
+                    left = store.time_to_live(kv.lease)
+                    age = max(0.0, float(ttl) - left)
                 except LeaseNotFound:
-                    age = None
+                    left, age = 0.0, None
+                if left <= 0.0:  # gone or going, maybe with no event to say so (read-only SQLite): read it all
+                    self._resync_at = 0.0
             self._heartbeats[mid] = (tick, now, age)
             out[mid] = age
         for mid in set(self._heartbeats) - set(registrations):
@@ -362,7 +515,10 @@ class Feed:
         registrations: dict[str, Any],
         heartbeats: dict[str, float | None],
         now: float,
+        *,
+        fresh: bool = True,
     ) -> None:
+        """Members from a snapshot (``fresh``: a new one; else the last one again: their partitions stand)."""
         for mid, info in snapshot["members"].items():
             kv = registrations.get(mid)
             record: dict[str, Any] = {}
@@ -376,13 +532,13 @@ class Feed:
                 continue  # a dead member keeps what it owned when last seen alive (its fault lists them)
             age = heartbeats.get(mid)
             entry.update(
-                alive=True,
-                gone_at=None,
-                partitions=sorted_pids(pid_of_text(str(p)) for p in info["partitions"]),
-                lapsing=sorted_pids(pid_of_text(str(p)) for p in info.get("lapsing", [])),
-                heartbeat_age_s=age,
-                last_heartbeat_at=None if age is None else now - age,
+                alive=True, gone_at=None, heartbeat_age_s=age, last_heartbeat_at=None if age is None else now - age
             )
+            if fresh or "lapsing" not in entry:
+                entry.update(
+                    partitions=[pid_of_text(p) for p in info["partitions"]],  # group_status lists them in id order
+                    lapsing=[pid_of_text(p) for p in info.get("lapsing", [])],
+                )
             for name in ("capacity", "rack", "host", "ordinal", "revoking"):
                 if name in record:
                     entry[name] = record[name]
@@ -447,19 +603,23 @@ class Feed:
             "started": self._started,
             "revision": self._revision,
             "window_s": self.window_s,
-            "members": [dict(e) for _, e in sorted(self._members.items())],
             "plans": list(reversed(self._plans)),
-            "faults": list(reversed(self._faults)),
-            "timeline": [dict(s) for s in self._segments],
         }
         if snapshot is None:
-            state.update(mode=None, resource=None, round=None, plan_round=None, partitions=[])
+            state.update(
+                mode=None, resource=None, round=None, plan_round=None, partitions=[], partition_count=0, owned_count=0
+            )
+            state.update(listed="all", members=self._members_state(True), faults=self._faults_state(True), timeline=[])
             return state
         table = snapshot["table"]
+        found = snapshot["partitions"]
+        every = len(found) <= LISTED
+        listed = list(found) if every else self._listed(snapshot, now)
         partitions = []
-        for p, info in snapshot["partitions"].items():
+        for p in listed:
+            info = found[p]
             row = {
-                "partition": pid_of_text(str(p)),
+                "partition": pid_of_text(p),
                 "owner": info["owner"],
                 "epoch": info["epoch"],
                 "checkpoint": info["checkpoint"],
@@ -468,10 +628,15 @@ class Feed:
                 "standby": info.get("standby", {}),
                 "learners": info.get("learners", {}),
                 "waiting_for": info.get("waiting_for"),
+                "moving_to": info.get("moving_to"),
             }
             if p in table:
                 row["table"] = table[p]
             partitions.append(row)
+        shown = {row["partition"] for row in partitions}
+        failed = snapshot["failed"]
+        if not every:  # a failed member of a large group: the first of its partitions and how many
+            failed = {m: {**f, **_bounded(f["partitions"])} for m, f in failed.items()}
         state.update(
             mode=_mode(snapshot),
             resource=snapshot["resource"],
@@ -479,10 +644,48 @@ class Feed:
             plan_round=snapshot["plan_round"],
             coordinator=(snapshot.get("coordinator") or {}).get("member"),
             replicas=(snapshot.get("replicas") or {}).get("replicas"),
-            failed=snapshot["failed"],
+            failed=failed,
             partitions=partitions,
+            partition_count=len(found),
+            owned_count=sum(1 for info in found.values() if info["owner"] is not None),
+            listed="all" if every else "not at rest, then the latest to change owner",
+            members=self._members_state(every),
+            faults=self._faults_state(every),
+            timeline=[dict(seg) for seg in self._segments if every or seg["partition"] in shown],
         )
         return state
+
+    def _listed(self, snapshot: dict[str, Any], now: float) -> list[str]:
+        """The ``LISTED`` partitions a large group's state shows: those not at rest, then the latest to change owner
+        (within the window), in partition order."""
+        chosen = set(self._restless[:LISTED])
+        if len(chosen) < LISTED:
+            start = now - self.window_s
+            recent = heapq.nlargest(LISTED, ((at, p) for p, at in self._changed.items() if at >= start))
+            for _, pid in recent:
+                if len(chosen) >= LISTED:
+                    break
+                chosen.add(str(pid))
+        return [p for p in snapshot["partitions"] if p in chosen]
+
+    def _members_state(self, every: bool) -> list[dict[str, Any]]:
+        out = []
+        for _, entry in sorted(self._members.items()):
+            member = dict(entry, partition_count=len(entry["partitions"]))
+            if not every:
+                member.pop("partitions")
+                member.pop("lapsing", None)
+            out.append(member)
+        return out
+
+    def _faults_state(self, every: bool) -> list[dict[str, Any]]:
+        faults = reversed(self._faults)
+        return [dict(f) if every else {**f, **_bounded(f["partitions"])} for f in faults]
+
+
+def _bounded(partitions: list[Any]) -> dict[str, Any]:
+    """A fault's partitions in a large group's state: the first ``LISTED_FAULT_PARTITIONS`` and the count."""
+    return {"partitions": partitions[:LISTED_FAULT_PARTITIONS], "partition_count": len(partitions)}
 
 
 __all__ = ["Feed"]
