@@ -424,3 +424,21 @@ def test_the_copy_applies_only_events_newer_than_what_it_holds() -> None:
         "/g/a", "/g/b"]  # fmt: skip
     assert mirror.get("/g/c") is not None and mirror.get("/g/m/1") is None
     assert [x.value for x in mirror.range("/other/")] == [b"elsewhere"]  # not copied: the store's
+
+
+def test_a_commit_alone_reaches_the_state_though_its_record_lives_beside_the_copied_prefix() -> None:
+    """Commit records live under /apportion/.commit/<group>/, outside the copy of the group's keys: the commit
+    transaction's history event is what makes the next snapshot read them (an unchanged copy reuses its snapshot)."""
+    url = f"memory://{uuid.uuid4().hex}"
+    h = Harness()
+    h.store = connect(url, clock=h.clock)
+    member = h.add("w1")
+    h.run(3.0)
+    p = member.owned()[0]
+    with following(url, now=h.clock.now, refresh_s=0.1) as feed:
+        until(feed, "w1 owning every partition", lambda s: s["partitions"] and all(
+            q["owner"] == "w1" for q in s["partitions"]))  # fmt: skip
+        member.commit(p, json.dumps({"offset": 41}))
+        state = until(feed, "the checkpoint of the commit", lambda s: any(
+            q["partition"] == p and q["offset"] == 41 for q in s["partitions"]))  # fmt: skip
+        assert state["status"] == "ok"

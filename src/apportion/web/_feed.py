@@ -2,11 +2,12 @@
 
 One ``Feed`` per server, whatever the number of browsers: it opens the store read-only (``connect(url,
 read_only=True)``: nothing is ever created, written or expired), watches the group's prefix and its history prefix (a
-commit, whose record lives beside the group's prefix, arrives as its transaction's history event; with the history off,
-a new checkpoint shows within ``refresh_s``), and after each batch of changes (at most every ``MIN_GAP_S``) or every
-``refresh_s`` at the latest (a lease that expired with no writer to delete it, the age of each member's last heartbeat)
-reads a ``group_status`` snapshot and publishes a new state: one JSON document, serialised once, numbered by
-``version``. The browsers' event streams wait on that number (``wait_newer``), so a browser costs no store call.
+commit, whose record lives beside the group's prefix, arrives as its transaction's history event; with the history
+off, a new checkpoint shows at the next full read, ``RESYNC_S`` at the latest), and after each batch of changes (at
+most every ``MIN_GAP_S``) or every ``refresh_s`` at the latest (a lease that expired with no writer to delete it, the
+age of each member's last heartbeat) reads a ``group_status`` snapshot and publishes a new state: one JSON document,
+serialised once, numbered by ``version``. The browsers' event streams wait on that number (``wait_newer``), so a
+browser costs no store call.
 
 The snapshot is of the feed's copy of the group's keys (``_Mirror``): one full read of the prefix, then the group
 watch's events on top, so a snapshot costs the store one ``revision`` call and the members' lease reads, not a
@@ -229,7 +230,7 @@ class Feed:
         self._pending: list[Event] = []  # group watch events not applied to the mirror yet
         self._resync_at = 0.0  # monotonic: the next full read
         self._full_reads = 0
-        self._snapshot_of = (0, 0)  # (full reads, changes to the copy since) when the last snapshot was taken
+        self._snapshot_of = (0, 0, 0)  # (full reads, changes to the copy, history revision) of the last snapshot
         self._restless: list[str] = []  # the last snapshot's partitions not at rest, in id order
         self._thread = threading.Thread(target=self._run, name=f"dashboard-{group}", daemon=True)
 
@@ -447,7 +448,8 @@ class Feed:
             mirror = self._mirror
             mirror.apply(self._pending)
             self._pending = []
-            seen = (self._full_reads, mirror.changes)
+            # commit records live beside the copied prefix: their transactions' history events count as changes
+            seen = (self._full_reads, mirror.changes, self._history_revision)
             last_snapshot = self._snapshot
             fresh = last_snapshot is None or seen != self._snapshot_of
             if last_snapshot is None or fresh:  # a function of the keys alone: an unchanged copy, the last snapshot
