@@ -21,7 +21,7 @@ import pytest
 import uvicorn
 
 from apportion.group import GroupConfig, Keys, encode, parse_resources
-from apportion.store import Put, connect
+from apportion.store import Get, Put, connect
 from apportion.waiting import wait_for
 from apportion.web import Feed, allowed_hosts, dashboard_app
 from apportion.web._feed import LISTED, LISTED_FAULT_PARTITIONS
@@ -355,9 +355,16 @@ def test_snapshots_come_from_the_copy_of_the_keys_not_a_range_of_the_store_each_
         ranges.append(prefix)
         return real_range(self, prefix, limit)
 
+    real_txn = _sqlite.SqliteStore.txn
+
+    def counted_txn(self: Any, compares: Any, on_success: Any, on_failure: Any = ()) -> Any:
+        ranges.extend(op.key for op in (*on_success, *on_failure) if isinstance(op, Get) and op.prefix)
+        return real_txn(self, compares, on_success, on_failure)
+
     with connect(url, read_only=True) as reader:  # make_store's w1: its lease expired, its keys hidden from now on
         wait_for("w1's lease to expire", lambda: not reader.range(keys.members), 10)
     monkeypatch.setattr(_sqlite.SqliteStore, "range", counted)
+    monkeypatch.setattr(_sqlite.SqliteStore, "txn", counted_txn)  # a prefix read through a txn counts too
     with connect(url) as writer, following(url, refresh_s=0.1) as feed:
         lease = writer.grant(60.0)
         writer.put(keys.member("w2"), encode({"capacity": 1.0}), lease=lease)
