@@ -3,7 +3,8 @@
 URL: ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (SQLAlchemy's convention), with optional
 query parameters ``timeout`` (seconds to wait for the write lock, default 5), ``synchronous`` (``normal``, the
 default, or ``full``), ``poll_ms`` (watch polling interval, default 10) and ``history`` (events kept for watches,
-default 200,000, ~40 MB: a revision holds one event per key it changed, so at most as many revisions).
+default 200,000, ~40 MB at an estimated ~200 bytes an event: a revision holds one event per key it changed, so at
+most as many revisions).
 
 How the contract is kept:
 
