@@ -36,7 +36,7 @@ from typing import Any
 
 from apportion.errors import StoreUnavailable, TimedOut
 from apportion.fleet import Fleet
-from apportion.group import Keys, PartitionId, decode_owner, pid_of_text
+from apportion.group import LEGACY_LAYOUT, Keys, PartitionId, decode_owner, pid_of_text
 from apportion.store import Get, Store
 from apportion.waiting import wait_for
 
@@ -177,17 +177,19 @@ class Records:
 def read_owners(store: Store, group: str) -> Records:
     """The owner records and the registrations, in one transaction (one revision)."""
     keys = Keys(group)
-    prefix = keys.prefix + "owner/"
-    found = store.txn([], [Get(prefix, prefix=True), Get(keys.members, prefix=True)]).responses
-    owner_kvs, member_kvs = found[0], found[1]
-    assert isinstance(owner_kvs, list) and isinstance(member_kvs, list)
+    roots = (keys.owners, Keys(group, LEGACY_LAYOUT).owners)  # either layout's owner records (``group._keys``)
+    found = store.txn([], [*(Get(root, prefix=True) for root in roots), Get(keys.members, prefix=True)]).responses
+    member_kvs = found[-1]
+    assert isinstance(member_kvs, list)
     registered = {kv.key[len(keys.members) :]: kv.lease for kv in member_kvs}
     owners: dict[PartitionId, str] = {}
     lapsing: dict[PartitionId, str] = {}
-    for kv in owner_kvs:
-        member = decode_owner(kv)[0]
-        current = registered.get(member) == kv.lease
-        (owners if current else lapsing)[pid_of_text(kv.key[len(prefix) :])] = member
+    for root, owner_kvs in zip(roots, found, strict=False):
+        assert isinstance(owner_kvs, list)
+        for kv in owner_kvs:
+            member = decode_owner(kv)[0]
+            current = registered.get(member) == kv.lease
+            (owners if current else lapsing)[pid_of_text(kv.key[len(root) :])] = member
     return Records(owners, lapsing)
 
 

@@ -50,13 +50,18 @@ def make_store(tmp_path: Path, records: dict[str, bytes] | None = None, *, lease
     lease with ``lease``)."""
     url = f"sqlite:///{tmp_path}/s.db"
     with connect(url) as store:
-        store.put(KEYS.resource, encode(GroupConfig(partitions=4).to_json()))
+        store.put(KEYS.resource, GroupConfig(partitions=4).record())
         lease_id = store.grant(60.0).id if lease else 0
         for key, value in (records or {}).items():
             if key == "latest":  # status reads the latest round's plan: make one that is fine
                 store.put(KEYS.plan(5), encode({"participants": []}))
-            store.put(KEYS.prefix + key, value, lease=lease_id)
+            store.put(full_key(key), value, lease=lease_id)
     return url
+
+
+def full_key(key: str) -> str:
+    """The store key of a group record named relative to the group (owner and epoch records beside its prefix)."""
+    return (KEYS.ownership if key.startswith(("owner/", "epoch/")) else KEYS.prefix) + key
 
 
 def snapshot(url: str) -> list[tuple[str, bytes]]:
@@ -65,7 +70,7 @@ def snapshot(url: str) -> list[tuple[str, bytes]]:
 
 
 def assert_names(line: str, key: str) -> None:
-    assert line.startswith(f"apportion: error: store record {KEYS.prefix}{key} is corrupt: "), line
+    assert line.startswith(f"apportion: error: store record {full_key(key)} is corrupt: "), line
 
 
 @pytest.mark.parametrize("value", RESOURCE, ids=lambda v: v[:30].decode("latin-1"))

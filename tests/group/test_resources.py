@@ -161,8 +161,8 @@ def test_members_with_equal_subscriptions_share_every_resource_with_owner_keys_p
     assert all(m.stable() for m in h.members.values())
     assert sorted(h.owners(), key=str) == sorted(ALL, key=str)
     assert sorted(len(p) for p in h.assignment().values()) == [4, 4, 4]
-    assert h.store.get("/apportion/g/owner/payments-3") is not None
-    assert h.store.get("/apportion/g/owner/3") is None
+    assert h.store.get("/apportion/.own/g/owner/payments-3") is not None
+    assert h.store.get("/apportion/.own/g/owner/3") is None
 
 
 def test_mixed_subscriptions_never_give_an_unsubscribed_partition_and_are_balanced_by_kafkas_definition() -> None:

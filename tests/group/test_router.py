@@ -72,9 +72,9 @@ def test_routes_come_from_the_cached_table_without_a_store_read_per_call(
     h.run(1.0)
     store_calls.clear()  # the members' own calls so far
     with apportion.Router(h.store, "g", follow=False) as router:
-        opened = len(store_calls)  # the watch and one snapshot read
+        opened = len(store_calls)  # the two watches (the prefix, the owner records beside it) and one snapshot read
         routes = {key: router.route(key) for key in KEYS}
-        assert len(store_calls) == opened == 2
+        assert len(store_calls) == opened == 3
     table = holders(h)
     assert all(r.owner == table[r.partition] and r.state is TableState.ONLINE for r in routes.values())
     assert all(r.epoch is not None for r in routes.values())  # the owner records name the same members

@@ -14,7 +14,8 @@ The history, all JSON lines, under ``directory/history``:
 - ``store.jsonl``: read at the end by the control host, every change etcd made under the group's prefix and to its
   commit records since revision 1 (its MVCC history: revision, put/delete, key, value, lease) — the store's own
   account, which the checker compares with what the workers say. Keys are relative to the group's prefix
-  (``owner/3``), commit records relative to ``/apportion/`` (``.commit/<group>/3``).
+  (``owner/3``; the owner and epoch records of a layout-2 group, which live beside it under ``.own/<group>/``, named
+  the same way), commit records relative to ``/apportion/`` (``.commit/<group>/3``).
 """
 
 from __future__ import annotations
@@ -264,8 +265,10 @@ class Deployment:
     def owners(self) -> dict[int, str]:
         """The live owner records now (partition -> member), read from the store by the control host."""
         with connect(self.store_url) as store:
-            prefix = f"/apportion/{self.group}/owner/"
-            return {int(kv.key[len(prefix) :]): json.loads(kv.value)["member"] for kv in store.range(prefix)}
+            found = {}
+            for prefix in (f"/apportion/.own/{self.group}/owner/", f"/apportion/{self.group}/owner/"):  # layout 2, 1
+                found.update({int(kv.key[len(prefix) :]): json.loads(kv.value)["member"] for kv in store.range(prefix)})
+            return found
 
     def dump_store_history(self) -> Path:
         """Write every change under the group's prefix and to its commit records since revision 1 to
@@ -273,7 +276,7 @@ class Deployment:
         are left out)."""
         path = self.directory / "history" / "store.jsonl"
         root, prefix = "/apportion/", f"/apportion/{self.group}/"
-        commits = f"{root}.commit/{self.group}/"
+        commits, own = f"{root}.commit/{self.group}/", f"{root}.own/{self.group}/"
         with connect(self.store_url) as store, store.watch(root, start_revision=1) as watch, path.open("w") as out:
             last = store.revision()  # the watch may end below it: the last writes may lie outside the prefix
             seen, idle_since = 0, time.monotonic()
@@ -286,6 +289,8 @@ class Deployment:
                     key = event.kv.key
                     if key.startswith(prefix):
                         key = key[len(prefix) :]
+                    elif key.startswith(own):
+                        key = key[len(own) :]
                     elif key.startswith(commits):
                         key = key[len(root) :]
                     else:

@@ -342,6 +342,25 @@ def test_watch_of_one_key_ignores_keys_sharing_its_prefix(store: Store) -> None:
         assert summary(collect(watch, 1)) == [("put", "/w/a", b"3", revision)]
 
 
+def test_watch_of_deletes_only_skips_puts_from_now_and_from_a_revision(store: Store) -> None:
+    base = store.revision()
+    with store.watch("/d/", deletes_only=True) as watch:
+        lease = store.grant(60)
+        store.put("/d/a", b"1")
+        store.put("/d/b", b"2", lease.id)
+        store.delete("/d/a")
+        first = store.revision()
+        store.put("/d/a", b"3")
+        store.revoke(lease)  # the lease's record goes: a delete, as a claim's owner record going at its lease's end
+        second = store.revision()
+        store.put("/d/c", b"4")
+        events = collect(watch, 2)
+        assert watch.poll() == []
+    assert summary(events) == [("delete", "/d/a", b"", first), ("delete", "/d/b", b"", second)]
+    with store.watch("/d/", base + 1, deletes_only=True) as resumed:
+        assert summary(collect(resumed, 2)) == summary(events)
+
+
 def test_watch_resumes_from_any_revision_without_gaps(store: Store) -> None:
     base = store.revision()
     store.put("/w/a", b"1")

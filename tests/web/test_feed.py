@@ -412,7 +412,7 @@ def test_the_copy_applies_only_events_newer_than_what_it_holds() -> None:
     def kv(key: str, value: bytes, revision: int) -> KeyValue:
         return KeyValue(key, value, revision, revision, 1)
 
-    mirror = _Mirror(store, "/g/", [kv("/g/a", b"a5", 5), kv("/g/b", b"b7", 7), kv("/g/m/1", b"m", 3)])
+    mirror = _Mirror(store, ("/g/",), [kv("/g/a", b"a5", 5), kv("/g/b", b"b7", 7), kv("/g/m/1", b"m", 3)])
     events = [
         Event(EventType.PUT, kv("/g/a", b"a4", 4)),  # older than the read: ignored
         Event(EventType.DELETE, KeyValue("/g/b", b"", 0, 6, 0)),  # older: ignored

@@ -25,6 +25,8 @@ from apportion.group._coordinator import (
 from apportion.group._explain import explain
 from apportion.group._history import DEFAULT_RETENTION_S, EVENT_TYPES, history, history_expired_before
 from apportion.group._keys import (
+    LAYOUT,
+    LEGACY_LAYOUT,
     Keys,
     PartitionId,
     decode,
@@ -77,6 +79,8 @@ __all__ = [
     "DEFAULT_RETENTION_S",
     "EVENT_TYPES",
     "FAILED_RETENTION_S",
+    "LAYOUT",
+    "LEGACY_LAYOUT",
     "STRATEGIES",
     "Callback",
     "CommitResult",

@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 from apportion.assign import STRATEGY_NAMES as STRATEGIES
 from apportion.assign import validate_options
 from apportion.errors import CorruptRecord, InvalidRequest
-from apportion.group._keys import Keys, PartitionId, decode, valid_name
+from apportion.group._keys import LAYOUT, LEGACY_LAYOUT, Keys, PartitionId, decode, encode, valid_name
 from apportion.model import MAX_PARTITIONS, Partition, Resource
 from apportion.store import KeyValue, Store
 
@@ -73,6 +73,7 @@ class GroupConfig:
     options: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
     stateful: bool = False
     resources: tuple[Resource, ...] = ()  # named resources (sorted by name); empty: one resource named after the group
+    layout: int = LAYOUT  # where the ownership records live (``_keys``): a group keeps the one it was created with
 
     def __post_init__(self) -> None:
         if self.resources:
@@ -97,6 +98,8 @@ class GroupConfig:
             raise InvalidRequest("heartbeat_s", f"must be >= min_interval_s ({self.min_interval_s})")
         if not isinstance(self.stateful, bool):
             raise InvalidRequest("stateful", f"must be true or false, got {self.stateful!r}")
+        if self.layout not in (LEGACY_LAYOUT, LAYOUT) or isinstance(self.layout, bool):
+            raise InvalidRequest("layout", f"must be {LEGACY_LAYOUT} or {LAYOUT}, got {self.layout!r}")
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
 
     @classmethod
@@ -232,10 +235,32 @@ class GroupConfig:
         except (InvalidRequest, TypeError) as exc:  # TypeError: an unhashable strategy name, say
             raise CorruptRecord(key, str(exc)) from None
 
+    def keys(self, group: str) -> Keys:
+        """The key names of ``group`` under this definition's layout."""
+        return Keys(group, self.layout)
+
+    def record(self) -> bytes:
+        """The stored form of this definition (the ``resource`` key's value). Layout 1: ``to_json()`` itself, as
+        every earlier version wrote it. Layout 2 nests it, ``{"layout": 2, "definition": {...}}``, on purpose:
+        an earlier version finds no ``partitions`` there and refuses the group (CorruptRecord), rather than
+        claiming its partitions in the layout-1 records this version does not read (``_keys``)."""
+        if self.layout == LEGACY_LAYOUT:
+            return encode(self.to_json())
+        return encode({"layout": self.layout, "definition": self.to_json()})
+
     @classmethod
     def from_record(cls, kv: KeyValue) -> GroupConfig:
-        """The definition stored in ``kv`` (the group's ``resource`` key), validated; CorruptRecord naming it."""
-        return cls.from_json(decode(kv.value, kv.key), kv.key)
+        """The definition stored in ``kv`` (the group's ``resource`` key, :meth:`record`'s form), validated;
+        CorruptRecord naming it."""
+        value = decode(kv.value, kv.key)
+        if "layout" not in value:  # written by a version before layouts: layout 1
+            return replace(cls.from_json(value, kv.key), layout=LEGACY_LAYOUT)
+        layout = value["layout"]
+        if isinstance(layout, bool) or not isinstance(layout, int) or layout < LAYOUT:
+            raise CorruptRecord(kv.key, f"'layout' must be an integer >= {LAYOUT}, got {layout!r}")
+        if layout > LAYOUT:
+            raise CorruptRecord(kv.key, f"written by a newer apportion (layout {layout}): upgrade this one")
+        return replace(cls.from_json(value.get("definition"), kv.key), layout=layout)
 
     @classmethod
     def find(cls, store: Store, group: str) -> GroupConfig | None:

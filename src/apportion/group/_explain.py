@@ -24,7 +24,7 @@ from typing import Any
 from apportion.errors import InvalidRequest
 from apportion.group._config import GroupConfig
 from apportion.group._history import history
-from apportion.group._keys import Keys, PartitionId, decode_owner
+from apportion.group._keys import PartitionId, decode_owner
 from apportion.store import Store
 
 EPOCH_EVENTS = ("claim", "release", "lost", "fenced", "migrated")
@@ -34,8 +34,8 @@ def explain(store: Store, group: str, partition: PartitionId) -> dict[str, Any]:
     """``{"partition", "owner", "epoch", "round", "decision": {"kind", "from", "round", "text"}, "acquired": {...},
     "epochs": [{"type", "member", "epoch", "time", "revision"}...]}``; InvalidRequest for an unknown partition
     (``partition``: an int, or its digits, in a one-resource group; ``<resource>-<index>`` in a named one)."""
-    keys = Keys(group)
     config = GroupConfig.load(store, group)  # CorruptRecord naming the key (exit 2)
+    keys = config.keys(group)
     try:
         partition = config.check_pid(partition)
     except InvalidRequest as exc:

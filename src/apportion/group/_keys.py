@@ -12,9 +12,7 @@
                         they replace the member's own while the record exists
     round/<R>/joined    touched by every participation write: the closer compares its mod_revision (the cut)
     round/<R>/plan      the cut and the plan: participants, assignment, strategy, closer
-    owner/<p>           {epoch, member} (<p>: the partition id, ``7`` in a one-resource group, ``orders-7`` in a
-                        group over named resources: see ``_config``) (lease-bound to the owner's lease)
-    epoch/<p>           last epoch handed out for p (not lease-bound: epochs only grow)
+    owner/<p>, epoch/<p>  layout 1 only (groups created before layout 2): see "Ownership records" below
     commit/<p>          legacy checkpoint records {checkpoint, epoch, member}: read, no longer written (below)
     history             {expired_before}: history events older than this may have expired (see ``_history``)
     replicas            static mode: {replicas} — the replica count the ordinals are spread over
@@ -25,11 +23,32 @@
     failed/<id>         coordinator mode: a member whose lease ended without a graceful leave: {failed_at,
                         partitions, detected_by}; bound to a lease of FAILED_RETENTION_S (kept an hour)
 
-Two kinds of records live outside the watched prefix, in no group's prefix (group names start with a letter or
+Ownership records: where a group keeps them depends on its layout, stored with its definition (``_config``)::
+
+    layout 2 (every group created now)      /apportion/.own/<group>/owner/<p>, /apportion/.own/<group>/epoch/<p>
+    layout 1 (a group created before)       /apportion/<group>/owner/<p>,      /apportion/<group>/epoch/<p>
+
+    owner/<p>           {epoch, member} (<p>: the partition id, ``7`` in a one-resource group, ``orders-7`` in a
+                        group over named resources: see ``_config``) (lease-bound to the owner's lease)
+    epoch/<p>           last epoch handed out for p (not lease-bound: epochs only grow)
+
+Why layout 2 moves them out of the watched prefix: a claim writes both records of every partition it takes, and
+inside the prefix every one of those writes reached every member's watch, although no member acts on another's
+claims; only a release or a lapse (the owner record's DELETE) lets a waiting member claim. 32 members x 16,384
+partitions converging: ~1,000,000 events delivered for nothing, and on etcd each one costs the server ~20 µs to
+encode (161 claim transactions/s with 1 watcher, 11 with 32: the fleet's renewals then timed out and leases
+lapsed, a spiral of lost and re-claimed partitions on a busy machine). A member now watches the ownership records
+with ``deletes_only`` (etcd drops the PUTs on the server). A group keeps the layout it was created with (layout 1
+groups keep working unchanged; ``Keys(group, layout)``); a layout-2 definition is stored in a form an earlier
+version refuses to read (``GroupConfig.record``), so an earlier worker cannot claim a layout-2 group's partitions
+where this version would not see them: mixed versions fail closed.
+
+Three kinds of records live outside the watched prefix, in no group's prefix (group names start with a letter or
 digit) but inside ``/apportion/``, so an etcd role limited to that prefix suffices (everything apportion stores is
 under ``/apportion/``)::
 
     /apportion/.history/<group>/...    the history's events (see ``_history``)
+    /apportion/.own/<group>/...        the ownership records of a layout-2 group (above)
     /apportion/.commit/<group>/<p>     the last committed checkpoint of p: {checkpoint, epoch, member}
 
 Commits are the group's busiest writes (every owned partition, every few seconds): under the group's prefix every
@@ -72,6 +91,9 @@ from apportion.store import KeyValue
 ROOT = "/apportion/"
 HISTORY_ROOT = ROOT + ".history/"
 COMMIT_ROOT = ROOT + ".commit/"
+OWN_ROOT = ROOT + ".own/"
+LEGACY_LAYOUT = 1  # owner and epoch records under the group's prefix
+LAYOUT = 2  # owner and epoch records under OWN_ROOT: the layout of every group created now
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 RESERVED_IDS = ("joined", "plan")
 
@@ -149,19 +171,28 @@ class Keys:
     __slots__ = (
         "commits",
         "current",
+        "epochs",
         "events",
         "history",
         "latest",
+        "layout",
         "legacy_commits",
         "members",
+        "owners",
+        "ownership",
         "prefix",
         "resource",
         "rounds",
     )
 
-    def __init__(self, group: str) -> None:
+    def __init__(self, group: str, layout: int = LAYOUT) -> None:
         validate_group(group)
+        self.layout = layout
         self.prefix = f"{ROOT}{group}/"
+        # where owner/ and epoch/ live (module doc, "Ownership records")
+        self.ownership = f"{OWN_ROOT}{group}/" if layout >= LAYOUT else self.prefix
+        self.owners = self.ownership + "owner/"
+        self.epochs = self.ownership + "epoch/"
         self.resource = self.prefix + "resource"
         self.current = self.prefix + "current"
         self.latest = self.prefix + "latest"
@@ -188,14 +219,10 @@ class Keys:
         return f"{self.rounds}{round_id}/plan"
 
     def owner(self, partition: PartitionId) -> str:
-        return f"{self.prefix}owner/{partition}"
-
-    @property
-    def owners(self) -> str:
-        return self.prefix + "owner/"
+        return f"{self.owners}{partition}"
 
     def epoch(self, partition: PartitionId) -> str:
-        return f"{self.prefix}epoch/{partition}"
+        return f"{self.epochs}{partition}"
 
     def commit(self, partition: PartitionId) -> str:
         """Where a commit writes ``partition``'s checkpoint."""
@@ -317,6 +344,9 @@ def owner_value(member_id: str, epoch: int) -> bytes:
 
 
 __all__ = [
+    "LAYOUT",
+    "LEGACY_LAYOUT",
+    "OWN_ROOT",
     "Keys",
     "PartitionId",
     "decode",

@@ -54,11 +54,19 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Required, TypedDict, TypeVar
 
 from apportion.clock import Clock
-from apportion.errors import Compacted, Fenced, InvalidRequest, LeaseNotFound, StoreFull, StoreUnavailable
+from apportion.errors import (
+    Compacted,
+    CorruptRecord,
+    Fenced,
+    InvalidRequest,
+    LeaseNotFound,
+    StoreFull,
+    StoreUnavailable,
+)
 from apportion.group._commits import (
     CHUNK_BYTES,
     CHUNK_PARTITIONS,
@@ -72,6 +80,8 @@ from apportion.group._commits import (
 from apportion.group._config import GroupConfig
 from apportion.group._history import DEFAULT_RETENTION_S, Recorder
 from apportion.group._keys import (
+    LAYOUT,
+    LEGACY_LAYOUT,
     Keys,
     PartitionId,
     decode_epoch,
@@ -104,6 +114,7 @@ T = TypeVar("T")
 # partitions per claim/release txn: a claim takes 2 compares, 2 puts (+1 history put) and 2 gets per partition, and
 # etcd allows 128 of each per txn by default (``--max-txn-ops``)
 CHUNK = 60
+OWNER_WAIT_SLICE_S = 0.02  # how often a member waiting for owner records to go looks at their watch (wait_events)
 CLAIM_SLICE_S = 0.5  # claiming one step does before it drains its watch again (a newer plan may want other things)
 _ID_RETRY_S = 0.25  # how often a member whose id is held by another registration looks again
 
@@ -211,6 +222,9 @@ class FencedMember:
         self._on_lost = on_lost
         self._watch = watch
         self._own_watch = watch is None
+        # a layout-2 group's owner records live outside the watched prefix (``_keys``): their deletions come from a
+        # second watch of this member's own (a watch the caller passes in carries them: the simulator routes them)
+        self._owner_watch: Watch | None = None
         self._inbox: list[Event] = []
         self._watch_failed: Compacted | None = None  # the watch lost events (wait_events saw it): replace it
         self._resync_pending = False  # a new watch replaced a lost one: re-read what its events would have told
@@ -479,7 +493,19 @@ class FencedMember:
             time.sleep(max(0.0, timeout_s))  # no watch to wake us (the store did not answer): the step retries
             return
         try:
-            self._inbox.extend(self._watch.wait(max(0.0, timeout_s)))
+            if self._owner_watch is None or not self._held:
+                self._inbox.extend(self._watch.wait(max(0.0, timeout_s)))
+                return
+            # waiting to claim partitions another member holds: their deletions wake us too (one watch blocks,
+            # the other is looked at every OWNER_WAIT_SLICE_S: a wait on two watches of any backend)
+            deadline = time.monotonic() + max(0.0, timeout_s)
+            while True:
+                events = self._watch.wait(min(OWNER_WAIT_SLICE_S, max(0.0, deadline - time.monotonic())))
+                freed = self._owner_watch.poll()
+                self._inbox.extend(events)
+                self._inbox.extend(freed)
+                if events or freed or time.monotonic() >= deadline:
+                    return
         except Compacted as exc:
             self._watch_failed = exc
 
@@ -570,6 +596,8 @@ class FencedMember:
         if self._watch is not None and failed is None:
             try:
                 events.extend(self._watch.poll())
+                if self._owner_watch is not None:
+                    events.extend(self._owner_watch.poll())
             except Compacted as exc:
                 failed = exc
         owners = self.keys.owners
@@ -589,7 +617,9 @@ class FencedMember:
             raise failed
         if self._watch is not None:
             self._watch.close()
-        self._watch = None
+        if self._owner_watch is not None:
+            self._owner_watch.close()
+        self._watch = self._owner_watch = None
         self._resync_pending = True
         self._held.clear()  # the deletions a claim waits for may be among the lost events: claim again
         self._trace("watch_lost", reason=str(failed))
@@ -599,6 +629,7 @@ class FencedMember:
         next step. Runs inside the belief's time limit, after a lapse is handled, like every store call of a step."""
         if self._watch is None:
             self._watch = self.store.watch(self.keys.prefix)
+        self._watch_owners()
         self._resync()
         self._resync_pending = False
 
@@ -632,6 +663,7 @@ class FencedMember:
         if self._watch is None:
             self._watch = self.store.watch(self.keys.prefix)
         self._load_config(now)
+        self._watch_owners()
         if not self._id_free(now):
             return False
         lease = self.store.grant(self.config.ttl_s)
@@ -653,6 +685,12 @@ class FencedMember:
         self._started(now, result.revision)
         self._trace("registered", lease=lease.id)
         return True
+
+    def _watch_owners(self) -> None:
+        """Open the watch of the owner records' deletions where they live outside the watched prefix (layout 2),
+        before the first claim, so that no release it waits for falls before it."""
+        if self._own_watch and self._owner_watch is None and self.keys.ownership != self.keys.prefix:
+            self._owner_watch = self.store.watch(self.keys.owners, deletes_only=True)
 
     def _id_free(self, now: float) -> bool:
         kv = self.store.get(self.keys.member(self.id))
@@ -693,29 +731,54 @@ class FencedMember:
         """Called once the lease is granted and ``members/<id>`` written at ``revision`` (hook)."""
 
     def _load_config(self, now: float) -> None:
-        wanted = encode(self._wanted.to_json())
+        """Adopt the stored definition (creating it, or replacing it with ``--update``), and the key names of its
+        layout: a group keeps the layout it was created with, an update included (``_keys``)."""
         kv = self.store.get(self.keys.resource)
         if kv is None:
+            wanted = self._wanted.record()
             result = self.store.txn([absent(self.keys.resource)], [Put(self.keys.resource, wanted)])
             if result.succeeded:
-                self.config, self._config_revision = self._wanted, result.revision
+                self._adopt(self._wanted, result.revision)
                 return
             kv = self.store.get(self.keys.resource)
             if kv is None:
                 raise StoreUnavailable("resource definition vanished while being created")
-        if self._update and kv.value != wanted:
+        try:
+            stored: GroupConfig | None = GroupConfig.from_record(kv)
+        except CorruptRecord:
+            if not self._update:
+                raise  # this worker stops (exit 2) naming the key; ``--update`` is the way out (below)
+            stored = None
+        wanted_config = replace(self._wanted, layout=self._layout_of(stored))
+        if self._update and kv.value != wanted_config.record():
             result = self.store.txn(
-                [mod_revision_is(self.keys.resource, kv.mod_revision)], [Put(self.keys.resource, wanted)]
+                [mod_revision_is(self.keys.resource, kv.mod_revision)],
+                [Put(self.keys.resource, wanted_config.record())],
             )
             self._update = False
             if result.succeeded:
-                self.config, self._config_revision = self._wanted, result.revision
+                self._adopt(wanted_config, result.revision)
                 self._config_changed(result.revision)
                 return
             kv = self.store.get(self.keys.resource) or kv
+            stored = GroupConfig.from_record(kv)
         self._update = False
-        self.config = GroupConfig.from_record(kv)  # CorruptRecord: this worker stops (exit 2) naming the key
-        self._config_revision = kv.mod_revision
+        if stored is None:  # pragma: no cover - an update either wrote the definition or read another's
+            stored = GroupConfig.from_record(kv)
+        self._adopt(stored, kv.mod_revision)
+
+    def _layout_of(self, stored: GroupConfig | None) -> int:
+        """The layout of the group: its stored definition's; when that is corrupt (an update replaces it), layout 1
+        if epoch records exist where layout 1 keeps them (epochs outlive their owners), else the current one."""
+        if stored is not None:
+            return stored.layout
+        legacy = Keys(self.group, LEGACY_LAYOUT)
+        return LEGACY_LAYOUT if self.store.range(legacy.epochs, limit=1) else LAYOUT
+
+    def _adopt(self, config: GroupConfig, revision: int) -> None:
+        self.config, self._config_revision = config, revision
+        if self.keys.layout != config.layout:
+            self.keys = config.keys(self.group)
 
     def _config_changed(self, revision: int) -> None:
         """This member rewrote the resource definition at ``revision`` (hook)."""
@@ -812,6 +875,8 @@ class FencedMember:
         self._stopped = True
         if self._watch is not None and self._own_watch:
             self._watch.close()
+        if self._owner_watch is not None:
+            self._owner_watch.close()
         self._trace("stopped")
 
     # -- ownership -----------------------------------------------------------------------------------------

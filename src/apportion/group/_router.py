@@ -1,8 +1,9 @@
 """Seed 1's client: the partition of a key and who serves it, from a cached copy of the group's partition table.
 
-``Router(store, group)`` opens a watch on the group's prefix, then reads what routing needs in one read-only
-transaction (the definition, ``members/``, ``coordinator``, ``table/``, ``owner/``: one snapshot at revision R), and
-from then on keeps that copy current from the watch: events at or below R are already in it, later ones are applied
+``Router(store, group)`` opens a watch on the group's prefix and one on the owner records beside it (a layout-2
+group keeps them outside the prefix: ``_keys``), then reads what routing needs in one read-only transaction (the
+definition, ``members/``, ``coordinator``, ``table/``, ``owner/`` of either layout: one snapshot at revision R), and
+from then on keeps that copy current from the watches: events at or below R are already in it, later ones are applied
 in order (as ``_tracked`` does for a member). ``route(key)`` hashes the key (``apportion.routing.partition_for``) and
 looks the partition up in memory: no store call per route. By default a background thread applies the events as
 they arrive (``watch.wait``); ``follow=False`` leaves that to ``refresh()`` (a one-shot lookup such as
@@ -49,12 +50,15 @@ from typing import Any
 from apportion.errors import ApportionError, CorruptRecord, InvalidRequest, NotEnoughMembers
 from apportion.group._config import GroupConfig
 from apportion.group._coordinator import Entry, TableState
-from apportion.group._keys import Keys, PartitionId, decode, decode_owner
+from apportion.group._keys import LAYOUT, LEGACY_LAYOUT, Keys, PartitionId, decode, decode_owner
 from apportion.routing import Key, partition_for
 from apportion.store import Event, EventType, Get, KeyValue, Store, Watch
 
 log = logging.getLogger("apportion.router")
 
+FOLLOW_SLICE_S = 0.1
+"""How long the follower blocks on the group's watch before it looks at the owner records' (their changes reach the
+copy within this)."""
 RESYNC_PAUSE_S = 0.5
 """How long the follower waits before it opens a new watch and reads a new snapshot after its watch failed."""
 
@@ -84,6 +88,9 @@ class Router:
         self.store = store
         self.group = group
         self.keys = Keys(group)
+        # the owner records of either layout (``_keys``): routing follows the one the definition names
+        self._layouts = {layout: Keys(group, layout) for layout in (LAYOUT, LEGACY_LAYOUT)}
+        self._owner_roots = tuple(keys.owners for keys in self._layouts.values())
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._kvs: dict[str, KeyValue] = {}
@@ -91,7 +98,7 @@ class Router:
         self._decoded: dict[str, tuple[int, Any]] = {}  # key -> (mod_revision, decoded value)
         self._revision = 0
         self._min_members: int | None = None
-        self._watch: Watch = self._sync()
+        self._watches: list[Watch] = self._sync()
         self._thread: threading.Thread | None = None
         if follow:
             self._thread = threading.Thread(target=self._follow, name=f"router-{group}", daemon=True)
@@ -101,13 +108,15 @@ class Router:
 
     def _wanted(self, key: str) -> bool:
         k = self.keys
-        return key in (k.resource, k.coordinator) or key.startswith((k.members, k.tables, k.prefix + "owner/"))
+        return key in (k.resource, k.coordinator) or key.startswith((k.members, k.tables, *self._owner_roots))
 
-    def _sync(self) -> Watch:
-        """Open a watch, then read the snapshot it continues (so no change falls between them)."""
-        watch = self.store.watch(self.keys.prefix)
+    def _sync(self) -> list[Watch]:
+        """Open the watches (the group's prefix; the owner records of a layout-2 group, which live beside it:
+        ``_keys``), then read the snapshot they continue (so no change falls between them)."""
+        watches = [self.store.watch(self.keys.prefix)]
         k = self.keys
         try:
+            watches.append(self.store.watch(k.owners))
             result = self.store.txn(
                 [],
                 [
@@ -115,15 +124,17 @@ class Router:
                     Get(k.coordinator),
                     Get(k.members, prefix=True),
                     Get(k.tables, prefix=True),
-                    Get(k.prefix + "owner/", prefix=True),
+                    *(Get(root, prefix=True) for root in self._owner_roots),
                 ],
             )
         except BaseException:
-            watch.close()
+            for watch in watches:
+                watch.close()
             raise
         kvs = {kv.key: kv for found in result.responses if isinstance(found, list) for kv in found}
         if k.resource not in kvs:
-            watch.close()
+            for watch in watches:
+                watch.close()
             raise InvalidRequest("group", f"group {self.group!r} has no resource definition")
         with self._lock:
             self._kvs = kvs
@@ -131,7 +142,7 @@ class Router:
             self._decoded.clear()
             self._revision = result.revision
             self._note_coordinator(kvs.get(k.coordinator))
-        return watch
+        return watches
 
     def _apply(self, events: list[Event]) -> None:
         with self._lock:
@@ -169,20 +180,23 @@ class Router:
     def refresh(self) -> None:
         """Apply what the watch has delivered (no store read on backends that push events: memory, etcd). The
         follower thread does this on its own; call it with ``follow=False``."""
-        self._apply(self._watch.poll())
+        self._apply([event for watch in self._watches for event in watch.poll()])
 
     def _follow(self) -> None:
         while not self._closed.is_set():
             try:
-                events = self._watch.wait(0.5)
+                # one watch blocks, the owner records' is looked at every FOLLOW_SLICE_S (a wait on two watches)
+                first, *others = self._watches
+                events = first.wait(FOLLOW_SLICE_S) + [event for watch in others for event in watch.poll()]
                 if not self._closed.is_set():
                     self._apply(events)
             except ApportionError as exc:
                 log.warning("router for group %s: its watch failed (%s); reading the table again", self.group, exc)
-                self._watch.close()
+                for watch in self._watches:
+                    watch.close()
                 while not self._closed.wait(RESYNC_PAUSE_S):
                     try:
-                        self._watch = self._sync()
+                        self._watches = self._sync()
                         break
                     except ApportionError as again:
                         log.warning("router for group %s: %s", self.group, again)
@@ -210,7 +224,7 @@ class Router:
             config: GroupConfig = self._value(k.resource, definition, GroupConfig.from_record)
             p = _partition(config, self.group, key, resource)
             table_kv = self._kvs.get(k.table(p))
-            owner_kv = self._kvs.get(k.owner(p))
+            owner_kv = self._kvs.get(self._layouts[config.layout].owner(p))
             entry: Entry | None = None
             if table_kv is not None:
                 entry = self._value(table_kv.key, table_kv, _entry)
@@ -235,7 +249,8 @@ class Router:
         self._closed.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
-        self._watch.close()
+        for watch in self._watches:
+            watch.close()
 
     def __enter__(self) -> Router:
         return self

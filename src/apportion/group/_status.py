@@ -6,6 +6,7 @@ process tests ask of it."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Iterable
@@ -71,6 +72,7 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     # reads in pages (one answer of 100,000 partitions did not come back in time) and what the dashboard's copy of
     # the prefix answers; a commit landing between the two reads only shows a newer checkpoint
     kvs = store.range(keys.prefix)
+    own_kvs = store.range(keys.ownership)  # a layout-2 group's owner and epoch records (``_keys``); layout 1: none
     commit_kvs = store.range(keys.commits)
     resource: dict[str, Any] | None = None
     members: dict[str, dict[str, Any]] = {}
@@ -92,9 +94,9 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     table: dict[str, dict[str, Any]] = {}
     failed: dict[str, dict[str, Any]] = {}
     extra: dict[str, Any] = {}
-    prefix = keys.prefix
-    for kv in kvs:
-        rest = kv.key[len(prefix) :]
+    prefix, own = keys.prefix, keys.ownership
+    for kv in itertools.chain(kvs, own_kvs):
+        rest = kv.key[len(own) :] if kv.key.startswith(own) else kv.key[len(prefix) :]
         kind, _, name = rest.partition("/")
         if rest == "resource":
             config = GroupConfig.from_record(kv)
@@ -323,7 +325,8 @@ def table_entry(kv: KeyValue) -> dict[str, Any]:
 
 def owner_of(store: Store, group: str, partition: int) -> tuple[str, int] | None:
     """``(member, epoch)`` of ``partition``'s owner record (None while nobody holds it); CorruptRecord naming it."""
-    kv = store.get(Keys(group).owner(partition))
+    config = GroupConfig.find(store, group)
+    kv = store.get((Keys(group) if config is None else config.keys(group)).owner(partition))
     return None if kv is None else decode_owner(kv)
 
 

@@ -139,9 +139,11 @@ class FlakyStore(Store):
         self._check()
         return self.inner.time_to_live(lease)
 
-    def watch(self, key: str, start_revision: int | None = None, *, prefix: bool = True) -> Watch:
+    def watch(
+        self, key: str, start_revision: int | None = None, *, prefix: bool = True, deletes_only: bool = False
+    ) -> Watch:
         self._check()
-        return self.inner.watch(key, start_revision, prefix=prefix)
+        return self.inner.watch(key, start_revision, prefix=prefix, deletes_only=deletes_only)
 
     def compact(self, revision: int) -> None:
         self.inner.compact(revision)

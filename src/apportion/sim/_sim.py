@@ -72,6 +72,7 @@ from apportion.group import (
     DelayHook,
     FencedMember,
     GroupConfig,
+    Keys,
     PartitionId,
     RoundsMember,
     StaticMember,
@@ -292,8 +293,12 @@ class Simulation:
         self.records: list[tuple[float, str, str, Mapping[str, Any]]] = []
         self.steps = 0
         self.faults: dict[str, int] = {}
-        self._dispatch = self.store.watch(f"/apportion/{self.group}/")
-        self._prefix = f"/apportion/{self.group}/"
+        keys = Keys(self.group)
+        self._dispatch = self.store.watch(keys.prefix)
+        self._prefix = keys.prefix
+        # the owner records' deletions (beside the prefix: ``_keys``), routed to the members waiting to claim
+        self._freed = self.store.watch(keys.owners, deletes_only=True)
+        self._owners = keys.owners
         self.replicas = config.members  # static mode: the replica count the operator set
         self._ordinals: dict[str, int] = {}
         self._subscriptions: dict[str, list[str] | None] = {}  # named resources: each member's, as last set
@@ -649,12 +654,12 @@ class Simulation:
 
     def _route(self) -> None:
         events = self._dispatch.poll()
-        if not events:
+        freed = {pid_of_text(e.kv.key[len(self._owners) :]): e for e in self._freed.poll()}
+        if not events and not freed:
             return
         n = len(self._prefix)
         broadcast: list[Event] = []
         wake = False
-        freed: dict[PartitionId, Event] = {}
         quiet_registrations = self.config.mode == "rounds"
         for event in events:
             rest = event.kv.key[n:]
@@ -668,7 +673,7 @@ class Simulation:
             elif rest in _BROADCAST or rest.startswith("table/"):
                 broadcast.append(event)
                 wake = True
-            elif rest.startswith("owner/") and event.type is EventType.DELETE:
+            elif rest.startswith("owner/") and event.type is EventType.DELETE:  # a layout-1 group's (``_keys``)
                 freed[pid_of_text(rest[6:])] = event
         if broadcast or freed:
             # One pass over the members (in their fixed order, so the pushes and their seeded tie-breaks are the same

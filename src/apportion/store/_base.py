@@ -138,9 +138,13 @@ class Store(abc.ABC):
         """Seconds left before the lease expires; raise LeaseNotFound if it is gone."""
 
     @abc.abstractmethod
-    def watch(self, key: str, start_revision: int | None = None, *, prefix: bool = True) -> Watch:
+    def watch(
+        self, key: str, start_revision: int | None = None, *, prefix: bool = True, deletes_only: bool = False
+    ) -> Watch:
         """Watch ``key`` (a prefix unless ``prefix=False``) from ``start_revision`` (default: the next change).
-        Raise Compacted when ``start_revision`` is at or below the compaction point."""
+        Raise Compacted when ``start_revision`` is at or below the compaction point. ``deletes_only``: deliver
+        only DELETE events (etcd filters the PUTs out on the server, so they cost the watcher nothing: a member
+        waiting for owner records to be freed is told of releases, not of every claim)."""
 
     @abc.abstractmethod
     def compact(self, revision: int) -> None:

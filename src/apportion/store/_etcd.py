@@ -622,7 +622,9 @@ class EtcdStore(Store):
 
     # -- watches and history -------------------------------------------------------------------------------
 
-    def watch(self, key: str, start_revision: int | None = None, *, prefix: bool = True) -> Watch:
+    def watch(
+        self, key: str, start_revision: int | None = None, *, prefix: bool = True, deletes_only: bool = False
+    ) -> Watch:
         validate_key(key, "key", prefix=prefix)
         if start_revision is None:
             start = self.revision() + 1
@@ -631,7 +633,7 @@ class EtcdStore(Store):
                 raise InvalidRequest("start_revision", "must be an int")
             start = max(1, start_revision)
             self._check_not_compacted(start)
-        watch = _EtcdWatch(self, key, prefix, start)
+        watch = _EtcdWatch(self, key, prefix, start, deletes_only)
         with self._lock:
             self._watches.add(watch)
         watch.start()
@@ -736,9 +738,11 @@ def _is_tls_failure(exc: BaseException) -> bool:
 class _EtcdWatch(Watch):
     """A watch fed by a daemon thread that reads etcd's watch stream and re-watches after a break."""
 
-    def __init__(self, store: EtcdStore, key: str, prefix: bool, start: int) -> None:
+    def __init__(self, store: EtcdStore, key: str, prefix: bool, start: int, deletes_only: bool) -> None:
         self._store = store
         self._body = _range_body(key, prefix)
+        if deletes_only:  # filtered by etcd itself: a PUT is never encoded for this stream
+            self._body["filters"] = ["NOPUT"]
         self._next = start  # the first revision not yet delivered
         self._pending: deque[Event] = deque()
         self._cond = threading.Condition()

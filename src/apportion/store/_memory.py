@@ -46,16 +46,20 @@ class _LeaseState:
 
 
 class _MemoryWatch(Watch):
-    def __init__(self, store: MemoryStore, key: str, prefix: bool) -> None:
+    def __init__(self, store: MemoryStore, key: str, prefix: bool, deletes_only: bool = False) -> None:
         self._store = store
         self.key = key
         self.prefix = prefix
+        self.deletes_only = deletes_only
         self._pending: deque[Event] = deque()
         self._cond = threading.Condition(store._lock)
         self._waiting = 0  # threads inside wait(): deliver notifies only when someone waits
         self.closed = False
 
-    def matches(self, key: str) -> bool:
+    def matches(self, event: Event) -> bool:
+        if self.deletes_only and event.type is not EventType.DELETE:
+            return False
+        key = event.kv.key
         return key.startswith(self.key) if self.prefix else key == self.key
 
     def deliver(self, event: Event) -> None:  # called with the store lock held
@@ -290,7 +294,7 @@ class MemoryStore(Store):
             while self._history and self._history[0].revision <= self._compacted:
                 self._history.popleft()
         for watch in self._watches:
-            if watch.matches(event.kv.key):
+            if watch.matches(event):
                 watch.deliver(event)
 
     # -- leases --------------------------------------------------------------------------------------------
@@ -373,16 +377,18 @@ class MemoryStore(Store):
 
     # -- watches and history -------------------------------------------------------------------------------
 
-    def watch(self, key: str, start_revision: int | None = None, *, prefix: bool = True) -> Watch:
+    def watch(
+        self, key: str, start_revision: int | None = None, *, prefix: bool = True, deletes_only: bool = False
+    ) -> Watch:
         validate_key(key, "key", prefix=prefix)
         with self._lock:
             self._expire_locked()
-            watch = _MemoryWatch(self, key, prefix)
+            watch = _MemoryWatch(self, key, prefix, deletes_only)
             if start_revision is not None:
                 if start_revision <= self._compacted:
                     raise Compacted(start_revision, self._compacted)
                 for event in self._history:
-                    if event.revision >= start_revision and watch.matches(event.kv.key):
+                    if event.revision >= start_revision and watch.matches(event):
                         watch.deliver(event)
             self._watches.add(watch)
             return watch

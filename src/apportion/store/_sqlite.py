@@ -800,7 +800,9 @@ class SqliteStore(Store):
 
     # -- watches and history -------------------------------------------------------------------------------
 
-    def watch(self, key: str, start_revision: int | None = None, *, prefix: bool = True) -> Watch:
+    def watch(
+        self, key: str, start_revision: int | None = None, *, prefix: bool = True, deletes_only: bool = False
+    ) -> Watch:
         validate_key(key, "key", prefix=prefix)
         if start_revision is not None and (isinstance(start_revision, bool) or not isinstance(start_revision, int)):
             raise InvalidRequest("start_revision", "must be an integer")
@@ -812,7 +814,7 @@ class SqliteStore(Store):
                 raise Compacted(start_revision, state.compacted)
             return start_revision - 1
 
-        watch = _SqliteWatch(self, key, prefix, self._read(body))
+        watch = _SqliteWatch(self, key, prefix, self._read(body), deletes_only)
         with self._connections_lock:
             self._watches.append(watch)
         return watch
@@ -837,7 +839,8 @@ class SqliteStore(Store):
             else:
                 rows = conn.execute(_WATCH_KEY, (watch.position, state.revision, watch.key)).fetchall()
             watch.position = state.revision
-            return [_event(row) for row in rows]
+            events = [_event(row) for row in rows]
+            return [e for e in events if e.type is EventType.DELETE] if watch.deletes_only else events
 
         return self._read(body)
 
@@ -909,10 +912,11 @@ def _notifier(path: str) -> _Notifier:
 
 
 class _SqliteWatch(Watch):
-    def __init__(self, store: SqliteStore, key: str, prefix: bool, position: int) -> None:
+    def __init__(self, store: SqliteStore, key: str, prefix: bool, position: int, deletes_only: bool) -> None:
         self._store = store
         self.key = key
         self.prefix = prefix
+        self.deletes_only = deletes_only
         self.position = position  # every event at or below this revision has been delivered
         self._lock = threading.Lock()
         self.closed = False

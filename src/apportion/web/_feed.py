@@ -115,16 +115,16 @@ def _mode(snapshot: dict[str, Any]) -> str:
 
 
 class _Mirror(Store):
-    """The keys under ``prefix`` as a full read gave them, with the watch's events since applied on top (an event
-    newer than the copy of its key replaces or deletes it; events are applied in revision order, so the copy ends
-    as the store was at the last event). ``group_status`` reads it as a store: a range or get inside ``prefix`` is
-    answered from the copy; any other key, prefix or call goes to ``store`` itself."""
+    """The keys under ``prefixes`` as a full read gave them, with the watches' events since applied on top (an event
+    newer than the copy of its key replaces or deletes it; each key's events come in revision order, so the copy
+    ends as the store was at the last event). ``group_status`` reads it as a store: a range or get inside one of
+    ``prefixes`` is answered from the copy; any other key, prefix or call goes to ``store`` itself."""
 
-    def __init__(self, store: Store, prefix: str, kvs: list[KeyValue]) -> None:
+    def __init__(self, store: Store, prefixes: tuple[str, ...], kvs: list[KeyValue]) -> None:
         self.store = store
         self.url = store.url
         self.clock = store.clock
-        self.prefix = prefix
+        self.prefixes = prefixes
         self.kvs = {kv.key: kv for kv in kvs}
         self._sorted: list[KeyValue] | None = None  # the values in key order, and the keys: rebuilt after a change
         self._keys: list[str] = []
@@ -134,7 +134,7 @@ class _Mirror(Store):
         for event in events:
             key = event.kv.key
             have = self.kvs.get(key)
-            if not key.startswith(self.prefix) or (have is not None and event.revision <= have.mod_revision):
+            if not key.startswith(self.prefixes) or (have is not None and event.revision <= have.mod_revision):
                 continue  # an event the full read already holds
             if event.type is EventType.PUT:
                 self.kvs[key] = event.kv
@@ -146,7 +146,7 @@ class _Mirror(Store):
             self.changes += 1
 
     def range(self, prefix: str, limit: int | None = None) -> list[KeyValue]:
-        if not prefix.startswith(self.prefix):
+        if not prefix.startswith(self.prefixes):
             return self.store.range(prefix, limit)
         if self._sorted is None:
             self._keys = sorted(self.kvs)
@@ -156,7 +156,7 @@ class _Mirror(Store):
         return self._sorted[start : end if limit is None else min(end, start + limit)]
 
     def get(self, key: str) -> KeyValue | None:
-        return self.kvs.get(key) if key.startswith(self.prefix) else self.store.get(key)
+        return self.kvs.get(key) if key.startswith(self.prefixes) else self.store.get(key)
 
     def revision(self) -> int:
         return self.store.revision()
@@ -176,8 +176,10 @@ class _Mirror(Store):
     def time_to_live(self, lease: Lease | int) -> float:
         return self.store.time_to_live(lease)
 
-    def watch(self, key: str, start_revision: int | None = None, *, prefix: bool = True) -> Watch:
-        return self.store.watch(key, start_revision, prefix=prefix)
+    def watch(
+        self, key: str, start_revision: int | None = None, *, prefix: bool = True, deletes_only: bool = False
+    ) -> Watch:
+        return self.store.watch(key, start_revision, prefix=prefix, deletes_only=deletes_only)
 
     def compact(self, revision: int) -> None:
         self.store.compact(revision)
@@ -198,6 +200,7 @@ class Feed:
         self.url = url
         self.group = group
         self.keys = Keys(group)
+        self._copied = (self.keys.prefix, self.keys.ownership)  # what the mirror holds (``_Mirror``)
         self.refresh_s = refresh_s
         self.window_s = window_s
         self._now = now
@@ -282,13 +285,14 @@ class Feed:
             self._store = connect(self.url, read_only=True)
         store = self._store
         if not self._watches:
-            self._watches = [store.watch(self.keys.prefix)]
+            # the group's prefix and its ownership records (beside it in a layout-2 group: ``_keys``), copied
+            self._watches = [store.watch(prefix) for prefix in self._copied]
             self._watches.append(self._history_watch(store))
-        group_watch, history_watch = self._watches
+        group_watch, owner_watch, history_watch = self._watches
         self._read(store)
         last = time.monotonic()
         while not self._closed.is_set():
-            changes = group_watch.wait(min(self.refresh_s, 0.5))
+            changes = group_watch.wait(min(self.refresh_s, 0.5)) + owner_watch.poll()
             self._pending += changes
             changed = bool(changes)
             events = history_watch.poll()
@@ -440,10 +444,10 @@ class Feed:
         started = time.monotonic()
         with store.time_limit(limit):
             if self._watches:
-                self._pending += self._watches[0].poll()
+                self._pending += self._watches[0].poll() + self._watches[1].poll()
             revision = store.revision()
             if full or self._mirror is None:
-                self._mirror = _Mirror(store, self.keys.prefix, store.range(self.keys.prefix))
+                self._mirror = _Mirror(store, self._copied, [kv for p in self._copied for kv in store.range(p)])
                 self._full_reads += 1
             mirror = self._mirror
             mirror.apply(self._pending)
