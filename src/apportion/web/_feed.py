@@ -33,7 +33,7 @@ States of the feed::
     FOLLOWING --a record that decides ownership is corrupt (CorruptRecord)--> ERROR (published at once)
     UNREACHABLE, ERROR --RETRY_S later: store opened again, watches reopened (the history's from where it
         stopped)--> FOLLOWING
-    any --close()--> CLOSED
+    any --stop() or close()--> CLOSED
 
 The published ``store`` is the URL with its password masked; error texts are masked the same way.
 
@@ -240,10 +240,18 @@ class Feed:
         self._thread.start()
         return self
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Stop following and wake every ``wait_newer`` (at once: safe in a signal handler); :meth:`close` after."""
         self._closed.set()
         with self._cond:
             self._cond.notify_all()
+
+    @property
+    def stopped(self) -> bool:
+        return self._closed.is_set()
+
+    def close(self) -> None:
+        self.stop()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5.0)
         self._disconnect()
