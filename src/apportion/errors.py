@@ -7,6 +7,8 @@ pyspark) are mapped at the boundary with ``raise ... from exc``.
 - ``InvalidRequest``   — bad input from the user (field + reason); the CLI exits 2.
 - ``StoreUnavailable`` — the store cannot be reached or locked in time.
 - ``StoreFull``        — (a ``StoreUnavailable``) the store refuses writes for lack of space: etcd's NOSPACE alarm.
+- ``StoreReplaced``    — (a ``StoreUnavailable``) a read-only SQLite store's file was deleted or replaced since it was
+                         opened: reopen the store to read the file there now.
 - ``SparkUnavailable`` — Spark cannot be started (no Java) or its Connect server cannot be reached.
 - ``CorruptRecord``    — a record in the store is not what apportion writes there (names the key); the CLI exits 2.
 - ``CorruptFile``      — a file apportion wrote is not what it wrote (truncated, emptied, deleted, tampered with):
@@ -50,6 +52,12 @@ class StoreFull(StoreUnavailable):
     space and disarms the alarm. Reads, lease renewals, revocations and deletes still work, so a running worker
     keeps its partitions; a refused write (a commit) was not applied. A ``StoreUnavailable``: every caller that
     waits for a store that does not answer waits for this one too; start-up and one-shot commands fail at once."""
+
+
+class StoreReplaced(StoreUnavailable):
+    """A read-only SQLite store's file is not at its path any more (deleted or moved), or the path names another file
+    (``mv new.db store.db``, a restore): the open store would go on reading the old file, which nobody writes now.
+    Reopen the store (``connect``) to read the file at the path."""
 
 
 class SparkUnavailable(ApportionError):
@@ -141,6 +149,7 @@ __all__ = [
     "NotEnoughMembers",
     "PlanViolation",
     "StoreFull",
+    "StoreReplaced",
     "StoreUnavailable",
     "TimedOut",
     "WorkerExited",

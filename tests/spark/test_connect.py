@@ -20,6 +20,7 @@ from apportion.log import PartitionedLog
 from apportion.spark import read_committed_arrow, spark_session, uncommitted_records
 from apportion.store import connect
 from apportion.waiting import wait_for
+from tests.processes import descendants
 from tests.spark.test_pipeline import assert_per_key_offset_order, timeline
 
 # the thin-worker tests share one xdist worker and its Connect server (tests/spark/conftest.py), beside the group of
@@ -28,27 +29,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("thin-workers")]
 
 RECORDS, PARTITIONS = 40_000, 4
 TIMINGS = ["--settle", "0.3", "--min-interval", "0.6", "--ttl", "3"]
-
-
-def descendants(pid: int) -> list[tuple[int, str]]:
-    """``(pid, command name)`` of every process below ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    names: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-            children.setdefault(int(rest[1]), []).append(int(entry.name))
-            names[int(entry.name)] = name
-    found, todo = [], list(children.get(pid, []))
-    while todo:
-        p = todo.pop()
-        found.append((p, names.get(p, "?")))
-        todo.extend(children.get(p, []))
-    return found
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

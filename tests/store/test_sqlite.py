@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apportion.clock import VirtualClock
-from apportion.errors import Compacted, LeaseNotFound, StoreUnavailable
+from apportion.errors import Compacted, LeaseNotFound, StoreReplaced, StoreUnavailable
 from apportion.store import (
     Compare,
     Delete,
@@ -177,6 +177,31 @@ def test_a_read_only_open_of_a_file_being_created_is_no_such_store(tmp_path: Pat
     sqlite3.connect(path).execute("CREATE TABLE other (x)").connection.close()
     with pytest.raises(Exception, match="not an apportion store"):
         connect(f"sqlite:///{path}", read_only=True)
+
+
+def test_a_read_only_store_whose_file_is_replaced_or_deleted_says_so_instead_of_reading_the_old_one(
+    tmp_path: Path,
+) -> None:
+    """A connection keeps reading a deleted or replaced file (nobody writes it any more): reads and watch polls of a
+    read-only store raise StoreReplaced as soon as the path names another file, or none; a new open reads the new."""
+    path, other = tmp_path / "store.db", tmp_path / "other.db"
+    for where, value in ((path, b"old"), (other, b"new")):
+        with connect(f"sqlite:///{where}") as writer:
+            writer.put("/k", value)
+    url = f"sqlite:///{path}"
+    with connect(url, read_only=True) as reader:
+        watch = reader.watch("/", reader.revision() + 1)
+        assert reader.get("/k").value == b"old" and watch.poll() == []  # type: ignore[union-attr]
+        other.replace(path)  # mv other.db store.db
+        with pytest.raises(StoreReplaced, match=f"store replaced: {path} is another file"):
+            reader.get("/k")
+        with pytest.raises(StoreReplaced, match="store replaced"):
+            watch.poll()
+    with connect(url, read_only=True) as reader:
+        assert reader.get("/k").value == b"new"  # type: ignore[union-attr]
+        path.unlink()
+        with pytest.raises(StoreReplaced, match=f"store file missing: {path} was deleted or moved"):
+            reader.revision()
 
 
 def test_history_is_trimmed_and_a_watch_left_behind_raises_compacted(tmp_path: Path) -> None:

@@ -449,3 +449,40 @@ def test_a_commit_alone_reaches_the_state_though_its_record_lives_beside_the_cop
         state = until(feed, "the checkpoint of the commit", lambda s: any(
             q["partition"] == p and q["offset"] == 41 for q in s["partitions"]))  # fmt: skip
         assert state["status"] == "ok"
+
+
+def test_a_store_file_replaced_under_the_dashboard_is_followed_and_the_page_says_so(tmp_path: Path) -> None:
+    """`mv new.db store.db` under a running dashboard: the feed's connection would go on reading the deleted file as
+    healthy; it follows the new file instead (another group's store: 6 partitions and its own owner), starting afresh,
+    and its faults say "replaced"."""
+    url = make_store(tmp_path / "store.db")
+    other = tmp_path / "new.db"
+    with connect(f"sqlite:///{other}") as store:
+        keys = Keys("g")
+        store.put(keys.resource, encode(GroupConfig(partitions=6).to_json()))
+        lease = store.grant(600.0)
+        store.put(keys.member("w9"), encode({"capacity": 1.0}), lease=lease)
+        store.put(keys.owner(5), encode({"member": "w9", "epoch": 3}), lease=lease)
+        store.put(keys.epoch(5), b"3")
+    with following(url, refresh_s=0.1) as feed:
+        until(feed, "the first file's 4 partitions", lambda s: s["status"] == "ok" and s["partition_count"] == 4)
+        other.replace(tmp_path / "store.db")
+        state = until(feed, "the new file's 6 partitions", lambda s: s["status"] == "ok" and s["partition_count"] == 6)
+        assert state["partitions"][5]["owner"] == "w9"
+        assert [f["type"] for f in state["faults"]] == ["replaced"]
+        assert "store replaced" in state["faults"][0]["reason"]
+
+
+def test_a_deleted_store_file_says_store_file_missing_until_a_file_is_back(tmp_path: Path) -> None:
+    url = make_store(tmp_path / "store.db")
+    with following(url, refresh_s=0.1) as feed:
+        until(feed, "a snapshot", lambda s: s["status"] == "ok" and s["partition_count"] == 4)
+        (tmp_path / "store.db").unlink()
+        state = until(feed, "'store file missing'", lambda s: s["status"] == "unreachable")
+        assert state["problem"].startswith("store file missing: ") and state["partition_count"] == 4
+        version = state["version"]
+        until(feed, "two more retries", lambda s: s["version"] >= version + 2)
+        assert feed.state()["problem"] == state["problem"]  # the retries' "no store file" does not hide why
+        make_store(tmp_path / "store.db")
+        state = until(feed, "the file back", lambda s: s["status"] == "ok")
+        assert [f["type"] for f in state["faults"]] == ["replaced"]

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 import click
 
+from apportion.cli import _signals
 from apportion.errors import ApportionError
 from apportion.store import redact, url_secrets
 
@@ -190,11 +191,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> NoReturn:
-    """Console entry point (``apportion``, ``python -m apportion.cli``): :func:`main` as the whole process. When the
+    """Console entry point (``apportion.cli.run`` calls it once the signal handling is in): :func:`main` as the whole
+    process (SIGINT/SIGTERM: ``apportion.cli._signals``, exit code 128 + signal). When the
     command kept objects for the exit (:func:`keep_until_exit`) and stdout was flushed without error, the process ends
     at once (``os._exit``): nothing else is open then (the command read its input whole and closed it, it logs
     nothing), so only the freeing of those objects and the interpreter's teardown are skipped."""
     code = _main(None)
+    if _signals.interrupted():
+        _signals.end_children()  # what the way out did not stop (see apportion.cli._signals)
     if _KEPT:
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
@@ -227,22 +231,25 @@ def _run(args: list[str], debug: bool) -> int:
     try:
         if _needs_spark(args):
             require_extra("spark")
-        result = app.main(args=args, prog_name="apportion", standalone_mode=False)
+        with _signals.interruptible():
+            result = app.main(args=args, prog_name="apportion", standalone_mode=False)
     except ApportionError as exc:
         show_traceback()
         _error(str(exc))
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click's word for a signal: the signal's exit, no line
+            return _signals.exit_code(exc.__cause__)
         _error("aborted")
         return 130
     except click.ClickException as exc:
         show_traceback()
         _error(exc.format_message() + _usage_hint(exc))
         return 2 if isinstance(exc, click.UsageError) else exc.exit_code
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # SIGINT or SIGTERM (apportion.cli._signals): nothing to add to the ^C
+        return _signals.exit_code(exc)
     except SystemExit as exc:  # a command that chose its exit code
         if isinstance(exc.code, str):
             _error(exc.code)

@@ -41,13 +41,16 @@ def serve(master: str, port: int, driver_memory: str, log_path: str | None, star
     def _stop(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _stop)
     server = ConnectServer(
         master, port, driver_memory=driver_memory, log_path=log_path, start_timeout_s=start_timeout_s
     )
+    # until the server is ready, a signal interrupts the start (apportion.cli._signals: the wait for the JVM ends at
+    # once and the JVM's process group is stopped on the way out, exit 128 + signal); once it is ready, a signal is
+    # the normal end: the loop below stops it (exit 0)
     with server:
         server.check_session()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _stop)
         click.echo(
             f"Spark Connect server ready at {server.url} (master {master}, pid {server.pid}, log {server.log_path})"
         )

@@ -49,6 +49,11 @@ How the contract is kept:
   moment and the file is read with ``immutable=1`` — checked again after each read: should a ``-wal`` have appeared
   meanwhile (a writer started), the read is repeated through a normal read-only connection. (``immutable=1`` is
   never used while a writer is live: it would ignore the WAL and could read pages a checkpoint is rewriting.)
+  A read-only store also checks after every read and watch poll that its path still names the file it opened (the
+  file's ``st_dev``/``st_ino``, one ``stat``): a connection keeps reading a file that was deleted, or replaced by
+  another (``mv new.db store.db``, a restore), and nobody writes that file any more, so a long-lived reader (the
+  dashboard, ``status --watch``) would show its last state as current for ever. It raises ``StoreReplaced`` (a
+  ``StoreUnavailable``: "store file missing" or "store replaced") instead; reopening the store reads the new file.
 - **Threads.** One connection per ``SqliteStore`` per thread (``sqlite3`` objects are not thread-safe), opened on
   first use; Python's per-connection statement cache keeps the constant SQL below prepared.
 """
@@ -69,7 +74,14 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
 from apportion.clock import SYSTEM_CLOCK, Clock
-from apportion.errors import ApportionError, Compacted, InvalidRequest, LeaseNotFound, StoreUnavailable
+from apportion.errors import (
+    ApportionError,
+    Compacted,
+    InvalidRequest,
+    LeaseNotFound,
+    StoreReplaced,
+    StoreUnavailable,
+)
 from apportion.store._base import Store, Watch, lease_id
 from apportion.store._connect import NoSuchStore
 from apportion.store._types import (
@@ -315,6 +327,7 @@ class SqliteStore(Store):
         self._closed = False
         self._notifier = _notifier(config.path)
         self._watches: list[_SqliteWatch] = []
+        self._identity: tuple[int, int] | None = None  # read-only: (st_dev, st_ino) of the file opened
         if read_only:
             self._check_schema()
         else:
@@ -385,7 +398,8 @@ class SqliteStore(Store):
 
     def _check_schema(self) -> None:
         """Read-only open: the file must exist and hold an apportion store; nothing is created."""
-        if not Path(self.config.path).is_file():
+        self._identity = self._file_identity()  # before the connection opens: a file replaced meanwhile is noticed
+        if self._identity is None or not Path(self.config.path).is_file():
             raise NoSuchStore("url", f"no store file {str(Path(self.config.path).resolve())!r}")
         try:
             conn = self._connection()
@@ -412,6 +426,32 @@ class SqliteStore(Store):
             raise InvalidRequest(
                 "url", f"{self.url!r} has store schema version {found}; this apportion uses {SCHEMA_VERSION}"
             )
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        """``(st_dev, st_ino)`` of the file at the store's path; None when there is none."""
+        try:
+            found = os.stat(self.config.path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise self._unavailable("cannot stat the store file", exc) from exc
+        return found.st_dev, found.st_ino
+
+    def _check_same_file(self) -> None:
+        """Read-only: ``StoreReplaced`` when the path no longer names the file this store opened (see the module
+        docstring); a writer does not check (it creates the file it writes, and a check would cost every commit)."""
+        if not self.read_only:
+            return
+        found = self._file_identity()
+        if found == self._identity:
+            return
+        path = str(Path(self.config.path).resolve())
+        if found is None:
+            raise StoreReplaced(f"store file missing: {path} was deleted or moved since it was opened")
+        raise StoreReplaced(
+            f"store replaced: {path} is another file than the one opened (moved or restored over it); "
+            "open the store again to read it"
+        )
 
     def _open_error(self, exc: sqlite3.Error) -> ApportionError:
         if "not a database" in str(exc):
@@ -621,6 +661,7 @@ class SqliteStore(Store):
         if self._immutable and os.path.exists(self.config.path + "-wal"):
             self._drop_connection(conn)  # a writer started during the read: read again through the WAL
             return self._read(body)
+        self._check_same_file()
         return result
 
     # -- reads ---------------------------------------------------------------------------------------------
@@ -826,6 +867,7 @@ class SqliteStore(Store):
         except sqlite3.Error as exc:
             raise self._unavailable("watch poll failed", exc) from exc
         if revision <= watch.position and (earliest is None or earliest > self.clock.now()):
+            self._check_same_file()
             return []
 
         def body(conn: sqlite3.Connection, state: _State) -> list[Event]:

@@ -33,7 +33,10 @@ States of the feed::
     FOLLOWING --a record that decides ownership is corrupt (CorruptRecord)--> ERROR (published at once)
     UNREACHABLE, ERROR --RETRY_S later: store opened again, watches reopened (the history's from where it
         stopped)--> FOLLOWING
-    any --close()--> CLOSED
+    FOLLOWING --the SQLite file was deleted or replaced (StoreReplaced: "store file missing", "store replaced")-->
+        UNREACHABLE; the next open that finds a file at the path follows it afresh (its history from the start,
+        the old file's timeline, members and faults dropped) and lists a "replaced" fault saying so
+    any --stop() or close()--> CLOSED
 
 The published ``store`` is the URL with its password masked; error texts are masked the same way.
 
@@ -61,7 +64,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from apportion.errors import ApportionError, Compacted, CorruptRecord, LeaseNotFound
+from apportion.errors import ApportionError, Compacted, CorruptRecord, LeaseNotFound, StoreReplaced
 from apportion.group import (
     Keys,
     PartitionId,
@@ -79,6 +82,7 @@ from apportion.store import (
     EventType,
     KeyValue,
     Lease,
+    NoSuchStore,
     Op,
     Store,
     TxnResult,
@@ -212,10 +216,17 @@ class Feed:
         self._state: dict[str, Any] = {}
         self._store: Store | None = None
         self._watches: list[Watch] = []
-        self._history_revision = 0  # the last history event taken in
         self._started = now()
         self._problem: str | None = None
         self._status = "ok"
+        self._replaced: str | None = None  # the store's file was deleted or replaced: start afresh on the next open
+        self._full_reads = 0
+        self._forget_store()
+        self._thread = threading.Thread(target=self._run, name=f"dashboard-{group}", daemon=True)
+
+    def _forget_store(self) -> None:
+        """What the feed remembers of the store it follows: nothing yet."""
+        self._history_revision = 0  # the last history event taken in
         self._snapshot: dict[str, Any] | None = None
         self._revision = 0
         self._members: dict[str, dict[str, Any]] = {}
@@ -232,10 +243,8 @@ class Feed:
         self._mirror: _Mirror | None = None  # the group's keys as last read, with the watch's events since
         self._pending: list[Event] = []  # group watch events not applied to the mirror yet
         self._resync_at = 0.0  # monotonic: the next full read
-        self._full_reads = 0
         self._snapshot_of = (0, 0, 0)  # (full reads, changes to the copy, history revision) of the last snapshot
         self._restless: list[str] = []  # the last snapshot's partitions not at rest, in id order
-        self._thread = threading.Thread(target=self._run, name=f"dashboard-{group}", daemon=True)
 
     # -- the browsers' side ------------------------------------------------------------------------------------
 
@@ -243,10 +252,18 @@ class Feed:
         self._thread.start()
         return self
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Stop following and wake every ``wait_newer`` (at once: safe in a signal handler); :meth:`close` after."""
         self._closed.set()
         with self._cond:
             self._cond.notify_all()
+
+    @property
+    def stopped(self) -> bool:
+        return self._closed.is_set()
+
+    def close(self) -> None:
+        self.stop()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5.0)
         self._disconnect()
@@ -272,6 +289,10 @@ class Feed:
             except Exception as exc:  # the page must say so, never freeze on its last state
                 ours = isinstance(exc, ApportionError)
                 problem = self._clean(str(exc) if ours else f"{type(exc).__name__}: {exc}")
+                if isinstance(exc, StoreReplaced):
+                    self._replaced = problem
+                elif self._replaced is not None and isinstance(exc, NoSuchStore):
+                    problem = self._replaced  # still gone: "store file missing", as first seen
                 if problem != self._problem:  # once per new problem, not at every retry
                     log.warning("dashboard for group %s: %s", self.group, problem, exc_info=not ours)
                 self._problem = problem
@@ -283,6 +304,8 @@ class Feed:
     def _follow(self) -> None:
         if self._store is None:
             self._store = connect(self.url, read_only=True)
+            if self._replaced is not None:
+                self._follow_new_file(self._replaced)
         store = self._store
         if not self._watches:
             # the group's prefix and its ownership records (beside it in a layout-2 group: ``_keys``), copied
@@ -325,6 +348,20 @@ class Feed:
         self._seed_timeline(events)
         self._take_history(events)
         return watch
+
+    def _follow_new_file(self, problem: str) -> None:
+        """The store's file was deleted or replaced (``StoreReplaced``, SQLite) and a file is at its path again: the
+        feed follows it, as ``apportion status`` would read it, and starts afresh: the old file's revisions, history
+        and timeline say nothing of the new one (its history is read from its start). The page says so in its faults
+        (``replaced``). Following rather than stopping on the old file: whoever replaced it (``mv new.db
+        store.db``, a restore) means the new one to be the store, and every process that opens the store from now
+        on reads that one."""
+        self._forget_store()
+        self._replaced = None
+        reason = f"{problem}; following the new file (what the page showed of the old one is dropped)"
+        self._faults.append(
+            {"type": "replaced", "member": None, "time": self._now(), "partitions": [], "reason": reason}
+        )
 
     def _disconnect(self) -> None:
         self._mirror, self._pending = None, []  # the events of a new watch start later: read everything again

@@ -13,9 +13,12 @@ the store read-only for its one question. The server only reads; nothing here wr
 
 from __future__ import annotations
 
+import signal
 import socket
+import threading
 from collections.abc import AsyncIterator
 from importlib import resources
+from types import FrameType
 from typing import Any
 
 import anyio
@@ -66,10 +69,12 @@ def dashboard_app(feed: Feed, hosts: list[str] | None = None) -> Starlette:
         async def stream() -> AsyncIterator[str]:
             seen = -1
             yield "retry: 1000\n\n"
-            while True:
+            while not feed.stopped:  # a stopping server ends its streams: no connection outlives it (see serve)
                 version, payload = await anyio.to_thread.run_sync(
                     feed.wait_newer, seen, KEEPALIVE_S, abandon_on_cancel=True
                 )
+                if feed.stopped:
+                    return
                 if version == seen:
                     yield ": keep-alive\n\n"
                     continue
@@ -105,15 +110,38 @@ def dashboard_app(feed: Feed, hosts: list[str] | None = None) -> Starlette:
     )
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopped by SIGINT/SIGTERM as a graceful end: the signal stops the feed, which ends every
+    browser's event stream at once, so the shutdown finds no request running (uvicorn would otherwise wait
+    ``timeout_graceful_shutdown`` for the streams, then log "Cancel N running task(s)"), and it is not raised again
+    after the shutdown (uvicorn re-raises it: a traceback for SIGINT, death by SIGTERM): ``serve`` returns."""
+
+    def __init__(self, config: uvicorn.Config, feed: Feed) -> None:
+        super().__init__(config)
+        self.feed = feed
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.feed.stop()
+        self.force_exit = self.should_exit  # a second signal: stop waiting for anything
+        self.should_exit = True
+
+
 def serve(sock: socket.socket, feed: Feed) -> None:
-    """Serve ``feed``'s dashboard on the bound, listening ``sock`` until SIGINT/SIGTERM; the feed is closed after.
-    Bound to loopback, it answers only requests addressed to a loopback name (``allowed_hosts``)."""
+    """Serve ``feed``'s dashboard on the bound, listening ``sock`` until SIGINT/SIGTERM (then return: a graceful
+    stop, browsers connected or not); the feed is closed after. Bound to loopback, it answers only requests addressed
+    to a loopback name (``allowed_hosts``)."""
     app = dashboard_app(feed, allowed_hosts(str(sock.getsockname()[0])))
     config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1, access_log=False)
-    server = uvicorn.Server(config)
+    server = _Server(config, feed)
+    # the server's handler from here on, not only once uvicorn installs it inside run(): a signal before that would
+    # interrupt asyncio.run before the server's coroutine starts ("coroutine ... was never awaited")
+    main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, server.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
     try:
         server.run(sockets=[sock])
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         feed.close()
 
 
