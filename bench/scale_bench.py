@@ -17,8 +17,8 @@ store and one size, in phases, each with its own time limit (reported as "never 
    commits accepted (commit lines/s) vs offered (partitions owned / commit interval), lost and fenced events; CPU per
    member (utime + stime deltas from /proc, % of one core); store bytes per minute (SQLite: db + wal file sizes;
    etcd: ``etcd_mvcc_db_total_size_in_bytes`` and ``..._in_use_in_bytes`` from /metrics, the largest over the
-   nodes); watch events per member per second (one watch of ``/apportion/<group>/``, exactly what each member
-   watches), and the store server's CPU.
+   nodes); watch events per member per second (a watch of ``/apportion/<group>/`` and one of the owner records'
+   deletions, exactly what each member watches), and the store server's CPU.
 3. **kill -9** the first worker: time until converged on the N-1 (goal: ttl + RST + 2 s, read from the group's
    stored definition), and the lost events of the survivors since the kill.
 4. **join**: start one more with the same arguments: time until converged on N+1.
@@ -141,12 +141,18 @@ def steady_window(
 ) -> dict[str, Any]:
     """Rates over ``seconds`` of a running fleet (see the module docstring, phase 2)."""
     say(f"{label}: measuring a {seconds:g} s window")
-    with connect(handle.url) as store, store.watch(Keys(GROUP).prefix) as watch:
+    keys = Keys(GROUP)  # what each member watches: the prefix, and the owner records' deletions beside it
+    with (
+        connect(handle.url) as store,
+        store.watch(keys.prefix) as watch,
+        store.watch(keys.owners, deletes_only=True) as freed,
+    ):
         cpu0 = {m: cpu_s(fleet[m].proc.pid) for m in members}
         server0 = [cpu_s(pid) for pid in handle.pids()]
         counts0 = _counts(fleet, members)
         sizes0 = handle.sizes()
         watch.poll()  # nothing before the window
+        freed.poll()
         watched = 0
         owned: list[int] = []
         began = time.monotonic()
@@ -154,10 +160,10 @@ def steady_window(
             live = set(members)
             with contextlib.suppress(StoreUnavailable):  # a loaded machine: this sample is skipped
                 owned.append(sum(1 for m in read_owners(store, GROUP).owners.values() if m in live))
-            watched += len(watch.poll())
+            watched += len(watch.poll()) + len(freed.poll())
             _counts(fleet, members)  # keep reading the logs as they grow
             time.sleep(max(0.0, min(1.0, began + seconds - time.monotonic())))
-        watched += len(watch.poll())
+        watched += len(watch.poll()) + len(freed.poll())
         elapsed = time.monotonic() - began
         cpu1 = {m: cpu_s(fleet[m].proc.pid) for m in members}
         server1 = [cpu_s(pid) for pid in handle.pids()]

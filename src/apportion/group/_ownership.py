@@ -27,10 +27,12 @@ are reported in its result where ``commit``, its batch of one, raises ``Fenced``
 loss is recorded in the group's history inside the transaction that makes it true (a commit: one event per
 transaction, whatever the number of partitions in it).
 
-The member's watch on the group's prefix::
+The member's watches: the group's prefix, and in a layout-2 group (``_keys``) the deletions of the owner records,
+which live beside it (a claim waiting for a partition another member holds is retried at that record's deletion,
+``_held``; the ttl bounds a missed one). Both follow one state machine::
 
     FOLLOWING --poll/wait raises Compacted (it resumed below the store's compaction point: events are lost)-->
-        LOST (trace "watch_lost"; closed) --next step, within the belief--> new watch from now, then ``_resync``
+        LOST (trace "watch_lost"; both closed) --next step, within the belief--> new watches from now, then ``_resync``
         re-reads what the lost events would have told (the group's definition and the protocol's own keys, applied
         as their events) --> FOLLOWING
     LOST --the store does not answer--> LOST (retried at every step; beliefs and renewals go on meanwhile)

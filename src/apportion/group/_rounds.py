@@ -40,8 +40,9 @@ same participants as the previous plan and the resource definition is unchanged,
 
 Reads
 -----
-A step happens on every watched event (any change under the group's prefix: claims, releases, registrations; not
-commits, which live beside it, ``_keys``), so a step reads nothing it can learn from the watch: ``current`` is a
+A step happens on every watched event (any change under the group's prefix: registrations, rounds, plans; the
+release of a partition this member waits for; not claims and commits, whose records live beside it, ``_keys``), so a
+step reads nothing it can learn from the watch: ``current`` is a
 ``TrackedKey`` (read at start and after a lapse or a failed open/close, then kept by its events), and the plan of the
 open round comes from its ``round/R/plan`` event, or is read once when it may exist unseen (at start, after a lapse, a
 failed join or close, a ``latest`` event). A watch that lost events (compacted history) is replaced and what they
