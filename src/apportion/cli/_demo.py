@@ -13,6 +13,8 @@ from rich.console import Console
 from apportion.cli._app import app
 from apportion.demo import DemoConfig, run_demo, summary_json
 
+MARKER = ".apportion-demo"  # in every directory a demo writes: what --clean checks before it deletes one
+
 
 @app.command()
 @click.option(
@@ -58,9 +60,18 @@ def demo(
     if directory is None:
         directory = Path("demo-output") / time.strftime("run-%Y%m%d-%H%M%S")
     if clean and directory.exists():
+        if any(directory.iterdir()) and not (directory / MARKER).is_file():
+            # --clean deletes a demo's own directory, never one it cannot tell is: a mistyped --dir (a home, /etc)
+            # must not be wiped (a fuzz pass running as root gave it ../../../../etc with --clean)
+            raise click.UsageError(
+                f"{directory} was not written by apportion demo (it has no {MARKER}): --clean deletes only a demo's "
+                "own directory; remove it yourself or choose another --dir"
+            )
         shutil.rmtree(directory)
     if directory.exists() and any(directory.iterdir()):
         raise click.UsageError(f"{directory} is not empty: pass --clean or another --dir")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / MARKER).write_text("written by apportion demo: `apportion demo --clean` may delete this directory\n")
     config = DemoConfig(
         directory=directory.resolve(),
         records=records,
