@@ -43,13 +43,14 @@ PREFETCH, BATCH = 20, 10
 HANDLE_S = 0.002  # the handler's "work" per message
 
 
-def consume_args(node: RabbitServer, prefix: str, store_url: str, partitions: int) -> list[str]:
-    """`apportion rabbitmq consume` in static mode with the test handler, without ``--id``/``--ordinal``."""
+def consume_args(node: RabbitServer, prefix: str, store_url: str, partitions: int, mode: str) -> list[str]:
+    """`apportion rabbitmq consume` in ``mode`` with the test handler, without ``--id``/``--ordinal``."""
     return [
         sys.executable, "-m", "apportion.cli", "rabbitmq", "consume", "--amqp", node.url, "--prefix", prefix,
-        "--store", store_url, "--group", GROUP, "--partitions", str(partitions), "--mode", "static",
-        "--ttl", f"{TTL_S:g}", "--handler", "tests.rabbitmq.handler:record", "--prefetch", str(PREFETCH),
-        "--batch", str(BATCH), "--ack-delay", "0.5",
+        "--store", store_url, "--group", GROUP, "--partitions", str(partitions), "--mode", mode,
+        "--ttl", f"{TTL_S:g}", "--settle", "0.3", "--min-interval", "0.6",
+        "--handler", "tests.rabbitmq.handler:record", "--prefetch", str(PREFETCH), "--batch", str(BATCH),
+        "--ack-delay", "0.5",
     ]  # fmt: skip
 
 
@@ -191,12 +192,17 @@ class Run:
                 found[p].add(worker.id)
         return found
 
-    def wait_consumed(self, what: str, by: dict[str, Sequence[int]] | None = None, timeout_s: float = 60.0) -> None:
-        """Until every partition's queue is consumed by one live consumer (and, with ``by``, by the one named)."""
+    def wait_consumed(
+        self, what: str, by: dict[str, Sequence[int]] | None = None, timeout_s: float = 60.0, *, each: int = 0
+    ) -> None:
+        """Until every partition's queue is consumed by one live consumer (and, with ``by``, by the one named; with
+        ``each``, every live consumer consuming that many)."""
 
         def done() -> bool:
             now = self.consuming()
             if any(len(now.get(p, ())) != 1 for p in range(self.partitions)):
+                return False
+            if each and set(Counter(w for ws in now.values() for w in ws).values()) != {each}:
                 return False
             return by is None or all(now[p] == {wid} for wid, parts in by.items() for p in parts)
 
@@ -296,9 +302,11 @@ class Run:
 
 
 @contextlib.contextmanager
-def run(node: RabbitServer, prefix: str, store_url: str, logs: Path, partitions: int = 12) -> Iterator[Run]:
+def run(
+    node: RabbitServer, prefix: str, store_url: str, logs: Path, partitions: int = 12, mode: str = "static"
+) -> Iterator[Run]:
     """A fleet of consumers (none started), a publisher (not started) and a running sampler; all stopped after."""
-    fleet = Fleet(logs, consume_args(node, prefix, store_url, partitions), env=env())
+    fleet = Fleet(logs, consume_args(node, prefix, store_url, partitions, mode), env=env())
     publisher = Publisher(node.url, prefix, partitions)  # declares the queues
     sampler = Sampler(node, prefix, partitions)
     sampler.start()

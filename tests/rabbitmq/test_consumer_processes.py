@@ -115,6 +115,31 @@ def test_scale_down_and_up_hand_each_queue_over_after_it_was_cancelled_with_no_d
     print(counts)
 
 
+def test_rounds_mode_joins_and_a_graceful_leave_hand_each_queue_over_with_no_duplicate(
+    rabbit: RabbitServer, prefix: str, store_url: str, tmp_path: Path
+) -> None:
+    """The same consumer in rounds mode (seed 0): two members join a running one, then one leaves with SIGTERM;
+    each move is a planned handoff (cancel and ack inside on_revoked, then the release), so nothing is handled
+    twice and no queue ever has two consumers."""
+    with run(rabbit, prefix, store_url, tmp_path / "logs", mode="rounds") as r:
+        r.fleet.start("c0")
+        r.wait_consumed("c0 consuming every queue", each=12)
+        r.publisher.start()
+        r.wait_processed_more(200)
+        r.fleet.start("c1")
+        r.fleet.start("c2")
+        r.wait_consumed("three consumers, four queues each", each=4)
+        r.wait_processed_more(200)
+        leaving = r.fleet["c1"]
+        leaving.signal(signal.SIGTERM)
+        assert leaving.proc.wait(30) == 0, leaving.tail()
+        r.wait_consumed("two consumers, six queues each", each=6)
+        r.wait_processed_more(200)
+        counts = r.check(r.finish(), max_duplicates=0)
+        assert not [e for w in r.fleet.started for e in w.own_events() if e["event"] == "requeued"]
+    print(counts)
+
+
 @pytest.mark.soak
 def test_soak_random_faults_keep_every_message_and_each_keys_order(
     rabbit: RabbitServer, prefix: str, store_url: str, tmp_path: Path

@@ -11,13 +11,13 @@ import json
 import logging
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
 
 import click
 
 from apportion import events
 from apportion.cli._app import app
 from apportion.cli._common import (
+    FC,
     MemberMode,
     group_option,
     member_id,
@@ -28,8 +28,6 @@ from apportion.cli._common import (
     timing_options,
 )
 from apportion.errors import InvalidRequest
-
-FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
 
 _AMQP_HELP = "RabbitMQ URL, amqp://user:password@host:port/vhost (%2F: the default vhost)."
 
