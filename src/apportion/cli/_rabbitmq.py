@@ -40,6 +40,12 @@ def _prefix_option() -> Callable[[FC], FC]:
     return option("--prefix", env=True, required=True, help="Queue prefix: partition p is the queue <prefix>.<p>.")
 
 
+def quiet_pika() -> None:
+    """pika logs every connection attempt, and a failed one with a traceback: its errors reach the user as one
+    ``BrokerUnavailable`` line (``apportion.rabbitmq._queues.broker_errors``), so they are not logged again."""
+    logging.getLogger("pika").setLevel(logging.CRITICAL)
+
+
 @app.group()
 def rabbitmq() -> None:
     """Seed 3 on RabbitMQ: a producer that routes keys into <prefix>.<p> queues, consumers that own them."""
@@ -55,6 +61,7 @@ def produce(amqp_url: str, prefix: str, partitions: int, key_field: str) -> None
     waiting for the broker's confirm; prints one summary line (messages per partition) at the end."""
     from apportion.rabbitmq import Producer
 
+    quiet_pika()
     counts = [0] * partitions
     with Producer(amqp_url, prefix, partitions) as producer:
         for number, raw in enumerate(sys.stdin.buffer, start=1):
@@ -115,6 +122,7 @@ def consume(
     from apportion.rabbitmq import load_handler, run_consumer
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
+    quiet_pika()
     run_consumer(
         store_url,
         group_name,

@@ -19,7 +19,7 @@ from apportion.rabbitmq._consumer import (
     QueueConsumer,
 )
 from apportion.rabbitmq._producer import Producer
-from apportion.rabbitmq._queues import QUEUE_ARGUMENTS, connect_broker, declare_queue, queue_name, validate_prefix
+from apportion.rabbitmq._queues import QUEUE_ARGUMENTS, declare_queue, queue_name
 from apportion.rabbitmq._run import echo, load_handler, run_consumer
 
 __all__ = [
@@ -31,11 +31,9 @@ __all__ = [
     "Handle",
     "Producer",
     "QueueConsumer",
-    "connect_broker",
     "declare_queue",
     "echo",
     "load_handler",
     "queue_name",
     "run_consumer",
-    "validate_prefix",
 ]

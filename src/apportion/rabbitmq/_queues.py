@@ -59,7 +59,8 @@ def broker_errors(what: str) -> Iterator[None]:
     try:
         yield
     except pika.exceptions.AMQPError as exc:
-        raise BrokerUnavailable(f"{what}: {type(exc).__name__} {exc}".rstrip()) from exc
+        reason = str(exc).strip() or "; ".join(str(arg) or repr(arg) for arg in exc.args)  # pika: str() is often empty
+        raise BrokerUnavailable(f"{what}: {type(exc).__name__} {reason}".rstrip()) from exc
     except OSError as exc:
         raise BrokerUnavailable(f"{what}: {exc.strerror or exc}") from exc
 
