@@ -164,12 +164,22 @@ class RabbitServer:
 
     @classmethod
     @contextlib.contextmanager
-    def run(cls, server: str, base: Path) -> Iterator[RabbitServer]:
-        """A fresh node under ``base``; stopped (with its epmd) on exit."""
-        node = cls(server, base)
+    def run(cls, server: str, base: Path, attempts: int = 2) -> Iterator[RabbitServer]:
+        """A fresh node under ``base``; stopped (with its epmd) on exit. A node that does not come up is stopped and
+        started once more on other ports in another directory: the free ports are free when picked, not when the
+        node binds them (another process on a busy machine can take one in between)."""
+        for attempt in range(1, attempts + 1):
+            node = cls(server, base / f"node{attempt}")
+            try:
+                node.start()
+                node.wait_ready()
+            except (RuntimeError, TimeoutError):
+                node.stop()
+                if attempt == attempts:
+                    raise
+                continue
+            break
         try:
-            node.start()
-            node.wait_ready()
             yield node
         finally:
             node.stop()
