@@ -74,6 +74,7 @@ class RabbitServer:
             "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq.conf"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
             "RABBITMQ_ALLOW_INPUT": "",
+            "ERL_CRASH_DUMP": str(base / "erl_crash.dump"),  # a node that fails to boot writes one: not in the cwd
         }
 
     def start(self) -> None:
@@ -94,6 +95,7 @@ class RabbitServer:
             )  # fmt: skip
             self.process = subprocess.Popen(
                 [self.server], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env(),
+                cwd=self.base,
                 start_new_session=True,  # its Erlang VM, epmd and helpers in one process group: stopped together
             )  # fmt: skip
 
@@ -167,7 +169,8 @@ class RabbitServer:
     def run(cls, server: str, base: Path, attempts: int = 2) -> Iterator[RabbitServer]:
         """A fresh node under ``base``; stopped (with its epmd) on exit. A node that does not come up is stopped and
         started once more on other ports in another directory: the free ports are free when picked, not when the
-        node binds them (another process on a busy machine can take one in between)."""
+        node binds them (another process on a busy machine can take one in between), and a boot once failed on
+        ``{epmd_error, "localhost", nxdomain}`` while the machine's resolver files were being rewritten."""
         for attempt in range(1, attempts + 1):
             node = cls(server, base / f"node{attempt}")
             try:
