@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 import pika
@@ -197,3 +198,50 @@ def test_the_produce_command_publishes_json_lines_by_their_key(rabbit: RabbitSer
     bad = subprocess.run(command, input='{"seq": 1}\n', capture_output=True, text=True, timeout=60, env=env())
     assert bad.returncode == 2
     assert bad.stderr.strip() == "apportion: error: stdin: line 1: not a JSON object with 'key'"
+
+
+class JumpClock:
+    """The wall clock plus an offset a test moves forward (a process frozen for that long, as its clock sees it)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+def test_a_consumer_whose_belief_ended_starts_no_further_message_of_that_epoch(
+    rabbit: RabbitServer, prefix: str, store_url: str
+) -> None:
+    """The member's clock jumps past its lease deadline inside the first message (as a process frozen there sees it
+    on resuming): the messages already delivered behind it are not handled under the ended epoch but requeued
+    with it, and each is handled once, in order, after the member owns the partition again."""
+    events: list[tuple[int, str, dict[str, Any]]] = []
+    clock = JumpClock()
+    seen: list[int] = []
+
+    def handle(partition: Any, body: bytes) -> None:
+        if not seen:
+            clock.offset += 30.0  # past ttl x 0.8: the belief has ended when this returns
+        seen.append(int(json.loads(body)["seq"]))
+
+    with Producer(rabbit.url, prefix, 1) as producer:
+        for seq in range(5):
+            producer.publish("k", _body(seq))
+    with (
+        apportion.connect(store_url) as store,
+        QueueConsumer(
+            rabbit.url, prefix, handle, prefetch=5, batch=5, ack_delay_s=5, emit=_record(events, 0)
+        ) as consumer,
+    ):
+        g = apportion.Group(store, "g", partitions=1, mode="static", ordinal=0, replicas=1, ttl_s=3, clock=clock)
+        worker = g.join("c0", consumer.on_assigned, consumer.on_revoked, consumer.on_lost)
+        consumer.bind(worker)
+        wait_for("all five handled after the redelivery", lambda: len(seen) >= 6, 30)
+        worker.stop()
+    assert seen == [0, 0, 1, 2, 3, 4]
+    requeued = [f for _, kind, f in events if kind == "requeued"]
+    assert [(r["epoch"], r["reason"]) for r in requeued] == [(1, "fenced")]
