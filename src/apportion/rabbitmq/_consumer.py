@@ -130,7 +130,8 @@ class QueueConsumer:
         self._worker: Worker | None = None
         self._bound = threading.Event()
         self._commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
-        self._queues: dict[PartitionId, _Queue] = {}
+        self._queues: dict[PartitionId, _Queue] = {}  # the AMQP thread's alone
+        self._consuming: tuple[PartitionId, ...] = ()  # a copy of its keys for other threads, replaced whole
         self._connection: Any = None
         self._stopping = threading.Event()
         self._ended = threading.Event()
@@ -159,8 +160,8 @@ class QueueConsumer:
 
     @property
     def consuming(self) -> list[PartitionId]:
-        """The partitions whose queues are consumed now (a snapshot)."""
-        return sorted_pids(list(self._queues))
+        """The partitions whose queues are consumed now (a snapshot; thread-safe)."""
+        return sorted_pids(self._consuming)
 
     # -- the worker's callbacks (worker thread) ----------------------------------------------------------------
 
@@ -183,7 +184,7 @@ class QueueConsumer:
 
     def _bound_worker(self) -> Worker:
         if not self._bound.wait(_COMMAND_TIMEOUT_S) or self._worker is None:
-            raise BrokerUnavailable("the consumer was never given its worker (QueueConsumer.bind)")
+            raise InvalidRequest("worker", "the consumer was never given its worker (call QueueConsumer.bind)")
         return self._worker
 
     def _post(self, command: _Command) -> None:
@@ -289,6 +290,7 @@ class QueueConsumer:
 
         q.tag = channel.basic_consume(name, deliver, auto_ack=False)
         self._queues[partition] = q
+        self._consuming = tuple(self._queues)
         self.emit("consuming", partition=partition, epoch=epoch, queue=name)
 
     def _handle_some(self) -> bool:
@@ -355,6 +357,7 @@ class QueueConsumer:
             q.channel.basic_nack(delivery_tag=0, multiple=True, requeue=True)
         q.channel.close()
         del self._queues[q.partition]
+        self._consuming = tuple(self._queues)
         self.emit("cancelled", partition=q.partition, epoch=q.epoch, requeued=requeued, checkpoint=q.acked)
 
     def _drop(self, q: _Queue, why: str) -> None:
@@ -367,6 +370,7 @@ class QueueConsumer:
             q.channel.basic_nack(delivery_tag=0, multiple=True, requeue=True)
             q.channel.close()
         self._queues.pop(q.partition, None)
+        self._consuming = tuple(self._queues)
         self.emit("requeued", partition=q.partition, epoch=q.epoch, count=requeued, reason=why)
 
     def _close(self) -> None:
