@@ -10,6 +10,8 @@ pyspark) are mapped at the boundary with ``raise ... from exc``.
 - ``StoreReplaced``    — (a ``StoreUnavailable``) a read-only SQLite store's file was deleted or replaced since it was
                          opened: reopen the store to read the file there now.
 - ``SparkUnavailable`` — Spark cannot be started (no Java) or its Connect server cannot be reached.
+- ``BrokerUnavailable`` — RabbitMQ (``apportion.rabbitmq``) cannot be reached, closed the connection or refused a
+                         message.
 - ``CorruptRecord``    — a record in the store is not what apportion writes there (names the key); the CLI exits 2.
 - ``CorruptFile``      — a file apportion wrote is not what it wrote (truncated, emptied, deleted, tampered with):
                          names the path and what to do; the CLI exits 2.
@@ -62,6 +64,10 @@ class StoreReplaced(StoreUnavailable):
 
 class SparkUnavailable(ApportionError):
     """Spark cannot be started (no Java, a server that exits) or a Spark Connect server cannot be reached."""
+
+
+class BrokerUnavailable(ApportionError):
+    """RabbitMQ cannot be reached, closed the connection or channel, or refused a published message."""
 
 
 class CorruptRecord(ApportionError):

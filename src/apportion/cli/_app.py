@@ -35,6 +35,7 @@ EXTRAS = {
     "prometheus_client": "metrics",
     "starlette": "dashboard",
     "uvicorn": "dashboard",
+    "pika": "rabbitmq",
 }
 
 _SECRETS: list[str] = []
@@ -94,6 +95,7 @@ COMMANDS = {
     "demo-strategies": "apportion.cli._strategies_demo",
     "explain": "apportion.cli._explain",
     "pipeline": "apportion.cli._pipeline",
+    "rabbitmq": "apportion.cli._rabbitmq",
     "rebalance": "apportion.cli._rebalance",
     "report": "apportion.cli._report",
     "route": "apportion.cli._route",

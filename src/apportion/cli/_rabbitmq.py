@@ -1,0 +1,144 @@
+"""`apportion rabbitmq produce|consume` — seed 3's partition queues on RabbitMQ (the rabbitmq extra).
+
+``produce`` reads JSON lines on stdin and publishes each to the queue of its key's partition; ``consume`` runs one
+member of a group that consumes the queues of the partitions it owns (:func:`apportion.rabbitmq.run_consumer`),
+printing each change and, by default, each message as one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+
+import click
+
+from apportion import events
+from apportion.cli._app import app
+from apportion.cli._common import (
+    FC,
+    MemberMode,
+    group_option,
+    member_id,
+    member_mode_options,
+    option,
+    store_option,
+    strategy_option,
+    timing_options,
+)
+from apportion.errors import InvalidRequest
+
+_AMQP_HELP = "RabbitMQ URL, amqp://user:password@host:port/vhost (%2F: the default vhost)."
+
+
+def _amqp_option() -> Callable[[FC], FC]:
+    return option("--amqp", "amqp_url", env=True, required=True, help=_AMQP_HELP)
+
+
+def _prefix_option() -> Callable[[FC], FC]:
+    return option("--prefix", env=True, required=True, help="Queue prefix: partition p is the queue <prefix>.<p>.")
+
+
+def quiet_pika() -> None:
+    """pika logs every connection attempt, and a failed one with a traceback: its errors reach the user as one
+    ``BrokerUnavailable`` line (``apportion.rabbitmq._queues.broker_errors``), so they are not logged again."""
+    logging.getLogger("pika").setLevel(logging.CRITICAL)
+
+
+@app.group()
+def rabbitmq() -> None:
+    """Seed 3 on RabbitMQ: a producer that routes keys into <prefix>.<p> queues, consumers that own them."""
+
+
+@rabbitmq.command()
+@_amqp_option()
+@_prefix_option()
+@click.option("--partitions", type=click.IntRange(min=1), required=True, help="Partition (queue) count.")
+@click.option("--key", "key_field", default="key", show_default=True, help="The field of each JSON line to route by.")
+def produce(amqp_url: str, prefix: str, partitions: int, key_field: str) -> None:
+    """Publish each JSON line of stdin (its bytes, unchanged) to <prefix>.<partition_for(line[KEY], partitions)>,
+    waiting for the broker's confirm; prints one summary line (messages per partition) at the end."""
+    from apportion.rabbitmq import Producer
+
+    quiet_pika()
+    counts = [0] * partitions
+    with Producer(amqp_url, prefix, partitions) as producer:
+        for number, raw in enumerate(sys.stdin.buffer, start=1):
+            line = raw.rstrip(b"\r\n")
+            if not line.strip():
+                continue
+            try:
+                key = json.loads(line)[key_field]
+            except (ValueError, TypeError, KeyError) as exc:
+                raise InvalidRequest("stdin", f"line {number}: not a JSON object with {key_field!r}") from exc
+            if isinstance(key, bool) or not isinstance(key, str | int):
+                raise InvalidRequest("stdin", f"line {number}: {key_field!r} must be a string or an integer")
+            counts[producer.publish(key, line)] += 1
+    click.echo(json.dumps({"published": sum(counts), "per_partition": counts}))
+
+
+@rabbitmq.command()
+@_amqp_option()
+@_prefix_option()
+@store_option(env=True)
+@group_option(env=True)
+@option("--id", "worker_id", env=True, default=None, help="This consumer's id (default: --hostname).")
+@option("--partitions", env=True, type=int, default=None, help="Partition count (default: the stored definition).")
+@strategy_option(env=True)
+@timing_options(env=True)
+@member_mode_options(env=True)
+@option(
+    "--handler", env=True, default=None,
+    help="MODULE:FUNCTION called as function(partition, body) per message (default: print it as a JSON line).",
+)  # fmt: skip
+@option("--prefetch", env=True, type=click.IntRange(1, 65535), default=200, show_default=True,
+        help="Unacked messages per queue (the bound on the duplicates after a crash).")  # fmt: skip
+@option("--batch", env=True, type=click.IntRange(min=1), default=100, show_default=True,
+        help="Messages per fenced commit and ack (at most --prefetch).")  # fmt: skip
+@option("--ack-delay", "ack_delay_s", env=True, type=click.FloatRange(0, 60), default=0.1, show_default=True,
+        help="Ack a smaller batch this long (s) after its first message.")  # fmt: skip
+def consume(
+    amqp_url: str,
+    prefix: str,
+    store_url: str,
+    group_name: str,
+    worker_id: str | None,
+    partitions: int | None,
+    strategy: str | None,
+    settle_s: float,
+    min_interval_s: float,
+    heartbeat_s: float,
+    ttl_s: float | None,
+    mode: MemberMode,
+    handler: str | None,
+    prefetch: int,
+    batch: int,
+    ack_delay_s: float,
+) -> None:
+    """Consume the queues of the partitions this member owns until SIGINT/SIGTERM (a graceful leave: each queue is
+    cancelled, and what was handled acked, before its partition is released). Messages are acked after the handler
+    returns, by one fenced commit per batch; where the epoch no longer matches they are requeued instead."""
+    from apportion.rabbitmq import load_handler, run_consumer
+
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
+    quiet_pika()
+    run_consumer(
+        store_url,
+        group_name,
+        member_id(worker_id, mode),
+        amqp_url=amqp_url,
+        prefix=prefix,
+        handle=load_handler(handler),
+        emit=events.emit,
+        prefetch=prefetch,
+        batch=batch,
+        ack_delay_s=ack_delay_s,
+        partitions=partitions,
+        strategy=strategy,
+        settle_s=settle_s,
+        min_interval_s=min_interval_s,
+        heartbeat_s=heartbeat_s,
+        ttl_s=ttl_s,
+        **mode.definition(),
+    )
