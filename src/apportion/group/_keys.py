@@ -40,10 +40,10 @@ encode (161 claim transactions/s with 1 watcher, 11 with 32: the fleet's renewal
 lapsed, a spiral of lost and re-claimed partitions on a busy machine). A member now watches the ownership records
 with ``deletes_only`` (etcd drops the PUTs on the server). A group keeps the layout it was created with (layout 1
 groups keep working unchanged; ``Keys(group, layout)``). No migration: live owner records cannot move while any
-member may claim beside them (a claim compares the one record it knows: two locations would be two owners), so a move
-would have to stop the whole group first, which re-creating it does as well; a layout-2 definition is stored in a form an earlier
-version refuses to read (``GroupConfig.record``), so an earlier worker cannot claim a layout-2 group's partitions
-where this version would not see them: mixed versions fail closed.
+member may claim beside them (a claim compares the one record it knows: two locations would be two owners), so a
+move would have to stop the whole group first, which re-creating it does as well. A layout-2 definition is stored
+in a form an earlier version refuses to read (``GroupConfig.record``), so an earlier worker cannot claim a layout-2
+group's partitions where this version would not see them: mixed versions fail closed.
 
 Three kinds of records live outside the watched prefix, in no group's prefix (group names start with a letter or
 digit) but inside ``/apportion/``, so an etcd role limited to that prefix suffices (everything apportion stores is
