@@ -9,8 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
+from apportion.cli._common import Number
 from apportion.model import MAX_PARTITIONS
 from tests.cli.run import cli
 
@@ -273,3 +275,71 @@ def test_pipeline_directories_take_file_urls(tmp_path: Path) -> None:
                    "--records", "5")  # fmt: skip
     assert produced.code == 0, produced
     assert sorted(p.name for p in (log / "r").iterdir() if p.is_dir()) == ["0", "1"]
+
+
+def _float_options() -> list[tuple[tuple[str, ...], click.Option]]:
+    """(command path, option) of every float option of every command, found by walking the application."""
+    from apportion.cli._app import app
+
+    found: list[tuple[tuple[str, ...], click.Option]] = []
+
+    def walk(command: click.Command, path: tuple[str, ...]) -> None:
+        if isinstance(command, click.Group):
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None
+                walk(sub, (*path, name))
+            return
+        for param in command.params:
+            if isinstance(param, click.Option) and isinstance(param.type, click.types.FloatParamType):
+                found.append((path, param))
+
+    walk(app, ())
+    return found
+
+
+FLOAT_OPTIONS = [(path, option.opts[0]) for path, option in _float_options()]
+CHECKED = {(path, option.opts[0]) for path, option in _float_options() if isinstance(option.type, Number)}
+
+
+def test_every_float_option_of_every_command_is_one_finite_number_type() -> None:
+    """Issue 28: `--refresh nan` spun the dashboard, `--window inf` served JSON browsers reject. Every float option
+    is a Number (finite, in range), durations at most a day: one check for all of them."""
+
+    options = _float_options()
+    assert len(options) >= 18, [f"{' '.join(p)} {o.opts[0]}" for p, o in options]
+    others = [f"{' '.join(p)} {o.opts[0]}" for p, o in options if not isinstance(o.type, Number)]
+    assert others == []
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "1e300"])
+@pytest.mark.parametrize(("path", "option"), FLOAT_OPTIONS, ids=[f"{' '.join(p)} {o}" for p, o in FLOAT_OPTIONS])
+def test_a_float_option_that_is_not_finite_or_beyond_its_range_is_one_line_exit_2(
+    path: tuple[str, ...], option: str, value: str
+) -> None:
+    if value == "1e300" and option == "--restore-rate":
+        return  # a rate has no upper bound but finiteness
+    # an option that takes any float would start the command (a demo, a Spark server): the test above fails instead
+    assert (path, option) in CHECKED, f"{' '.join(path)} {option} is not a Number"
+    result = cli(*path, f"{option}={value}")
+    assert result.code == 2, (result.code, result.stderr)
+    assert option in result.one_error_line()
+
+
+@pytest.mark.parametrize(
+    ("source", "line"),
+    [("env", "APPORTION_CAPACITY=nan"), ("env", "APPORTION_TTL=inf"), ("toml", "ttl = inf"),
+     ("toml", "commit-every = nan"), ("toml", "history-retention = 1e300")],
+)  # fmt: skip
+def test_a_float_from_the_environment_or_a_config_file_must_be_finite_too(
+    source: str, line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "worker.toml"
+    config.write_text('store = "memory://finite"\ngroup = "g"\nid = "w"\n' + (line + "\n" if source == "toml" else ""))
+    if source == "env":
+        name, _, value = line.partition("=")
+        monkeypatch.setenv(name, value)
+    result = cli("worker", "--config", str(config))
+    assert result.code == 2
+    assert "finite" in result.one_error_line() or "range" in result.one_error_line()

@@ -29,7 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from apportion.cli._app import app
-from apportion.cli._common import group_option, store_option
+from apportion.cli._common import group_option, seconds, store_option
 from apportion.cli._store import read_group
 from apportion.errors import InvalidRequest
 from apportion.group import FAILED_RETENTION_S, checkpoint_offset, group_status, not_at_rest
@@ -43,7 +43,7 @@ SUMMARY_ROWS = 20  # partitions not at rest that a summary lists
 @group_option()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--watch", is_flag=True, help="Refresh the tables live until Ctrl-C (not with --json).")
-@click.option("--interval", "interval_s", type=click.FloatRange(min=0.05), default=1.0, help="--watch refresh (s).")
+@click.option("--interval", "interval_s", type=seconds(0.05), default=1.0, help="--watch refresh (s).")
 @click.option("--max-refreshes", type=int, default=None, hidden=True, help="--watch: stop after N refreshes (tests).")
 @click.option(
     "--all", "list_all", is_flag=True,

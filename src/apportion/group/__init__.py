@@ -9,7 +9,7 @@ owner from a watch-backed copy of the partition table); ``Keys`` the key space.
 """
 
 from apportion.group._commits import CommitResult
-from apportion.group._config import STRATEGIES, GroupConfig, parse_resources
+from apportion.group._config import MAX_SECONDS, STRATEGIES, GroupConfig, parse_resources
 from apportion.group._coordinator import (
     FAILED_RETENTION_S,
     CoordinatorMember,
@@ -77,6 +77,7 @@ __all__ = [
     "DEFAULT_RETENTION_S",
     "EVENT_TYPES",
     "FAILED_RETENTION_S",
+    "MAX_SECONDS",
     "STRATEGIES",
     "Callback",
     "CommitResult",
