@@ -343,3 +343,77 @@ def test_a_float_from_the_environment_or_a_config_file_must_be_finite_too(
     result = cli("worker", "--config", str(config))
     assert result.code == 2
     assert "finite" in result.one_error_line() or "range" in result.one_error_line()
+
+
+@pytest.mark.parametrize(
+    "master",
+    ["local", "local[1]", "local[*]", "local[4,2]", "local[*,3]", "spark://127.0.0.1:7077", "spark://[::1]:7077",
+     "spark://a:7077,b:7078", "k8s://https://h:443", "yarn", "local-cluster[2,1,1024]"],
+)  # fmt: skip
+def test_every_form_of_spark_master_is_accepted(master: str) -> None:
+    from apportion.spark import validate_master
+
+    assert validate_master(master) == master
+
+
+@pytest.mark.parametrize(
+    ("master", "reason"),
+    [("local[0]", "N >= 1"), ("local[00]", "N >= 1"), ("local[0,2]", "N >= 1"), ("local[2,0]", "F >= 1"),
+     ("local[-1]", "not a Spark master"), ("local[99999]", "not a Spark master"), ("spark://[::1:7077", "IPv6"),
+     ("spark://h", "host:port"), ("spark://h:99999", "out of range"), ("spark://h:x", "host:port"),
+     ("spark://h:0", "host:port"), ("spark://h:1/path", "host:port"), ("spark://a:1,", "host:port")],
+)  # fmt: skip
+def test_a_malformed_master_is_one_line_naming_it_before_the_store_or_a_jvm(master: str, reason: str) -> None:
+    """Issue 28: `spark serve --master local[0]` started a JVM that failed after 8-21 s; `report` read the store
+    before Spark said anything. Refused while the options are read: exit 2, one line naming the master."""
+    result = cli("report", "--store", "memory://no-group", "--group", "g", "--out", "r", "--master", master)
+    assert result.code == 2
+    line = result.one_error_line()
+    assert "--master" in line and repr(master) in line and reason in line, line
+
+
+@pytest.mark.parametrize("url", ["sc://[::1:15002", "sc://[", "sc://h:99999", "http://h:15002", "sc://"])
+@pytest.mark.parametrize("command", [["report", "--out", "r"], ["pipeline", "run", "--id", "w", "--input", "i",
+                                     "--output", "o"]], ids=["report", "pipeline-run"])  # fmt: skip
+def test_a_malformed_spark_connect_url_is_one_line_exit_2(url: str, command: list[str]) -> None:
+    """`sc://[::1:15002` (an unclosed IPv6 bracket) was an internal error: urllib's ValueError escaped."""
+    result = cli(*command, "--store", "memory://no-group", "--group", "g", "--spark", url)
+    assert result.code == 2
+    line = result.one_error_line()
+    assert "--spark" in line and repr(url) in line, line
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["report", "--store", "memory://no-group", "--group", "g", "--out", "r"], ["spark", "serve", "--port", "0"]],
+    ids=["report", "spark-serve"],
+)
+def test_an_unreachable_spark_master_is_one_line_exit_1_before_any_jvm_starts(command: list[str]) -> None:
+    """`spark serve --master spark://127.0.0.1:1` took ~80 s to fail ("Cannot call methods on a stopped
+    SparkContext"); `report` read the store first. Now a TCP connect of at most 5 s comes before anything else."""
+    result = cli(*command, "--master", "spark://127.0.0.1:1")
+    assert result.code == 1
+    assert "no Spark master answers at spark://127.0.0.1:1" in result.one_error_line()
+
+
+def test_spark_serve_refuses_a_port_spark_would_refuse_once_its_jvm_runs() -> None:
+    result = cli("spark", "serve", "--port", "80")
+    assert result.code == 2
+    assert "from 1024 to 65535" in result.one_error_line()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [("etcd://[::1:2379", "Invalid IPv6 URL"), ("etcds://u:pw@[", "Invalid IPv6 URL"),
+     ("etcd://h:1?timeout=inf", "at most a day"), ("etcd://h:1?timeout=nan", "at most a day"),
+     ("etcd://h:1/path", "an etcd URL names host:port"), ("etcd://h:1#x", "an etcd URL names host:port"),
+     ("sqlite:///a\x00b.db", "NUL character"), ("memory://\x00", "NUL character"), ("sqlite://", "not a sqlite URL")],
+)  # fmt: skip
+@pytest.mark.parametrize("command", [["status"], ["scale", "--replicas", "2"], ["explain", "1"]], ids=lambda c: c[0])
+def test_a_malformed_store_url_is_one_line_exit_2(url: str, message: str, command: list[str]) -> None:
+    """An unclosed IPv6 bracket and a NUL byte were internal errors; a path, a fragment or an infinite timeout on an
+    etcd URL were ignored (and inf would overflow the waits)."""
+    result = cli(*command, "--store", url, "--group", "g")
+    assert result.code == 2
+    line = result.one_error_line()
+    assert message in line and "pw" not in line, line

@@ -305,11 +305,13 @@ def spark_options(default_master: str) -> Callable[[FC], FC]:
 
 def spark_master(master: str | None, spark_url: str | None, default: str) -> str:
     """What ``spark_session`` takes: the ``--spark`` URL, the ``--master``, or ``default``; ``InvalidRequest`` when
-    both are given, ``--spark`` is not an ``sc://`` URL or ``--master`` not a Spark master."""
-    from apportion.spark import connect_address, validate_master
+    both are given, ``--spark`` is not an ``sc://`` URL or ``--master`` not a Spark master; ``SparkUnavailable`` when
+    a ``spark://`` master does not answer within 5 s (before the command starts anything)."""
+    from apportion.spark import connect_address, reach_master, validate_master
 
     if spark_url is None:
-        return validate_master(master or default)
+        reach_master(validate_master(master or default))
+        return master or default
     if master is not None:
         raise InvalidRequest(
             "--spark", "give --master (a Spark of this process) or --spark (a shared server), not both"

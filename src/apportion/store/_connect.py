@@ -99,6 +99,8 @@ def connect(url: str, *, clock: Clock | None = None, read_only: bool = False) ->
     if not isinstance(url, str) or "://" not in url:
         shown = redact_url(url) if isinstance(url, str) else url
         raise InvalidRequest("url", f"{shown!r} is not a store URL (memory://, sqlite:///path, etcd://host:port)")
+    if "\x00" in url:  # no file name, host or option holds one; sqlite3 and the OS raise ValueError for it
+        raise InvalidRequest("url", f"{redact_url(url)!r} holds a NUL character")
     scheme = url.split("://", 1)[0].lower()
     try:
         if scheme == "memory":

@@ -105,6 +105,7 @@ from apportion.store._types import (
 )
 
 DEFAULT_TIMEOUT_S = 5.0
+MAX_TIMEOUT_S = 86_400.0  # a day, as every timing: a longer wait (inf, 1e300) overflows the waits that use it
 CONNECT_TIMEOUT_S = 1.0
 # How long one endpoint gets to answer an idempotent request before the next endpoint is tried. A healthy member
 # answers a keepalive or a read in milliseconds even on a loaded machine; a frozen one never does.
@@ -262,7 +263,12 @@ class EtcdConfig:
         # The credentials run to the last '@' (as redact_url reads them), so a password with an unencoded '/', '?' or
         # '#' is still a password: never cut into a host name that an error message would show.
         credentials, at, rest = rest.rpartition("@")
-        parts = urlsplit(f"{scheme}://{rest}")
+        try:
+            parts = urlsplit(f"{scheme}://{rest}")
+        except ValueError as exc:  # an unclosed IPv6 bracket: "Invalid IPv6 URL"
+            raise InvalidRequest("url", f"{redact_url(url)!r} is not a URL ({exc})") from exc
+        if parts.path not in ("", "/") or parts.fragment:
+            raise InvalidRequest("url", f"{redact_url(url)!r}: an etcd URL names host:port[,host:port...][?options]")
         netloc = parts.netloc
         user = password = None
         if at:
@@ -294,8 +300,10 @@ class EtcdConfig:
                 timeout_s = float(query["timeout"])
             except ValueError:
                 timeout_s = -1.0
-            if not timeout_s > 0:
-                raise InvalidRequest("url", f"timeout={query['timeout']!r} must be a positive number of seconds")
+            if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
+                raise InvalidRequest(
+                    "url", f"timeout={query['timeout']!r} must be a positive number of seconds, at most a day"
+                )
         return cls(
             endpoints=tuple(endpoints),
             user=user,
