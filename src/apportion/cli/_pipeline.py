@@ -40,7 +40,7 @@ from apportion.cli._common import (
     strategy_option,
     timing_options,
 )
-from apportion.cli._options import parse_options
+from apportion.cli._options import parse_options, resource_names
 from apportion.errors import InvalidRequest
 from apportion.spark import readable_dir, run_pipeline_worker, writable_dir
 from apportion.store import connect
@@ -216,7 +216,7 @@ def run(
         resource=resource,
         partitions=partitions,
         resources=None if resources is None else _names(resources),
-        subscriptions=None if subscriptions is None else _names(subscriptions),
+        subscriptions=None if subscriptions is None else resource_names(subscriptions, "subscribe"),
         strategy=strategy,
         options=parse_options(strategy_options),
         settle_s=settle_s,

@@ -74,18 +74,28 @@ def status(
         snapshot = group_status(store, group_name)
     if as_json:
         out = {
-            "members": {
-                m: {"alive": v["alive"], "partitions": v["partitions"]} for m, v in snapshot["members"].items()
-            },
+            "members": {m: _member_json(v) for m, v in snapshot["members"].items()},
             "partitions": snapshot["partitions"],
             "round": snapshot["round"],
             "failed": snapshot["failed"],
         }
         if "replicas" in snapshot:  # static mode
             out["replicas"] = snapshot["replicas"]["replicas"]
+        resources = (snapshot.get("resource") or {}).get("resources")
+        if resources:  # a group over named resources: what the table's title shows
+            out["resources"] = resources
         click.echo(json.dumps(out, sort_keys=True))
         return
     Console().print(render(group_name, snapshot, list_all=list_all), soft_wrap=_listed_plainly(snapshot, list_all))
+
+
+def _member_json(info: dict[str, Any]) -> dict[str, Any]:
+    """A member in ``--json``: alive, partitions, and in a group over named resources the subscriptions the table
+    shows (absent: every resource of the group)."""
+    out = {"alive": info["alive"], "partitions": info["partitions"]}
+    if "subscriptions" in info:
+        out["subscriptions"] = info["subscriptions"]
+    return out
 
 
 def _watch(store_url: str, group_name: str, interval_s: float, max_refreshes: int | None, list_all: bool) -> None:

@@ -28,6 +28,7 @@ from apportion.cli._common import (
     strategy_option,
     timing_options,
 )
+from apportion.cli._options import resource_names
 from apportion.errors import InvalidRequest
 from apportion.group import DEFAULT_RETENTION_S, MAX_SECONDS
 from apportion.runner import DEFAULT_CONNECT_TIMEOUT_S, run_worker
@@ -210,7 +211,7 @@ def worker(
         connect_timeout_s=connect_timeout_s,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
-        subscriptions=None if subscriptions is None else [s.strip() for s in subscriptions.split(",")],
+        subscriptions=None if subscriptions is None else resource_names(subscriptions, "subscribe"),
         partitions=partitions,
         resources=resources,
         strategy=strategy,
