@@ -157,3 +157,32 @@ def test_the_help_says_what_a_summary_leaves_out_and_how_to_list_everything() ->
     assert f"at most {SUMMARY_ROWS} of the partitions not at rest" in text
     assert "It leaves out each member's partition ids and the owner, epoch and checkpoint of every other" in text
     assert "--all lists them, --json always has them" in text
+
+
+def test_json_of_a_group_over_named_resources_has_them_and_each_members_subscriptions() -> None:
+    """Issue 28: the table showed the resources (title) and each member's subscriptions (a column); --json left both
+    out. And `subscribe orders,orders` was echoed as given: now stripped, deduplicated and sorted, an empty name
+    refused."""
+    import apportion
+    from apportion.group import settled
+    from apportion.waiting import wait_for
+
+    url = f"memory://{uuid.uuid4().hex}"
+    store = connect(url)
+    group = apportion.Group(store, "g", resources="orders:4,payments:2", settle_s=0.1, min_interval_s=0.2)
+    with group.join("w1", subscriptions=["orders"]), group.join("w2"):
+        wait_for("w1 and w2 settled", lambda: settled(store, "g", ["w1", "w2"]), 15)
+        out = json.loads(cli("status", "--store", url, "--group", "g", "--json").stdout)
+        assert out["resources"] == [{"name": "orders", "partitions": 4}, {"name": "payments", "partitions": 2}]
+        assert out["members"]["w1"]["subscriptions"] == ["orders"]
+        assert out["members"]["w2"].get("subscriptions") in (None, ["orders", "payments"])
+        done = cli("subscribe", "--store", url, "--group", "g", "--id", "w1", " payments , orders,orders", "--json")
+        assert done.code == 0, done.stderr
+        assert json.loads(done.stdout)["subscriptions"] == ["orders", "payments"]
+        said = cli("subscribe", "--store", url, "--group", "g", "--id", "w1", "payments,orders,payments")
+        assert said.stdout.strip() == "group g: w1 subscribes to orders,payments"
+        for bad, why in (("orders,,payments", "an empty resource name"), ("", "an empty resource name"),
+                         ("orders,nope", "'nope' is not a resource of the group")):  # fmt: skip
+            refused = cli("subscribe", "--store", url, "--group", "g", "--id", "w1", bad)
+            assert refused.code == 2 and why in refused.one_error_line()
+    store.close()

@@ -188,7 +188,8 @@ def test_replace_fences_the_live_holder_of_the_id() -> None:
     assert replacement.store_lease is not None
     original.step(h.clock.now())  # its next renewal or step finds its lease gone
     original.keepalive(h.clock.now())
-    original.step(h.clock.now())
+    with pytest.raises(Fenced, match="replaced by another process with id 'a'"):  # not "already live": issue 28
+        original.step(h.clock.now())
     assert lost and lost[0] == [0, 1, 2, 3]
     assert original.owned() == []
 

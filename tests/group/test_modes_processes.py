@@ -298,3 +298,20 @@ def test_a_second_worker_with_a_live_members_id_exits_2_in_one_line_and_replace_
     replacement = procs.start(url, "w1", "--replace")
     wait_for("the replacement to own partitions", lambda: bool(replacement.of("assigned")), 20)
     wait_for("the fenced original to report on_lost", lambda: bool(first.of("lost")), 20)
+
+
+def test_a_worker_fenced_by_replace_exits_1_saying_it_was_replaced(tmp_path: Path, procs: ModeWorkers) -> None:
+    """Issue 28: the fenced original registered again, found the id taken and after 1.5 ttl exited 2 with the
+    duplicate-id message telling the operator to --replace it back. The replacement's record names the lease it
+    fenced, so the original knows: exit 1, "replaced by another process with id 'w1'"."""
+    url = f"sqlite:///{tmp_path / 'apportion.db'}"
+    first = procs.start(url, "w1")
+    wait_for("w1 to own every partition", lambda: set(owners(url).values()) == {"w1"}, 20)
+    replacement = procs.start(url, "w1", "--replace")
+    wait_for("the fenced original to exit", lambda: first.proc.poll() is not None, 30, alive=alive(replacement))
+    assert first.proc.returncode == 1, first.tail()
+    last = first.tail().strip().splitlines()[-1]
+    assert last == "apportion: error: member 'w1' of group 'g': replaced by another process with id 'w1'", last
+    assert "already live" not in first.log.text()
+    wait_for("the replacement to own every partition", lambda: set(owners(url).values()) == {"w1"}, 20)
+    assert replacement.proc.poll() is None

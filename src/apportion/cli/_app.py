@@ -139,9 +139,19 @@ def _needs_spark(args: list[str]) -> bool:
     return not {"-h", "--help"} & set(args) and any(words[: len(c)] == c for c in SPARK_COMMANDS)
 
 
+# what an error line echoes: a longer word (a value the user gave: a group name, a URL) is cut to ECHO_CHARS, the
+# whole line to LINE_CHARS (each with the length it had), so that a hostile value of a megabyte prints one short line
+ECHO_CHARS = 200
+LINE_CHARS = 2000
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text):,} characters)"
+
+
 def _error(message: str) -> None:
-    """One line on stderr, whatever the message holds."""
-    line = " ".join(scrub(message).split())
+    """One line on stderr, whatever the message holds (redacted first, then cut: a cut never splits a secret)."""
+    line = _cut(" ".join(_cut(word, ECHO_CHARS) for word in scrub(message).split()), LINE_CHARS)
     with contextlib.suppress(OSError, ValueError):
         print(f"apportion: error: {line}", file=sys.stderr, flush=True)
 

@@ -1,5 +1,6 @@
 """The options several commands share, each declared once with one help text: ``--store``, ``--group``, the timings,
 ``--mode`` and each mode's options (:func:`member_mode_options`: `apportion worker` and `apportion pipeline run`).
+Every float option of every command has the type :class:`Number` (durations: :func:`seconds`): finite and in range.
 
 Every decorator takes ``env=True`` for a command whose options also read ``APPORTION_<LONG_NAME>`` from the
 environment (``apportion worker``: ``--min-interval`` reads APPORTION_MIN_INTERVAL); :func:`option` is that rule for
@@ -9,6 +10,7 @@ any other option. Timing defaults come from :class:`apportion.group.GroupConfig`
 from __future__ import annotations
 
 import functools
+import math
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from click.core import ParameterSource
 
 from apportion.cli._app import remember_url
 from apportion.errors import InvalidRequest
-from apportion.group import GroupConfig
+from apportion.group import MAX_SECONDS, GroupConfig
 from apportion.group import ordinal_from_hostname as parse_ordinal
 from apportion.worker import ModeOptions
 
@@ -28,6 +30,26 @@ R = TypeVar("R")
 
 ENV_PREFIX = "APPORTION"
 STORE_HELP = "Store URL: memory://[name], sqlite:///relative.db, sqlite:////absolute.db, etcd://[user:pw@]host:port"
+
+
+class Number(click.FloatRange):
+    """The type of every float option: a finite number in its range. A plain ``float`` takes ``nan`` and ``inf``, and
+    so does a ``FloatRange`` without a maximum (every comparison with ``nan`` is false): ``--refresh nan`` made the
+    dashboard spin and ``--window inf`` serve JSON that browsers reject (issue 28). Refused here, from the command
+    line, the environment or a config file alike: one line, exit 2."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):  # before the range: nan passes every range
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+def seconds(minimum: float = 0.0, *, positive: bool = False, maximum: float = MAX_SECONDS) -> Number:
+    """The type of a duration option: finite, at least ``minimum`` (above it when ``positive``), at most a day."""
+    return Number(min=minimum, max=maximum, min_open=positive)
 
 
 def option(*decls: str, env: bool = False, **kwargs: Any) -> Callable[[FC], FC]:
@@ -54,19 +76,20 @@ def timing_options(*, env: bool = False) -> Callable[[FC], FC]:
     (``settle_s``, ``min_interval_s``, ``heartbeat_s``, ``ttl_s``; ``ttl_s`` None: the store's default)."""
     decorators = [
         option(
-            "--settle", "settle_s", env=env, type=float, default=GroupConfig.DEFAULT_SETTLE_S,
+            "--settle", "settle_s", env=env, type=seconds(positive=True), default=GroupConfig.DEFAULT_SETTLE_S,
             help="RST: round settle time (s).",
         ),
         option(
-            "--min-interval", "min_interval_s", env=env, type=float, default=GroupConfig.DEFAULT_MIN_INTERVAL_S,
+            "--min-interval", "min_interval_s", env=env, type=seconds(positive=True),
+            default=GroupConfig.DEFAULT_MIN_INTERVAL_S,
             help="MRI: min interval between rounds (s).",
         ),
         option(
-            "--heartbeat", "heartbeat_s", env=env, type=float, default=GroupConfig.DEFAULT_HEARTBEAT_S,
+            "--heartbeat", "heartbeat_s", env=env, type=seconds(positive=True), default=GroupConfig.DEFAULT_HEARTBEAT_S,
             help="HBI: heartbeat round interval (s).",
         ),
         option(
-            "--ttl", "ttl_s", env=env, type=float, default=None,
+            "--ttl", "ttl_s", env=env, type=seconds(positive=True), default=None,
             help=f"Member lease TTL (s); default {GroupConfig.DEFAULT_TTL_S:g}, or 5 on etcd.",
         ),
     ]  # fmt: skip
@@ -282,11 +305,13 @@ def spark_options(default_master: str) -> Callable[[FC], FC]:
 
 def spark_master(master: str | None, spark_url: str | None, default: str) -> str:
     """What ``spark_session`` takes: the ``--spark`` URL, the ``--master``, or ``default``; ``InvalidRequest`` when
-    both are given, ``--spark`` is not an ``sc://`` URL or ``--master`` not a Spark master."""
-    from apportion.spark import connect_address, validate_master
+    both are given, ``--spark`` is not an ``sc://`` URL or ``--master`` not a Spark master; ``SparkUnavailable`` when
+    a ``spark://`` master does not answer within 5 s (before the command starts anything)."""
+    from apportion.spark import connect_address, reach_master, validate_master
 
     if spark_url is None:
-        return validate_master(master or default)
+        reach_master(validate_master(master or default))
+        return master or default
     if master is not None:
         raise InvalidRequest(
             "--spark", "give --master (a Spark of this process) or --spark (a shared server), not both"
@@ -299,6 +324,7 @@ __all__ = [
     "ENV_PREFIX",
     "STORE_HELP",
     "MemberMode",
+    "Number",
     "directory_url",
     "group_option",
     "max_in_flight_option",
@@ -308,6 +334,7 @@ __all__ = [
     "mode_option",
     "option",
     "refuse_other_modes_options",
+    "seconds",
     "spark_master",
     "spark_options",
     "static_identity",

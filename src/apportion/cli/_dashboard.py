@@ -15,7 +15,7 @@ import socket
 import click
 
 from apportion.cli._app import app, require_extra
-from apportion.cli._common import group_option, store_option
+from apportion.cli._common import group_option, seconds, store_option
 from apportion.cli._store import read_group
 from apportion.errors import InvalidRequest
 from apportion.store import redact_url
@@ -47,10 +47,8 @@ def listen(host: str, port: int) -> socket.socket:
 @group_option()
 @click.option("--host", default="127.0.0.1", help="Address to serve on (the page has no login: keep it local).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, help="Port to serve on (0: any free port).")
-@click.option(
-    "--refresh", "refresh_s", type=click.FloatRange(min=0.1), default=1.0, help="Re-read at least this often (s)."
-)
-@click.option("--window", "window_s", type=click.FloatRange(min=10), default=300.0, help="Timeline span (s).")
+@click.option("--refresh", "refresh_s", type=seconds(0.1), default=1.0, help="Re-read at least this often (s).")
+@click.option("--window", "window_s", type=seconds(10), default=300.0, help="Timeline span (s).")
 def dashboard(store_url: str, group_name: str, host: str, port: int, refresh_s: float, window_s: float) -> None:
     """Serve a live web dashboard of the group (read-only) until Ctrl-C."""
     require_extra("dashboard")

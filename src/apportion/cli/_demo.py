@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 
 from apportion.cli._app import app
+from apportion.cli._common import seconds
 from apportion.demo import DemoConfig, run_demo, summary_json
 
 MARKER = ".apportion-demo"  # in every directory a demo writes: what --clean checks before it deletes one
@@ -30,7 +31,7 @@ MARKER = ".apportion-demo"  # in every directory a demo writes: what --clean che
 @click.option("--workers", type=int, default=3, help="Initial pipeline workers (one more joins later).")
 @click.option("--batch-records", type=int, default=20_000, help="Max records per partition per micro-batch.")
 @click.option(
-    "--stream-seconds", type=float, default=60.0, help="Seconds over which the second half of the input arrives."
+    "--stream-seconds", type=seconds(), default=60.0, help="Seconds over which the second half of the input arrives."
 )
 @click.option("--no-report", is_flag=True, help="Skip the Spark analytics report.")
 @click.option(

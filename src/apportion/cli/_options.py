@@ -1,4 +1,5 @@
-"""``--option KEY=VALUE`` strategy options, shared by the commands that create a group or a simulation."""
+"""``--option KEY=VALUE`` strategy options (the commands that create a group or a simulation) and ``NAME,...`` lists
+of resource names (``--subscribe``, ``apportion subscribe``)."""
 
 from __future__ import annotations
 
@@ -21,4 +22,14 @@ def parse_options(items: tuple[str, ...]) -> dict[str, object]:
     return options
 
 
-__all__ = ["parse_options"]
+def resource_names(text: str, field: str) -> list[str]:
+    """``NAME,...`` as the store keeps it: each name stripped, duplicates dropped, sorted (``orders,orders`` was
+    echoed as given); InvalidRequest naming ``field`` for an empty name (``orders,,payments``, ``""``). Whether each
+    is one of the group's resources is the group's definition's to say."""
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise InvalidRequest(field, f"an empty resource name in {text!r} (NAME,...)")
+    return sorted(set(names))
+
+
+__all__ = ["parse_options", "resource_names"]

@@ -28,17 +28,19 @@ import click
 from apportion.cli._app import app
 from apportion.cli._common import (
     MemberMode,
+    Number,
     directory_url,
     group_option,
     member_id,
     member_mode_options,
+    seconds,
     spark_master,
     spark_options,
     store_option,
     strategy_option,
     timing_options,
 )
-from apportion.cli._options import parse_options
+from apportion.cli._options import parse_options, resource_names
 from apportion.errors import InvalidRequest
 from apportion.spark import readable_dir, run_pipeline_worker, writable_dir
 from apportion.store import connect
@@ -143,12 +145,12 @@ def _names(text: str) -> list[str]:
 @click.option(
     "--revoke-timeout",
     "revoke_timeout_s",
-    type=float,
+    type=seconds(),
     default=30.0,
     help="Max wait of a revocation for "
     "the batch in flight (s); beyond it the lease lapses and every partition is lost.",
 )
-@click.option("--idle", "idle_s", type=float, default=0.2, help="Poll interval when there is no new input (s).")
+@click.option("--idle", "idle_s", type=seconds(), default=0.2, help="Poll interval when there is no new input (s).")
 @click.option(
     "--state-dir",
     callback=directory_url,
@@ -157,7 +159,7 @@ def _names(text: str) -> list[str]:
 )
 @click.option("--restore-batch", type=int, default=50_000, help="Changelog records replayed per replica step.")
 @click.option(
-    "--restore-rate", type=float, default=0.0, help="Max changelog records restored per second (0: unlimited)."
+    "--restore-rate", type=Number(min=0), default=0.0, help="Max changelog records restored per second (0: unlimited)."
 )
 @click.option(
     "--option",
@@ -167,9 +169,9 @@ def _names(text: str) -> list[str]:
     help="A strategy option when creating the group (JSON value), e.g. max_warmup_replicas=2; repeatable.",
 )
 @click.option(
-    "--exit-when-idle", "exit_idle_s", type=float, default=0.0, help="Leave after N s without work (0: never)."
+    "--exit-when-idle", "exit_idle_s", type=seconds(), default=0.0, help="Leave after N s without work (0: never)."
 )
-@click.option("--pause-before-commit", "pause_s", type=float, default=0.0, hidden=True, help="Fault injection (s).")
+@click.option("--pause-before-commit", "pause_s", type=seconds(), default=0.0, hidden=True, help="Fault injection (s).")
 @click.option("--pause-batches", type=int, default=1, hidden=True, help="How many batches pause before commit.")
 def run(
     store_url: str,
@@ -214,7 +216,7 @@ def run(
         resource=resource,
         partitions=partitions,
         resources=None if resources is None else _names(resources),
-        subscriptions=None if subscriptions is None else _names(subscriptions),
+        subscriptions=None if subscriptions is None else resource_names(subscriptions, "subscribe"),
         strategy=strategy,
         options=parse_options(strategy_options),
         settle_s=settle_s,

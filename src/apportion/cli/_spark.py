@@ -13,6 +13,7 @@ from types import FrameType
 import click
 
 from apportion.cli._app import app
+from apportion.cli._common import seconds
 from apportion.errors import SparkUnavailable
 from apportion.spark import DEFAULT_CONNECT_PORT
 
@@ -31,7 +32,13 @@ def spark() -> None:
 @click.option(
     "--log", "log_path", type=click.Path(dir_okay=False), default=None, help="Server log (default: a temp file)."
 )
-@click.option("--start-timeout", "start_timeout_s", type=float, default=300.0, help="Max wait for the server (s).")
+@click.option(
+    "--start-timeout",
+    "start_timeout_s",
+    type=seconds(positive=True),
+    default=300.0,
+    help="Max wait for the server (s).",
+)
 def serve(master: str, port: int, driver_memory: str, log_path: str | None, start_timeout_s: float) -> None:
     """Run a Spark Connect server until SIGTERM/SIGINT; workers use it with --spark sc://127.0.0.1:PORT."""
     from apportion.spark import ConnectServer

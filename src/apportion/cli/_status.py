@@ -29,7 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from apportion.cli._app import app
-from apportion.cli._common import group_option, store_option
+from apportion.cli._common import group_option, seconds, store_option
 from apportion.cli._store import read_group
 from apportion.errors import InvalidRequest
 from apportion.group import FAILED_RETENTION_S, checkpoint_offset, group_status, not_at_rest
@@ -43,7 +43,7 @@ SUMMARY_ROWS = 20  # partitions not at rest that a summary lists
 @group_option()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--watch", is_flag=True, help="Refresh the tables live until Ctrl-C (not with --json).")
-@click.option("--interval", "interval_s", type=click.FloatRange(min=0.05), default=1.0, help="--watch refresh (s).")
+@click.option("--interval", "interval_s", type=seconds(0.05), default=1.0, help="--watch refresh (s).")
 @click.option("--max-refreshes", type=int, default=None, hidden=True, help="--watch: stop after N refreshes (tests).")
 @click.option(
     "--all", "list_all", is_flag=True,
@@ -74,18 +74,28 @@ def status(
         snapshot = group_status(store, group_name)
     if as_json:
         out = {
-            "members": {
-                m: {"alive": v["alive"], "partitions": v["partitions"]} for m, v in snapshot["members"].items()
-            },
+            "members": {m: _member_json(v) for m, v in snapshot["members"].items()},
             "partitions": snapshot["partitions"],
             "round": snapshot["round"],
             "failed": snapshot["failed"],
         }
         if "replicas" in snapshot:  # static mode
             out["replicas"] = snapshot["replicas"]["replicas"]
+        resources = (snapshot.get("resource") or {}).get("resources")
+        if resources:  # a group over named resources: what the table's title shows
+            out["resources"] = resources
         click.echo(json.dumps(out, sort_keys=True))
         return
     Console().print(render(group_name, snapshot, list_all=list_all), soft_wrap=_listed_plainly(snapshot, list_all))
+
+
+def _member_json(info: dict[str, Any]) -> dict[str, Any]:
+    """A member in ``--json``: alive, partitions, and in a group over named resources the subscriptions the table
+    shows (absent: every resource of the group)."""
+    out = {"alive": info["alive"], "partitions": info["partitions"]}
+    if "subscriptions" in info:
+        out["subscriptions"] = info["subscriptions"]
+    return out
 
 
 def _watch(store_url: str, group_name: str, interval_s: float, max_refreshes: int | None, list_all: bool) -> None:

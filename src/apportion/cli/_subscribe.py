@@ -8,6 +8,7 @@ import click
 
 from apportion.cli._app import app
 from apportion.cli._common import group_option, store_option
+from apportion.cli._options import resource_names
 from apportion.cli._store import read_group
 from apportion.errors import InvalidRequest
 from apportion.group import set_subscriptions
@@ -31,7 +32,7 @@ def subscribe(
         raise InvalidRequest("resources", "give RESOURCES (NAME,...) or --clear")
     with read_group(store_url, group_name):  # an unknown group: exit 2, nothing created
         pass
-    wanted = None if resources is None else [r.strip() for r in resources.split(",")]
+    wanted = None if resources is None else resource_names(resources, "resources")
     with connect(store_url) as store:
         set_subscriptions(store, group_name, member_id, wanted)
     if as_json:

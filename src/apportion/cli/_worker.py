@@ -7,7 +7,6 @@ line; the run itself — waiting for the store, the committer, metrics — is :f
 from __future__ import annotations
 
 import logging
-import math
 import sys
 import tomllib
 from collections.abc import Callable
@@ -19,19 +18,24 @@ from apportion import events
 from apportion.cli._app import app
 from apportion.cli._common import (
     MemberMode,
+    Number,
     group_option,
     member_id,
     member_mode_options,
     option,
+    seconds,
     store_option,
     strategy_option,
     timing_options,
 )
+from apportion.cli._options import resource_names
 from apportion.errors import InvalidRequest
-from apportion.group import DEFAULT_RETENTION_S
+from apportion.group import DEFAULT_RETENTION_S, MAX_SECONDS
 from apportion.runner import DEFAULT_CONNECT_TIMEOUT_S, run_worker
 
 FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
+MAX_CAPACITY = 1e12  # a capacity is a weight against the others': a larger one only overflows their sum
+MAX_RETENTION_S = 30 * MAX_SECONDS  # 30 days of history (about 250 bytes per event in the store)
 
 
 def _option(*decls: str, **kwargs: Any) -> Callable[[FC], FC]:
@@ -96,12 +100,6 @@ def _toml_kind(value: object) -> str:
     return kinds.get(type(value), "a table" if isinstance(value, dict) else f"a {type(value).__name__}")
 
 
-def _finite(name: str, value: float, *, positive: bool) -> None:
-    """``--capacity``/``--commit-every``: a finite number (``inf`` or ``nan`` would break the arithmetic later)."""
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise InvalidRequest(name, f"must be a finite number {'> 0' if positive else '>= 0'}, got {value}")
-
-
 @app.command()
 @click.option(
     "--config",
@@ -133,15 +131,20 @@ def _finite(name: str, value: float, *, positive: bool) -> None:
 )
 @strategy_option(env=True)
 @timing_options(env=True)
-@_option("--capacity", type=float, default=1.0, help="Capacity weight of this worker.")
+@_option(
+    "--capacity",
+    type=Number(min=0, max=MAX_CAPACITY, min_open=True),
+    default=1.0,
+    help="Capacity weight of this worker.",
+)
 @_option("--update", is_flag=True, help="Overwrite the stored group definition with these settings.")
 @_option("--replace", is_flag=True, help="Fence a live member with the same --id and take its place.")
-@_option("--commit-every", type=float, default=0.0, help="Commit a checkpoint for owned partitions every N s.")
+@_option("--commit-every", type=seconds(), default=0.0, help="Commit a checkpoint for owned partitions every N s.")
 @member_mode_options(env=True)
 @_option(
     "--history-retention",
     "history_retention_s",
-    type=click.FloatRange(min=0),
+    type=seconds(maximum=MAX_RETENTION_S),
     default=DEFAULT_RETENTION_S,
     show_default=True,
     help="Keep the group's history events this long (s); 0 records none.",
@@ -149,7 +152,7 @@ def _finite(name: str, value: float, *, positive: bool) -> None:
 @_option(
     "--connect-timeout",
     "connect_timeout_s",
-    type=float,
+    type=seconds(positive=True),
     default=DEFAULT_CONNECT_TIMEOUT_S,
     show_default=True,
     help="At start-up, wait this long (s) for the store, logging each attempt, then fail (exit 1).",
@@ -195,9 +198,6 @@ def worker(
     Every option can also come from the environment (APPORTION_STORE, APPORTION_GROUP, APPORTION_ID, ...) or from
     --config FILE.toml; precedence: command line > environment > file > defaults."""
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
-    _finite("capacity", capacity, positive=True)
-    _finite("commit-every", commit_every, positive=False)
-    _finite("connect-timeout", connect_timeout_s, positive=True)
 
     run_worker(
         store_url,
@@ -211,7 +211,7 @@ def worker(
         connect_timeout_s=connect_timeout_s,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
-        subscriptions=None if subscriptions is None else [s.strip() for s in subscriptions.split(",")],
+        subscriptions=None if subscriptions is None else resource_names(subscriptions, "subscribe"),
         partitions=partitions,
         resources=resources,
         strategy=strategy,

@@ -9,7 +9,7 @@ owner from a watch-backed copy of the partition table); ``Keys`` the key space.
 """
 
 from apportion.group._commits import CommitResult
-from apportion.group._config import STRATEGIES, GroupConfig, parse_resources
+from apportion.group._config import MAX_SECONDS, STRATEGIES, GroupConfig, parse_resources
 from apportion.group._coordinator import (
     FAILED_RETENTION_S,
     CoordinatorMember,
@@ -81,6 +81,7 @@ __all__ = [
     "FAILED_RETENTION_S",
     "LAYOUT",
     "LEGACY_LAYOUT",
+    "MAX_SECONDS",
     "STRATEGIES",
     "Callback",
     "CommitResult",

@@ -40,10 +40,11 @@ which live beside it (a claim waiting for a partition another member holds is re
 Member lifecycle shared by all protocols: ``step`` starts the member when it has no lease (watch the group, read or
 create the resource definition, grant the lease, register ``members/<id>`` lease-bound if no other registration
 holds the id: a holder that is dead lets go within its ttl, a live one makes this member fail after 1.5 ttl unless
-``replace`` fences it), then hands over to the
-protocol's ``_advance``; ``leave`` revokes everything (on_revoked), releases and revokes the lease (a protocol may
-first plan the handoff: ``begin_leave``, step until ``leave_ready``, then ``leave``); a lapse (local deadline or
-lease gone) calls on_lost for everything and starts over.
+``replace`` fences it, and its record ``replaces`` that lease: the fenced process, registering again, finds its own
+lease named there and stops with ``Fenced`` "replaced by another process", not the duplicate-id error that would tell
+the operator to --replace it back), then hands over to the protocol's ``_advance``; ``leave`` revokes everything
+(on_revoked), releases and revokes the lease (a protocol may first plan the handoff: ``begin_leave``, step until
+``leave_ready``, then ``leave``); a lapse (local deadline or lease gone) calls on_lost for everything and starts over.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ from apportion.group._keys import (
     LEGACY_LAYOUT,
     Keys,
     PartitionId,
+    decode,
     decode_epoch,
     decode_owner,
     encode,
@@ -263,6 +265,8 @@ class FencedMember:
         self._renew_failing = False
         self._replace = replace
         self._taken_since: tuple[int, float] | None = None  # (lease, since when) of another holder of this id
+        self._registered: int | None = None  # the lease of this member's latest registration
+        self._replaced: int | None = None  # the lease of the holder this member fenced (--replace), in its record
         self._busy_until: float | None = None
         self._continuation: Callable[[], None] | None = None
         self.error: BaseException | None = None
@@ -681,6 +685,7 @@ class FencedMember:
             self._lease = lease
             self._lease_lost = False
             self._deadline = now + lease.ttl_s * self.safety
+        self._registered = lease.id
         self._replace = False  # fence a duplicate once, at the first start; never ping-pong with it afterwards
         self._taken_since = None
         self._trace("renew", deadline=self._deadline)
@@ -698,7 +703,11 @@ class FencedMember:
         kv = self.store.get(self.keys.member(self.id))
         if kv is None:
             return True
+        if self._registered is not None and _replaces(kv) == self._registered:
+            # the holder fenced this member's registration (--replace): not a duplicate to fence back
+            raise Fenced(f"member {self.id!r} of group {self.group!r}: replaced by another process with id {self.id!r}")
         if self._replace:  # revoking its lease fences the other holder: its owner records go, its renewals fail
+            self._replaced = kv.lease
             self.store.revoke(kv.lease)
             self._trace("replaced", lease=kv.lease)
             return True
@@ -718,6 +727,8 @@ class FencedMember:
 
     def _member_info(self, *, revoking: bool, left: bool = False) -> dict[str, Any]:
         info = {"pid": os.getpid(), "host": socket.gethostname(), **self._registration(), "revoking": revoking}
+        if self._replaced is not None:  # so that the fenced process, registering again, knows it was replaced
+            info["replaces"] = self._replaced
         return {**info, "left": True} if left else info
 
     def _announce(self, *, revoking: bool) -> None:
@@ -1078,6 +1089,16 @@ class FencedMember:
     def _trace(self, kind: str, **fields: Any) -> None:
         if self._tracer is not None:
             self._tracer(kind, fields)
+
+
+def _replaces(kv: KeyValue) -> int | None:
+    """The lease a ``members/<id>`` record says its process fenced (``replaces``: --replace), None when it fenced
+    none (a corrupt record fenced none: registrations only inform)."""
+    try:
+        value = decode(kv.value, kv.key).get("replaces")
+    except CorruptRecord:
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 __all__ = [

@@ -48,7 +48,13 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     from apportion.spark._report import ReportSummary, Verdict, write_report
     from apportion.spark._route import RouteResult, route, spark_partition_expr
     from apportion.spark._serve import ConnectServer
-    from apportion.spark._session import DEFAULT_CONNECT_PORT, connect_address, spark_session, validate_master
+    from apportion.spark._session import (
+        DEFAULT_CONNECT_PORT,
+        connect_address,
+        reach_master,
+        spark_session,
+        validate_master,
+    )
     from apportion.spark._stateful import StatefulPartitions, StateReport, handoffs, verify_state
     from apportion.spark._worker import readable_dir, run_pipeline_worker, writable_dir
 
@@ -93,6 +99,7 @@ _LAZY = {
     "uncommitted_records": "apportion.spark._output",
     "connect_address": "apportion.spark._session",
     "validate_master": "apportion.spark._session",
+    "reach_master": "apportion.spark._session",
     "DEFAULT_CONNECT_PORT": "apportion.spark._session",
     "ConnectServer": "apportion.spark._serve",
     "StandaloneCluster": "apportion.spark._cluster",
@@ -130,6 +137,7 @@ __all__ = [
     "ownership_intervals",
     "read_committed",
     "read_committed_arrow",
+    "reach_master",
     "readable_dir",
     "route",
     "run_grid",

@@ -2,11 +2,11 @@
 
 ``ConnectServer(master, port)`` runs pyspark's bundled ``spark-submit --class ...SparkConnectServer`` (the Connect
 jar ships with pyspark 4) in its own process group, bound to 127.0.0.1 (Connect has no authentication), UI off,
-WARN-level logs into ``log_path``. ``start()`` checks Java and the port first (``SparkUnavailable`` /
-``InvalidRequest``: one line each), then polls until the gRPC port accepts connections (the server opens it only
-once its Spark session is up) or the deadline passes; ``check_session()`` opens a real session in a child process
-(and warms the server: its first query pays for code generation). ``stop()`` sends SIGTERM to the process group,
-then SIGKILL after ``stop_timeout_s``. As a context manager it starts and always stops::
+WARN-level logs into ``log_path``. ``start()`` checks Java, the port and that a ``spark://`` master answers first
+(``SparkUnavailable`` / ``InvalidRequest``: one line each), then polls until the gRPC port accepts connections (the
+server opens it only once its Spark session is up) or the deadline passes; ``check_session()`` opens a real session
+in a child process (and warms the server: its first query pays for code generation). ``stop()`` sends SIGTERM to the
+process group, then SIGKILL after ``stop_timeout_s``. As a context manager it starts and always stops::
 
     with ConnectServer("local[2]", port=15002) as server:
         run_pipeline_worker(..., master=server.url)
@@ -32,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 
 from apportion.errors import InvalidRequest, SparkUnavailable
-from apportion.spark._session import DEFAULT_CONNECT_PORT, SESSION_SETTINGS, accepts, validate_master
+from apportion.spark._session import DEFAULT_CONNECT_PORT, SESSION_SETTINGS, accepts, reach_master, validate_master
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 LOCALHOST = "127.0.0.1"
@@ -85,8 +85,8 @@ def free_port(host: str = LOCALHOST) -> int:
 
 def check_port_free(host: str, port: int) -> None:
     """``InvalidRequest`` when ``host:port`` cannot be bound (in use, or not a port)."""
-    if not 0 < port < 65536:
-        raise InvalidRequest("--port", f"{port} is not a TCP port")
+    if not 1024 <= port < 65536:  # Spark refuses a port below 1024 too, but only once its JVM has started
+        raise InvalidRequest("--port", f"{port}: the server takes a TCP port from 1024 to 65535 (or 0: any free one)")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         try:
             probe.bind((host, port))
@@ -154,6 +154,7 @@ class ConnectServer:
         """Start the server and wait until its port accepts connections (see the module docstring)."""
         java_executable()
         check_port_free(self.host, self.port)
+        reach_master(self.master)  # a spark:// master nobody answers at: seconds, not the JVM's 80
         command = self.command()
         (self._tmp / "log4j2.properties").write_text(LOG4J)
         env = {**os.environ, "SPARK_CONF_DIR": str(self._tmp), "PYSPARK_PYTHON": sys.executable}

@@ -31,18 +31,59 @@ DEFAULT_CONNECT_PORT = 15002
 CONNECT_TIMEOUT_S = 5.0
 
 
-# What spark-submit accepts as --master (its own check fails inside the JVM, after seconds, as a Java stack trace).
-_MASTER = re.compile(r"yarn|local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[[^\]]+\]|(spark|k8s)://\S+")
+# What spark-submit accepts as --master (its own check fails inside the JVM, after seconds, as a Java stack trace):
+# local, local[N], local[*], local[N,F], local[*,F] (N threads, F task failures), spark://host:port[,host:port...]
+# (a standalone master, or several with ZooKeeper), local-cluster[...], k8s://..., yarn.
+_LOCAL = re.compile(r"local(?:\[(\d{1,4}|\*)(?:,\s*(\d{1,4}))?\])?")
+_OTHER = re.compile(r"yarn|local-cluster\[[^\]]+\]|k8s://\S+")
+MASTER_FORMS = "local, local[N], local[*], local[N,F], spark://host:port, k8s://..., yarn"
 
 
 def validate_master(master: str) -> str:
-    """``master`` if it is a Spark master (``local[N]``, ``spark://host:port``, ``k8s://...``, ``yarn``);
-    ``InvalidRequest`` otherwise (a user mistake: exit 2)."""
-    if not _MASTER.fullmatch(master):
-        raise InvalidRequest(
-            "--master", f"{master!r} is not a Spark master (local[N], spark://host:port, k8s://..., yarn)"
-        )
+    """``master`` if it is a Spark master (:data:`MASTER_FORMS`; N and F from 1 to 9999, every ``host:port`` of a
+    ``spark://`` master parsed as a URL's, IPv6 in brackets); ``InvalidRequest`` naming it otherwise (a user mistake:
+    exit 2, before any JVM starts: Spark's own check fails inside it after 8 to 20 s)."""
+    local = _LOCAL.fullmatch(master)
+    if local is not None:
+        threads, failures = local.groups()
+        if threads not in (None, "*") and int(threads) < 1:
+            raise InvalidRequest("--master", f"{master!r}: local[N] runs N >= 1 threads")
+        if failures is not None and int(failures) < 1:
+            raise InvalidRequest("--master", f"{master!r}: local[N,F] allows F >= 1 task failures")
+        return master
+    if master.startswith("spark://"):
+        master_addresses(master)
+        return master
+    if not _OTHER.fullmatch(master):
+        raise InvalidRequest("--master", f"{master!r} is not a Spark master ({MASTER_FORMS})")
     return master
+
+
+def master_addresses(master: str) -> list[tuple[str, int]]:
+    """The ``(host, port)`` of every master of a ``spark://host:port[,host:port...]`` URL; ``InvalidRequest`` for a
+    malformed one (no port, a port out of range, an unclosed IPv6 bracket, a path)."""
+    addresses = []
+    for address in master.removeprefix("spark://").split(","):
+        try:
+            parts = urlsplit(f"spark://{address}")
+            port = parts.port
+        except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535", a port that is not a number
+            raise InvalidRequest("--master", f"{master!r}: {address!r} is not host:port ({exc})") from exc
+        if not parts.hostname or port is None or port == 0 or parts.path or parts.query or parts.fragment:
+            raise InvalidRequest("--master", f"{master!r}: {address!r} is not host:port (spark://host:port)")
+        addresses.append((parts.hostname, port))
+    return addresses
+
+
+def reach_master(master: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Before a JVM starts on a ``spark://`` master: ``SparkUnavailable`` naming it when none of its masters accepts
+    a TCP connection within ``timeout_s`` (Spark would retry its registration for about 80 s, then fail with
+    "Cannot call methods on a stopped SparkContext"). Any other master: nothing to reach."""
+    if not master.startswith("spark://"):
+        return
+    addresses = master_addresses(master)
+    if not any(accepts(host, port, timeout_s) for host, port in addresses):
+        raise SparkUnavailable(f"no Spark master answers at {master} (tried each for {timeout_s:g} s)")
 
 
 def is_connect_url(master: str) -> bool:
@@ -56,12 +97,13 @@ def is_connect(spark: Any) -> bool:
 
 
 def connect_address(url: str) -> tuple[str, int]:
-    """``sc://host[:port][/;params]`` → ``(host, port)``; raises ``InvalidRequest`` for anything else."""
-    parts = urlsplit(url)
+    """``sc://host[:port][/;params]`` → ``(host, port)``; raises ``InvalidRequest`` for anything else (an unclosed
+    IPv6 bracket, ``sc://[::1:15002``, too: urllib's ValueError was an internal error)."""
     try:
+        parts = urlsplit(url)
         port = parts.port or DEFAULT_CONNECT_PORT
     except ValueError as exc:
-        raise InvalidRequest("--spark", f"bad port in {url!r}") from exc
+        raise InvalidRequest("--spark", f"expected sc://host:port, got {url!r} ({exc})") from exc
     if parts.scheme != CONNECT_SCHEME or not parts.hostname:
         raise InvalidRequest("--spark", f"expected sc://host:port, got {url!r}")
     return parts.hostname, port
@@ -96,7 +138,8 @@ def spark_session(
         "spark.sql.shuffle.partitions": str(parallelism),
         **(config or {}),
     }
-    builder = SparkSession.builder.master(validate_master(master)).appName(app_name)
+    reach_master(validate_master(master))
+    builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
@@ -158,5 +201,8 @@ __all__ = [
     "default_parallelism",
     "is_connect",
     "is_connect_url",
+    "master_addresses",
+    "reach_master",
     "spark_session",
+    "validate_master",
 ]

@@ -16,9 +16,15 @@ from apportion.errors import ApportionError, InvalidRequest
 from apportion.store._base import Store
 
 MASK = "***"
-# scheme, any slashes, then a user (no separator characters) and ':' — the password runs to the token's last '@'.
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:/*")
-_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*:/*[^\s:/?#@'\"]*:)(?P<password>[^\s'\"]*)@")
+# In a text, a URL's credentials lie inside one token (a run without white space or quotes): a scheme, any slashes,
+# a user (no separator characters) and ':', then the password, which runs to the token's last '@'. The head is
+# searched for only in the part of a token before its last '@', and only from the start of a run of scheme
+# characters (the lookbehinds: tokens, too, are matched only from their start): every character is then looked at a
+# bounded number of times, so a hostile text (100,000 ':' or 'a:') costs linear time. One pattern that also
+# matched the password made re try every start position against the rest of the token: quadratic (issue 28).
+_TOKEN = re.compile(r"(?<![^\s'\"])[^\s'\"]*@[^\s'\"]*")
+_HEAD = re.compile(r"(?<![A-Za-z0-9+.\-])[0-9+.\-]*[A-Za-z][A-Za-z0-9+.\-]*:/*[^\s:/?#@'\"]*:")
 
 
 def _split_userinfo(url: str) -> tuple[str, str, str, str] | None:
@@ -55,11 +61,19 @@ def url_secrets(url: str) -> tuple[str, ...]:
 
 def redact(text: str, secrets: tuple[str, ...] | list[str] = ()) -> str:
     """``text`` with the password of every ``scheme://user:password@`` in it, and every given secret, masked."""
-    text = _USERINFO.sub(lambda m: f"{m.group('head')}{MASK}@", text)
+    text = _TOKEN.sub(_mask_token, text) if "@" in text else text
     for secret in sorted(secrets, key=len, reverse=True):
         if len(secret) >= 3:  # shorter ones would mask ordinary words; the pattern above still catches them in URLs
             text = text.replace(secret, MASK)
     return text
+
+
+def _mask_token(match: re.Match[str]) -> str:
+    """A token holding an '@': the password of its first ``scheme:/*user:`` before its last '@' masked."""
+    token = match.group(0)
+    at = token.rfind("@")
+    head = _HEAD.search(token, 0, at)
+    return token if head is None else f"{token[: head.end()]}{MASK}{token[at:]}"
 
 
 def _redacted(exc: ApportionError, url: str) -> ApportionError:
@@ -85,6 +99,8 @@ def connect(url: str, *, clock: Clock | None = None, read_only: bool = False) ->
     if not isinstance(url, str) or "://" not in url:
         shown = redact_url(url) if isinstance(url, str) else url
         raise InvalidRequest("url", f"{shown!r} is not a store URL (memory://, sqlite:///path, etcd://host:port)")
+    if "\x00" in url:  # no file name, host or option holds one; sqlite3 and the OS raise ValueError for it
+        raise InvalidRequest("url", f"{redact_url(url)!r} holds a NUL character")
     scheme = url.split("://", 1)[0].lower()
     try:
         if scheme == "memory":

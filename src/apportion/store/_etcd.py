@@ -105,6 +105,7 @@ from apportion.store._types import (
 )
 
 DEFAULT_TIMEOUT_S = 5.0
+MAX_TIMEOUT_S = 86_400.0  # a day, as every timing: a longer wait (inf, 1e300) overflows the waits that use it
 CONNECT_TIMEOUT_S = 1.0
 # How long one endpoint gets to answer an idempotent request before the next endpoint is tried. A healthy member
 # answers a keepalive or a read in milliseconds even on a loaded machine; a frozen one never does.
@@ -262,7 +263,12 @@ class EtcdConfig:
         # The credentials run to the last '@' (as redact_url reads them), so a password with an unencoded '/', '?' or
         # '#' is still a password: never cut into a host name that an error message would show.
         credentials, at, rest = rest.rpartition("@")
-        parts = urlsplit(f"{scheme}://{rest}")
+        try:
+            parts = urlsplit(f"{scheme}://{rest}")
+        except ValueError as exc:  # an unclosed IPv6 bracket: "Invalid IPv6 URL"
+            raise InvalidRequest("url", f"{redact_url(url)!r} is not a URL ({exc})") from exc
+        if parts.path not in ("", "/") or parts.fragment:
+            raise InvalidRequest("url", f"{redact_url(url)!r}: an etcd URL names host:port[,host:port...][?options]")
         netloc = parts.netloc
         user = password = None
         if at:
@@ -294,8 +300,10 @@ class EtcdConfig:
                 timeout_s = float(query["timeout"])
             except ValueError:
                 timeout_s = -1.0
-            if not timeout_s > 0:
-                raise InvalidRequest("url", f"timeout={query['timeout']!r} must be a positive number of seconds")
+            if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
+                raise InvalidRequest(
+                    "url", f"timeout={query['timeout']!r} must be a positive number of seconds, at most a day"
+                )
         return cls(
             endpoints=tuple(endpoints),
             user=user,
@@ -358,22 +366,27 @@ class EtcdStore(Store):
         with self._lock:
             return self._current, self.config.endpoints[self._current]
 
-    def _failed(self, index: int, reason: str = "") -> None:
-        """The endpoint at ``index`` failed: move on to the next one (unless someone already did). Logged once per
-        change of state: when an endpoint starts failing (or fails for a new reason), not on every retry."""
-        endpoints = self.config.endpoints
+    def _failed(self, index: int) -> None:
+        """The endpoint at ``index`` failed: move on to the next one (unless someone already did)."""
         with self._lock:
             if self._current == index:
-                self._current = (index + 1) % len(endpoints)
-            using = endpoints[self._current]
-            endpoint = endpoints[index]
-            news = reason and self._down.get(endpoint) != reason
+                self._current = (index + 1) % len(self.config.endpoints)
+
+    def _report_failures(self, failures: Mapping[str, str], using: str | None) -> None:
+        """The endpoints that failed during one call, logged once per change of state (an endpoint starts failing,
+        or fails for a new reason), not on every retry. A warning only when the call got its answer from another
+        endpoint (``using``): a call that fails raises StoreUnavailable naming them, and a warning besides would be
+        a second line before a one-shot command's one error line (`status` on an unreachable etcd, issue 28)."""
+        for endpoint, reason in failures.items():
+            if using is None:
+                log.debug("etcd endpoint %s unreachable (%s)", _host(endpoint), reason)
+                continue
+            with self._lock:
+                news = endpoint != using and self._down.get(endpoint) != reason
+                if news:
+                    self._down[endpoint] = reason
             if news:
-                self._down[endpoint] = reason
-        if news and len(endpoints) > 1:
-            log.warning("etcd endpoint %s unreachable (%s), using %s", _host(endpoint), reason, _host(using))
-        elif news:
-            log.warning("etcd endpoint %s unreachable (%s)", _host(endpoint), reason)
+                log.warning("etcd endpoint %s unreachable (%s), using %s", _host(endpoint), reason, _host(using))
 
     def _answered(self, endpoint: str) -> None:
         if endpoint in self._down:
@@ -428,6 +441,7 @@ class EtcdStore(Store):
         pause = 0.02
         tried = 0
         failures: dict[str, str] = {}
+        noted: dict[str, str] = {}  # the failures to report (not a slow page's)
         last: BaseException | None = None
         while True:
             index, endpoint = self._endpoint()
@@ -442,7 +456,9 @@ class EtcdStore(Store):
             except _Unsent as exc:
                 last = exc.__cause__
                 failures[endpoint] = _reason(last)
-                self._failed(index, "" if patient else failures[endpoint])  # a slow page: no warning (yet)
+                if not patient:  # a slow page: no warning (yet)
+                    noted[endpoint] = failures[endpoint]
+                self._failed(index)
             except _TokenExpired:
                 if authenticating or reauthenticated or self.config.user is None:
                     raise self._auth_error("the server refused the token") from None
@@ -451,9 +467,11 @@ class EtcdStore(Store):
                 continue
             else:
                 self._answered(endpoint)
+                self._report_failures(noted, endpoint)
                 return reply
             tried += 1
             if time.monotonic() >= deadline:
+                self._report_failures(noted, None)
                 raise StoreUnavailable(_unreachable(failures, budget)) from last
             if tried % len(self.config.endpoints) == 0:  # every endpoint failed once: back off a little
                 time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
