@@ -23,6 +23,7 @@ from apportion.cli._common import (
     member_id,
     member_mode_options,
     option,
+    seconds,
     store_option,
     strategy_option,
     timing_options,
@@ -96,7 +97,7 @@ def produce(amqp_url: str, prefix: str, partitions: int, key_field: str) -> None
         help="Unacked messages per queue (the bound on the duplicates after a crash).")  # fmt: skip
 @option("--batch", env=True, type=click.IntRange(min=1), default=100, show_default=True,
         help="Messages per fenced commit and ack (at most --prefetch).")  # fmt: skip
-@option("--ack-delay", "ack_delay_s", env=True, type=click.FloatRange(0, 60), default=0.1, show_default=True,
+@option("--ack-delay", "ack_delay_s", env=True, type=seconds(0.0, maximum=60.0), default=0.1, show_default=True,
         help="Ack a smaller batch this long (s) after its first message.")  # fmt: skip
 def consume(
     amqp_url: str,
