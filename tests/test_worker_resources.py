@@ -11,7 +11,7 @@ import pytest
 
 import apportion
 from apportion.errors import InvalidRequest
-from apportion.group import group_status, settled
+from apportion.group import Static, group_status, settled
 from apportion.waiting import wait_for
 from tests.cli.run import cli
 
@@ -49,7 +49,7 @@ def test_a_subscription_to_an_unknown_resource_or_in_a_one_resource_group_is_ref
         plain = apportion.Group(store, "h", partitions=4)
         with pytest.raises(InvalidRequest, match="one-resource group"):
             plain.join("w1", subscriptions=["h"])
-        static = apportion.Group(store, "s", resources=RESOURCES, mode="static", ordinal=0, replicas=1)
+        static = apportion.Group(store, "s", resources=RESOURCES, mode=Static(1), ordinal=0)
         with pytest.raises(InvalidRequest, match="static mode has no subscriptions"):
             static.join("w1", subscriptions=["orders"])
 

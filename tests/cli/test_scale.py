@@ -52,7 +52,7 @@ def test_group_scale_is_the_python_analogue() -> None:
     group = apportion.Group(store, "g", partitions=4)
     with pytest.raises(apportion.InvalidRequest, match="no resource definition"):
         group.scale(2)  # nothing to scale before the group exists
-    store.put(Keys("g").resource, encode(group.config.to_json()))
+    store.put(Keys("g").resource, encode(group.requested.to_json()))
     group.scale(5)
     assert stored_replicas(store, "g") == 5
     with pytest.raises(apportion.InvalidRequest, match="replicas"):

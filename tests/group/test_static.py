@@ -3,11 +3,20 @@ as one live value of the group), a crashed ordinal, bad input."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from apportion.assign import range_block
 from apportion.errors import InvalidRequest
-from apportion.group import StaticMember, group_status, ordinal_from_hostname, set_replicas, stored_replicas
+from apportion.group import (
+    Static,
+    StaticMember,
+    group_status,
+    ordinal_from_hostname,
+    set_replicas,
+    stored_replicas,
+)
 from tests.group.modes_harness import ModeHarness
 
 
@@ -81,7 +90,13 @@ def test_an_ordinal_beyond_the_stored_replica_count_owns_nothing() -> None:
 def test_bad_ordinal_or_replicas_is_an_invalid_request(ordinal: int, replicas: int) -> None:
     h = ModeHarness()
     with pytest.raises(InvalidRequest):
-        StaticMember(h.store, "g", "x", h.config, ordinal=ordinal, replicas=replicas, clock=h.clock)
+        StaticMember(h.store, "g", "x", replace(h.config, mode=Static(replicas)), ordinal=ordinal, clock=h.clock)
+
+
+def test_a_static_member_needs_a_static_definition() -> None:
+    h = ModeHarness()
+    with pytest.raises(InvalidRequest, match="a static member needs Static"):
+        StaticMember(h.store, "g", "x", h.config, ordinal=0, clock=h.clock)
 
 
 def test_ordinal_comes_from_a_statefulset_host_name() -> None:

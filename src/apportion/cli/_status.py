@@ -83,6 +83,7 @@ def status(
         }
         if "replicas" in snapshot:  # static mode
             out["replicas"] = snapshot["replicas"]["replicas"]
+        out["mode"] = snapshot["mode"]  # the stored definition's (null: stored before modes were)
         click.echo(json.dumps(out, sort_keys=True))
         return
     Console().print(render(group_name, snapshot, list_all=list_all), soft_wrap=_listed_plainly(snapshot, list_all))

@@ -47,6 +47,7 @@ lease gone) calls on_lost for everything and starts over.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import math
 import os
@@ -201,9 +202,10 @@ class FencedMember:
         self.keys = Keys(group)
         self.group = group
         self.id = member_id
-        self.config = config
-        self._wanted = config
+        self.config = config  # the effective definition: the requested one until the stored one is read
+        self._wanted = config  # the requested definition
         self._update = update
+        self._joined = False  # the stored definition was read once (the first start)
         self._config_revision = 0
         self._clock = clock
         self._on_assigned = on_assigned
@@ -693,16 +695,29 @@ class FencedMember:
         """Called once the lease is granted and ``members/<id>`` written at ``revision`` (hook)."""
 
     def _load_config(self, now: float) -> None:
+        """Read the group's definition (create it when absent; ``update``: replace it) and adopt it as
+        ``config`` (``apportion.group._config``: requested and effective definitions). At the first start, a
+        stored definition that records no mode (an older version's) gets this member's, once."""
         wanted = encode(self._wanted.to_json())
         kv = self.store.get(self.keys.resource)
         if kv is None:
             result = self.store.txn([absent(self.keys.resource)], [Put(self.keys.resource, wanted)])
             if result.succeeded:
                 self.config, self._config_revision = self._wanted, result.revision
+                self._joined = True
                 return
             kv = self.store.get(self.keys.resource)
             if kv is None:
                 raise StoreUnavailable("resource definition vanished while being created")
+        if not self._joined:
+            self._joined = True
+            # CorruptRecord: this worker stops (exit 2) naming the key; with update, it rewrites the definition below
+            stored = None if self._update else GroupConfig.from_record(kv)
+            if stored is not None and stored.mode is None:  # an older version's definition: record this mode, once
+                adopted = encode(dataclasses.replace(stored, mode=self._wanted.mode).to_json())
+                compare = mod_revision_is(self.keys.resource, kv.mod_revision)
+                self.store.txn([compare], [Put(self.keys.resource, adopted)])
+                kv = self.store.get(self.keys.resource) or kv
         if self._update and kv.value != wanted:
             result = self.store.txn(
                 [mod_revision_is(self.keys.resource, kv.mod_revision)], [Put(self.keys.resource, wanted)]

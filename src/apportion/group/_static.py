@@ -48,6 +48,7 @@ from apportion.assign import range_block
 from apportion.errors import InvalidRequest
 from apportion.group._config import GroupConfig
 from apportion.group._keys import Keys, PartitionId, decode, encode, field, sorted_pids
+from apportion.group._mode import Static, validate_ordinal, validate_replicas
 from apportion.group._ownership import FencedMember, MemberOptions
 from apportion.store import Event, EventType, KeyValue, Put, Store, absent, mod_revision_is
 
@@ -68,25 +69,14 @@ def ordinal_from_hostname(hostname: str) -> int:
     return int(match.group("ordinal"))
 
 
-def validate_replicas(replicas: object) -> int:
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-        raise InvalidRequest("replicas", f"must be an integer >= 1, got {replicas!r}")
-    return replicas
-
-
-def validate_ordinal(ordinal: object, replicas: object = None) -> tuple[int, int | None]:
-    """An ordinal (>= 0) and an optional starting replica count (>= 1). An ordinal at or above the count is not a
-    mistake: it is the evidence of a scale-up (see the module docstring)."""
-    checked = None if replicas is None else validate_replicas(replicas)
-    if isinstance(ordinal, bool) or not isinstance(ordinal, int) or ordinal < 0:
-        raise InvalidRequest("ordinal", f"must be an integer >= 0, got {ordinal!r}")
-    return ordinal, checked
-
-
 def set_replicas(store: Store, group: str, replicas: int) -> None:
-    """Publish a new replica count (``kubectl scale``'s analogue): every static member of ``group`` follows it."""
+    """Publish a new replica count (``kubectl scale``'s analogue): every static member of ``group`` follows it.
+    InvalidRequest for a group with no definition."""
     validate_replicas(replicas)
-    store.txn([], [Put(Keys(group).replicas, encode({"replicas": replicas}))])
+    keys = Keys(group)
+    if store.get(keys.resource) is None:
+        raise InvalidRequest("group", f"group {group!r} has no resource definition yet: nothing to scale")
+    store.txn([], [Put(keys.replicas, encode({"replicas": replicas}))])
 
 
 def stored_replicas(store: Store, group: str) -> int | None:
@@ -111,7 +101,8 @@ def static_block(config: GroupConfig, ordinal: int, replicas: int) -> list[Parti
 
 class StaticMember(FencedMember):
     """One member of a static-ordinal group: owns ``range_block(ordinal, replicas, partitions)``, claimed fenced.
-    ``replicas`` is the count the group starts with when it has none yet (default ordinal + 1)."""
+    The definition's ``Static(replicas)`` is the count the group starts with when it has none yet (default
+    ordinal + 1)."""
 
     def __init__(
         self,
@@ -121,16 +112,24 @@ class StaticMember(FencedMember):
         config: GroupConfig,
         *,
         ordinal: int,
-        replicas: int | None = None,
         **options: Unpack[MemberOptions],
     ) -> None:
-        self.ordinal, initial = validate_ordinal(ordinal, replicas)
-        self.replicas = max(initial or 0, self.ordinal + 1)  # the count this member starts a group with
+        if not isinstance(config.mode, Static):
+            raise InvalidRequest("mode", f"a static member needs Static(...), got {config.mode!r}")
+        self.ordinal = validate_ordinal(ordinal)
         super().__init__(store, group, member_id, config, **options)
         self.phase = StaticPhase.STARTING
         self._published = False
         self._replicas = self.replicas  # the stored (effective) replica count
         self._replicas_revision = 0
+
+    @property
+    def replicas(self) -> int:
+        """The count this member starts a group with: the definition's ``Static(replicas)`` (the stored one once
+        read), at least ordinal + 1."""
+        mode = self.config.mode
+        initial = mode.replicas if isinstance(mode, Static) and mode.replicas is not None else 0
+        return max(initial, self.ordinal + 1)
 
     @property
     def effective_replicas(self) -> int:
@@ -228,6 +227,4 @@ __all__ = [
     "set_replicas",
     "replicas_of",
     "stored_replicas",
-    "validate_ordinal",
-    "validate_replicas",
 ]
