@@ -79,7 +79,8 @@ def run_worker(
     ``requested`` is the group's definition as this worker asks for it (:meth:`apportion.Group.of`): a whole
     ``GroupConfig``, or only its mode (join the stored definition); ``ordinal`` a static member's, ``update``
     writes ``requested`` over the stored definition. Both values are checked when they are made, so a mistyped
-    option never creates a store file. The store is waited for up to
+    option never creates a store file; a mismatch with the stored definition (another mode, other partitions) is
+    refused before the worker starts (exit 2). The store is waited for up to
     ``connect_timeout_s`` (:class:`StartUp`); ``metrics_port`` serves Prometheus metrics and the probes
     ``/healthz``, ``/readyz`` (the metrics extra). ``on_started(worker)`` hears the running
     :class:`apportion.Worker` (``worker.stop()`` ends the run as a signal does)."""

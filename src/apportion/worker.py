@@ -114,6 +114,7 @@ class Worker:
             on_revoked=on_revoked,
             on_lost=on_lost,
             update=group.update,
+            partitions_given=group.partitions_given,
             revoke_timeout_s=revoke_timeout_s,
             history_retention_s=history_retention_s,
             tracer=self._log,
@@ -395,12 +396,14 @@ class Group:
     (seed 0, the default), ``Coordinator(min_members, rebalance, max_in_flight)`` (seed 1) or ``Static(replicas)``
     (seed 3: ``replicas`` is the count a group starts with when it has none yet; afterwards :meth:`scale` changes
     it), stored with the definition (with ``partitions=None`` and no ``mode``: the stored one's); a static member also
-    needs its ``ordinal``. ``strategy`` defaults to "sticky",
-    or "round_robin" in coordinator mode (as in seed 1). :meth:`of` takes the whole definition as one
-    :class:`GroupConfig` (or only a mode: "join the stored definition").
+    needs its ``ordinal``. ``strategy`` defaults to "sticky", or "round_robin" in coordinator mode (as in seed 1).
+    :meth:`of` takes the whole definition as one :class:`GroupConfig` (or only a mode: "join the stored
+    definition").
 
     ``requested`` is the definition asked for (with ``partitions=None``: the stored one); the members follow the
-    stored one (``Worker.effective``; what happens when they differ: ``apportion.group._config``).
+    stored one (``Worker.effective``). Another mode than the stored one, or other partitions without ``update``, is
+    refused here (``InvalidRequest``) and again when a member starts (``GroupConfig.check_join``, which says what
+    happens with every other difference).
     """
 
     def __init__(
@@ -444,7 +447,7 @@ class Group:
     ) -> Group:
         """The group ``name`` on ``store`` as ``requested``: a whole definition, or only a mode (join the stored
         definition, which must exist), or None (the stored definition, its mode included). ``ordinal``: a static
-        member's."""
+        member's. Checked against the stored definition as the constructor does."""
         group = cls.__new__(cls)
         group._open(store, name, requested, ordinal=ordinal, update=update, clock=clock)
         return group
@@ -459,7 +462,8 @@ class Group:
         self.name = validate_group(name)
         self.clock: Clock = clock or getattr(store, "clock", None) or SYSTEM_CLOCK
         self.ordinal = None if ordinal is None else validate_ordinal(ordinal)
-        self.update = update and isinstance(requested, GroupConfig)
+        self.partitions_given = isinstance(requested, GroupConfig)
+        self.update = update and self.partitions_given
         try:
             stored = GroupConfig.find(store, name)
         except CorruptRecord:
@@ -475,6 +479,8 @@ class Group:
         else:  # the stored definition with the mode asked for (none: the stored one, rounds if it records none)
             mode = requested if requested is not None else stored.mode or Rounds()
             self.requested = dataclasses.replace(stored, mode=mode)
+        if stored is not None:
+            self.requested.check_join(stored, self.name, update=self.update, partitions=self.partitions_given)
 
     @property
     def mode(self) -> Mode:
@@ -484,7 +490,7 @@ class Group:
     def scale(self, replicas: int) -> None:
         """Set the group's replica count (static mode; ``kubectl scale``'s analogue): every static member follows
         it. Ordinals at or above it give their partitions up (on_revoked, release) and the others claim them.
-        InvalidRequest for a group with no definition (``set_replicas``)."""
+        InvalidRequest for a group with no definition or one of another mode (``set_replicas``)."""
         set_replicas(self.store, self.name, replicas)
 
     def join(

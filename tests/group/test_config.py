@@ -10,7 +10,7 @@ import pytest
 
 from apportion import Group, InvalidRequest
 from apportion.errors import CorruptRecord
-from apportion.group import Coordinator, GroupConfig, Keys, Mode, Rounds, Static, encode
+from apportion.group import MAX_REPLICAS, Coordinator, GroupConfig, Keys, Mode, Rounds, Static, encode
 from apportion.sim import SimConfig
 from apportion.store import MemoryStore, Put, renew_interval_s
 from apportion.store._etcd import EtcdStore
@@ -83,6 +83,7 @@ def test_the_mode_is_stored_with_the_definition_and_read_back_whole(mode: Mode) 
         (lambda: Coordinator(rebalance="sometimes"), "rebalance: 'sometimes' is not one of automatic, manual"),
         (lambda: Coordinator(max_in_flight=True), "max_in_flight: must be an integer >= 1"),
         (lambda: Static(0), "replicas: must be an integer >= 1"),
+        (lambda: Static(MAX_REPLICAS + 1), "replicas: must be at most 1,000,000"),
         (lambda: GroupConfig(partitions=4, mode="static"), "mode: must be Rounds(), Coordinator(...) or Static(...)"),
     ],
 )
@@ -108,6 +109,7 @@ def test_a_definition_stored_before_modes_were_reads_as_not_recorded_not_as_roun
     config = GroupConfig.from_json(old)
     assert config.mode is None and config.mode_name is None
     assert config.to_json() == old  # written back as it was
+    GroupConfig(partitions=4, mode=Static()).check_join(config, "g")  # any mode may join it (and records its own)
 
 
 @pytest.mark.parametrize(
@@ -118,6 +120,19 @@ def test_a_corrupt_stored_mode_is_corrupt_record_naming_the_key(mode: object) ->
     record = {**GroupConfig(partitions=4).to_json(), "mode": mode}
     with pytest.raises(CorruptRecord, match="/apportion/g/resource"):
         GroupConfig.from_json(record, "/apportion/g/resource")
+
+
+def test_requested_and_effective_differ_as_the_docstring_says() -> None:
+    """Another mode: refused even with update; other partitions: refused without update; anything else (timings,
+    strategy, the mode's settings): the stored definition is the effective one."""
+    stored = GroupConfig(partitions=4, mode=Coordinator(max_in_flight=8))
+    with pytest.raises(InvalidRequest, match="group 'g' is a coordinator group; this worker asked for --mode rounds"):
+        GroupConfig(partitions=4).check_join(stored, "g", update=True)
+    with pytest.raises(InvalidRequest, match="group 'g' has 4 partitions; this worker asked for 8 partitions"):
+        GroupConfig(partitions=8, mode=Coordinator()).check_join(stored, "g")
+    GroupConfig(partitions=8, mode=Coordinator()).check_join(stored, "g", update=True)
+    GroupConfig(partitions=8, mode=Coordinator()).check_join(stored, "g", partitions=False)  # read, not given
+    GroupConfig(partitions=4, ttl_s=9.0, strategy="range", mode=Coordinator()).check_join(stored, "g")
 
 
 def test_a_worker_follows_the_effective_ttl_not_the_requested_one() -> None:

@@ -216,7 +216,8 @@ def member_mode(
 ) -> MemberMode:
     """The options of :func:`member_mode_options` as a :class:`MemberMode`. InvalidRequest (exit 2) for a mode's
     option given (command line, environment or config file) with another ``--mode``, static mode without an
-    ordinal, and what :func:`static_identity` refuses."""
+    ordinal, an ordinal or replica count out of range (``MAX_REPLICAS``), and what :func:`static_identity`
+    refuses."""
     refuse_other_modes_options(ctx, mode)
     hostname, ordinal = static_identity(hostname, ordinal, from_machine=ordinal_from_hostname)
     if mode == "static":

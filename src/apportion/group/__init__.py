@@ -39,6 +39,7 @@ from apportion.group._keys import (
 )
 from apportion.group._members import new_member
 from apportion.group._mode import (
+    MAX_REPLICAS,
     MODES,
     NO_STATIC_SUBSCRIPTIONS,
     POLICIES,
@@ -85,6 +86,7 @@ from apportion.group._status import (
 
 __all__ = [
     "CHUNK",
+    "MAX_REPLICAS",
     "MODES",
     "NO_STATIC_SUBSCRIPTIONS",
     "POLICIES",

@@ -38,8 +38,15 @@ from then on the mode is the group's. Until then ``status`` says ``mode: null`` 
 Requested and effective definitions. What a caller asks for (``Group(...).requested``, a worker's options) is the
 *requested* definition; the one stored at ``resource`` is the *effective* one, which every member adopts and
 follows (``FencedMember.config``; its lease ttl, timings, strategy and mode settings are the stored ones). When they
-differ, the stored one wins, unless ``update`` writes the requested one (a new round); a definition with no mode yet
-takes the member's. A definition changed while a member runs (another member's ``update``) is adopted.
+differ (:meth:`GroupConfig.check_join`, at a member's start and when ``Group`` is made):
+
+- the mode (rounds, coordinator, static): refused (``InvalidRequest``), with or without ``update``: its members run
+  another protocol, and a member of this one would wait for ever; a definition with no mode yet takes this one;
+- the partitions or resources (given explicitly): refused unless ``update`` (then the requested definition is
+  written and a new round starts); without it the worker would silently process another partitioning than asked;
+- anything else (strategy, options, timings, stateful, the mode's own settings: ``max_in_flight``, a static
+  group's starting ``replicas``): the stored one wins, unless ``update`` writes the requested one. A definition
+  changed while a member runs (another member's ``update``) is adopted, never refused.
 """
 
 from __future__ import annotations
@@ -56,8 +63,10 @@ from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.group._keys import Keys, PartitionId, decode, valid_name
 from apportion.group._mode import (
     MODES,
+    NO_STATIC_SUBSCRIPTIONS,
     Mode,
     Rounds,
+    Static,
     mode_from_json,
     mode_named,
     mode_to_json,
@@ -236,6 +245,8 @@ class GroupConfig:
         """A member's subscriptions (None: every resource), checked against the group's resources."""
         if names is None:
             return None
+        if isinstance(self.mode, Static):
+            raise InvalidRequest("subscriptions", NO_STATIC_SUBSCRIPTIONS)
         if isinstance(names, str) or not isinstance(names, list | tuple | set | frozenset):
             raise InvalidRequest("subscriptions", f"must be a list of resource names, got {names!r}")
         if not self.resources:
@@ -248,13 +259,40 @@ class GroupConfig:
             raise InvalidRequest("subscriptions", "must name at least one resource")
         return frozenset(names)
 
+    def require_mode(self, group: str, name: str, field_name: str, why: str) -> None:
+        """InvalidRequest naming ``field_name`` when this (stored) definition's mode is not ``name``: an operator's
+        command of one mode on a group of another (``apportion scale``, ``apportion rebalance``). A definition that
+        records no mode (an older version's) passes: it may be of that mode."""
+        if self.mode is not None and self.mode.name != name:
+            raise InvalidRequest(field_name, f"group {group!r} is a {self.mode.name} group: {why}")
+
     def check_update(self, stored: GroupConfig) -> None:
         """InvalidRequest when this definition may not replace ``stored``: a one-resource group cannot become a
-        group over named resources or back (its checkpoints and epochs are keyed by the other kind of id)."""
+        group over named resources or back (its checkpoints and epochs are keyed by the other kind of id). (Nor
+        may the mode change: :meth:`check_join`.)"""
         if self.named != stored.named:
             kinds = ("a one-resource group", "a group over named resources")
             why = "its checkpoints and epochs are keyed by the other kind of id"
             raise InvalidRequest("resources", f"{kinds[stored.named]} cannot become {kinds[self.named]} ({why})")
+
+    def check_join(self, stored: GroupConfig, group: str, *, update: bool = False, partitions: bool = True) -> None:
+        """InvalidRequest when a member asking for this (requested) definition may not join ``group`` whose stored
+        (effective) definition is ``stored``: another mode, or (``partitions``: this definition's partitions were
+        given, not read from the store) other partitions or resources without ``update``. What else may differ, and
+        what happens then, is the module docstring's "Requested and effective definitions"."""
+        if stored.mode is not None and self.mode is not None and stored.mode.name != self.mode.name:
+            raise InvalidRequest(
+                "mode", f"group {group!r} is a {stored.mode.name} group; this worker asked for --mode {self.mode.name}"
+            )
+        if update:
+            self.check_update(stored)
+            return
+        if partitions and (self.partitions, self.resources) != (stored.partitions, stored.resources):
+            raise InvalidRequest(
+                "partitions",
+                f"group {group!r} has {_partitioning(stored)}; this worker asked for {_partitioning(self)} "
+                "(a worker with --update rewrites the definition)",
+            )
 
     def to_json(self) -> dict[str, Any]:
         if self.resources:
@@ -317,6 +355,13 @@ class GroupConfig:
         if config is None:
             raise InvalidRequest("group", f"group {group!r} has no resource definition")
         return config
+
+
+def _partitioning(config: GroupConfig) -> str:
+    """``4 partitions`` or ``resources orders:4,payments:2``: a definition's partitioning, as an error names it."""
+    if config.resources:
+        return "resources " + ",".join(f"{r.name}:{r.partitions}" for r in config.resources)
+    return f"{config.partitions} partitions"
 
 
 def _resource_json(resource: Resource) -> dict[str, Any]:

@@ -337,8 +337,10 @@ def table_changes(
 
 
 def planned_moves(store: Store, group: str, planner: Planner = default_planner) -> list[TableMove]:
-    """What a full re-plan (``apportion rebalance``) would move now: partitions whose holder changes."""
+    """What a full re-plan (``apportion rebalance``) would move now: partitions whose holder changes. InvalidRequest
+    for a group of another mode (it has no partition table to re-plan)."""
     config = GroupConfig.load(store, group)
+    config.require_mode(group, "coordinator", "rebalance", "only a coordinator group has a partition table to re-plan")
     table = {p: e for p, (e, _) in read_table(store, group).items()}
     if not table:
         return []
@@ -364,7 +366,11 @@ def in_flight(table: Mapping[PartitionId, Entry]) -> list[PartitionId]:
 def request_rebalance(store: Store, group: str, now: float) -> None:
     """Ask the coordinator for one full re-plan (manual policy). Refused (``InvalidRequest``) while moves of the
     last plan are in flight: a re-plan over them would redirect migrations half done; wait until every partition is
-    ONLINE. A request that races with a new plan anyway is queued by the coordinator until the table is ONLINE."""
+    ONLINE. A request that races with a new plan anyway is queued by the coordinator until the table is ONLINE.
+    Refused for a group of another mode, as ``planned_moves`` is."""
+    config = GroupConfig.find(store, group)
+    if config is not None:
+        config.require_mode(group, "coordinator", "rebalance", "only a coordinator group rebalances on request")
     pending = in_flight({p: e for p, (e, _) in read_table(store, group).items()})
     if pending:
         shown = ", ".join(map(str, pending[:10])) + (", ..." if len(pending) > 10 else "")

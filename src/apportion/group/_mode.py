@@ -4,7 +4,8 @@
 ``_coordinator``) or ``Static(replicas)`` (seed 3, ``_static``): frozen values, validated on construction
 (``InvalidRequest`` naming the field), each default written here once. The mode is part of the group's definition
 (``GroupConfig.mode``) and stored with it in the ``resource`` record as ``"mode": {"name": ..., <settings>}``
-(:func:`mode_to_json`, :func:`mode_from_json`).
+(:func:`mode_to_json`, :func:`mode_from_json`): a member of another mode is refused, not left to starve
+(``GroupConfig.check_join``).
 
 What each value holds is what the group shares; what a member is (its ordinal, capacity, subscriptions) is not
 part of it. ``Static.replicas`` is the replica count a static group *starts* with (None: the first member's ordinal
@@ -18,27 +19,35 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from apportion.errors import CorruptRecord, InvalidRequest
+from apportion.model import MAX_PARTITIONS
 
 MODES = ("rounds", "coordinator", "static")
 POLICIES = ("automatic", "manual")
 
 NO_STATIC_SUBSCRIPTIONS = "static mode has no subscriptions: each ordinal consumes every resource"
 
+MAX_REPLICAS = MAX_PARTITIONS
+"""The most replicas a static group may count (and so the highest ordinal is ``MAX_REPLICAS - 1``): a pod beyond
+the most partitions a group can hold could never own one, and a count raised by a mistyped ordinal (20 digits) would
+stay raised for good."""
 
-def _integer(name: str, value: object, minimum: int) -> int:
+
+def _integer(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidRequest(name, f"must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise InvalidRequest(name, f"must be at most {maximum:,}, got {value:,}")
     return value
 
 
 def validate_replicas(replicas: object) -> int:
-    """A replica count: an integer >= 1."""
-    return _integer("replicas", replicas, 1)
+    """A replica count: an integer in 1..``MAX_REPLICAS``."""
+    return _integer("replicas", replicas, 1, MAX_REPLICAS)
 
 
 def validate_ordinal(ordinal: object) -> int:
-    """An ordinal: an integer >= 0."""
-    return _integer("ordinal", ordinal, 0)
+    """An ordinal: an integer in 0..``MAX_REPLICAS - 1``."""
+    return _integer("ordinal", ordinal, 0, MAX_REPLICAS - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +143,7 @@ def mode_from_json(value: object, key: str | None = None) -> Mode:
 
 
 __all__ = [
+    "MAX_REPLICAS",
     "MODES",
     "NO_STATIC_SUBSCRIPTIONS",
     "POLICIES",

@@ -59,7 +59,15 @@ from dataclasses import dataclass
 from typing import Any, Required, TypedDict, TypeVar
 
 from apportion.clock import Clock
-from apportion.errors import Compacted, Fenced, InvalidRequest, LeaseNotFound, StoreFull, StoreUnavailable
+from apportion.errors import (
+    Compacted,
+    CorruptRecord,
+    Fenced,
+    InvalidRequest,
+    LeaseNotFound,
+    StoreFull,
+    StoreUnavailable,
+)
 from apportion.group._commits import (
     CHUNK_BYTES,
     CHUNK_PARTITIONS,
@@ -158,6 +166,7 @@ class MemberOptions(TypedDict, total=False):
     tracer: Tracer | None
     delay: DelayHook | None
     replace: bool
+    partitions_given: bool
 
 
 class FencedMember:
@@ -192,6 +201,7 @@ class FencedMember:
         tracer: Tracer | None = None,
         delay: DelayHook | None = None,
         replace: bool = False,
+        partitions_given: bool = True,
     ) -> None:
         validate_member_id(member_id)
         if not 0 < safety < 2:
@@ -204,8 +214,9 @@ class FencedMember:
         self.id = member_id
         self.config = config  # the effective definition: the requested one until the stored one is read
         self._wanted = config  # the requested definition
+        self._partitions_given = partitions_given
         self._update = update
-        self._joined = False  # the stored definition was read once (the first start)
+        self._joined = False  # the requested definition was checked against the stored one (the first start)
         self._config_revision = 0
         self._clock = clock
         self._on_assigned = on_assigned
@@ -696,8 +707,11 @@ class FencedMember:
 
     def _load_config(self, now: float) -> None:
         """Read the group's definition (create it when absent; ``update``: replace it) and adopt it as
-        ``config`` (``apportion.group._config``: requested and effective definitions). At the first start, a
-        stored definition that records no mode (an older version's) gets this member's, once."""
+        ``config``. At the first start only, the requested definition is checked against the stored one
+        (``GroupConfig.check_join``: another mode, or other partitions without ``update``, raise InvalidRequest and
+        this member stops before registering); a stored definition that records no mode (an older version's) gets
+        this member's, once. A definition changed later by another member is adopted, whatever it says
+        (``apportion.group._config``: requested and effective definitions)."""
         wanted = encode(self._wanted.to_json())
         kv = self.store.get(self.keys.resource)
         if kv is None:
@@ -710,10 +724,16 @@ class FencedMember:
             if kv is None:
                 raise StoreUnavailable("resource definition vanished while being created")
         if not self._joined:
+            try:
+                stored: GroupConfig | None = GroupConfig.from_record(kv)
+            except CorruptRecord:
+                if not self._update:
+                    raise  # this worker stops (exit 2) naming the key
+                stored = None  # update rewrites it below
+            if stored is not None:
+                self._wanted.check_join(stored, self.group, update=self._update, partitions=self._partitions_given)
             self._joined = True
-            # CorruptRecord: this worker stops (exit 2) naming the key; with update, it rewrites the definition below
-            stored = None if self._update else GroupConfig.from_record(kv)
-            if stored is not None and stored.mode is None:  # an older version's definition: record this mode, once
+            if stored is not None and stored.mode is None and not self._update:  # an older version's: this mode, once
                 adopted = encode(dataclasses.replace(stored, mode=self._wanted.mode).to_json())
                 compare = mod_revision_is(self.keys.resource, kv.mod_revision)
                 self.store.txn([compare], [Put(self.keys.resource, adopted)])

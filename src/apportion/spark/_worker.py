@@ -96,11 +96,11 @@ def run_pipeline_worker(
     partitions, ``strategy`` (default: the mode's), ``options``, the timings (``ttl_s`` default: the store's) and
     ``mode`` (``Rounds()`` by default, ``Coordinator(...)``, ``Static(...)`` with this member's ``ordinal``) are the
     definition this worker requests (``GroupConfig.request``), checked before Spark starts; it defines the group when
-    it does not exist yet (``apportion.Group.of``). Stateful partitions (``state_dir``) need the rounds mode.
-    ``transform`` is a function ``f(df) -> df`` or its ``"module:function"`` name (default
-    ``apportion.spark.transform``). ``emit`` receives every event (default: one JSON log line on
-    ``apportion.pipeline``). ``signals``: SIGINT and SIGTERM set ``stop`` (main thread only; the handlers stay
-    installed, so a signal during the process's exit is ignored too).
+    it does not exist yet, and a group stored with another mode or other partitions is refused
+    (``apportion.Group.of``). Stateful partitions (``state_dir``) need the rounds mode. ``transform`` is a function
+    ``f(df) -> df`` or its ``"module:function"`` name (default ``apportion.spark.transform``). ``emit`` receives every
+    event (default: one JSON log line on ``apportion.pipeline``). ``signals``: SIGINT and SIGTERM set ``stop`` (main
+    thread only; the handlers stay installed, so a signal during the process's exit is ignored too).
 
     ``resources`` (several log resources, instead of ``resource``): the group is over these named resources (each
     with the log's partition count) and this worker runs one ``Pipeline`` per resource it subscribes to
@@ -159,7 +159,7 @@ def run_pipeline_worker(
     definition = requested(partitions=n)
     stop = stop or threading.Event()
     with connect(store_url) as store:
-        defined = Group.of(store, group, definition, ordinal=ordinal)
+        defined = Group.of(store, group, definition, ordinal=ordinal)  # another mode or partitions: refused
         spark = spark_session(master, driver_memory, f"apportion-pipeline-{worker_id}")
         if signals:
             _stop_on_signals(stop)  # after Spark, which installs its own SIGINT handler
@@ -222,7 +222,7 @@ def _run_resources(
     if unknown:
         raise InvalidRequest("subscribe", f"{unknown} are not among the group's resources {sorted(counts)}")
     with connect(store_url) as store:
-        defined = Group.of(store, group, definition, ordinal=ordinal)
+        defined = Group.of(store, group, definition, ordinal=ordinal)  # other resources or mode: refused
         spark = spark_session(master, driver_memory, f"apportion-pipeline-{worker_id}")
         if signals:
             _stop_on_signals(stop)
