@@ -27,6 +27,7 @@ import pika
 from tests.rabbitmq_server import RabbitServer, rabbitmq_binary
 
 import apportion
+from apportion.group import Static
 from apportion.rabbitmq import DEFAULT_BATCH, DEFAULT_PREFETCH, QueueConsumer, declare_queue, queue_name
 from apportion.routing import partition_for
 
@@ -118,7 +119,7 @@ def apportioned(url: str, prefix: str, partitions: int, messages: int, prefetch:
                 done.set()
 
     with apportion.connect(store_url) as store:
-        group = apportion.Group(store, "bench", partitions=partitions, mode="static", ordinal=0, replicas=1)
+        group = apportion.Group(store, "bench", partitions=partitions, mode=Static(1), ordinal=0)
         consumer = QueueConsumer(url, prefix, handler, prefetch=prefetch, batch=DEFAULT_BATCH, emit=emit)
         with consumer:
             worker = group.join("c0", consumer.on_assigned, consumer.on_revoked, consumer.on_lost)

@@ -20,6 +20,7 @@ from prometheus_client import generate_latest
 import apportion
 from apportion.errors import Fenced, StoreUnavailable
 from apportion.fleet import Fleet, worker_args
+from apportion.group import Static
 from apportion.metrics import MetricsTracer
 from apportion.store import MemoryStore
 from apportion.waiting import wait_for
@@ -182,7 +183,7 @@ def probe(port: int, path: str) -> tuple[int, str]:
 
 def test_healthz_and_readyz_answer_as_kubernetes_expects() -> None:
     store = DownableStore(f"memory://probes-{uuid.uuid4().hex}")
-    group = apportion.Group(store, "orders", partitions=4, ttl_s=1.0, mode="static", ordinal=0)
+    group = apportion.Group(store, "orders", partitions=4, ttl_s=1.0, mode=Static(), ordinal=0)
     m = MetricsTracer("orders", "a")
     port = m.serve(0)
     assert probe(port, "/healthz") == (503, "starting")  # before the worker runs

@@ -7,6 +7,7 @@ import threading
 import uuid
 from typing import Any
 
+from apportion.group import GroupConfig
 from apportion.runner import run_worker
 from apportion.waiting import wait_for
 from apportion.worker import Worker
@@ -24,8 +25,8 @@ def test_run_worker_emits_its_assignment_and_commits_until_the_caller_stops_it()
     url = f"memory://runner-{uuid.uuid4().hex}"
     thread = threading.Thread(
         target=run_worker,
-        args=(url, "g", "w1"),
-        kwargs={"emit": emit, "partitions": 4, "settle_s": 0.05, "commit_every_s": 0.05, "on_started": started.append},
+        args=(url, "g", "w1", GroupConfig(partitions=4, settle_s=0.05)),
+        kwargs={"emit": emit, "commit_every_s": 0.05, "on_started": started.append},
         daemon=True,
     )
     thread.start()

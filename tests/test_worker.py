@@ -79,7 +79,7 @@ def test_group_without_partitions_uses_the_stored_definition() -> None:
     with pytest.raises(apportion.InvalidRequest):
         apportion.Group(store, "g")
     apportion.Group(store, "g", partitions=5).join("w1").stop(10)
-    assert apportion.Group(store, "g").config.partitions == 5
+    assert apportion.Group(store, "g").requested.partitions == 5
 
 
 def test_invalid_group_name_is_rejected() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 import apportion
 from apportion.errors import InvalidRequest
-from apportion.group import group_status, settled
+from apportion.group import GroupConfig, Keys, Static, encode, group_status, settled
 from apportion.waiting import wait_for
 from tests.cli.run import cli
 
@@ -49,7 +49,7 @@ def test_a_subscription_to_an_unknown_resource_or_in_a_one_resource_group_is_ref
         plain = apportion.Group(store, "h", partitions=4)
         with pytest.raises(InvalidRequest, match="one-resource group"):
             plain.join("w1", subscriptions=["h"])
-        static = apportion.Group(store, "s", resources=RESOURCES, mode="static", ordinal=0, replicas=1)
+        static = apportion.Group(store, "s", resources=RESOURCES, mode=Static(1), ordinal=0)
         with pytest.raises(InvalidRequest, match="static mode has no subscriptions"):
             static.join("w1", subscriptions=["orders"])
 
@@ -77,6 +77,18 @@ def test_apportion_subscribe_changes_a_live_members_subscriptions_and_status_sho
     assert bad.code == 2 and "not a resource of the group" in bad.one_error_line()
     missing = cli("subscribe", "--store", url, "--group", "nogroup", "--id", "w1", "orders")
     assert missing.code == 2 and "no such group" in missing.one_error_line()
+
+
+def test_apportion_subscribe_on_a_static_group_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Issue 28 class 1: it stored an operator's subscriptions that no static member can use."""
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with apportion.connect(url) as store:
+        store.put(Keys("g").resource, encode(GroupConfig(resources=RESOURCES, mode=Static()).to_json()))
+    result = cli("subscribe", "--store", url, "--group", "g", "--id", "w1", "orders")
+    assert result.code == 2, result.stderr
+    assert "subscriptions: static mode has no subscriptions" in result.one_error_line()
+    with apportion.connect(url) as store:
+        assert store.get(Keys("g").subscription("w1")) is None
 
 
 def test_worker_command_refuses_a_malformed_resource_list_before_opening_the_store(tmp_path: Path) -> None:

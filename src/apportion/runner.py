@@ -1,6 +1,6 @@
 """Run one worker as ``apportion worker`` does: wait for the store, join, commit checkpoints, emit every change.
 
-``run_worker(url, group, worker_id, emit=..., partitions=..., ...)`` is the command without its option parsing;
+``run_worker(url, group, worker_id, requested, emit=..., ...)`` is the command without its option parsing;
 ``run_member(group, worker_id, emit=...)`` runs an already defined :class:`apportion.Group` the same way. Each
 change is one ``emit(kind, partitions=[...])`` call (``assigned``, ``revoked``, ``lost``; the committer's
 ``commit`` adds ``epoch``, the store ``revision`` of the transaction and ``checkpoint``, its ``fenced`` adds ``epoch``
@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from apportion.errors import Fenced, InvalidRequest, StoreFull, StoreUnavailable
-from apportion.group import DEFAULT_RETENTION_S, PartitionId, sorted_pids
+from apportion.group import DEFAULT_RETENTION_S, GroupConfig, Mode, PartitionId, sorted_pids
 from apportion.store import Store, connect, redact_url
 from apportion.worker import Group, Tracer, Worker
 
@@ -59,8 +59,11 @@ def run_worker(
     store_url: str,
     group: str,
     worker_id: str,
+    requested: GroupConfig | Mode,
     *,
     emit: Emit,
+    ordinal: int | None = None,
+    update: bool = False,
     capacity: float = 1.0,
     commit_every_s: float = 0.0,
     replace: bool = False,
@@ -70,31 +73,25 @@ def run_worker(
     metrics_host: str = "127.0.0.1",
     on_started: Callable[[Worker], None] | None = None,
     subscriptions: Sequence[str] | None = None,
-    **definition: Any,
 ) -> None:
     """Run worker ``worker_id`` of ``group`` on the store at ``store_url`` until SIGINT/SIGTERM (graceful leave).
 
-    ``definition`` is :class:`apportion.Group`'s keyword arguments (``partitions``, ``strategy``, the timings,
-    ``update``, ``mode``, ``ordinal``, ``replicas``, ...). With ``partitions`` the whole definition is checked before
-    the store is opened, so a mistyped option never creates a store file. The store is waited for up to
+    ``requested`` is the group's definition as this worker asks for it (:meth:`apportion.Group.of`): a whole
+    ``GroupConfig``, or only its mode (join the stored definition); ``ordinal`` a static member's, ``update``
+    writes ``requested`` over the stored definition. Both values are checked when they are made, so a mistyped
+    option never creates a store file; a mismatch with the stored definition (another mode, other partitions) is
+    refused before the worker starts (exit 2). The store is waited for up to
     ``connect_timeout_s`` (:class:`StartUp`); ``metrics_port`` serves Prometheus metrics and the probes
     ``/healthz``, ``/readyz`` (the metrics extra). ``on_started(worker)`` hears the running
     :class:`apportion.Worker` (``worker.stop()`` ends the run as a signal does)."""
 
-    def define(store: Store) -> Group:
-        return Group(store, group, **definition)
-
-    if definition.get("partitions") is not None or definition.get("resources") is not None:
-        # the same constructor against an empty in-memory store (constructing a Group writes nothing)
-        with connect("memory://") as scratch:
-            define(scratch)
     startup = StartUp(store_url, worker_id, connect_timeout_s)
     store = startup.attempt(lambda: connect(store_url))
     try:
 
         def open_group() -> Group:
             store.revision()  # the first request (an etcd store sends none when it is opened)
-            return define(store)
+            return Group.of(store, group, requested, ordinal=ordinal, update=update)
 
         defined = startup.attempt(open_group, store)
         tracer = None if metrics_port is None else serve_metrics(defined, worker_id, metrics_port, metrics_host)

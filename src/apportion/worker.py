@@ -1,8 +1,9 @@
 """The run loop a user embeds: ``Group`` (a group's definition on a store) and ``Worker`` (one running member).
 
-A ``Worker`` runs the pure protocol core on two threads — :class:`apportion.group.RoundsMember` (``mode="rounds"``,
-seed 0), :class:`apportion.group.CoordinatorMember` (``mode="coordinator"``, seed 1) or
-:class:`apportion.group.StaticMember` (``mode="static"``, seed 3); all share ``FencedMember``'s ownership::
+A ``Worker`` runs the pure protocol core on two threads — the member ``apportion.group.new_member`` builds for the
+group's mode: :class:`apportion.group.RoundsMember` (``Rounds()``, seed 0), :class:`apportion.group.CoordinatorMember`
+(``Coordinator(...)``, seed 1) or :class:`apportion.group.StaticMember` (``Static(...)``, seed 3); all share
+``FencedMember``'s ownership::
 
     worker thread:    loop { deadline = member.step(now); member.wait_events(until deadline, at most 0.1 s) }
                       when stopped: member.begin_leave(), the same loop until member.leave_ready() (rounds: a
@@ -25,37 +26,37 @@ Callbacks (``on_assigned``, ``on_revoked``, ``on_lost``) run on the worker threa
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import datetime
 import logging
 import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import FrameType, TracebackType
-from typing import Any, TypedDict
+from typing import Any
 
 from apportion.clock import SYSTEM_CLOCK, Clock
 from apportion.errors import CorruptRecord, InvalidRequest, StoreUnavailable
 from apportion.group import (
     DEFAULT_RETENTION_S,
+    NO_STATIC_SUBSCRIPTIONS,
     Callback,
     CommitResult,
     CoordinatorMember,
     FencedMember,
     GroupConfig,
+    Mode,
     PartitionId,
     PartitionLease,
     ReplicaLags,
     ReplicasCallback,
+    Rounds,
     RoundsMember,
-    StaticMember,
     Tracer,
-    parse_resources,
+    new_member,
     set_replicas,
     validate_group,
     validate_ordinal,
-    validate_replicas,
-    validate_settings,
 )
 from apportion.store import Store
 
@@ -64,20 +65,7 @@ from apportion.store import Store
 log = logging.getLogger("apportion.worker")
 
 _MAX_WAIT_S = 0.1
-NO_STATIC_SUBSCRIPTIONS = "static mode has no subscriptions: each ordinal consumes every resource"
 _RETRY_S = 0.1
-
-
-class ModeOptions(TypedDict, total=False):
-    """:class:`Group`'s keyword arguments that pick the protocol and tune it (see :class:`Group`), for a caller that
-    passes them through (``run_pipeline_worker(..., **mode)``)."""
-
-    mode: str
-    ordinal: int | None
-    replicas: int | None
-    min_members: int
-    rebalance: str
-    max_in_flight: int
 
 
 class Worker:
@@ -101,10 +89,6 @@ class Worker:
         replace: bool = False,
         subscriptions: Sequence[str] | None = None,
     ) -> None:
-        if group.mode != "rounds" and (replica_lags is not None or on_replicas is not None):
-            raise InvalidRequest("on_replicas", "standby and learner replicas exist only in the rounds mode")
-        if group.mode == "static" and subscriptions is not None:
-            raise InvalidRequest("subscriptions", NO_STATIC_SUBSCRIPTIONS)
         self.group = group
         self._tracer = tracer
         self.id = worker_id
@@ -114,54 +98,28 @@ class Worker:
         self._changed = threading.Condition()
         self.error: BaseException | None = None
         self._refusing: str | None = None  # the store's refusal of writes last logged (StoreFull), None: none
-        common: dict[str, Any] = {
-            "clock": group.clock,
-            "on_assigned": on_assigned,
-            "on_revoked": on_revoked,
-            "on_lost": on_lost,
-            "update": group.update,
-            "revoke_timeout_s": revoke_timeout_s,
-            "history_retention_s": history_retention_s,
-            "tracer": self._log,
-            "replace": replace,
-        }
-        self._member: FencedMember
-        if group.mode == "static":
-            assert group.ordinal is not None  # validated by Group
-            self._member = StaticMember(
-                group.store,
-                group.name,
-                worker_id,
-                group.config,
-                ordinal=group.ordinal,
-                replicas=group.replicas,
-                **common,
-            )
-        elif group.mode == "coordinator":
-            self._member = CoordinatorMember(
-                group.store,
-                group.name,
-                worker_id,
-                group.config,
-                min_members=group.min_members,
-                rebalance=group.rebalance,
-                max_in_flight=group.max_in_flight,
-                subscriptions=subscriptions,
-                **common,
-            )
-        else:
-            self._member = RoundsMember(
-                group.store,
-                group.name,
-                worker_id,
-                group.config,
-                capacity=capacity,
-                rack=rack,
-                replica_lags=replica_lags,
-                on_replicas=on_replicas,
-                subscriptions=subscriptions,
-                **common,
-            )
+        self._member = new_member(
+            group.store,
+            group.name,
+            worker_id,
+            group.requested,
+            ordinal=group.ordinal,
+            subscriptions=subscriptions,
+            capacity=capacity,
+            rack=rack,
+            replica_lags=replica_lags,
+            on_replicas=on_replicas,
+            clock=group.clock,
+            on_assigned=on_assigned,
+            on_revoked=on_revoked,
+            on_lost=on_lost,
+            update=group.update,
+            partitions_given=group.partitions_given,
+            revoke_timeout_s=revoke_timeout_s,
+            history_retention_s=history_retention_s,
+            tracer=self._log,
+            replace=replace,
+        )
         self._thread = threading.Thread(target=self._run, name=f"apportion-worker-{worker_id}", daemon=True)
         self._keeper = threading.Thread(target=self._keepalive, name=f"apportion-keepalive-{worker_id}", daemon=True)
 
@@ -181,6 +139,13 @@ class Worker:
             raise InvalidRequest("subscriptions", NO_STATIC_SUBSCRIPTIONS)
         member.subscribe(subscriptions)
         self._member_wake()
+
+    @property
+    def effective(self) -> GroupConfig:
+        """The group's definition this worker follows: the stored one once its member has read it (its lease ttl,
+        timings and strategy), the requested one (``Group.requested``) until then; see ``apportion.group._config``
+        for what happens when the two differ."""
+        return self._member.config
 
     def owned(self) -> list[PartitionId]:
         """Partitions this worker believes it owns now (a thread-safe snapshot)."""
@@ -328,12 +293,12 @@ class Worker:
             self._member_wake()
 
     def _keepalive(self) -> None:
-        """Renew every ``store.renew_every_s(ttl)`` (ttl/4; 0.5 s on etcd); after a failed renewal (each bounded by
-        what is left of the belief window) try again after ``_RETRY_S``, so one lost request during an election or
-        failover costs ~0.1 s, not a quarter ttl."""
-        interval = self.group.store.renew_every_s(self.group.config.ttl_s)
-        wait = interval
+        """Renew every ``store.renew_every_s(ttl)`` (ttl/4; 0.5 s on etcd) of the effective ttl (the lease's, not
+        the requested one); after a failed renewal (each bounded by what is left of the belief window) try again
+        after ``_RETRY_S``, so one lost request during an election or failover costs ~0.1 s, not a quarter ttl."""
+        wait = self.group.store.renew_every_s(self.effective.ttl_s)
         while not self._done.wait(wait):
+            interval = self.group.store.renew_every_s(self.effective.ttl_s)  # the stored ttl, as the lease's
             renewed = False
             try:
                 renewed = self._member.keepalive(self._clock.now())
@@ -408,12 +373,6 @@ class Worker:
             log.debug("worker %s %s %s", self.id, kind, dict(fields))
 
 
-def _default_ttl_s(store: Store) -> float:
-    """The member lease TTL of a group on ``store`` that sets none: the store's (5 s on etcd), else the group
-    default (3 s)."""
-    return GroupConfig.DEFAULT_TTL_S if store.default_ttl_s is None else store.default_ttl_s
-
-
 def _clock_time(t: float) -> str:
     """A clock reading for a log line: wall-clock time of day when it looks like one, else seconds."""
     if t > 1e9:
@@ -422,7 +381,8 @@ def _clock_time(t: float) -> str:
 
 
 class Group:
-    """A group: a partitioned resource (``partitions``, ``strategy``, timings) shared by workers on ``store``.
+    """A group: a partitioned resource (``partitions``, ``strategy``, timings, ``mode``) shared by workers on
+    ``store``.
 
     The first worker stores the definition; later ones use the stored one unless ``update=True`` (then they write
     theirs and a new round starts: seed 0 extension 2). ``partitions=None`` means "use the stored definition".
@@ -432,11 +392,18 @@ class Group:
     ``apportion.group._config``).
 
     ``ttl_s`` (the member lease) defaults to the store's ``default_ttl_s`` (5 s on etcd, so that a leader election
-    costs no partition), else GroupConfig's (3 s). ``mode`` picks the protocol: ``"rounds"`` (seed 0),
-    ``"coordinator"`` (seed 1: ``min_members``, ``rebalance`` "automatic"|"manual", ``max_in_flight`` migrations at
-    once) or ``"static"`` (seed 3: ``ordinal``, and ``replicas`` the count a group starts with when it has none
-    yet; afterwards :meth:`scale` changes it). ``strategy`` defaults to "sticky", or "round_robin" in coordinator
-    mode (as in seed 1).
+    costs no partition), else GroupConfig's (3 s). ``mode`` picks the protocol (``apportion.group``): ``Rounds()``
+    (seed 0, the default), ``Coordinator(min_members, rebalance, max_in_flight)`` (seed 1) or ``Static(replicas)``
+    (seed 3: ``replicas`` is the count a group starts with when it has none yet; afterwards :meth:`scale` changes
+    it), stored with the definition (with ``partitions=None`` and no ``mode``: the stored one's); a static member also
+    needs its ``ordinal``. ``strategy`` defaults to "sticky", or "round_robin" in coordinator mode (as in seed 1).
+    :meth:`of` takes the whole definition as one :class:`GroupConfig` (or only a mode: "join the stored
+    definition").
+
+    ``requested`` is the definition asked for (with ``partitions=None``: the stored one); the members follow the
+    stored one (``Worker.effective``). Another mode than the stored one, or other partitions without ``update``, is
+    refused here (``InvalidRequest``) and again when a member starts (``GroupConfig.check_join``, which says what
+    happens with every other difference).
     """
 
     def __init__(
@@ -453,64 +420,77 @@ class Group:
         ttl_s: float | None = None,
         options: Mapping[str, object] | None = None,
         stateful: bool = False,
+        mode: Mode | None = None,
+        ordinal: int | None = None,
         update: bool = False,
         clock: Clock | None = None,
-        mode: str = "rounds",
-        ordinal: int | None = None,
-        replicas: int | None = None,
-        min_members: int = 1,
-        rebalance: str = "automatic",
-        max_in_flight: int = 4,
     ) -> None:
-        default_strategy = GroupConfig.default_strategy(mode)  # InvalidRequest for an unknown mode
-        if mode == "static":
-            if ordinal is None:
-                raise InvalidRequest("ordinal", "static mode needs an ordinal")
-            validate_ordinal(ordinal, replicas)
-        if mode == "coordinator":
-            validate_settings(min_members, rebalance, max_in_flight)
-        self.mode = mode
-        self.ordinal = ordinal
-        self.replicas = replicas
-        self.min_members = min_members
-        self.rebalance = rebalance
-        self.max_in_flight = max_in_flight
-        if strategy is None:
-            strategy = default_strategy
+        requested: GroupConfig | Mode | None = mode
+        if partitions is not None or resources is not None:
+            requested = GroupConfig.request(
+                store, Rounds() if mode is None else mode, partitions=partitions, resources=resources,
+                strategy=strategy, settle_s=settle_s, min_interval_s=min_interval_s, heartbeat_s=heartbeat_s,
+                ttl_s=ttl_s, options=options, stateful=stateful,
+            )  # fmt: skip
+        self._open(store, name, requested, ordinal=ordinal, update=update, clock=clock)
+
+    @classmethod
+    def of(
+        cls,
+        store: Store,
+        name: str,
+        requested: GroupConfig | Mode | None,
+        *,
+        ordinal: int | None = None,
+        update: bool = False,
+        clock: Clock | None = None,
+    ) -> Group:
+        """The group ``name`` on ``store`` as ``requested``: a whole definition, or only a mode (join the stored
+        definition, which must exist), or None (the stored definition, its mode included). ``ordinal``: a static
+        member's. Checked against the stored definition as the constructor does."""
+        group = cls.__new__(cls)
+        group._open(store, name, requested, ordinal=ordinal, update=update, clock=clock)
+        return group
+
+    def _open(
+        self, store: Store, name: str, requested: GroupConfig | Mode | None, *, ordinal: int | None, update: bool,
+        clock: Clock | None,
+    ) -> None:  # fmt: skip
+        if requested is not None and not isinstance(requested, GroupConfig | Mode):
+            raise InvalidRequest("mode", f"must be Rounds(), Coordinator(...) or Static(...), got {requested!r}")
         self.store = store
         self.name = validate_group(name)
         self.clock: Clock = clock or getattr(store, "clock", None) or SYSTEM_CLOCK
-        self.update = update
-        if partitions is None and resources is None:
+        self.ordinal = None if ordinal is None else validate_ordinal(ordinal)
+        self.partitions_given = isinstance(requested, GroupConfig)
+        self.update = update and self.partitions_given
+        try:
             stored = GroupConfig.find(store, name)
-            if stored is None:
-                raise InvalidRequest("partitions", f"group {name!r} has no resource definition yet: give partitions")
-            self.config = stored
-            self.update = False
-        else:
-            self.config = GroupConfig(
-                partitions=partitions or 0,
-                resources=() if resources is None else parse_resources(resources),
-                strategy=strategy,
-                settle_s=settle_s,
-                min_interval_s=min_interval_s,
-                heartbeat_s=heartbeat_s,
-                ttl_s=_default_ttl_s(store) if ttl_s is None else ttl_s,
-                options=options or {},
-                stateful=stateful,
-            )
-            if update:
-                with contextlib.suppress(CorruptRecord):  # --update rewrites a corrupt definition
-                    stored = GroupConfig.find(store, name)
-                    if stored is not None:
-                        self.config.check_update(stored)
+        except CorruptRecord:
+            if not self.update:
+                raise
+            stored = None  # --update rewrites a corrupt definition
+        if isinstance(requested, GroupConfig):
+            if requested.mode is None:
+                raise InvalidRequest("mode", "a requested definition names its mode")
+            self.requested: GroupConfig = requested
+        elif stored is None:
+            raise InvalidRequest("partitions", f"group {name!r} has no resource definition yet: give partitions")
+        else:  # the stored definition with the mode asked for (none: the stored one, rounds if it records none)
+            mode = requested if requested is not None else stored.mode or Rounds()
+            self.requested = dataclasses.replace(stored, mode=mode)
+        if stored is not None:
+            self.requested.check_join(stored, self.name, update=self.update, partitions=self.partitions_given)
+
+    @property
+    def mode(self) -> Mode:
+        """The requested mode (the stored one's kind: another is refused)."""
+        return self.requested.mode or Rounds()  # never None: ``_open`` refuses a requested definition without one
 
     def scale(self, replicas: int) -> None:
         """Set the group's replica count (static mode; ``kubectl scale``'s analogue): every static member follows
-        it. Ordinals at or above it give their partitions up (on_revoked, release) and the others claim them."""
-        validate_replicas(replicas)
-        if GroupConfig.find(self.store, self.name) is None:
-            raise InvalidRequest("group", f"group {self.name!r} has no resource definition yet: nothing to scale")
+        it. Ordinals at or above it give their partitions up (on_revoked, release) and the others claim them.
+        InvalidRequest for a group with no definition or one of another mode (``set_replicas``)."""
         set_replicas(self.store, self.name, replicas)
 
     def join(
@@ -595,4 +575,4 @@ class Group:
             worker.stop()
 
 
-__all__ = ["CommitResult", "Group", "ModeOptions", "PartitionLease", "Tracer", "Worker"]
+__all__ = ["CommitResult", "Group", "PartitionLease", "Tracer", "Worker"]

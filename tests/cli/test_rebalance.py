@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
-from apportion.group import CoordinatorMember, GroupConfig, TableState, read_table
+import pytest
+
+from apportion.group import CoordinatorMember, GroupConfig, Keys, Mode, Rounds, Static, TableState, encode, read_table
 from apportion.store import connect
 from tests.cli.run import cli
 from tests.group.modes_harness import ModeHarness
@@ -58,3 +61,19 @@ def test_a_dry_run_while_migrations_are_in_flight_lists_what_is_still_moving() -
         s for s in states(h).values() if s is not TableState.ONLINE
     ]
     assert cli("rebalance", "--store", url, "--group", "g").code == 0
+
+
+@pytest.mark.parametrize("mode", [Rounds(), Static()])
+def test_rebalance_of_a_group_of_another_mode_is_refused_in_one_line(mode: Mode, tmp_path: Path) -> None:
+    """Issue 28 class 1: it planned nothing and said "0 planned moves", exit 0, as if a table existed."""
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with connect(url) as store:
+        store.put(Keys("g").resource, encode(GroupConfig(partitions=4, mode=mode).to_json()))
+    for args in ([], ["--dry-run"]):
+        result = cli("rebalance", "--store", url, "--group", "g", *args)
+        assert result.code == 2, result.stderr
+        assert result.one_error_line().endswith(
+            f"rebalance: group 'g' is a {mode.name} group: only a coordinator group has a partition table to re-plan"
+        )
+    with connect(url) as store:
+        assert store.get(Keys("g").rebalance) is None

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from apportion.errors import StoreFull, StoreUnavailable
-from apportion.group import GroupConfig, Keys, decode, encode
+from apportion.group import GroupConfig, Keys, Static, decode, encode
 from apportion.model import Resource
 from apportion.store import Put, Store, connect, value_is
 from apportion.waiting import wait_for
@@ -171,12 +171,13 @@ def test_commands_that_write_say_etcd_is_full_in_one_line_and_exit_1(small_etcd:
     url = small_etcd.url
     with connect(url) as store:
         store.put(Keys("g").resource, encode(GroupConfig(partitions=4).to_json()))
+        store.put(Keys("s").resource, encode(GroupConfig(partitions=4, mode=Static()).to_json()))  # scale's
         resources = (Resource("a", 2), Resource("b", 2))
         store.put(Keys("r").resource, encode(GroupConfig(resources=resources).to_json()))
         fill(store)
     expected = f"apportion: error: etcd at {url} {FULL}: writes are refused until an operator"
 
-    scaled = cli("scale", "--store", url, "--group", "g", "--replicas", "3")
+    scaled = cli("scale", "--store", url, "--group", "s", "--replicas", "3")
     assert scaled.code == 1 and scaled.one_error_line().startswith(expected), scaled.stderr
     subscribed = cli("subscribe", "--store", url, "--group", "r", "--id", "w1", "a")
     assert subscribed.code == 1 and subscribed.one_error_line().startswith(expected), subscribed.stderr

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from apportion.group import CoordinatorMember, FencedMember, GroupConfig, StaticMember
+from apportion.group import Coordinator, CoordinatorMember, FencedMember, GroupConfig, Static, StaticMember
 from tests.group.harness import Harness
 
 RR = GroupConfig(partitions=12, strategy="round_robin", settle_s=0.5, min_interval_s=1.0, ttl_s=3.0)
@@ -28,14 +29,13 @@ class ModeHarness(Harness):
         self._next_keepalive[member.id] = self.clock.now() + member.config.ttl_s / 4
         return member
 
-    def add_static(self, member_id: str, ordinal: int, replicas: int, **kwargs: Any) -> StaticMember:
+    def add_static(self, member_id: str, ordinal: int, replicas: int | None, **kwargs: Any) -> StaticMember:
         member = StaticMember(
             self.store,
             self.group,
             member_id,
-            self.config,
+            dataclasses.replace(self.config, mode=Static(replicas)),
             ordinal=ordinal,
-            replicas=replicas,
             clock=self.clock,
             **self._callbacks(member_id),
             **kwargs,
@@ -44,8 +44,12 @@ class ModeHarness(Harness):
         return member
 
     def add_coordinated(self, member_id: str, **kwargs: Any) -> CoordinatorMember:
+        """``min_members``, ``rebalance``, ``max_in_flight``: the group's ``Coordinator`` mode (the first member to
+        start stores it); anything else goes to the member."""
+        settings = {name: kwargs.pop(name) for name in ("min_members", "rebalance", "max_in_flight") if name in kwargs}
+        config = dataclasses.replace(self.config, mode=Coordinator(**settings))
         member = CoordinatorMember(
-            self.store, self.group, member_id, self.config, clock=self.clock, **self._callbacks(member_id), **kwargs
+            self.store, self.group, member_id, config, clock=self.clock, **self._callbacks(member_id), **kwargs
         )
         self._register(member)
         return member

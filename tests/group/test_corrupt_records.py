@@ -21,7 +21,7 @@ import pytest
 
 from apportion import Group, InvalidRequest
 from apportion.errors import CorruptRecord
-from apportion.group import GroupConfig, Keys, decode, encode, explain, group_status
+from apportion.group import Coordinator, GroupConfig, Keys, Mode, Rounds, decode, encode, explain, group_status
 from apportion.store import connect
 from tests.cli.run import cli
 
@@ -45,12 +45,14 @@ CORRUPT = {
 }
 
 
-def make_store(tmp_path: Path, records: dict[str, bytes] | None = None, *, lease: bool = False) -> str:
-    """A SQLite store holding group ``g`` (4 partitions) plus ``records`` written as they are (bound to a fresh
-    lease with ``lease``)."""
+def make_store(
+    tmp_path: Path, records: dict[str, bytes] | None = None, *, lease: bool = False, mode: Mode | None = None
+) -> str:
+    """A SQLite store holding group ``g`` (4 partitions, rounds mode unless ``mode``) plus ``records`` written as
+    they are (bound to a fresh lease with ``lease``)."""
     url = f"sqlite:///{tmp_path}/s.db"
     with connect(url) as store:
-        store.put(KEYS.resource, GroupConfig(partitions=4).record())
+        store.put(KEYS.resource, GroupConfig(partitions=4, mode=mode or Rounds()).record())
         lease_id = store.grant(60.0).id if lease else 0
         for key, value in (records or {}).items():
             if key == "latest":  # status reads the latest round's plan: make one that is fine
@@ -260,7 +262,7 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
 def test_a_worker_on_a_corrupt_record_exits_2_naming_the_key(
     key: str, value: bytes, args: list[str], tmp_path: Path
 ) -> None:
-    url = make_store(tmp_path, {key: value})
+    url = make_store(tmp_path, {key: value}, mode=Coordinator() if "coordinator" in args else None)
     result = run_worker(url, "--settle", "0.1", "--min-interval", "0.2", *args)
     assert result.returncode == 2, result.stderr
     assert_names(error_line(result), key)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from apportion.errors import InvalidRequest
-from apportion.group import GroupConfig
+from apportion.group import Coordinator, GroupConfig
 from tests.group.harness import Harness
 
 HA = GroupConfig(
@@ -86,7 +87,7 @@ def test_a_newcomer_first_warms_learners_and_gets_actives_only_once_they_are_rea
 
 
 def test_standbys_are_kept_on_other_members_and_reported_with_their_lag() -> None:
-    config = GroupConfig(**{**HA.to_json(), "options": {"num_standby_replicas": 1, "max_warmup_replicas": 2}})
+    config = replace(HA, options={"num_standby_replicas": 1, "max_warmup_replicas": 2})
     h = Harness(config)
     replicas = {}
     for i in range(3):
@@ -116,7 +117,7 @@ def test_replicas_are_refused_outside_the_rounds_mode() -> None:
     from apportion.worker import Group
 
     with MemoryStore("memory://replicas-modes") as store:
-        group = Group(store, "g", 4, mode="coordinator")
+        group = Group(store, "g", 4, mode=Coordinator())
         with pytest.raises(InvalidRequest, match="rounds mode"):
             group.join("w", replica_lags=dict)
 
@@ -132,7 +133,7 @@ def test_status_shows_learners_and_standbys_with_their_reported_lag() -> None:
     from apportion.cli._status import render
     from apportion.group import group_status
 
-    config = GroupConfig(**{**HA.to_json(), "options": {**HA.options, "num_standby_replicas": 1}})
+    config = replace(HA, options={**HA.options, "num_standby_replicas": 1})
     h = Harness(config)
     replicas = {}
     for i in range(4):

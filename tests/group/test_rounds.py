@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from apportion.errors import Fenced, InvalidRequest
-from apportion.group import GroupConfig, Keys, history
+from apportion.group import GroupConfig, Keys, RoundsMember, history
 from tests.group.harness import FAST, Harness
 
 
@@ -280,14 +282,32 @@ def test_resource_change_forces_a_new_round_with_the_new_partition_count() -> No
 
 
 def test_newcomer_uses_the_stored_definition_unless_asked_to_update() -> None:
+    """Timings (and strategy, options): the stored definition is the effective one (``_config``'s docstring)."""
     h = Harness()
     h.add("a")
     h.run(1.0)
-    other = GroupConfig(partitions=99, settle_s=0.5, min_interval_s=1.0, ttl_s=3.0)
+    other = GroupConfig(partitions=12, settle_s=0.7, min_interval_s=1.5, ttl_s=4.0)
     h.add("b", config=other)
     h.run(3.0)
-    assert h.members["b"].config.partitions == 12
+    assert h.members["b"].config == h.members["a"].config != other
     assert sorted(h.owners()) == list(range(12))
+
+
+def test_newcomer_asking_for_other_partitions_is_refused_before_it_registers() -> None:
+    """Issue 28: it used to run silently on the stored partitions; read from the store (not given), they are
+    adopted."""
+    h = Harness()
+    h.add("a")
+    h.run(1.0)
+    b = RoundsMember(h.store, h.group, "b", dataclasses.replace(h.config, partitions=99), clock=h.clock)
+    with pytest.raises(InvalidRequest, match="group 'g' has 12 partitions; this worker asked for 99 partitions"):
+        b.step(h.clock.now())
+    assert h.store.get(Keys(h.group).member("b")) is None
+    c = RoundsMember(
+        h.store, h.group, "c", dataclasses.replace(h.config, partitions=99), clock=h.clock, partitions_given=False
+    )
+    c.step(h.clock.now())
+    assert c.config.partitions == 12
 
 
 def test_slow_revocation_beyond_its_deadline_leads_to_on_lost() -> None:

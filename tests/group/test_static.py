@@ -3,11 +3,21 @@ as one live value of the group), a crashed ordinal, bad input."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from apportion.assign import range_block
 from apportion.errors import InvalidRequest
-from apportion.group import StaticMember, group_status, ordinal_from_hostname, set_replicas, stored_replicas
+from apportion.group import (
+    MAX_REPLICAS,
+    Static,
+    StaticMember,
+    group_status,
+    ordinal_from_hostname,
+    set_replicas,
+    stored_replicas,
+)
 from tests.group.modes_harness import ModeHarness
 
 
@@ -77,11 +87,19 @@ def test_an_ordinal_beyond_the_stored_replica_count_owns_nothing() -> None:
     assert h.assignment() == {"c-0": list(range(12)), "c-1": []}
 
 
-@pytest.mark.parametrize(("ordinal", "replicas"), [(-1, 3), (0, 0), (True, 3), (0, 2.5)])
+@pytest.mark.parametrize(
+    ("ordinal", "replicas"), [(-1, 3), (0, 0), (True, 3), (0, 2.5), (10**20, 3), (0, 10**20), (MAX_REPLICAS, None)]
+)
 def test_bad_ordinal_or_replicas_is_an_invalid_request(ordinal: int, replicas: int) -> None:
     h = ModeHarness()
     with pytest.raises(InvalidRequest):
-        StaticMember(h.store, "g", "x", h.config, ordinal=ordinal, replicas=replicas, clock=h.clock)
+        StaticMember(h.store, "g", "x", replace(h.config, mode=Static(replicas)), ordinal=ordinal, clock=h.clock)
+
+
+def test_a_static_member_needs_a_static_definition() -> None:
+    h = ModeHarness()
+    with pytest.raises(InvalidRequest, match="a static member needs Static"):
+        StaticMember(h.store, "g", "x", h.config, ordinal=0, clock=h.clock)
 
 
 def test_ordinal_comes_from_a_statefulset_host_name() -> None:
@@ -90,6 +108,9 @@ def test_ordinal_comes_from_a_statefulset_host_name() -> None:
     for bad in ("consumer", "consumer-", "-3", "consumer-x"):
         with pytest.raises(InvalidRequest, match="hostname"):
             ordinal_from_hostname(bad)
+    for huge in ("consumer-1000000", "consumer-" + "9" * 5000):  # no 5,000-digit int is even made
+        with pytest.raises(InvalidRequest, match="ordinal: must be at most 999,999"):
+            ordinal_from_hostname(huge)
 
 
 def three_ordinals() -> ModeHarness:

@@ -16,6 +16,7 @@ import pytest
 
 import apportion
 from apportion.errors import BrokerUnavailable, InvalidRequest
+from apportion.group import Static
 from apportion.rabbitmq import Producer, QueueConsumer, queue_name
 from apportion.routing import partition_for
 from apportion.waiting import wait_for
@@ -116,7 +117,7 @@ def test_on_revoked_cancels_and_acks_before_the_partition_is_released(
         try:
             workers = []
             for i, c in enumerate(consumers):
-                g = apportion.Group(store, "g", partitions=4, mode="static", ordinal=i, replicas=2, ttl_s=3)
+                g = apportion.Group(store, "g", partitions=4, mode=Static(2), ordinal=i, ttl_s=3)
                 w = g.join(f"c{i}", c.on_assigned, look if i else c.on_revoked, c.on_lost)
                 c.bind(w)
                 workers.append(w)
@@ -150,7 +151,7 @@ def test_a_commit_fenced_at_the_store_requeues_the_batch_instead_of_acking(
         apportion.connect(store_url) as store,
         QueueConsumer(rabbit.url, prefix, handler, prefetch=5, batch=1, emit=_record(events, 0)) as consumer,
     ):
-        g = apportion.Group(store, "g", partitions=1, mode="static", ordinal=0, replicas=1, ttl_s=3)
+        g = apportion.Group(store, "g", partitions=1, mode=Static(1), ordinal=0, ttl_s=3)
         worker = g.join("c0", consumer.on_assigned, consumer.on_revoked, consumer.on_lost)
         consumer.bind(worker)
         wait_for("the first message in the handler", handler.holding.is_set, 30)
@@ -237,7 +238,7 @@ def test_a_consumer_whose_belief_ended_starts_no_further_message_of_that_epoch(
             rabbit.url, prefix, handle, prefetch=5, batch=5, ack_delay_s=5, emit=_record(events, 0)
         ) as consumer,
     ):
-        g = apportion.Group(store, "g", partitions=1, mode="static", ordinal=0, replicas=1, ttl_s=3, clock=clock)
+        g = apportion.Group(store, "g", partitions=1, mode=Static(1), ordinal=0, ttl_s=3, clock=clock)
         worker = g.join("c0", consumer.on_assigned, consumer.on_revoked, consumer.on_lost)
         consumer.bind(worker)
         wait_for("all five handled after the redelivery", lambda: len(seen) >= 6, 30)

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import uvicorn
 
-from apportion.group import GroupConfig, Keys, encode, parse_resources
+from apportion.group import Coordinator, GroupConfig, Keys, Mode, Static, encode, parse_resources
 from apportion.store import Get, Put, connect
 from apportion.waiting import wait_for
 from apportion.web import Feed, allowed_hosts, dashboard_app
@@ -486,3 +486,15 @@ def test_a_deleted_store_file_says_store_file_missing_until_a_file_is_back(tmp_p
         make_store(tmp_path / "store.db")
         state = until(feed, "the file back", lambda s: s["status"] == "ok")
         assert [f["type"] for f in state["faults"]] == ["replaced"]
+
+
+@pytest.mark.parametrize("mode", [Coordinator(min_members=3), Static(3)])
+def test_the_dashboard_shows_the_stored_mode_before_any_member_has_left_a_trace_of_it(mode: Mode) -> None:
+    """It guessed the mode from the keys each mode leaves (``replicas``, ``coordinator``, the table): a static or
+    coordinator group with no member yet showed as a rounds group."""
+    url = f"memory://{uuid.uuid4().hex}"
+    with connect(url) as store:
+        store.put(Keys("g").resource, encode(GroupConfig(partitions=4, mode=mode).to_json()))
+        with following(url, refresh_s=0.1) as feed:
+            state = until(feed, "the first state", lambda s: s["status"] == "ok")
+            assert state["mode"] == mode.name

@@ -21,9 +21,17 @@ from click.core import ParameterSource
 
 from apportion.cli._app import remember_url
 from apportion.errors import InvalidRequest
-from apportion.group import MAX_SECONDS, GroupConfig
+from apportion.group import (
+    MAX_SECONDS,
+    POLICIES,
+    Coordinator,
+    GroupConfig,
+    Mode,
+    Static,
+    mode_named,
+    validate_ordinal,
+)
 from apportion.group import ordinal_from_hostname as parse_ordinal
-from apportion.worker import ModeOptions
 
 FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
 R = TypeVar("R")
@@ -125,34 +133,43 @@ def mode_option(*, env: bool = False) -> Callable[[FC], FC]:
 def max_in_flight_option(*, env: bool = False) -> Callable[[FC], FC]:
     """``--max-in-flight N`` (coordinator mode)."""
     return option(
-        "--max-in-flight", env=env, type=int, default=4, show_default=True,
+        "--max-in-flight", env=env, type=int, default=Coordinator.DEFAULT_MAX_IN_FLIGHT, show_default=True,
         help="coordinator: migrations in flight at most.",
     )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class MemberMode:
-    """What ``--mode`` and its options ask for (:func:`member_mode_options`): :meth:`definition` is
-    ``apportion.Group``'s keyword arguments for it; ``hostname`` a static member's pod name (its default id)."""
+    """What ``--mode`` and its options ask for (:func:`member_mode_options`): the group's ``mode`` (a value of
+    ``apportion.group``: stored with the definition), and what only this member is: a static member's ``ordinal``
+    and ``hostname`` (a pod's name: its default id)."""
 
-    mode: str
+    mode: Mode
     ordinal: int | None
     hostname: str | None
-    replicas: int | None
-    min_members: int
-    rebalance: str
-    max_in_flight: int
 
-    def definition(self) -> ModeOptions:
-        """``Group(..., **definition)``: the mode and that mode's options (the others keep Group's defaults)."""
-        if self.mode == "static":
-            return {"mode": self.mode, "ordinal": self.ordinal, "replicas": self.replicas}
-        if self.mode == "coordinator":
-            return {
-                "mode": self.mode, "min_members": self.min_members, "rebalance": self.rebalance,
-                "max_in_flight": self.max_in_flight,
-            }  # fmt: skip
-        return {"mode": self.mode}
+
+def requested_definition(
+    store_url: str,
+    mode: Mode,
+    *,
+    partitions: int | None,
+    resources: str | None,
+    strategy: str | None,
+    settle_s: float,
+    min_interval_s: float,
+    heartbeat_s: float,
+    ttl_s: float | None,
+) -> GroupConfig | Mode:
+    """The definition a member command asks for, checked before the store is opened: a whole ``GroupConfig`` when
+    ``--partitions`` or ``--resources`` is given (``GroupConfig.request``: ``--strategy`` defaults to the mode's,
+    ``--ttl`` to the store's), else only the mode (the member joins the stored definition)."""
+    if partitions is None and resources is None:
+        return mode
+    return GroupConfig.request(
+        store_url, mode, partitions=partitions, resources=resources, strategy=strategy, settle_s=settle_s,
+        min_interval_s=min_interval_s, heartbeat_s=heartbeat_s, ttl_s=ttl_s,
+    )  # fmt: skip
 
 
 # each mode's options: (parameter name, the option as typed, the mode it belongs to)
@@ -187,11 +204,11 @@ def member_mode_options(*, env: bool = False) -> Callable[[Callable[..., R]], Ca
             help="static: the replica count a new group starts with (default ordinal+1); `apportion scale` sets it.",
         ),
         option(
-            "--min-members", env=env, type=int, default=1, show_default=True,
+            "--min-members", env=env, type=int, default=Coordinator.DEFAULT_MIN_MEMBERS, show_default=True,
             help="coordinator: members needed before the table is created.",
         ),
         option(
-            "--rebalance", env=env, type=click.Choice(["automatic", "manual"]), default="automatic",
+            "--rebalance", env=env, type=click.Choice(POLICIES), default=Coordinator.DEFAULT_REBALANCE,
             show_default=True, help="coordinator: re-plan on every membership change, or on `apportion rebalance`.",
         ),
         max_in_flight_option(env=env),
@@ -223,14 +240,19 @@ def member_mode(
 ) -> MemberMode:
     """The options of :func:`member_mode_options` as a :class:`MemberMode`. InvalidRequest (exit 2) for a mode's
     option given (command line, environment or config file) with another ``--mode``, static mode without an
-    ordinal, and what :func:`static_identity` refuses."""
+    ordinal, an ordinal or replica count out of range (``MAX_REPLICAS``), and what :func:`static_identity`
+    refuses."""
     refuse_other_modes_options(ctx, mode)
     hostname, ordinal = static_identity(hostname, ordinal, from_machine=ordinal_from_hostname)
-    if mode == "static" and ordinal is None:
-        raise InvalidRequest(
-            "mode", "static mode needs --ordinal, --hostname name-<ordinal> or --ordinal-from-hostname"
-        )
-    return MemberMode(mode, ordinal, hostname, replicas, min_members, rebalance, max_in_flight)
+    if mode == "static":
+        if ordinal is None:
+            raise InvalidRequest(
+                "mode", "static mode needs --ordinal, --hostname name-<ordinal> or --ordinal-from-hostname"
+            )
+        return MemberMode(Static(replicas), validate_ordinal(ordinal), hostname)
+    if mode == "coordinator":
+        return MemberMode(Coordinator(min_members, rebalance, max_in_flight), None, None)
+    return MemberMode(mode_named(mode), None, None)
 
 
 def refuse_other_modes_options(ctx: click.Context, mode: str) -> None:
@@ -335,6 +357,7 @@ __all__ = [
     "option",
     "refuse_other_modes_options",
     "seconds",
+    "requested_definition",
     "spark_master",
     "spark_options",
     "static_identity",

@@ -235,7 +235,8 @@ def run(
         restore_rate=restore_rate,
         pause_before_commit_s=pause_s,
         pause_batches=pause_batches,
-        **mode.definition(),
+        mode=mode.mode,
+        ordinal=mode.ordinal,
     )
 
 

@@ -23,6 +23,7 @@ from apportion.cli._common import (
     member_id,
     member_mode_options,
     option,
+    requested_definition,
     seconds,
     store_option,
     strategy_option,
@@ -124,10 +125,23 @@ def consume(
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
     quiet_pika()
+    requested = requested_definition(
+        store_url,
+        mode.mode,
+        partitions=partitions,
+        resources=None,
+        strategy=strategy,
+        settle_s=settle_s,
+        min_interval_s=min_interval_s,
+        heartbeat_s=heartbeat_s,
+        ttl_s=ttl_s,
+    )
     run_consumer(
         store_url,
         group_name,
         member_id(worker_id, mode),
+        requested,
+        ordinal=mode.ordinal,
         amqp_url=amqp_url,
         prefix=prefix,
         handle=load_handler(handler),
@@ -135,11 +149,4 @@ def consume(
         prefetch=prefetch,
         batch=batch,
         ack_delay_s=ack_delay_s,
-        partitions=partitions,
-        strategy=strategy,
-        settle_s=settle_s,
-        min_interval_s=min_interval_s,
-        heartbeat_s=heartbeat_s,
-        ttl_s=ttl_s,
-        **mode.definition(),
     )

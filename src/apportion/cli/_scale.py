@@ -9,9 +9,8 @@ import click
 from apportion.cli._app import app
 from apportion.cli._common import group_option, store_option
 from apportion.cli._store import read_group
-from apportion.group import stored_replicas, validate_replicas
+from apportion.group import set_replicas, stored_replicas, validate_replicas
 from apportion.store import connect
-from apportion.worker import Group
 
 
 @app.command()
@@ -28,7 +27,7 @@ def scale(store_url: str, group_name: str, replicas: int, as_json: bool) -> None
     with read_group(store_url, group_name) as store:  # an unknown group: exit 2, nothing created
         previous = stored_replicas(store, group_name)
     with connect(store_url) as store:
-        Group(store, group_name).scale(replicas)
+        set_replicas(store, group_name, replicas)  # a group of another mode: exit 2, nothing written
     if as_json:
         click.echo(json.dumps({"group": group_name, "previous": previous, "replicas": replicas}, sort_keys=True))
     else:

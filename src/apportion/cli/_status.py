@@ -84,6 +84,7 @@ def status(
         resources = (snapshot.get("resource") or {}).get("resources")
         if resources:  # a group over named resources: what the table's title shows
             out["resources"] = resources
+        out["mode"] = snapshot["mode"]  # the stored definition's (null: stored before modes were)
         click.echo(json.dumps(out, sort_keys=True))
         return
     Console().print(render(group_name, snapshot, list_all=list_all), soft_wrap=_listed_plainly(snapshot, list_all))

@@ -23,6 +23,7 @@ from apportion.cli._common import (
     member_id,
     member_mode_options,
     option,
+    requested_definition,
     seconds,
     store_option,
     strategy_option,
@@ -199,10 +200,24 @@ def worker(
     --config FILE.toml; precedence: command line > environment > file > defaults."""
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
 
+    requested = requested_definition(
+        store_url,
+        mode.mode,
+        partitions=partitions,
+        resources=resources,
+        strategy=strategy,
+        settle_s=settle_s,
+        min_interval_s=min_interval_s,
+        heartbeat_s=heartbeat_s,
+        ttl_s=ttl_s,
+    )
     run_worker(
         store_url,
         group_name,
         member_id(worker_id, mode),
+        requested,
+        ordinal=mode.ordinal,
+        update=update,
         emit=events.emit,
         capacity=capacity,
         commit_every_s=commit_every,
@@ -212,13 +227,4 @@ def worker(
         metrics_port=metrics_port,
         metrics_host=metrics_host,
         subscriptions=None if subscriptions is None else resource_names(subscriptions, "subscribe"),
-        partitions=partitions,
-        resources=resources,
-        strategy=strategy,
-        settle_s=settle_s,
-        min_interval_s=min_interval_s,
-        heartbeat_s=heartbeat_s,
-        ttl_s=ttl_s,
-        update=update,
-        **mode.definition(),
     )

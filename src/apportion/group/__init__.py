@@ -2,7 +2,8 @@
 
 ``RoundsMember`` (seed 0's continuous assignment rounds, ``_rounds``), ``CoordinatorMember`` (seed 1's elected
 coordinator and partition table, ``_coordinator``) and ``StaticMember`` (seed 3's StatefulSet ordinals, ``_static``)
-are stepped state machines; ``GroupConfig`` the resource definition; ``history`` the event history (kept
+are stepped state machines, built for a definition's mode (``Rounds``, ``Coordinator``, ``Static``: ``_mode``) by
+``new_member``; ``GroupConfig`` the resource definition, its mode included; ``history`` the event history (kept
 ``history_retention_s``; ``history_expired_before`` says since when); ``group_status`` an operator's snapshot;
 ``owners``/``owned_by``/``settled`` what it says of who owns what; ``Router`` seed 1's client (a key's partition and
 owner from a watch-backed copy of the partition table); ``Keys`` the key space.
@@ -20,7 +21,6 @@ from apportion.group._coordinator import (
     planned_moves,
     read_table,
     request_rebalance,
-    validate_settings,
 )
 from apportion.group._explain import explain
 from apportion.group._history import DEFAULT_RETENTION_S, EVENT_TYPES, history, history_expired_before
@@ -38,6 +38,20 @@ from apportion.group._keys import (
     subscribed,
     validate_group,
     validate_member_id,
+)
+from apportion.group._members import new_member
+from apportion.group._mode import (
+    MAX_REPLICAS,
+    MODES,
+    NO_STATIC_SUBSCRIPTIONS,
+    POLICIES,
+    Coordinator,
+    Mode,
+    Rounds,
+    Static,
+    mode_named,
+    validate_ordinal,
+    validate_replicas,
 )
 from apportion.group._ownership import (
     CHUNK,
@@ -58,8 +72,6 @@ from apportion.group._static import (
     ordinal_from_hostname,
     set_replicas,
     stored_replicas,
-    validate_ordinal,
-    validate_replicas,
 )
 from apportion.group._status import (
     checkpoint_offset,
@@ -76,6 +88,16 @@ from apportion.group._status import (
 
 __all__ = [
     "CHUNK",
+    "MAX_REPLICAS",
+    "MODES",
+    "NO_STATIC_SUBSCRIPTIONS",
+    "POLICIES",
+    "Coordinator",
+    "Mode",
+    "Rounds",
+    "Static",
+    "mode_named",
+    "new_member",
     "DEFAULT_RETENTION_S",
     "EVENT_TYPES",
     "FAILED_RETENTION_S",
@@ -140,5 +162,4 @@ __all__ = [
     "validate_member_id",
     "validate_ordinal",
     "validate_replicas",
-    "validate_settings",
 ]

@@ -25,6 +25,28 @@ that writes ``resource`` (a worker creating the group or ``--update``, ``Group(.
 first and writes nothing when that fails; a group's plans therefore never fail on its options. Reading it back
 (:meth:`GroupConfig.from_record`; by group name :meth:`GroupConfig.load` and :meth:`GroupConfig.find`) runs the same
 checks and names the key (``CorruptRecord``) when the stored value is not a valid definition.
+
+The mode (``mode``: ``Rounds()``, ``Coordinator(...)`` or ``Static(...)``, ``_mode``) is part of the definition and
+stored with it. A definition written before modes were stored has none: it reads as ``mode=None`` ("not recorded"),
+not as rounds, because a static or coordinator group created by older code has no mode either and reading it as
+rounds would refuse its own members after an upgrade. Nothing in the old records says which protocol ran (the keys
+each mode leaves behind are no proof: a rounds group once scaled by mistake has a ``replicas`` key), so the first
+member to register under this version records its own mode, once (compare-and-set, ``FencedMember._load_config``);
+from then on the mode is the group's. Until then ``status`` says ``mode: null`` and ``apportion scale`` is allowed
+(the old behaviour).
+
+Requested and effective definitions. What a caller asks for (``Group(...).requested``, a worker's options) is the
+*requested* definition; the one stored at ``resource`` is the *effective* one, which every member adopts and
+follows (``FencedMember.config``; its lease ttl, timings, strategy and mode settings are the stored ones). When they
+differ (:meth:`GroupConfig.check_join`, at a member's start and when ``Group`` is made):
+
+- the mode (rounds, coordinator, static): refused (``InvalidRequest``), with or without ``update``: its members run
+  another protocol, and a member of this one would wait for ever; a definition with no mode yet takes this one;
+- the partitions or resources (given explicitly): refused unless ``update`` (then the requested definition is
+  written and a new round starts); without it the worker would silently process another partitioning than asked;
+- anything else (strategy, options, timings, stateful, the mode's own settings: ``max_in_flight``, a static
+  group's starting ``replicas``): the stored one wins, unless ``update`` writes the requested one. A definition
+  changed while a member runs (another member's ``update``) is adopted, never refused.
 """
 
 from __future__ import annotations
@@ -39,8 +61,18 @@ from apportion.assign import STRATEGY_NAMES as STRATEGIES
 from apportion.assign import validate_options
 from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.group._keys import LAYOUT, LEGACY_LAYOUT, Keys, PartitionId, decode, encode, valid_name
+from apportion.group._mode import (
+    MODES,
+    NO_STATIC_SUBSCRIPTIONS,
+    Mode,
+    Rounds,
+    Static,
+    mode_from_json,
+    mode_named,
+    mode_to_json,
+)
 from apportion.model import MAX_PARTITIONS, Partition, Resource
-from apportion.store import KeyValue, Store
+from apportion.store import KeyValue, Store, default_ttl_s
 
 MAX_SECONDS = 86_400.0
 
@@ -62,7 +94,7 @@ class GroupConfig:
     DEFAULT_MIN_INTERVAL_S: ClassVar[float] = 1.0
     DEFAULT_HEARTBEAT_S: ClassVar[float] = 30.0
     DEFAULT_TTL_S: ClassVar[float] = 3.0
-    MODES: ClassVar[tuple[str, ...]] = ("rounds", "coordinator", "static")  # the protocols (``apportion.Group``)
+    MODES: ClassVar[tuple[str, ...]] = MODES  # the protocols' names (``_mode``)
 
     partitions: int = 0  # a one-resource group's count; with ``resources``: their total (0 or that total given)
     strategy: str = DEFAULT_STRATEGY
@@ -73,6 +105,7 @@ class GroupConfig:
     options: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
     stateful: bool = False
     resources: tuple[Resource, ...] = ()  # named resources (sorted by name); empty: one resource named after the group
+    mode: Mode | None = field(default_factory=Rounds)  # None: stored before modes were (the module docstring)
     layout: int = LAYOUT  # where the ownership records live (``_keys``): a group keeps the one it was created with
 
     def __post_init__(self) -> None:
@@ -101,14 +134,53 @@ class GroupConfig:
         if self.layout not in (LEGACY_LAYOUT, LAYOUT) or isinstance(self.layout, bool):
             raise InvalidRequest("layout", f"must be {LEGACY_LAYOUT} or {LAYOUT}, got {self.layout!r}")
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+        if self.mode is not None and not isinstance(self.mode, Mode):
+            raise InvalidRequest("mode", f"must be Rounds(), Coordinator(...) or Static(...), got {self.mode!r}")
 
     @classmethod
-    def default_strategy(cls, mode: str) -> str:
+    def request(
+        cls,
+        store: Store | str,
+        mode: Mode,
+        *,
+        partitions: int | None = None,
+        resources: object = None,
+        strategy: str | None = None,
+        settle_s: float = DEFAULT_SETTLE_S,
+        min_interval_s: float = DEFAULT_MIN_INTERVAL_S,
+        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
+        ttl_s: float | None = None,
+        options: Mapping[str, object] | None = None,
+        stateful: bool = False,
+    ) -> GroupConfig:
+        """The definition a caller asks for on ``store`` (a store or its URL, not opened): ``strategy`` None is the
+        mode's default (``default_strategy``), ``ttl_s`` None the store's (``Store.default_ttl_s``: 5 s on etcd),
+        else ``DEFAULT_TTL_S``; ``resources`` as :func:`parse_resources` takes them. Validated (InvalidRequest)."""
+        if ttl_s is None:
+            ttl_s = (default_ttl_s(store) if isinstance(store, str) else store.default_ttl_s) or cls.DEFAULT_TTL_S
+        return cls(
+            partitions=partitions or 0,
+            resources=() if resources is None else parse_resources(resources),
+            strategy=cls.default_strategy(mode) if strategy is None else strategy,
+            settle_s=settle_s,
+            min_interval_s=min_interval_s,
+            heartbeat_s=heartbeat_s,
+            ttl_s=ttl_s,
+            options=options or {},
+            stateful=stateful,
+            mode=mode,
+        )
+
+    @classmethod
+    def default_strategy(cls, mode: Mode | str) -> str:
         """The strategy of a group of ``mode`` that names none: ``round_robin`` in coordinator mode (seed 1's table),
-        else ``DEFAULT_STRATEGY``; InvalidRequest for a mode that is not one of ``MODES``."""
-        if mode not in cls.MODES:
-            raise InvalidRequest("mode", f"{mode!r} is not one of {', '.join(cls.MODES)}")
-        return "round_robin" if mode == "coordinator" else cls.DEFAULT_STRATEGY
+        else ``DEFAULT_STRATEGY``; InvalidRequest for a mode name that is not one of ``MODES``."""
+        return (mode_named(mode) if isinstance(mode, str) else mode).default_strategy
+
+    @property
+    def mode_name(self) -> str | None:
+        """``rounds``, ``coordinator`` or ``static``; None for a definition stored before modes were."""
+        return None if self.mode is None else self.mode.name
 
     @property
     def named(self) -> bool:
@@ -176,6 +248,8 @@ class GroupConfig:
         """A member's subscriptions (None: every resource), checked against the group's resources."""
         if names is None:
             return None
+        if isinstance(self.mode, Static):
+            raise InvalidRequest("subscriptions", NO_STATIC_SUBSCRIPTIONS)
         if isinstance(names, str) or not isinstance(names, list | tuple | set | frozenset):
             raise InvalidRequest("subscriptions", f"must be a list of resource names, got {names!r}")
         if not self.resources:
@@ -188,13 +262,40 @@ class GroupConfig:
             raise InvalidRequest("subscriptions", "must name at least one resource")
         return frozenset(names)
 
+    def require_mode(self, group: str, name: str, field_name: str, why: str) -> None:
+        """InvalidRequest naming ``field_name`` when this (stored) definition's mode is not ``name``: an operator's
+        command of one mode on a group of another (``apportion scale``, ``apportion rebalance``). A definition that
+        records no mode (an older version's) passes: it may be of that mode."""
+        if self.mode is not None and self.mode.name != name:
+            raise InvalidRequest(field_name, f"group {group!r} is a {self.mode.name} group: {why}")
+
     def check_update(self, stored: GroupConfig) -> None:
         """InvalidRequest when this definition may not replace ``stored``: a one-resource group cannot become a
-        group over named resources or back (its checkpoints and epochs are keyed by the other kind of id)."""
+        group over named resources or back (its checkpoints and epochs are keyed by the other kind of id). (Nor
+        may the mode change: :meth:`check_join`.)"""
         if self.named != stored.named:
             kinds = ("a one-resource group", "a group over named resources")
             why = "its checkpoints and epochs are keyed by the other kind of id"
             raise InvalidRequest("resources", f"{kinds[stored.named]} cannot become {kinds[self.named]} ({why})")
+
+    def check_join(self, stored: GroupConfig, group: str, *, update: bool = False, partitions: bool = True) -> None:
+        """InvalidRequest when a member asking for this (requested) definition may not join ``group`` whose stored
+        (effective) definition is ``stored``: another mode, or (``partitions``: this definition's partitions were
+        given, not read from the store) other partitions or resources without ``update``. What else may differ, and
+        what happens then, is the module docstring's "Requested and effective definitions"."""
+        if stored.mode is not None and self.mode is not None and stored.mode.name != self.mode.name:
+            raise InvalidRequest(
+                "mode", f"group {group!r} is a {stored.mode.name} group; this worker asked for --mode {self.mode.name}"
+            )
+        if update:
+            self.check_update(stored)
+            return
+        if partitions and (self.partitions, self.resources) != (stored.partitions, stored.resources):
+            raise InvalidRequest(
+                "partitions",
+                f"group {group!r} has {_partitioning(stored)}; this worker asked for {_partitioning(self)} "
+                "(a worker with --update rewrites the definition)",
+            )
 
     def to_json(self) -> dict[str, Any]:
         if self.resources:
@@ -210,6 +311,7 @@ class GroupConfig:
             "ttl_s": self.ttl_s,
             "options": dict(self.options),
             "stateful": self.stateful,
+            **({} if self.mode is None else {"mode": mode_to_json(self.mode)}),
         }
 
     @classmethod
@@ -231,6 +333,7 @@ class GroupConfig:
                 ttl_s=value.get("ttl_s", cls.DEFAULT_TTL_S),
                 options=value.get("options") or {},
                 stateful=value.get("stateful", False),
+                mode=None if "mode" not in value else mode_from_json(value["mode"], key),
             )
         except (InvalidRequest, TypeError) as exc:  # TypeError: an unhashable strategy name, say
             raise CorruptRecord(key, str(exc)) from None
@@ -277,6 +380,13 @@ class GroupConfig:
         if config is None:
             raise InvalidRequest("group", f"group {group!r} has no resource definition")
         return config
+
+
+def _partitioning(config: GroupConfig) -> str:
+    """``4 partitions`` or ``resources orders:4,payments:2``: a definition's partitioning, as an error names it."""
+    if config.resources:
+        return "resources " + ",".join(f"{r.name}:{r.partitions}" for r in config.resources)
+    return f"{config.partitions} partitions"
 
 
 def _resource_json(resource: Resource) -> dict[str, Any]:

@@ -72,6 +72,7 @@ from typing import Any, Unpack
 from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.group._config import GroupConfig
 from apportion.group._keys import Keys, PartitionId, decode, encode, pid_of_key, sorted_pids, subscribed
+from apportion.group._mode import Coordinator
 from apportion.group._ownership import (
     FencedMember,
     MemberOptions,
@@ -98,8 +99,6 @@ from apportion.store import (
 )
 
 log = logging.getLogger(__name__)
-
-POLICIES = ("automatic", "manual")
 
 FAILED_RETENTION_S = 3600.0
 """How long ``failed/<id>`` records stay (the lease they are bound to): an hour, the history's default retention, so
@@ -166,15 +165,6 @@ class TableMove:
     partition: PartitionId
     source: str | None
     target: str
-
-
-def validate_settings(min_members: object, rebalance: object, max_in_flight: object) -> None:
-    if isinstance(min_members, bool) or not isinstance(min_members, int) or min_members < 1:
-        raise InvalidRequest("min_members", f"must be an integer >= 1, got {min_members!r}")
-    if rebalance not in POLICIES:
-        raise InvalidRequest("rebalance", f"{rebalance!r} is not one of {', '.join(POLICIES)}")
-    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
-        raise InvalidRequest("max_in_flight", f"must be an integer >= 1, got {max_in_flight!r}")
 
 
 def read_table(store: Store, group: str) -> dict[PartitionId, tuple[Entry, int]]:
@@ -347,8 +337,10 @@ def table_changes(
 
 
 def planned_moves(store: Store, group: str, planner: Planner = default_planner) -> list[TableMove]:
-    """What a full re-plan (``apportion rebalance``) would move now: partitions whose holder changes."""
+    """What a full re-plan (``apportion rebalance``) would move now: partitions whose holder changes. InvalidRequest
+    for a group of another mode (it has no partition table to re-plan)."""
     config = GroupConfig.load(store, group)
+    config.require_mode(group, "coordinator", "rebalance", "only a coordinator group has a partition table to re-plan")
     table = {p: e for p, (e, _) in read_table(store, group).items()}
     if not table:
         return []
@@ -374,7 +366,11 @@ def in_flight(table: Mapping[PartitionId, Entry]) -> list[PartitionId]:
 def request_rebalance(store: Store, group: str, now: float) -> None:
     """Ask the coordinator for one full re-plan (manual policy). Refused (``InvalidRequest``) while moves of the
     last plan are in flight: a re-plan over them would redirect migrations half done; wait until every partition is
-    ONLINE. A request that races with a new plan anyway is queued by the coordinator until the table is ONLINE."""
+    ONLINE. A request that races with a new plan anyway is queued by the coordinator until the table is ONLINE.
+    Refused for a group of another mode, as ``planned_moves`` is."""
+    config = GroupConfig.find(store, group)
+    if config is not None:
+        config.require_mode(group, "coordinator", "rebalance", "only a coordinator group rebalances on request")
     pending = in_flight({p: e for p, (e, _) in read_table(store, group).items()})
     if pending:
         shown = ", ".join(map(str, pending[:10])) + (", ..." if len(pending) > 10 else "")
@@ -396,20 +392,16 @@ class CoordinatorMember(FencedMember):
         member_id: str,
         config: GroupConfig,
         *,
-        min_members: int = 1,
-        rebalance: str = "automatic",
-        max_in_flight: int = 4,
         planner: Planner = default_planner,
         subscriptions: Sequence[str] | None = None,
         checker: Checker | None = check_plan,
         **options: Unpack[MemberOptions],
     ) -> None:
-        validate_settings(min_members, rebalance, max_in_flight)
+        if not isinstance(config.mode, Coordinator):
+            raise InvalidRequest("mode", f"a coordinator member needs Coordinator(...), got {config.mode!r}")
+        self._requested_mode = config.mode
         super().__init__(store, group, member_id, config, **options)
         self._subs = Subscriptions(config, self.keys, member_id, subscriptions)
-        self.min_members = min_members
-        self.rebalance = rebalance
-        self.max_in_flight = max_in_flight
         self._planner = planner
         self._checker = checker
         self.phase = CoordinatorPhase.STARTING
@@ -422,6 +414,25 @@ class CoordinatorMember(FencedMember):
         self._tables = TrackedPrefix(self.keys.tables)
         self._left: set[str] = set()  # members whose registration says they are leaving gracefully
         self._failed: dict[str, dict[str, Any]] = {}  # failures noticed and not recorded yet: id -> record
+
+    @property
+    def settings(self) -> Coordinator:
+        """The group's coordinator settings: the stored definition's (effective), or the requested ones while the
+        stored definition records no mode (written by an older version)."""
+        mode = self.config.mode
+        return mode if isinstance(mode, Coordinator) else self._requested_mode
+
+    @property
+    def min_members(self) -> int:
+        return self.settings.min_members
+
+    @property
+    def rebalance(self) -> str:
+        return self.settings.rebalance
+
+    @property
+    def max_in_flight(self) -> int:
+        return self.settings.max_in_flight
 
     @property
     def is_coordinator(self) -> bool:
@@ -695,7 +706,6 @@ class CoordinatorMember(FencedMember):
 
 __all__ = [
     "FAILED_RETENTION_S",
-    "POLICIES",
     "CoordinatorMember",
     "CoordinatorPhase",
     "Entry",
@@ -711,5 +721,4 @@ __all__ = [
     "request_rebalance",
     "table_changes",
     "table_request",
-    "validate_settings",
 ]

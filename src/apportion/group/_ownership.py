@@ -172,6 +172,7 @@ class MemberOptions(TypedDict, total=False):
     tracer: Tracer | None
     delay: DelayHook | None
     replace: bool
+    partitions_given: bool
 
 
 class FencedMember:
@@ -206,6 +207,7 @@ class FencedMember:
         tracer: Tracer | None = None,
         delay: DelayHook | None = None,
         replace: bool = False,
+        partitions_given: bool = True,
     ) -> None:
         validate_member_id(member_id)
         if not 0 < safety < 2:
@@ -216,9 +218,11 @@ class FencedMember:
         self.keys = Keys(group)
         self.group = group
         self.id = member_id
-        self.config = config
-        self._wanted = config
+        self.config = config  # the effective definition: the requested one until the stored one is read
+        self._wanted = config  # the requested definition
+        self._partitions_given = partitions_given
         self._update = update
+        self._joined = False  # the requested definition was checked against the stored one (the first start)
         self._config_revision = 0
         self._clock = clock
         self._on_assigned = on_assigned
@@ -744,14 +748,20 @@ class FencedMember:
         """Called once the lease is granted and ``members/<id>`` written at ``revision`` (hook)."""
 
     def _load_config(self, now: float) -> None:
-        """Adopt the stored definition (creating it, or replacing it with ``--update``), and the key names of its
-        layout: a group keeps the layout it was created with, an update included (``_keys``)."""
+        """Read the group's definition (create it when absent; ``update``: replace it) and adopt it as ``config``,
+        with the key names of its layout: a group keeps the layout it was created with, an update included
+        (``_keys``). At the first start only, the requested definition is checked against the stored one
+        (``GroupConfig.check_join``: another mode, or other partitions without ``update``, raise InvalidRequest and
+        this member stops before registering); a stored definition that records no mode (an older version's) gets
+        this member's, once. A definition changed later by another member is adopted, whatever it says
+        (``apportion.group._config``: requested and effective definitions)."""
         kv = self.store.get(self.keys.resource)
         if kv is None:
             wanted = self._wanted.record()
             result = self.store.txn([absent(self.keys.resource)], [Put(self.keys.resource, wanted)])
             if result.succeeded:
                 self._adopt(self._wanted, result.revision)
+                self._joined = True
                 return
             kv = self.store.get(self.keys.resource)
             if kv is None:
@@ -762,6 +772,16 @@ class FencedMember:
             if not self._update:
                 raise  # this worker stops (exit 2) naming the key; ``--update`` is the way out (below)
             stored = None
+        if not self._joined:
+            if stored is not None:
+                self._wanted.check_join(stored, self.group, update=self._update, partitions=self._partitions_given)
+            self._joined = True
+            if stored is not None and stored.mode is None and not self._update:  # an older version's: this mode, once
+                adopted = replace(stored, mode=self._wanted.mode).record()
+                compare = mod_revision_is(self.keys.resource, kv.mod_revision)
+                self.store.txn([compare], [Put(self.keys.resource, adopted)])
+                kv = self.store.get(self.keys.resource) or kv
+                stored = GroupConfig.from_record(kv)
         wanted_config = replace(self._wanted, layout=self._layout_of(stored))
         if self._update and kv.value != wanted_config.record():
             result = self.store.txn(

@@ -106,6 +106,7 @@ from apportion.assign import check as check_plan
 from apportion.errors import CorruptRecord, InvalidRequest, LeaseNotFound, StoreUnavailable
 from apportion.group._config import GroupConfig
 from apportion.group._keys import Keys, PartitionId, decode, encode, pid_of_text, sorted_pids, validate_member_id
+from apportion.group._mode import Rounds
 from apportion.group._ownership import (
     INF,
     FencedMember,
@@ -206,6 +207,8 @@ class RoundsMember(FencedMember):
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int | float) or not capacity > 0:
             raise InvalidRequest("capacity", f"must be a positive number, got {capacity!r}")
+        if not isinstance(config.mode, Rounds):
+            raise InvalidRequest("mode", f"a rounds member needs Rounds(), got {config.mode!r}")
         super().__init__(store, group, member_id, config, **options)
         self.capacity = float(capacity)
         self._subs = Subscriptions(config, self.keys, member_id, subscriptions)

@@ -5,11 +5,13 @@ A member knows its ordinal ``o`` (``--ordinal``, a host name ``name-<o>``: the S
 ``range_block(o, R, partitions)`` (the balanced range formula: sizes differ by at most one; seed 3 gives the
 remainder to the last ordinal instead); an ordinal >= R owns nothing. In a group over named resources the formula
 holds per resource (``static_block``): ordinal ``o`` owns ``range_block(o, R, n_r)`` of every resource ``r``, each
-pod consumes every resource (subscriptions need the rounds mode: the formula has no room for them).
+pod consumes every resource (subscriptions need the rounds mode: the formula has no room for them). Ordinals are
+below and counts at most ``MAX_REPLICAS`` (``_mode``): a mistyped ordinal would otherwise raise the count for good.
 
 The replica count ``R`` is one live value of the group, the ``replicas`` key, and every member follows it (watch):
 
-- ``set_replicas`` (``Group.scale``, ``apportion scale``) is the analogue of ``kubectl scale``: the operator's word;
+- ``set_replicas`` (``Group.scale``, ``apportion scale``) is the analogue of ``kubectl scale``: the operator's word
+  (refused for a group of another mode);
 - a member's ``replicas`` (``--replicas``) is only the count a group *starts* with, written when it has none yet
   (a pod template's value does not change on scale, so it cannot be the truth afterwards);
 - a process whose ordinal is >= the stored count when it first registers is the evidence of a scale-up (a
@@ -48,6 +50,7 @@ from apportion.assign import range_block
 from apportion.errors import InvalidRequest
 from apportion.group._config import GroupConfig
 from apportion.group._keys import Keys, PartitionId, decode, encode, field, sorted_pids
+from apportion.group._mode import MAX_REPLICAS, Static, validate_ordinal, validate_replicas
 from apportion.group._ownership import FencedMember, MemberOptions
 from apportion.store import Event, EventType, KeyValue, Put, Store, absent, mod_revision_is
 
@@ -65,28 +68,26 @@ def ordinal_from_hostname(hostname: str) -> int:
     match = _HOSTNAME.match(hostname) if isinstance(hostname, str) else None
     if match is None:
         raise InvalidRequest("hostname", f"{hostname!r} does not look like a StatefulSet pod name <name>-<ordinal>")
-    return int(match.group("ordinal"))
-
-
-def validate_replicas(replicas: object) -> int:
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-        raise InvalidRequest("replicas", f"must be an integer >= 1, got {replicas!r}")
-    return replicas
-
-
-def validate_ordinal(ordinal: object, replicas: object = None) -> tuple[int, int | None]:
-    """An ordinal (>= 0) and an optional starting replica count (>= 1). An ordinal at or above the count is not a
-    mistake: it is the evidence of a scale-up (see the module docstring)."""
-    checked = None if replicas is None else validate_replicas(replicas)
-    if isinstance(ordinal, bool) or not isinstance(ordinal, int) or ordinal < 0:
-        raise InvalidRequest("ordinal", f"must be an integer >= 0, got {ordinal!r}")
-    return ordinal, checked
+    digits = match.group("ordinal")
+    return validate_ordinal(int(digits) if len(digits) <= 12 else MAX_REPLICAS)  # beyond: refused, not converted
 
 
 def set_replicas(store: Store, group: str, replicas: int) -> None:
-    """Publish a new replica count (``kubectl scale``'s analogue): every static member of ``group`` follows it."""
+    """Publish a new replica count (``kubectl scale``'s analogue): every static member of ``group`` follows it.
+    InvalidRequest for a count outside 1..``MAX_REPLICAS``, a group with no definition, and a group whose stored
+    mode is not static (a rounds or coordinator group has no replica count; one whose definition records no mode
+    yet, written by an older version, is scaled as before). The count is written only if the definition is
+    unchanged meanwhile."""
     validate_replicas(replicas)
-    store.txn([], [Put(Keys(group).replicas, encode({"replicas": replicas}))])
+    keys = Keys(group)
+    while True:
+        kv = store.get(keys.resource)
+        if kv is None:
+            raise InvalidRequest("group", f"group {group!r} has no resource definition yet: nothing to scale")
+        GroupConfig.from_record(kv).require_mode(group, "static", "replicas", "only a static group has a replica count")
+        put = Put(keys.replicas, encode({"replicas": replicas}))
+        if store.txn([mod_revision_is(keys.resource, kv.mod_revision)], [put]).succeeded:
+            return
 
 
 def stored_replicas(store: Store, group: str) -> int | None:
@@ -111,7 +112,8 @@ def static_block(config: GroupConfig, ordinal: int, replicas: int) -> list[Parti
 
 class StaticMember(FencedMember):
     """One member of a static-ordinal group: owns ``range_block(ordinal, replicas, partitions)``, claimed fenced.
-    ``replicas`` is the count the group starts with when it has none yet (default ordinal + 1)."""
+    The definition's ``Static(replicas)`` is the count the group starts with when it has none yet (default
+    ordinal + 1); an ordinal is at most ``MAX_REPLICAS - 1``."""
 
     def __init__(
         self,
@@ -121,16 +123,24 @@ class StaticMember(FencedMember):
         config: GroupConfig,
         *,
         ordinal: int,
-        replicas: int | None = None,
         **options: Unpack[MemberOptions],
     ) -> None:
-        self.ordinal, initial = validate_ordinal(ordinal, replicas)
-        self.replicas = max(initial or 0, self.ordinal + 1)  # the count this member starts a group with
+        if not isinstance(config.mode, Static):
+            raise InvalidRequest("mode", f"a static member needs Static(...), got {config.mode!r}")
+        self.ordinal = validate_ordinal(ordinal)
         super().__init__(store, group, member_id, config, **options)
         self.phase = StaticPhase.STARTING
         self._published = False
         self._replicas = self.replicas  # the stored (effective) replica count
         self._replicas_revision = 0
+
+    @property
+    def replicas(self) -> int:
+        """The count this member starts a group with: the definition's ``Static(replicas)`` (the stored one once
+        read), at least ordinal + 1."""
+        mode = self.config.mode
+        initial = mode.replicas if isinstance(mode, Static) and mode.replicas is not None else 0
+        return max(initial, self.ordinal + 1)
 
     @property
     def effective_replicas(self) -> int:
@@ -228,6 +238,4 @@ __all__ = [
     "set_replicas",
     "replicas_of",
     "stored_replicas",
-    "validate_ordinal",
-    "validate_replicas",
 ]

@@ -36,8 +36,9 @@ log = logging.getLogger("apportion.status")
 
 def group_status(store: Store, group: str) -> dict[str, Any]:
     """``{"members": {id: {"alive", "partitions", ...}}, "partitions": {p: {"owner", "epoch", "checkpoint"}},
-    "round": R, "plan_round": R', "resource": {...}, "table": {p: {owner, target, state}}}`` plus ``coordinator``
-    and ``replicas`` when those modes run; partition ids are strings (JSON object keys): ``"7"`` in a one-resource
+    "round": R, "plan_round": R', "resource": {...}, "mode": "rounds", "table": {p: {owner, target, state}}}`` plus
+    ``coordinator`` and ``replicas`` when those modes run; ``mode`` is the stored definition's (None for one stored
+    before modes were, or no definition); partition ids are strings (JSON object keys): ``"7"`` in a one-resource
     group, ``"orders-7"`` in a group over named resources (whose members list their ``subscriptions``). A
     partition's ``checkpoint`` is that of its commit record written last, in either key layout (``_keys``).
 
@@ -196,6 +197,7 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
         "round": current_round,
         "plan_round": latest_round,
         "resource": resource,
+        "mode": None if config is None else config.mode_name,
         "table": dict(sorted(table.items(), key=lambda item: pid_order(item[0]))),
         "failed": dict(sorted(failed.items(), key=lambda item: (-item[1]["failed_at"], item[0]))),
         **extra,

@@ -1,6 +1,6 @@
 """One consumer process as ``apportion rabbitmq consume`` runs it: wait for the store, join the group, consume.
 
-``run_consumer(store_url, group, worker_id, amqp_url=..., prefix=..., handle=..., **definition)`` connects to the
+``run_consumer(store_url, group, worker_id, requested, amqp_url=..., prefix=..., handle=...)`` connects to the
 store as ``apportion worker`` does (``apportion.runner.StartUp``: waits up to ``connect_timeout_s``), connects to
 RabbitMQ (a broker that cannot be reached is ``BrokerUnavailable`` at once: a supervisor restarts the process),
 then runs the group's member with a :class:`QueueConsumer`'s callbacks until SIGINT/SIGTERM (a graceful leave: every
@@ -11,11 +11,10 @@ queue is cancelled and its handled messages acked before the partitions are rele
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 from apportion import events
 from apportion.errors import InvalidRequest
-from apportion.group import PartitionId
+from apportion.group import GroupConfig, Mode, PartitionId
 from apportion.rabbitmq._consumer import (
     DEFAULT_ACK_DELAY_S,
     DEFAULT_BATCH,
@@ -56,7 +55,10 @@ def run_consumer(
     store_url: str,
     group: str,
     worker_id: str,
+    requested: GroupConfig | Mode,
     *,
+    ordinal: int | None = None,
+    update: bool = False,
     amqp_url: str,
     prefix: str,
     handle: Handle = echo,
@@ -66,7 +68,6 @@ def run_consumer(
     ack_delay_s: float = DEFAULT_ACK_DELAY_S,
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     revoke_timeout_s: float = 10.0,
-    **definition: Any,
 ) -> None:
     """Run consumer ``worker_id`` of ``group`` until SIGINT/SIGTERM (module docstring); emits ``assigned``,
     ``revoked``, ``lost`` (as ``apportion worker``), ``consuming``, ``acked``, ``cancelled``, ``requeued`` and
@@ -80,7 +81,7 @@ def run_consumer(
 
         def open_group() -> Group:
             store.revision()  # the first request (an etcd store sends none when it is opened)
-            return Group(store, group, **definition)
+            return Group.of(store, group, requested, ordinal=ordinal, update=update)
 
         defined = startup.attempt(open_group, store)
 

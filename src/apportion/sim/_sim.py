@@ -65,9 +65,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apportion.assign import HighAvailabilityOptions, range_block, validate_options
+from apportion.assign import check as check_plan
 from apportion.clock import VirtualClock
 from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
 from apportion.group import (
+    Coordinator,
     CoordinatorMember,
     DelayHook,
     FencedMember,
@@ -75,13 +77,14 @@ from apportion.group import (
     Keys,
     PartitionId,
     RoundsMember,
-    StaticMember,
+    Static,
     Tracer,
+    mode_named,
+    new_member,
     parse_resources,
     pid_of_text,
     set_replicas,
     stored_replicas,
-    validate_settings,
 )
 from apportion.model import AssignRequest, Plan, round_lower_bound
 from apportion.sim._checks import (
@@ -121,8 +124,8 @@ class SimConfig:
     commit_every_s: float = 0.5
     max_members: int | None = None
     safety: float = 0.8  # the member's local-deadline factor (tests raise it to prove the checker catches overlap)
-    mode: str = "rounds"
-    max_in_flight: int = 4
+    mode: str = "rounds"  # the group's mode (``group_config``): rounds, coordinator or static
+    max_in_flight: int = Coordinator.DEFAULT_MAX_IN_FLIGHT  # coordinator mode's
     # stateful groups (seed 2): strategy options, and the replica model (a replica restores ``restore_rate``
     # changelog records per virtual second from the moment a plan gives it, of ``state_records`` per partition)
     stateful: bool = False
@@ -141,11 +144,14 @@ class SimConfig:
     resources: str = ""
 
     def group_config(self) -> GroupConfig:
-        """The group's definition; InvalidRequest for an unknown mode, ``max_in_flight`` < 1 or ``stateful`` outside
-        the rounds mode (standby and learner replicas exist only there)."""
-        GroupConfig.default_strategy(self.mode)  # the mode's name
-        if self.mode == "coordinator":
-            validate_settings(1, "automatic", self.max_in_flight)
+        """The group's definition, its mode included (static: ``members`` is the pod template's replica count);
+        InvalidRequest for an unknown mode, ``max_in_flight`` < 1 or ``stateful`` outside the rounds mode (standby
+        and learner replicas exist only there)."""
+        mode = mode_named(self.mode)
+        if isinstance(mode, Coordinator):
+            mode = Coordinator(max_in_flight=self.max_in_flight)
+        elif isinstance(mode, Static):
+            mode = Static(replicas=self.members or 1)
         if self.stateful and self.mode != "rounds":
             raise InvalidRequest("stateful", "standby and learner replicas exist only in the rounds mode")
         if not 0.0 <= self.planned_leave <= 1.0:
@@ -164,6 +170,7 @@ class SimConfig:
             ttl_s=self.ttl_s,
             options=self.options,
             stateful=self.stateful,
+            mode=mode,
         )
 
     def convergence_s(self) -> float:
@@ -326,33 +333,25 @@ class Simulation:
         delay: DelayHook,
         ordinal: int | None,
     ) -> FencedMember:
-        common: dict[str, Any] = {
-            "clock": clock,
-            "watch": inbox,
-            "revoke_timeout_s": self.config.revoke_timeout_s,
-            "safety": self.config.safety,
-            "history_retention_s": 0.0,
-            "tracer": tracer,
-            "delay": delay,
-        }
-        if self.config.mode == "static":
+        cfg = self.config
+        subscriptions = None
+        if cfg.mode == "static":
             ordinal = len(self._ordinals) if ordinal is None else ordinal
             self._ordinals[mid] = ordinal
-            template = self.config.members or 1  # the pod template's --replicas: unchanged by scaling
-            return StaticMember(store, self.group, mid, self.gconfig, ordinal=ordinal, replicas=template, **common)
-        if self.gconfig.named:
-            common["subscriptions"] = self._subscriptions[mid] = self._draw_subscriptions()
-        else:  # its own checks cover a one-resource group; assign.check would double a plan's cost
-            common["checker"] = _unchecked
-        if self.config.mode == "coordinator":
-            return CoordinatorMember(
-                store, self.group, mid, self.gconfig, max_in_flight=self.config.max_in_flight, **common
-            )
-        cfg = self.config
-        model = _ReplicaModel(self.clock, cfg.state_records, cfg.restore_rate, cfg.lag_noise, f"{cfg.seed}:{mid}")
-        return RoundsMember(
-            store, self.group, mid, self.gconfig, replica_lags=model.lags, on_replicas=model.on_replicas, **common
-        )
+        elif self.gconfig.named:
+            subscriptions = self._subscriptions[mid] = self._draw_subscriptions()
+        model = None
+        if cfg.mode == "rounds":
+            model = _ReplicaModel(self.clock, cfg.state_records, cfg.restore_rate, cfg.lag_noise, f"{cfg.seed}:{mid}")
+        return new_member(
+            store, self.group, mid, self.gconfig, ordinal=ordinal, subscriptions=subscriptions,
+            # its own checks cover a one-resource group; assign.check would double a plan's cost
+            checker=check_plan if self.gconfig.named else _unchecked,
+            replica_lags=None if model is None else model.lags,
+            on_replicas=None if model is None else model.on_replicas,
+            clock=clock, watch=inbox, revoke_timeout_s=cfg.revoke_timeout_s, safety=cfg.safety,
+            history_retention_s=0.0, tracer=tracer, delay=delay,
+        )  # fmt: skip
 
     def _draw_subscriptions(self) -> list[str] | None:
         """Every resource (a third of the draws) or a random non-empty subset of them, sorted."""

@@ -23,17 +23,16 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any
 
 from apportion.errors import InvalidRequest
-from apportion.group import GroupConfig
+from apportion.group import GroupConfig, Mode, Rounds
 from apportion.spark._session import connect_address, is_connect_url
 from apportion.store import connect
 
 if TYPE_CHECKING:
     from apportion.log import PartitionedLog
     from apportion.spark._pipeline import Transform
-    from apportion.worker import ModeOptions
 
 Emit = Callable[..., None]
 
@@ -88,14 +87,17 @@ def run_pipeline_worker(
     signals: bool = True,
     resources: Sequence[str] | None = None,
     subscriptions: Sequence[str] | None = None,
-    **mode: Unpack[ModeOptions],
+    mode: Mode | None = None,
+    ordinal: int | None = None,
 ) -> None:
     """Run one pipeline worker (see the module docstring) in this process and return when it has left the group.
 
-    ``resource`` defaults to the group name and ``partitions`` to the log's (given, it must match). ``strategy``
-    (default: the mode's), ``options`` and the timings define the group when it does not exist yet; ``mode``
-    (``mode="coordinator"``, ``min_members=2``, ...: :class:`apportion.worker.ModeOptions`) picks the protocol, as
-    for ``apportion.Group``. Stateful partitions (``state_dir``) need the rounds mode. ``transform`` is a function
+    ``resource`` defaults to the group name and ``partitions`` to the log's (given, it must match). The log's
+    partitions, ``strategy`` (default: the mode's), ``options``, the timings (``ttl_s`` default: the store's) and
+    ``mode`` (``Rounds()`` by default, ``Coordinator(...)``, ``Static(...)`` with this member's ``ordinal``) are the
+    definition this worker requests (``GroupConfig.request``), checked before Spark starts; it defines the group when
+    it does not exist yet, and a group stored with another mode or other partitions is refused
+    (``apportion.Group.of``). Stateful partitions (``state_dir``) need the rounds mode. ``transform`` is a function
     ``f(df) -> df`` or its ``"module:function"`` name (default ``apportion.spark.transform``). ``emit`` receives every
     event (default: one JSON log line on ``apportion.pipeline``). ``signals``: SIGINT and SIGTERM set ``stop`` (main
     thread only; the handlers stay installed, so a signal during the process's exit is ignored too).
@@ -110,19 +112,28 @@ def run_pipeline_worker(
     from apportion.spark._stateful import StatefulPartitions
     from apportion.worker import Group
 
-    if state_dir is not None and mode.get("mode", "rounds") != "rounds":
+    mode = Rounds() if mode is None else mode
+    if state_dir is not None and not isinstance(mode, Rounds):
         raise InvalidRequest("state-dir", "stateful partitions (standby and learner replicas) need the rounds mode")
+
+    def requested(partitions: int | None = None, resources: Mapping[str, int] | None = None) -> GroupConfig:
+        return GroupConfig.request(
+            store_url, mode, partitions=partitions, resources=resources, strategy=strategy, options=options,
+            settle_s=settle_s, min_interval_s=min_interval_s, heartbeat_s=heartbeat_s, ttl_s=ttl_s,
+            stateful=state_dir is not None,
+        )  # fmt: skip
+
     if resources is not None:
         if state_dir is not None or resource is not None or partitions is not None:
             raise InvalidRequest("resources", "several log resources take no --resource, --partitions or --state-dir")
         readable_dir(input_dir, "input")
         writable_dir(output_dir, "output")
         function = load_transform(transform) if isinstance(transform, str) else transform or default_transform
+        log = PartitionedLog(input_dir)
+        counts = {name: log.partitions(name) for name in resources}
         _run_resources(
-            store_url, group, worker_id, PartitionedLog(input_dir), output_dir, list(resources), subscriptions,
-            function, stop or threading.Event(),
-            dict(strategy=strategy, options=options, settle_s=settle_s, min_interval_s=min_interval_s,
-                 heartbeat_s=heartbeat_s, ttl_s=ttl_s, **mode),
+            store_url, group, worker_id, log, output_dir, counts, subscriptions, function, stop or threading.Event(),
+            requested(resources=counts), ordinal,
             dict(batch_records=batch_records, transform=function, emit=emit or emit_log, worker_id=worker_id,
                  pause_before_commit_s=pause_before_commit_s, pause_batches=pause_batches),
             master=master, driver_memory=driver_memory, signals=signals, revoke_timeout_s=revoke_timeout_s,
@@ -145,23 +156,10 @@ def run_pipeline_worker(
             log, resource, Path(state_dir) / worker_id, emit=emit or emit_log, worker_id=worker_id,
             restore_batch=restore_batch, restore_rate=restore_rate,
         )  # fmt: skip
+    definition = requested(partitions=n)
     stop = stop or threading.Event()
     with connect(store_url) as store:
-        defined = Group(
-            store,
-            group,
-            n,
-            strategy,
-            settle_s=settle_s,
-            min_interval_s=min_interval_s,
-            heartbeat_s=heartbeat_s,
-            ttl_s=ttl_s,
-            options=options,
-            stateful=state_dir is not None,
-            **mode,
-        )
-        if defined.config.partitions != n:
-            raise InvalidRequest("group", f"{group!r} has {defined.config.partitions} partitions, the log has {n}")
+        defined = Group.of(store, group, definition, ordinal=ordinal)  # another mode or partitions: refused
         spark = spark_session(master, driver_memory, f"apportion-pipeline-{worker_id}")
         if signals:
             _stop_on_signals(stop)  # after Spark, which installs its own SIGINT handler
@@ -179,8 +177,8 @@ def run_pipeline_worker(
             state=state,
         )
         emit = processor.emit
-        _started(emit, spark, function, master, worker=worker_id, group=group, mode=defined.mode, resource=resource,
-                 partitions=n)  # fmt: skip
+        _started(emit, spark, function, master, worker=worker_id, group=group, mode=defined.mode.name,
+                 resource=resource, partitions=n)  # fmt: skip
         try:
             with joined(defined, worker_id, processor, revoke_timeout_s=revoke_timeout_s):
                 processor.run(stop, idle_s=idle_s, exit_after_idle_s=exit_idle_s)
@@ -198,11 +196,12 @@ def _run_resources(
     worker_id: str,
     log: PartitionedLog,
     output_dir: str | Path,
-    resources: list[str],
+    counts: dict[str, int],
     subscriptions: Sequence[str] | None,
     function: Transform,
     stop: threading.Event,
-    definition: dict[str, Any],
+    definition: GroupConfig,
+    ordinal: int | None,
     settings: dict[str, Any],
     *,
     master: str,
@@ -218,24 +217,18 @@ def _run_resources(
     from apportion.spark._session import spark_session
     from apportion.worker import Group
 
-    counts = {name: log.partitions(name) for name in resources}
     mine = sorted(counts if subscriptions is None else subscriptions)
     unknown = [name for name in mine if name not in counts]
     if unknown:
         raise InvalidRequest("subscribe", f"{unknown} are not among the group's resources {sorted(counts)}")
     with connect(store_url) as store:
-        defined = Group(store, group, resources=counts, **definition)
-        stored = {r.name: r.partitions for r in defined.config.resources}
-        for name in mine:
-            if stored.get(name) != counts[name]:
-                found = stored.get(name)
-                raise InvalidRequest("group", f"{group!r} has {found} partitions of {name!r}, the log {counts[name]}")
+        defined = Group.of(store, group, definition, ordinal=ordinal)  # other resources or mode: refused
         spark = spark_session(master, driver_memory, f"apportion-pipeline-{worker_id}")
         if signals:
             _stop_on_signals(stop)
         pipelines = {name: Pipeline(spark, log, output_dir, name, **settings) for name in mine}
         emit = pipelines[mine[0]].emit
-        _started(emit, spark, function, master, worker=worker_id, group=group, mode=defined.mode, resources=counts,
+        _started(emit, spark, function, master, worker=worker_id, group=group, mode=defined.mode.name, resources=counts,
                  subscriptions=mine)  # fmt: skip
         try:
             with joined_resources(defined, worker_id, pipelines, revoke_timeout_s=revoke_timeout_s):

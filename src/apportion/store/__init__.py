@@ -1,7 +1,7 @@
 """The consistent store: one etcd-v3-shaped contract, backends chosen by URL (memory, sqlite, etcd)."""
 
 from apportion.store._base import Store, Watch, renew_interval_s
-from apportion.store._connect import NoSuchStore, connect, redact, redact_url, url_secrets
+from apportion.store._connect import NoSuchStore, connect, default_ttl_s, redact, redact_url, url_secrets
 from apportion.store._memory import MemoryStore
 from apportion.store._types import (
     Compare,
@@ -38,6 +38,7 @@ __all__ = [
     "Watch",
     "absent",
     "connect",
+    "default_ttl_s",
     "exists",
     "mod_revision_is",
     "renew_interval_s",

@@ -123,8 +123,18 @@ def connect(url: str, *, clock: Clock | None = None, read_only: bool = False) ->
     raise InvalidRequest("url", f"unknown store scheme {scheme!r} (use memory://, sqlite:///path or etcd://host:port)")
 
 
+def default_ttl_s(url: str) -> float | None:
+    """The member lease TTL the backend named by ``url`` asks for (``Store.default_ttl_s``: 5 s on etcd), without
+    opening it; None for a backend that asks for none (the group's default applies)."""
+    if isinstance(url, str) and url.split("://", 1)[0].lower() in ("etcd", "etcds"):
+        from apportion.store._etcd import EtcdStore  # type: ignore[import-not-found,unused-ignore]
+
+        return EtcdStore.default_ttl_s  # type: ignore[no-any-return,unused-ignore]
+    return None
+
+
 class NoSuchStore(InvalidRequest):
     """A read-only open of a store that does not exist (an SQLite file that is not there): nothing was created."""
 
 
-__all__ = ["NoSuchStore", "connect", "redact", "redact_url", "url_secrets"]
+__all__ = ["NoSuchStore", "connect", "default_ttl_s", "redact", "redact_url", "url_secrets"]

@@ -111,6 +111,9 @@ FAULT_TYPES = ("lost", "fenced")
 
 
 def _mode(snapshot: dict[str, Any]) -> str:
+    """The group's stored mode; for a definition stored before modes were (``mode`` None), what its keys suggest."""
+    if snapshot.get("mode") is not None:
+        return str(snapshot["mode"])
     if "replicas" in snapshot:
         return "static"
     if "coordinator" in snapshot or snapshot["table"]:
