@@ -36,6 +36,7 @@ EXTRAS = {
     "starlette": "dashboard",
     "uvicorn": "dashboard",
     "pika": "rabbitmq",
+    "kubernetes": "kubernetes",
 }
 
 _SECRETS: list[str] = []

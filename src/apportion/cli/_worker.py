@@ -10,7 +10,7 @@ import logging
 import sys
 import tomllib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -31,8 +31,11 @@ from apportion.cli._common import (
 )
 from apportion.cli._options import resource_names
 from apportion.errors import InvalidRequest
-from apportion.group import DEFAULT_RETENTION_S, MAX_SECONDS
+from apportion.group import DEFAULT_RETENTION_S, MAX_SECONDS, Static
 from apportion.runner import DEFAULT_CONNECT_TIMEOUT_S, run_worker
+
+if TYPE_CHECKING:
+    from apportion.kube import ReplicasFollower
 
 FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
 MAX_CAPACITY = 1e12  # a capacity is a weight against the others': a larger one only overflows their sum
@@ -170,6 +173,13 @@ def _toml_kind(value: object) -> str:
     show_default=True,
     help="Address the metrics server binds (0.0.0.0: every interface).",
 )
+@_option(
+    "--replicas-from",
+    type=click.Choice(["kubernetes"]),
+    default=None,
+    help="static: follow the replica count of this pod's StatefulSet (spec.replicas, read through the API with the "
+    "pod's service account; the kubernetes extra), as `apportion scale` sets it.",
+)
 def worker(
     store_url: str,
     group_name: str,
@@ -191,6 +201,7 @@ def worker(
     connect_timeout_s: float,
     metrics_port: int | None,
     metrics_host: str,
+    replicas_from: str | None,
 ) -> None:
     """Run a worker until SIGINT/SIGTERM. Each change is one JSON line on stdout
     ({"event": "assigned"|"revoked"|"lost"|"commit"|"fenced"|"commit_failed", "partitions": [...], "time": t}; a
@@ -211,6 +222,7 @@ def worker(
         heartbeat_s=heartbeat_s,
         ttl_s=ttl_s,
     )
+    follower = _replicas_follower(replicas_from, mode, store_url, group_name)
     run_worker(
         store_url,
         group_name,
@@ -227,4 +239,25 @@ def worker(
         metrics_port=metrics_port,
         metrics_host=metrics_host,
         subscriptions=None if subscriptions is None else resource_names(subscriptions, "subscribe"),
+        on_started=None if follower is None else follower.start,
     )
+
+
+def _replicas_follower(
+    source: str | None, mode: MemberMode, store_url: str, group_name: str
+) -> ReplicasFollower | None:
+    """``--replicas-from kubernetes``: the follower of this pod's StatefulSet, checked by one read before the worker
+    starts (a deployment mistake is one line, exit 2; see apportion.kube); None without the option."""
+    if source is None:
+        return None
+    if not isinstance(mode.mode, Static):
+        raise InvalidRequest("replicas-from", f"only with --mode static (this is --mode {mode.mode.name})")
+    if mode.hostname is None:
+        raise InvalidRequest("replicas-from", "needs the pod's host name: --ordinal-from-hostname or --hostname")
+    from apportion.kube import KubernetesReplicas, ReplicasFollower
+
+    replicas = KubernetesReplicas.in_cluster(mode.hostname)
+    replicas.read()
+    follower = ReplicasFollower(replicas.read, store_url, group_name)
+    click.get_current_context().call_on_close(follower.stop)  # however the command ends
+    return follower
