@@ -246,3 +246,13 @@ def test_a_consumer_whose_belief_ended_starts_no_further_message_of_that_epoch(
     assert seen == [0, 0, 1, 2, 3, 4]
     requeued = [f for _, kind, f in events if kind == "requeued"]
     assert [(r["epoch"], r["reason"]) for r in requeued] == [(1, "fenced")]
+
+
+@pytest.mark.parametrize("url", ["aaa", "a" * 10_000, "amqp://h:0", "amqp://h:99999", "http://h", "amqp://[::1"])
+def test_a_malformed_amqp_url_is_one_line_exit_2_before_any_connection(url: str) -> None:
+    """Found by the fuzz pass over every option: pika indexed the parts of ``aaa`` (an internal error)."""
+    from tests.cli.run import cli
+
+    result = cli("rabbitmq", "produce", "--partitions", "4", "--prefix", "q", "--amqp", url, stdin='{"key": "k"}\n')
+    assert result.code == 2
+    assert "amqp: not an AMQP URL" in result.one_error_line()

@@ -9,6 +9,7 @@ arguments on both sides, or RabbitMQ refuses the second with PRECONDITION_FAILED
 from __future__ import annotations
 
 import contextlib
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,10 +42,15 @@ def declare_queue(channel: Any, name: str) -> None:
 def connect_broker(url: str, *, heartbeat_s: int | None = None) -> Any:
     """A ``pika.BlockingConnection`` to ``url`` (``amqp://user:password@host:port/vhost``); BrokerUnavailable when it
     cannot be opened, InvalidRequest for a malformed URL."""
+    form = "amqp://host[:port][/vhost], credentials before the host"
     try:
+        # checked here first: pika indexes the parts of what it was given (``aaa`` raised IndexError in it)
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("amqp", "amqps") or not parts.hostname or (parts.port is not None and parts.port < 1):
+            raise InvalidRequest("amqp", f"not an AMQP URL: expected {form} (amqps:// for TLS)")
         parameters = pika.URLParameters(url)
-    except (ValueError, TypeError) as exc:
-        raise InvalidRequest("amqp", f"not an AMQP URL ({exc})") from exc
+    except (ValueError, TypeError, IndexError) as exc:
+        raise InvalidRequest("amqp", f"not an AMQP URL ({exc}): expected {form}") from exc
     parameters.connection_attempts = 1
     parameters.blocked_connection_timeout = 30
     if heartbeat_s is not None:
