@@ -256,3 +256,12 @@ def test_a_malformed_amqp_url_is_one_line_exit_2_before_any_connection(url: str)
     result = cli("rabbitmq", "produce", "--partitions", "4", "--prefix", "q", "--amqp", url, stdin='{"key": "k"}\n')
     assert result.code == 2
     assert "amqp: not an AMQP URL" in result.one_error_line()
+
+
+def test_a_partition_count_beyond_a_groups_is_one_line_exit_2() -> None:
+    """Found by the fuzz pass: 20 digits allocated a count per queue (OverflowError, an internal error)."""
+    from tests.cli.run import cli
+
+    args = ["rabbitmq", "produce", "--amqp", "amqp://h", "--prefix", "q", "--partitions", "99999999999999999999"]
+    result = cli(*args, stdin='{"key": "k"}\n')
+    assert result.code == 2 and "--partitions" in result.one_error_line()

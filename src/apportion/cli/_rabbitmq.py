@@ -30,6 +30,7 @@ from apportion.cli._common import (
     timing_options,
 )
 from apportion.errors import InvalidRequest
+from apportion.model import MAX_PARTITIONS
 
 _AMQP_HELP = "RabbitMQ URL, amqp://user:password@host:port/vhost (%2F: the default vhost)."
 
@@ -56,7 +57,9 @@ def rabbitmq() -> None:
 @rabbitmq.command()
 @_amqp_option()
 @_prefix_option()
-@click.option("--partitions", type=click.IntRange(min=1), required=True, help="Partition (queue) count.")
+@click.option(
+    "--partitions", type=click.IntRange(1, MAX_PARTITIONS), required=True, help="Partition (queue) count."
+)  # bounded as a group's: a count per queue is allocated up front
 @click.option("--key", "key_field", default="key", show_default=True, help="The field of each JSON line to route by.")
 def produce(amqp_url: str, prefix: str, partitions: int, key_field: str) -> None:
     """Publish each JSON line of stdin (its bytes, unchanged) to <prefix>.<partition_for(line[KEY], partitions)>,
