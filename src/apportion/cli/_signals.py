@@ -1,8 +1,9 @@
 """SIGINT (Ctrl-C) and SIGTERM in the `apportion` process: they end every command promptly, at any moment of its
 start-up or run, with no traceback and no child process left running.
 
-Imports nothing beyond the standard library (``os``, ``signal``, ``time``): :func:`install` runs before the command
-line's own imports (click, the store, a command's starlette or pyspark: up to seconds), which a signal may interrupt.
+Imports nothing beyond the standard library (``os``, ``signal``, ``sys``, ``_thread``, ``time``): :func:`install`
+runs before the command line's own imports (click, the store, a command's starlette or pyspark: up to seconds),
+which a signal may interrupt.
 
 The process's phases and what a signal does in each (``apportion.cli.run`` installs, ``apportion.cli._app`` runs the
 command inside :func:`interruptible`)::
@@ -26,15 +27,22 @@ SIGKILL after a grace): one that nothing on the way out knew about, such as the 
 ``launch_gateway`` was waiting for (interrupted then, pyspark neither kills it nor tells it where to report, and it
 runs on for ever once its parent is gone). Linux only (it reads /proc); elsewhere it does nothing.
 
+A signal handled where Python cannot raise (a weakref callback, a ``__del__``: importlib's module-lock clean-up
+runs one during every import) would be swallowed and the command run on; :func:`install`'s unraisable hook sends it
+again, to be raised at the main thread's next step. An ``except BaseException`` that swallows it in a library is
+not covered.
+
 Not covered: a signal during the interpreter's own start, before apportion's first line runs (tens of milliseconds:
 Python's default handler raises KeyboardInterrupt in ``site`` or ``runpy``).
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
@@ -58,6 +66,8 @@ def exit_code(exc: KeyboardInterrupt) -> int:
 
 _installed = False
 _raised = False  # an Interrupted was raised: the command is cleaning up
+_in_hook = False  # _lost_interrupt runs
+_previous_hook = sys.unraisablehook
 
 
 def _exit_now(signum: int, frame: FrameType | None) -> None:
@@ -66,10 +76,36 @@ def _exit_now(signum: int, frame: FrameType | None) -> None:
 
 def _raise(signum: int, frame: FrameType | None) -> None:
     global _raised
+    if _in_hook:
+        _send_again(signum)  # raised here, it would be swallowed again
+        return
     if _raised:
         return  # a second signal while the first one's clean-up runs: let it finish
     _raised = True
     raise Interrupted(signum)
+
+
+def _send_again(signum: int) -> None:
+    """Deliver ``signum`` to this process again, from a thread of its own: a handler run by the sender itself
+    (``raise_signal``, ``interrupt_main``, ``os.kill`` of oneself all run it at once) would run it right here."""
+    _thread.start_new_thread(os.kill, (os.getpid(), signum))
+
+
+def _lost_interrupt(unraisable: sys.UnraisableHookArgs) -> None:
+    """``sys.unraisablehook`` from :func:`install` on. An Interrupted raised where Python cannot raise it (a weakref
+    callback, such as importlib's module-lock clean-up at the end of every import, a ``__del__``, a GC callback) is
+    swallowed with an "Exception ignored in" traceback, and the command would run on, deaf to the signal (seen: a
+    dashboard signalled during its imports served on). Such an Interrupted is sent again instead, to be raised at
+    the main thread's next step (should it land in this hook, :func:`_raise` sends it again); anything else goes to
+    the hook that was there before."""
+    global _raised, _in_hook
+    if not isinstance(unraisable.exc_value, Interrupted):
+        _previous_hook(unraisable)
+        return
+    _in_hook = True
+    _raised = False
+    _send_again(unraisable.exc_value.signum)
+    _in_hook = False
 
 
 def _handle(handler: Callable[[int, FrameType | None], None]) -> None:
@@ -79,8 +115,9 @@ def _handle(handler: Callable[[int, FrameType | None], None]) -> None:
 
 def install() -> None:
     """The STARTING phase: a signal exits at once (call it first thing, from the main thread)."""
-    global _installed
+    global _installed, _previous_hook
     _handle(_exit_now)
+    _previous_hook, sys.unraisablehook = sys.unraisablehook, _lost_interrupt
     _installed = True
 
 
