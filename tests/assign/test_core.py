@@ -86,6 +86,8 @@ def test_planning_leaves_the_callers_gc_switch_and_frozen_objects_as_they_were()
     try:
         frozen = gc.get_freeze_count()
         tuple(big_plan().moves)
-        assert gc.get_freeze_count() == frozen
+        # unfrozen, the count would be 0; not compared exactly: a frozen object another thread frees meanwhile
+        # (xdist's execnet thread) leaves the permanent generation (seen: 230,041 -> 230,040)
+        assert gc.get_freeze_count() > frozen // 2
     finally:
         gc.unfreeze()

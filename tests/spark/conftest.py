@@ -1,10 +1,13 @@
 """The ONE Spark session of the test run (session-scoped; ~5 s to start), shared by every test in tests/spark/, and
 the ONE Spark Connect server (``connect_server``, session-scoped, started only by the tests that use it).
 
-Sized for a 2-core machine (``apportion.spark._session``): `local[2]`, 2 shuffle partitions, 1 GiB driver. Every test
-here is in one of two xdist groups, so that under `pytest -n 2 --dist loadgroup` each of those fixtures starts once,
-on one xdist worker each, and the two groups run side by side: `xdist_group("spark")` for the tests of the local
-session, `xdist_group("thin-workers")` for those of the Connect server (thin workers: no JVM per process).
+Sized for a 2-core machine (``apportion.spark._session``): `local[2]`, 2 shuffle partitions, 1 GiB driver. A test's
+fixtures put it in one of two xdist groups (``pytest_collection_modifyitems`` below), so that under `pytest -n 2
+--dist loadgroup` each of those fixtures starts once, on one xdist worker each, and the two groups run side by side:
+`xdist_group("thin-workers")` for the tests of the Connect server (thin workers: no JVM per process), then
+`xdist_group("spark")` for those of the local session. (Marks written by hand named a test's module's group and its
+own, which xdist joins into a third group, starting a third JVM; and pytest 9 made xdist 3.8 drop the groups: the
+dev extra keeps pytest 8.)
 """
 
 from __future__ import annotations
@@ -24,6 +27,15 @@ def require_java() -> None:
         if IN_CI:
             pytest.fail("Java 17+ is not installed: Spark tests cannot run (see scripts/check-java.sh)")
         pytest.skip("Java 17+ is not installed")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture, group in (("connect_server", "thin-workers"), ("spark", "spark")):
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,7 @@ from apportion.spark._report import Verdict, duration, write_report
 from apportion.store import connect
 from tests.group.harness import Harness
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+pytestmark = pytest.mark.spark
 
 
 def ev(rev: int, t: float, kind: str, member: str, **fields: Any) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from tests.spark.test_pipeline import assert_per_key_offset_order, timeline
 
 # the thin-worker tests share one xdist worker and its Connect server (tests/spark/conftest.py), beside the group of
 # the local session
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("thin-workers")]
+pytestmark = pytest.mark.spark
 
 RECORDS, PARTITIONS = 40_000, 4
 TIMINGS = ["--settle", "0.3", "--min-interval", "0.6", "--ttl", "3"]

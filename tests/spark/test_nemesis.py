@@ -21,7 +21,7 @@ from apportion.spark._nemesis import Incarnation, NemesisConfig, belief_overlaps
 
 # beside the Spark group (on the other xdist worker), with the stateful scale-up test on one Connect server of its own,
 # so that make test's longest group is not the sum of the demo and the nemesis
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("thin-workers")]
+pytestmark = pytest.mark.spark
 
 SOAK = os.environ.get("APPORTION_SOAK") == "1"
 

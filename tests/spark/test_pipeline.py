@@ -29,7 +29,7 @@ from apportion.store import Store, connect
 from apportion.waiting import wait_for
 from apportion.worker import Group
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+pytestmark = pytest.mark.spark
 
 COLUMNS = ["partition", "offset", "key", "value", "digest"]
 
@@ -182,7 +182,6 @@ REPLICAS = 2
 
 
 @pytest.mark.slow  # 88 s on a 2-core machine at load 14 (Spark ~4x slower than idle), the Connect server up
-@pytest.mark.xdist_group("thin-workers")  # on the Connect server of the thin-worker group
 def test_coordinator_mode_pipeline_survives_kill_zombie_and_late_join_with_exactly_once_output(
     tmp_path: Path, processes: list[WorkerProcess], capsys: pytest.CaptureFixture[str], connect_server: Any
 ) -> None:
@@ -212,7 +211,6 @@ def waiting_for(store: Store) -> dict[int, int | None]:
 
 
 @pytest.mark.slow  # 45 s on a 2-core machine at load 14, the Connect server up
-@pytest.mark.xdist_group("thin-workers")  # on the Connect server of the thin-worker group
 def test_static_mode_pipeline_restarts_a_killed_ordinal_and_fences_a_frozen_one_with_exactly_once_output(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], connect_server: Any
 ) -> None:

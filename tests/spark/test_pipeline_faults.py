@@ -24,7 +24,7 @@ from apportion.spark._stateful import StatefulPartitions, verify_state
 from tests.group.harness import Harness
 from tests.spark.test_stateful import Events
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+pytestmark = pytest.mark.spark
 
 CONFIG = GroupConfig(partitions=2, settle_s=0.5, min_interval_s=1.0, ttl_s=3.0)
 

@@ -29,7 +29,7 @@ from apportion.waiting import wait_for
 from apportion.worker import Group
 from tests.group.harness import Harness
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+pytestmark = pytest.mark.spark
 
 
 def test_split_groups_partition_ids_by_resource() -> None:
@@ -106,7 +106,6 @@ def _events(processes: list[WorkerProcess], kind: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow  # 127 s here on a loaded 2-core machine (the Connect server up: thin workers)
-@pytest.mark.xdist_group("thin-workers")  # on the Connect server of the thin-worker group
 def test_pipeline_workers_over_two_resources_survive_kill_9_a_zombie_and_a_late_join_exactly_once_per_resource(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], connect_server: Any
 ) -> None:

@@ -15,7 +15,7 @@ from apportion.routing import partition_for, partitions_for, spark_xxhash64
 from apportion.spark import spark_partition_expr
 from tests.spark._keys import varied_int_keys, varied_string_keys
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+pytestmark = pytest.mark.spark
 
 MODULI = (1, 7, 64, 1000)
 

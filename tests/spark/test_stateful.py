@@ -22,7 +22,7 @@ from apportion.waiting import wait_for
 from apportion.worker import Group
 from tests.spark.test_pipeline_unit import write_output
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+pytestmark = pytest.mark.spark
 
 BATCH = 300
 OPTIONS = {"max_warmup_replicas": 2, "acceptable_recovery_lag": 50, "probing_rebalance_interval_s": 1.0}
@@ -177,7 +177,6 @@ def moves(workers: list[Any]) -> list[dict[str, Any]]:
 @pytest.mark.slow
 # beside the Spark group (make test's longest), not in it: with the pipeline nemesis, on that xdist worker's own Connect
 # server (four worker JVMs of their own took ~4 min of make test's 2 cores)
-@pytest.mark.xdist_group("thin-workers")
 def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
     tmp_path: Path, processes: list[Any], capsys: pytest.CaptureFixture[str], connect_server: Any
 ) -> None:
