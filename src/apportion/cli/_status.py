@@ -1,5 +1,7 @@
 """`apportion status` — who owns what: members (alive, partitions) and partitions (owner, epoch, checkpoint), and in
-coordinator mode the partition table and the members that failed within the last hour (when, what they owned).
+coordinator mode the partition table, the members that failed within the last hour (when, what they owned) and,
+while the group waits, why (the title and ``--json``'s ``waiting``: ``waiting for 3 members (have 1)``, or
+``settling`` before the first table).
 
 In static mode the title shows the replica count and an unowned partition ``waiting for ordinal N`` (its pod is down
 or not started: a StatefulSet keeps an ordinal's partitions for it).
@@ -85,6 +87,8 @@ def status(
         if resources:  # a group over named resources: what the table's title shows
             out["resources"] = resources
         out["mode"] = snapshot["mode"]  # the stored definition's (null: stored before modes were)
+        if snapshot["mode"] == "coordinator":  # null once the table is laid out and the minimum is live
+            out["waiting"] = snapshot.get("waiting")
         click.echo(json.dumps(out, sort_keys=True))
         return
     Console().print(render(group_name, snapshot, list_all=list_all), soft_wrap=_listed_plainly(snapshot, list_all))
@@ -130,7 +134,15 @@ def _holders(holders: dict[str, int | None]) -> str:
 
 def render(group_name: str, snapshot: dict[str, Any], *, list_all: bool = False) -> RenderableType:
     """The status tables of a ``group_status`` snapshot: every partition when the group has at most
-    ``SUMMARY_ABOVE`` of them or ``list_all``, else the summary (see the module docstring)."""
+    ``SUMMARY_ABOVE`` of them or ``list_all``, else the summary (see the module docstring); first, on a line of its
+    own, why a coordinator group waits (below its minimum cluster size, or before the first table)."""
+    tables = _tables(group_name, snapshot, list_all=list_all)
+    if snapshot.get("waiting"):
+        return Group(Text(f"group {group_name}: {snapshot['waiting']['reason']}"), tables)
+    return tables
+
+
+def _tables(group_name: str, snapshot: dict[str, Any], *, list_all: bool) -> RenderableType:
     if not (list_all or len(snapshot["partitions"]) <= SUMMARY_ABOVE):
         return _summary(group_name, snapshot)
     members = Table(title=_title(group_name, snapshot))
@@ -172,6 +184,8 @@ def _title(group_name: str, snapshot: dict[str, Any]) -> str:
     resource = snapshot.get("resource") or {}
     if resource.get("resources"):  # a group over named resources: what each consumes
         about += " — " + ", ".join(f"{r['name']} ({r['partitions']})" for r in resource["resources"])
+    if snapshot.get("waiting"):  # coordinator mode: below the minimum cluster size, or before the first table
+        about += " — " + snapshot["waiting"]["reason"]
     return f"group {group_name} — {about}"
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from apportion.errors import CorruptRecord
 from apportion.group._commits import checkpoint_of, latest_commits, read_commits
 from apportion.group._config import GroupConfig
-from apportion.group._coordinator import Entry
+from apportion.group._coordinator import Entry, waiting
 from apportion.group._keys import (
     Keys,
     PartitionId,
@@ -52,6 +52,10 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
 
     In static mode (a ``replicas`` record), an unowned partition says which ordinal it is ``waiting_for``: the one
     whose range block holds it under the stored count (its pod is down or not started yet).
+
+    ``waiting`` (coordinator mode, only while it applies): ``{"min_members", "live", "reason"}``, the reason being
+    ``waiting for N members (have M)`` below the minimum cluster size, or ``settling: ...`` before the first table
+    (``_coordinator.waiting``).
 
     ``failed`` (coordinator mode; seed 1's failed member list): ``{id: {"failed_at", "partitions", "detected_by"}}``,
     the members whose lease ended without a graceful leave within the last ``FAILED_RETENTION_S`` (an hour): when
@@ -191,6 +195,8 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
                 info = partitions.get(str(p))
                 if info is not None and info["owner"] != mid:
                     info["moving_to"] = mid
+    if config is not None and (held_back := waiting(config, len(member_leases), bool(table))) is not None:
+        extra["waiting"] = held_back
     return {
         "members": dict(sorted(members.items())),
         "partitions": partitions,
