@@ -34,7 +34,7 @@ from apportion.cli._app import app
 from apportion.cli._common import group_option, seconds, store_option
 from apportion.cli._store import read_group
 from apportion.errors import InvalidRequest
-from apportion.group import FAILED_RETENTION_S, checkpoint_offset, group_status, not_at_rest
+from apportion.group import FAILED_RETENTION_S, checkpoint_offset, group_status, not_at_rest, tags_text
 
 SUMMARY_ABOVE = 200  # partitions: a larger group's table is a summary unless --all
 SUMMARY_ROWS = 20  # partitions not at rest that a summary lists
@@ -197,8 +197,10 @@ def _partition_rows(
     offsets = {p: checkpoint_offset(info["checkpoint"]) for p, info in partitions.items()}
     show_offsets = any(o is not None for o in offsets.values())
     show_replicas = any("standby" in info or "learners" in info for info in partitions.values())
+    show_tags = any(info.get("tags") for info in partitions.values())  # high_availability: seed 2's task tags
     columns = ["partition", "owner", "epoch", "checkpoint", *(["offset"] if show_offsets else [])]
     columns += ["standby (lag)", "learners (lag)"] if show_replicas else []
+    columns += ["tags"] if show_tags else []
     columns += ["not at rest"] if state else []
     rows = []
     table = snapshot["table"]
@@ -212,6 +214,8 @@ def _partition_rows(
             row.append("-" if offset is None else str(offset))
         if show_replicas:
             row += [_holders(info.get("standby", {})), _holders(info.get("learners", {}))]
+        if show_tags:
+            row.append(tags_text(info.get("tags", {})) or "-")
         if state:
             row.append(", ".join(not_at_rest(info, table.get(p))))
         rows.append(row)

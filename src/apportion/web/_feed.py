@@ -672,6 +672,7 @@ class Feed:
                 "lapsing": bool(info.get("lapsing")),
                 "standby": info.get("standby", {}),
                 "learners": info.get("learners", {}),
+                "tags": info.get("tags", {}),  # high_availability: seed 2's task tags of each holder
                 "waiting_for": info.get("waiting_for"),
                 "moving_to": info.get("moving_to"),
             }
