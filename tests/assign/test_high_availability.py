@@ -494,6 +494,35 @@ def test_orphan_goes_to_a_ready_standby_before_an_unready_learner() -> None:
     assert plan.owner_of() == {p: "b"}
 
 
+def test_an_orphan_goes_to_a_ready_standby_before_its_unready_target_learner_then_follows_the_learner() -> None:
+    """Issue 30.6, the priority order kept on purpose (README seed map, seed 2). The seed places an active on a ready
+    learner, then the previous owner, then an unready learner's owner, then a standby; here the previous owner of
+    s-0 is gone, its target is b (b's learner, far behind) and c holds a caught-up standby. The seed would give the
+    active to b, which could not process s-0 until it has restored 50,000 records; high_availability gives it to c,
+    which can (KIP-441 as accepted: actives go to the most caught-up instance), keeps b learning it (the target is
+    unchanged, tagged isLearner, c's active beingLearned), and moves it to b once b is ready: one more move, no
+    downtime. The seed's steps 1, 2 and 4 are kept as they are (the tests beside this one)."""
+    s0, s1, s2 = parts("s", 0, 1, 2)
+    lagging = {s0: 50_000}
+    members = (
+        Member("b", learners=(s0,), lag=MappingProxyType(lagging), generation=1),
+        Member("c", owned=(s1, s2), standby=(s0,), lag=MappingProxyType({s0: 10}), generation=1),
+    )
+    req = request((Resource("s", 3, stateful=True),), members, num_standby_replicas=1)
+    first = high_availability(req)
+    assert first.owner_of()[s0] == "c" and first.learners["b"] == (s0,)  # the active where it can run now
+    assert tags(first)[s0] == {
+        "b": {"isLearner": True, "beingLearned": False, "isReady": False},
+        "c": {"isLearner": False, "beingLearned": True, "isReady": True},
+    }
+    assert first.stats.deferred == 1  # the move to the target is deferred, not dropped
+    caught_up = high_availability(next_round(req, first))  # b's learner has caught up (lag 0)
+    assert caught_up.owner_of()[s0] == "b" and [(m.partition, m.source, m.target) for m in caught_up.moves] == [
+        (s0, "c", "b")
+    ]
+    assert not any(caught_up.learners.values())
+
+
 def test_previous_owner_keeps_the_active_while_the_target_learner_is_unready() -> None:
     ps = parts("s", 0, 1)
     members = (Member("a", owned=ps), Member("b", learners=ps[1:], lag=MappingProxyType({ps[1]: 20_000})))

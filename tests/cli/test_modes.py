@@ -120,7 +120,10 @@ def test_simulate_runs_the_mode_it_is_given_as_the_python_simulator_does(
         (["--mode", "static", "--max-in-flight", "2"], "--max-in-flight: only with --mode coordinator"),
         (["--mode", "coordinator", "--max-in-flight", "0"], "max_in_flight: must be an integer >= 1"),
         (["--mode", "static", "--stateful"], "stateful: standby and learner replicas exist only in the rounds mode"),
-        (["--mode", "coordinator", "--grid", "grid.toml"], "--mode: a --grid's scenarios run in the rounds mode"),
+        (["--mode", "coordinator", "--grid", "grid.toml"], "--mode: a --grid picks its modes in the grid file"),
+        (["--mode", "coordinator", "--min-members", "0"], "min_members: must be an integer >= 1"),
+        (["--replicas", "3"], "--replicas: only with --mode static (this is --mode rounds)"),
+        (["--mode", "static", "--rebalance", "manual"], "--rebalance: only with --mode coordinator"),
     ],
 )
 def test_simulate_refuses_a_mode_option_it_cannot_honour_in_one_line(args: list[str], message: str) -> None:

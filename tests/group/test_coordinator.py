@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import pytest
 
 from apportion.errors import InvalidRequest
-from apportion.group import CoordinatorMember, Entry, GroupConfig, TableState, decode
-from apportion.group._coordinator import planned_moves, read_table, request_rebalance, table_changes
-from tests.group.modes_harness import ModeHarness
+from apportion.group import CoordinatorMember, Entry, GroupConfig, TableState, decode, group_status
+from apportion.group._coordinator import (
+    FIRST_TABLE_MAX_SETTLES,
+    planned_moves,
+    read_table,
+    request_rebalance,
+    table_changes,
+)
+from tests.group.modes_harness import RR, ModeHarness
 
 
 def coordinator_of(h: ModeHarness) -> str:
@@ -34,6 +41,56 @@ def test_minimum_cluster_size_holds_assignment_back() -> None:
     assert h.assignment()["a"] == [0, 3, 6, 9]  # round-robin over the sorted members, as in the seed
     assert all(e.state is TableState.ONLINE for e in table(h).values())
     assert all(m.stable() for m in h.members.values())
+
+
+def test_members_starting_within_the_settle_time_share_the_first_table_and_nobody_revokes() -> None:
+    """Issue 30.3: with the default min_members (1), three members registering 0.3 s apart got a first table that
+    gave every partition to the first, which then revoked most of them. The first table now waits until no member
+    has registered for the group's settle_s (0.5 s), so it is laid out once, over all three."""
+    h = ModeHarness(dataclasses.replace(RR, partitions=30))
+    for mid in ("a", "b", "c"):
+        h.add_coordinated(mid)
+        h.run(0.3)
+        assert table(h) == {}, "the first table waits for the members to stop arriving"
+    h.run(1.0)
+    assert sorted(len(p) for p in h.assignment().values()) == [10, 10, 10]
+    assert h.assignment()["a"] == list(range(0, 30, 3))  # the seed's round robin, laid out once
+    assert not [c for c in h.log.calls if c[0] in ("revoked", "lost")], "nobody gave anything back"
+
+
+def test_members_that_keep_arriving_hold_the_first_table_back_at_most_ten_settle_times() -> None:
+    """Each registration restarts the wait, but a group whose members keep coming (or one that crash-loops) gets its
+    first table FIRST_TABLE_MAX_SETTLES RSTs after min_members were first live."""
+    h = ModeHarness()
+    h.add_coordinated("m0")
+    started = h.clock.now()
+    n = 1
+    while not table(h):
+        h.add_coordinated(f"m{n}")
+        n += 1
+        h.run(0.4)  # below settle_s (0.5): the quiet time never comes
+    waited = h.clock.now() - started
+    assert FIRST_TABLE_MAX_SETTLES * RR.settle_s <= waited <= FIRST_TABLE_MAX_SETTLES * RR.settle_s + 0.5
+
+
+def test_below_the_minimum_or_before_the_first_table_the_group_is_waiting_and_rebalance_is_refused() -> None:
+    h = ModeHarness()
+    h.add_coordinated("a", min_members=3)
+    h.run(1.0)
+    assert group_status(h.store, "g")["waiting"] == {
+        "min_members": 3, "live": 1, "reason": "waiting for 3 members (have 1)",
+    }  # fmt: skip
+    for refused in (planned_moves, lambda store, group: request_rebalance(store, group, 0.0)):
+        with pytest.raises(InvalidRequest, match=r"^group 'g' is waiting for 3 members \(have 1\): no partition"):
+            refused(h.store, "g")
+    assert h.store.get("/apportion/g/rebalance") is None
+    h.add_coordinated("b", min_members=3)
+    h.add_coordinated("c", min_members=3)
+    h.run(0.1)
+    assert group_status(h.store, "g")["waiting"]["reason"].startswith("settling: the first table follows once no")
+    h.run(1.0)
+    assert "waiting" not in group_status(h.store, "g") and len(table(h)) == 12
+    assert planned_moves(h.store, "g") == []
 
 
 def test_one_coordinator_at_a_time_and_a_successor_within_ttl() -> None:

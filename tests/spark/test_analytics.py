@@ -280,18 +280,17 @@ def test_simulate_grid_without_out_is_a_user_mistake(tmp_path: Path, capsys: pyt
 
 def test_grid_runs_every_scenario_as_a_spark_task_and_writes_table_and_chart(spark: Any, tmp_path: Path) -> None:
     grid_file = tmp_path / "grid.json"
-    grid_file.write_text(
-        json.dumps(
-            {"strategies": ["sticky", "round_robin"], "members": [3], "partitions": [6], "churn": [2], "seeds": [1]}
-        )
-    )
+    axes = {"strategies": ["sticky", "round_robin"], "members": [3], "partitions": [6], "churn": [2], "seeds": [1]}
+    grid_file.write_text(json.dumps({**axes, "modes": ["rounds", "coordinator"]}))  # a grid picks the modes too
     result = run_grid(spark, load_grid(grid_file), tmp_path / "grid")
-    rows = spark.read.parquet(result.table_parquet).orderBy("strategy").collect()
-    assert [(r.strategy, r.members, r.partitions, r.churn) for r in rows] == [
-        ("round_robin", 3, 6, 2),
-        ("sticky", 3, 6, 2),
+    rows = spark.read.parquet(result.table_parquet).orderBy("mode", "strategy").collect()
+    assert [(r.mode, r.strategy, r.members, r.partitions, r.churn) for r in rows] == [
+        ("coordinator", "round_robin", 3, 6, 2),
+        ("coordinator", "sticky", 3, 6, 2),
+        ("rounds", "round_robin", 3, 6, 2),
+        ("rounds", "sticky", 3, 6, 2),
     ]
-    assert all(r.ok and r.moves >= r.moves_lower_bound for r in rows)
+    assert all(r.ok and r.moves >= r.moves_lower_bound and r.plans >= 1 for r in rows)
     assert Path(result.chart_png).read_bytes()[:4] == b"\x89PNG"
     assert "sticky" in Path(result.index_html).read_text()
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from apportion.assign._check import check, check_or_raise, min_moves
 from apportion.assign._core import gc_paused
 from apportion.assign._hashing import BoundedLoadOptions, stable_hash
-from apportion.assign._high_availability import HighAvailabilityOptions, tags
+from apportion.assign._high_availability import HighAvailabilityOptions, replica_tags, tags
 from apportion.assign._json import dumps_plan, loads_request, parse_request, plan_to_json
 from apportion.assign._options import StrategyOptions
 from apportion.assign._registry import STRATEGIES, Strategy, strategy_named, validate_options
@@ -33,6 +33,7 @@ def plan(request: AssignRequest) -> Plan:
 
 
 __all__ = [
+    "replica_tags",
     "tags",
     "BoundedLoadOptions",
     "HighAvailabilityOptions",

@@ -72,11 +72,11 @@ opens a probing round after that delay).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from types import MappingProxyType
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 from apportion.assign._core import exact
 from apportion.assign._options import StrategyOptions, integer_option, number_option
@@ -84,6 +84,8 @@ from apportion.errors import InvalidRequest
 from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats
 
 NAME = "high_availability"
+
+P = TypeVar("P", bound=Any)  # a partition id: ``Partition``, or a stored plan's int / ``<resource>-<index>``
 
 # preference categories of a member for a partition (smaller is better)
 _READY_LEARNER, _READY, _LEARNER, _OTHER = 0, 1, 2, 3
@@ -464,19 +466,31 @@ def tags(plan: Plan) -> dict[Partition, dict[str, dict[str, bool]]]:
     An active is never a learner, is ready, and is beingLearned when a learner of it exists; a standby or learner
     replica is ready when it is within the acceptable recovery lag (``Plan.ready``). Partitions and members sorted.
     """
-    learned = {p for parts in plan.learners.values() for p in parts}
-    ready = {(m, p) for m, parts in plan.ready.items() for p in parts}
-    rows: list[tuple[Partition, str, dict[str, bool]]] = []
-    for m, parts in plan.assignment.items():
+    return replica_tags(plan.assignment, plan.standby, plan.learners, plan.ready)
+
+
+def replica_tags(
+    assignment: Mapping[str, Iterable[P]],
+    standby: Mapping[str, Iterable[P]],
+    learners: Mapping[str, Iterable[P]],
+    ready: Mapping[str, Iterable[P]],
+) -> dict[P, dict[str, dict[str, bool]]]:
+    """:func:`tags` of a plan given as its four tables (member -> partitions), whatever the partition ids are: a
+    ``Plan``'s ``Partition`` values, or a stored plan record's ids (``group_status``, ``explain``), so that every
+    place that shows the tags derives them by this one rule."""
+    learned = {p for parts in learners.values() for p in parts}
+    is_ready = {(m, p) for m, parts in ready.items() for p in parts}
+    rows: list[tuple[P, str, dict[str, bool]]] = []
+    for m, parts in assignment.items():
         rows.extend((p, m, {"isLearner": False, "beingLearned": p in learned, "isReady": True}) for p in parts)
-    for table, is_learner in ((plan.standby, False), (plan.learners, True)):
+    for table, is_learner in ((standby, False), (learners, True)):
         for m, parts in table.items():
             flags = {"isLearner": is_learner, "beingLearned": False}
-            rows.extend((p, m, {**flags, "isReady": (m, p) in ready}) for p in parts)
-    out: dict[Partition, dict[str, dict[str, bool]]] = {}
+            rows.extend((p, m, {**flags, "isReady": (m, p) in is_ready}) for p in parts)
+    out: dict[P, dict[str, dict[str, bool]]] = {}
     for p, m, flags in sorted(rows, key=lambda row: (row[0], row[1])):
         out.setdefault(p, {})[m] = flags
     return out
 
 
-__all__ = ["HighAvailabilityOptions", "high_availability", "high_availability_min_moves", "tags"]
+__all__ = ["HighAvailabilityOptions", "high_availability", "high_availability_min_moves", "replica_tags", "tags"]

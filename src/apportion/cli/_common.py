@@ -138,6 +138,22 @@ def max_in_flight_option(*, env: bool = False) -> Callable[[FC], FC]:
     )  # fmt: skip
 
 
+def min_members_option(*, env: bool = False) -> Callable[[FC], FC]:
+    """``--min-members N`` (coordinator mode)."""
+    return option(
+        "--min-members", env=env, type=int, default=Coordinator.DEFAULT_MIN_MEMBERS, show_default=True,
+        help="coordinator: members needed before the table is created.",
+    )  # fmt: skip
+
+
+def rebalance_option(*, env: bool = False) -> Callable[[FC], FC]:
+    """``--rebalance automatic|manual`` (coordinator mode)."""
+    return option(
+        "--rebalance", env=env, type=click.Choice(POLICIES), default=Coordinator.DEFAULT_REBALANCE,
+        show_default=True, help="coordinator: re-plan on every membership change, or on `apportion rebalance`.",
+    )  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class MemberMode:
     """What ``--mode`` and its options ask for (:func:`member_mode_options`): the group's ``mode`` (a value of
@@ -203,14 +219,8 @@ def member_mode_options(*, env: bool = False) -> Callable[[Callable[..., R]], Ca
             "--replicas", env=env, type=int, default=None,
             help="static: the replica count a new group starts with (default ordinal+1); `apportion scale` sets it.",
         ),
-        option(
-            "--min-members", env=env, type=int, default=Coordinator.DEFAULT_MIN_MEMBERS, show_default=True,
-            help="coordinator: members needed before the table is created.",
-        ),
-        option(
-            "--rebalance", env=env, type=click.Choice(POLICIES), default=Coordinator.DEFAULT_REBALANCE,
-            show_default=True, help="coordinator: re-plan on every membership change, or on `apportion rebalance`.",
-        ),
+        min_members_option(env=env),
+        rebalance_option(env=env),
         max_in_flight_option(env=env),
     ]  # fmt: skip
 

@@ -12,6 +12,7 @@ from apportion.cli._app import app
 from apportion.cli._common import group_option, store_option
 from apportion.cli._store import read_group
 from apportion.group import explain as explain_partition
+from apportion.group import tags_text
 
 
 @app.command()
@@ -35,6 +36,8 @@ def explain(store_url: str, group_name: str, as_json: bool, partition: str) -> N
     if out["round"] is not None:
         console.print(f"given in round {out['round']}")
     console.print(f"decision: {out['decision']['text']}")
+    if "tags" in out:  # high_availability (seed 2): each holder's role and the task tags that hold
+        console.print(f"tags: {tags_text(out['tags']) or 'no holder in the latest plan'}", highlight=False)
     table = Table(title="epoch history")
     for column in ("revision", "time", "event", "member", "epoch", "detail"):
         table.add_column(column)

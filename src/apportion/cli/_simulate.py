@@ -11,7 +11,9 @@ import click
 from apportion.cli._app import app
 from apportion.cli._common import (
     max_in_flight_option,
+    min_members_option,
     mode_option,
+    rebalance_option,
     refuse_other_modes_options,
     spark_master,
     spark_options,
@@ -47,6 +49,15 @@ class SimulationFailed(ApportionError):
 @strategy_option()
 @mode_option()
 @max_in_flight_option()
+@min_members_option()
+@rebalance_option()
+@click.option(
+    "--replicas",
+    type=click.IntRange(1, MAX_MEMBERS),
+    default=None,
+    help="static: the replica count the group starts with (default --members; above it, the missing ordinals' "
+    "blocks wait for them).",
+)
 @click.option("--no-faults", is_flag=True, help="Only joins, leaves and crashes.")
 @click.option("--stateful", is_flag=True, help="Stateful partitions: replicas restore in virtual time (seed 2).")
 @click.option(
@@ -69,6 +80,9 @@ def simulate(
     strategy: str | None,
     mode: str,
     max_in_flight: int,
+    min_members: int,
+    rebalance: str,
+    replicas: int | None,
     no_faults: bool,
     stateful: bool,
     strategy_options: tuple[str, ...],
@@ -78,13 +92,16 @@ def simulate(
     master: str | None,
     spark_url: str | None,
 ) -> None:
-    """Simulate a group under churn and faults; print moves vs lower bound, unowned time, rounds, violations.
-    --mode runs the members in that protocol (static: ordinals 0..members-1, --members the replica count).
+    """Simulate a group under churn and faults; print moves vs lower bound, unowned time, rounds, violations, and
+    per change (the start, each churn or fault event) the plans it caused, their moves, the lower bound and the
+    time until ownership stopped changing. --mode runs the members in that protocol (static: ordinals
+    0..members-1, --replicas the count, default --members; coordinator: --min-members, --rebalance, manual meaning
+    that a simulated operator runs `apportion rebalance` after each change, --max-in-flight).
     With --grid: every scenario of the grid as a Spark task, one comparison table and chart in --out."""
     refuse_other_modes_options(click.get_current_context(), mode)
     if grid_file is not None:
         if mode != "rounds":
-            raise InvalidRequest("--mode", "a --grid's scenarios run in the rounds mode")
+            raise InvalidRequest("--mode", 'a --grid picks its modes in the grid file ("modes": ["coordinator", ...])')
         from apportion.spark import simulate_grid
 
         grid_result = simulate_grid(grid_file, out_dir, spark_master(master, spark_url, "local[2]"))
@@ -100,6 +117,9 @@ def simulate(
         strategy=GroupConfig.default_strategy(mode) if strategy is None else strategy,
         mode=mode,
         max_in_flight=max_in_flight,
+        min_members=min_members,
+        rebalance=rebalance,
+        replicas=replicas,
         faults=not no_faults,
         stateful=stateful,
         options=parse_options(strategy_options),

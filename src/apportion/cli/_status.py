@@ -1,5 +1,7 @@
 """`apportion status` — who owns what: members (alive, partitions) and partitions (owner, epoch, checkpoint), and in
-coordinator mode the partition table and the members that failed within the last hour (when, what they owned).
+coordinator mode the partition table, the members that failed within the last hour (when, what they owned) and,
+while the group waits, why (the title and ``--json``'s ``waiting``: ``waiting for 3 members (have 1)``, or
+``settling`` before the first table).
 
 In static mode the title shows the replica count and an unowned partition ``waiting for ordinal N`` (its pod is down
 or not started: a StatefulSet keeps an ordinal's partitions for it).
@@ -32,7 +34,7 @@ from apportion.cli._app import app
 from apportion.cli._common import group_option, seconds, store_option
 from apportion.cli._store import read_group
 from apportion.errors import InvalidRequest
-from apportion.group import FAILED_RETENTION_S, checkpoint_offset, group_status, not_at_rest
+from apportion.group import FAILED_RETENTION_S, checkpoint_offset, group_status, not_at_rest, tags_text
 
 SUMMARY_ABOVE = 200  # partitions: a larger group's table is a summary unless --all
 SUMMARY_ROWS = 20  # partitions not at rest that a summary lists
@@ -85,6 +87,8 @@ def status(
         if resources:  # a group over named resources: what the table's title shows
             out["resources"] = resources
         out["mode"] = snapshot["mode"]  # the stored definition's (null: stored before modes were)
+        if snapshot["mode"] == "coordinator":  # null once the table is laid out and the minimum is live
+            out["waiting"] = snapshot.get("waiting")
         click.echo(json.dumps(out, sort_keys=True))
         return
     Console().print(render(group_name, snapshot, list_all=list_all), soft_wrap=_listed_plainly(snapshot, list_all))
@@ -130,7 +134,15 @@ def _holders(holders: dict[str, int | None]) -> str:
 
 def render(group_name: str, snapshot: dict[str, Any], *, list_all: bool = False) -> RenderableType:
     """The status tables of a ``group_status`` snapshot: every partition when the group has at most
-    ``SUMMARY_ABOVE`` of them or ``list_all``, else the summary (see the module docstring)."""
+    ``SUMMARY_ABOVE`` of them or ``list_all``, else the summary (see the module docstring); first, on a line of its
+    own, why a coordinator group waits (below its minimum cluster size, or before the first table)."""
+    tables = _tables(group_name, snapshot, list_all=list_all)
+    if snapshot.get("waiting"):
+        return Group(Text(f"group {group_name}: {snapshot['waiting']['reason']}"), tables)
+    return tables
+
+
+def _tables(group_name: str, snapshot: dict[str, Any], *, list_all: bool) -> RenderableType:
     if not (list_all or len(snapshot["partitions"]) <= SUMMARY_ABOVE):
         return _summary(group_name, snapshot)
     members = Table(title=_title(group_name, snapshot))
@@ -172,6 +184,8 @@ def _title(group_name: str, snapshot: dict[str, Any]) -> str:
     resource = snapshot.get("resource") or {}
     if resource.get("resources"):  # a group over named resources: what each consumes
         about += " — " + ", ".join(f"{r['name']} ({r['partitions']})" for r in resource["resources"])
+    if snapshot.get("waiting"):  # coordinator mode: below the minimum cluster size, or before the first table
+        about += " — " + snapshot["waiting"]["reason"]
     return f"group {group_name} — {about}"
 
 
@@ -183,8 +197,10 @@ def _partition_rows(
     offsets = {p: checkpoint_offset(info["checkpoint"]) for p, info in partitions.items()}
     show_offsets = any(o is not None for o in offsets.values())
     show_replicas = any("standby" in info or "learners" in info for info in partitions.values())
+    show_tags = any(info.get("tags") for info in partitions.values())  # high_availability: seed 2's task tags
     columns = ["partition", "owner", "epoch", "checkpoint", *(["offset"] if show_offsets else [])]
     columns += ["standby (lag)", "learners (lag)"] if show_replicas else []
+    columns += ["tags"] if show_tags else []
     columns += ["not at rest"] if state else []
     rows = []
     table = snapshot["table"]
@@ -198,6 +214,8 @@ def _partition_rows(
             row.append("-" if offset is None else str(offset))
         if show_replicas:
             row += [_holders(info.get("standby", {})), _holders(info.get("learners", {}))]
+        if show_tags:
+            row.append(tags_text(info.get("tags", {})) or "-")
         if state:
             row.append(", ".join(not_at_rest(info, table.get(p))))
         rows.append(row)

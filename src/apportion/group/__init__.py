@@ -81,9 +81,11 @@ from apportion.group._status import (
     owned_by,
     owner_of,
     owners,
+    plan_tags,
     settled,
     table_entry,
     table_entry_of,
+    tags_text,
 )
 
 __all__ = [
@@ -144,6 +146,7 @@ __all__ = [
     "owned_by",
     "owner_of",
     "owners",
+    "plan_tags",
     "parse_resources",
     "planned_moves",
     "read_table",
@@ -158,6 +161,7 @@ __all__ = [
     "subscribed",
     "table_entry",
     "table_entry_of",
+    "tags_text",
     "validate_group",
     "validate_member_id",
     "validate_ordinal",

@@ -9,14 +9,27 @@ the coordinator compares its own ``coordinator`` record, so a deposed coordinato
 
 The partition table (``Entry`` per partition: ``owner``, ``target``, ``state``; ``TableState``)::
 
-    (no table) --coordinator: live members >= min_members--> table created with the group's strategy
-               (round_robin by default, as in the seed): every entry ASSIGNED(owner=None, target=m)
+    (no table) --coordinator: live members >= min_members, then no registration for settle_s--> table created
+               with the group's strategy (round_robin by default, as in the seed): every entry
+               ASSIGNED(owner=None, target=m)
     ONLINE(owner=A) --member joins/dies (automatic) or `apportion rebalance` (manual) moves p to B-->
         ASSIGNED(owner=A, target=B) --coordinator, fewer than max_in_flight MIGRATING--> MIGRATING(A -> B)
     MIGRATING(A -> B) --A: on_revoked, release owner/p (or A's lease expires)--> (owner record free)
         --B: claim owner/p (new epoch), ack: txn [table/p unchanged] -> ONLINE(owner=B)--> ONLINE(owner=B)
     ASSIGNED(owner=None, target=B) --B claims and acks--> ONLINE(owner=B)       (nothing to migrate: no throttle)
     any entry whose owner or target died --coordinator--> re-planned (even in manual mode: nothing is lost)
+
+The first table (seed 1: "it might map partitions too early until the cluster reaches a stable state"): the
+coordinator lays it out once ``min_members`` are live AND the live members have not changed for the group's
+``settle_s`` (RST, 0.5 s by default, the rounds mode's settle time): each registration restarts the wait, which
+ends at the latest ``FIRST_TABLE_MAX_SETTLES`` RSTs after ``min_members`` were first live. Why: with the default
+``min_members`` of 1 the first member to register got every partition and the next ones took most of them back
+(three workers started 0.3 s apart: 30 partitions mapped to the first, then 20 revoked and migrated), which is the
+over-eager mapping the seed's minimum cluster size exists to prevent; a minimum the group cannot know (how many
+workers a deployment starts) is no default, a settle time is. It costs the first table ``settle_s`` once in the
+group's life (the table stays in the store across restarts). Fleets whose members start further apart than RST
+raise ``--settle`` or set ``--min-members``. While held back the coordinator traces ``waiting_for_members`` (below
+the minimum) or ``settling``, and ``status`` says ``waiting for N members (have M)`` or ``settling``.
 
 A member M holds p when the entry says so: ``owner == M`` and state ONLINE or ASSIGNED, or ``target == M`` and state
 MIGRATING (or ASSIGNED with no owner). It revokes anything else it holds, claims what it should hold once the owner
@@ -65,6 +78,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
@@ -99,6 +113,10 @@ from apportion.store import (
 )
 
 log = logging.getLogger(__name__)
+
+FIRST_TABLE_MAX_SETTLES = 10
+"""The first table waits at most this many RSTs (``settle_s``) after ``min_members`` are first live, however often
+members keep registering (a crash-looping member must not hold the group back for good): 5 s with the defaults."""
 
 FAILED_RETENTION_S = 3600.0
 """How long ``failed/<id>`` records stay (the lease they are bound to): an hour, the history's default retention, so
@@ -338,12 +356,12 @@ def table_changes(
 
 def planned_moves(store: Store, group: str, planner: Planner = default_planner) -> list[TableMove]:
     """What a full re-plan (``apportion rebalance``) would move now: partitions whose holder changes. InvalidRequest
-    for a group of another mode (it has no partition table to re-plan)."""
+    for a group of another mode (it has no partition table to re-plan) and while the group is ``waiting`` (below its
+    minimum cluster size, or before its first table: "waiting for 3 members (have 1)")."""
     config = GroupConfig.load(store, group)
     config.require_mode(group, "coordinator", "rebalance", "only a coordinator group has a partition table to re-plan")
     table = {p: e for p, (e, _) in read_table(store, group).items()}
-    if not table:
-        return []
+    _refuse_while_waiting(store, group, config, bool(table))
     keys = Keys(group)
     registered = store.range(keys.members)
     subscriptions = live_subscriptions(keys, registered)
@@ -357,6 +375,33 @@ def planned_moves(store: Store, group: str, planner: Planner = default_planner) 
     ]
 
 
+def waiting(config: GroupConfig, live: int, has_table: bool) -> dict[str, Any] | None:
+    """Why a coordinator group has no usable table yet, or None: ``{"min_members", "live", "reason"}`` with the reason
+    ``waiting for N members (have M)`` while fewer than ``min_members`` are live (the seed's minimum cluster size;
+    ``Router`` raises ``NotEnoughMembers`` then too), or ``settling`` while they are but the first table is not laid
+    out yet (see "The first table" in the module docstring). None for a group of another mode."""
+    mode = config.mode
+    if not isinstance(mode, Coordinator):
+        return None
+    if live < mode.min_members:
+        reason = f"waiting for {mode.min_members} members (have {live})"
+    elif not has_table:
+        reason = f"settling: the first table follows once no member has joined for {config.settle_s:g} s"
+    else:
+        return None
+    return {"min_members": mode.min_members, "live": live, "reason": reason}
+
+
+def _refuse_while_waiting(store: Store, group: str, config: GroupConfig, has_table: bool) -> None:
+    """InvalidRequest (exit 2) naming ``waiting``'s reason: nothing to re-plan below the minimum or before the first
+    table (``apportion rebalance`` said "0 planned moves", exit 0)."""
+    found = waiting(config, len(live_members(store, group)), has_table)
+    if found is not None:
+        raise InvalidRequest(
+            "", f"group {group!r} is {found['reason']}: no partition table to re-plan yet (apportion status shows it)"
+        )
+
+
 def in_flight(table: Mapping[PartitionId, Entry]) -> list[PartitionId]:
     """The partitions whose last planned change is not finished: every entry that is not ONLINE (MIGRATING, or
     ASSIGNED to a holder that has not claimed it yet)."""
@@ -364,14 +409,17 @@ def in_flight(table: Mapping[PartitionId, Entry]) -> list[PartitionId]:
 
 
 def request_rebalance(store: Store, group: str, now: float) -> None:
-    """Ask the coordinator for one full re-plan (manual policy). Refused (``InvalidRequest``) while moves of the
-    last plan are in flight: a re-plan over them would redirect migrations half done; wait until every partition is
-    ONLINE. A request that races with a new plan anyway is queued by the coordinator until the table is ONLINE.
+    """Ask the coordinator for one full re-plan (manual policy). Refused (``InvalidRequest``) while the group is
+    ``waiting`` (below its minimum size, or before its first table), and while moves of the last plan are in
+    flight: a re-plan over them would redirect migrations half done; wait until every partition is ONLINE. A
+    request that races with a new plan anyway is queued by the coordinator until the table is ONLINE.
     Refused for a group of another mode, as ``planned_moves`` is."""
     config = GroupConfig.find(store, group)
+    table = {p: e for p, (e, _) in read_table(store, group).items()}
     if config is not None:
         config.require_mode(group, "coordinator", "rebalance", "only a coordinator group rebalances on request")
-    pending = in_flight({p: e for p, (e, _) in read_table(store, group).items()})
+        _refuse_while_waiting(store, group, config, bool(table))
+    pending = in_flight(table)
     if pending:
         shown = ", ".join(map(str, pending[:10])) + (", ..." if len(pending) > 10 else "")
         raise InvalidRequest(
@@ -413,6 +461,9 @@ class CoordinatorMember(FencedMember):
         self._members = TrackedPrefix(self.keys.members)
         self._tables = TrackedPrefix(self.keys.tables)
         self._left: set[str] = set()  # members whose registration says they are leaving gracefully
+        # the first table's settle (``first_table_due``): the live members last seen, since when, and the deadline
+        self._quiet: tuple[tuple[str, ...], float, float] | None = None
+        self._settle_until: float | None = None
         self._failed: dict[str, dict[str, Any]] = {}  # failures noticed and not recorded yet: id -> record
 
     @property
@@ -562,6 +613,7 @@ class CoordinatorMember(FencedMember):
             self._announce(revoking=False)
             self._members.forget()
         self._elect(now)
+        self._settle_until = None  # set again by a coordinator still settling its first table
         if self.phase is CoordinatorPhase.COORDINATING:
             self._coordinate(now)
         self._table = _table(self.keys, self._tables.items(self.store))
@@ -570,6 +622,8 @@ class CoordinatorMember(FencedMember):
             return self._busy_until
         if self._claiming or self._to_release:
             deadlines.append(now + self.claim_retry_s)
+        if self._settle_until is not None:
+            deadlines.append(self._settle_until)
         return min(deadlines)
 
     # -- coordinator ---------------------------------------------------------------------------------------
@@ -599,8 +653,32 @@ class CoordinatorMember(FencedMember):
         if result.succeeded:
             self._coord_rev = result.revision
             self._planned_for = None
+            self._quiet = None
             self.phase = CoordinatorPhase.COORDINATING
             self._trace("coordinator", member=self.id)
+
+    def _first_table_due(self, now: float, live: Sequence[str]) -> bool:
+        """Whether the coordinator may lay out the first table now (see "The first table" in the module docstring):
+        at least ``min_members`` live, and no member registered or went for the group's ``settle_s`` (RST), or
+        ``FIRST_TABLE_MAX_SETTLES`` RSTs passed since ``min_members`` were first live. Traces ``waiting_for_members``
+        or ``settling`` when the table is held back, each once per change of the live members."""
+        roster = tuple(sorted(live))
+        if len(roster) < self.min_members:
+            if self._quiet is None or self._quiet[0] != roster:
+                self._trace("waiting_for_members", live=len(roster), min_members=self.min_members)
+            self._quiet = (roster, now, math.inf)
+            return False
+        settle = self.config.settle_s
+        if self._quiet is None or self._quiet[0] != roster:
+            first = now if self._quiet is None or self._quiet[2] == math.inf else self._quiet[2]
+            self._quiet = (roster, now, first)
+            self._trace("settling", live=len(roster), until=min(now + settle, first + FIRST_TABLE_MAX_SETTLES * settle))
+        _, since, first = self._quiet
+        due = min(since + settle, first + FIRST_TABLE_MAX_SETTLES * settle)
+        if now < due:
+            self._settle_until = due
+            return False
+        return True
 
     def _coordinate(self, now: float) -> None:
         self._record_failures()
@@ -613,8 +691,7 @@ class CoordinatorMember(FencedMember):
         request = self._rebalance.get(self.store)
         if request is not None and in_flight(table):
             request = None  # queued: the operator's re-plan starts once the moves in flight are done
-        if not table and len(live) < self.min_members:
-            self._trace("waiting_for_members", live=len(live), min_members=self.min_members)
+        if not table and not self._first_table_due(now, live):
             return
         changed = roster != self._planned_for  # a member came, went or changed its subscriptions
         full = not table or request is not None or (self.rebalance == "automatic" and changed)
@@ -706,6 +783,7 @@ class CoordinatorMember(FencedMember):
 
 __all__ = [
     "FAILED_RETENTION_S",
+    "FIRST_TABLE_MAX_SETTLES",
     "CoordinatorMember",
     "CoordinatorPhase",
     "Entry",
@@ -721,4 +799,5 @@ __all__ = [
     "request_rebalance",
     "table_changes",
     "table_request",
+    "waiting",
 ]

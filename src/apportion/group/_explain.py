@@ -25,6 +25,7 @@ from apportion.errors import InvalidRequest
 from apportion.group._config import GroupConfig
 from apportion.group._history import history
 from apportion.group._keys import PartitionId, decode_owner
+from apportion.group._status import latest_plan, plan_tags
 from apportion.store import Store
 
 EPOCH_EVENTS = ("claim", "release", "lost", "fenced", "migrated")
@@ -32,7 +33,9 @@ EPOCH_EVENTS = ("claim", "release", "lost", "fenced", "migrated")
 
 def explain(store: Store, group: str, partition: PartitionId) -> dict[str, Any]:
     """``{"partition", "owner", "epoch", "round", "decision": {"kind", "from", "round", "text"}, "acquired": {...},
-    "epochs": [{"type", "member", "epoch", "time", "revision"}...]}``; InvalidRequest for an unknown partition
+    "epochs": [{"type", "member", "epoch", "time", "revision"}...]}``, and in a ``high_availability`` group the
+    seed's task ``tags`` of the partition's holders in the latest plan (``{member: {"role", "isLearner",
+    "beingLearned", "isReady"}}``, ``plan_tags``); InvalidRequest for an unknown partition
     (``partition``: an int, or its digits, in a one-resource group; ``<resource>-<index>`` in a named one)."""
     config = GroupConfig.load(store, group)  # CorruptRecord naming the key (exit 2)
     keys = config.keys(group)
@@ -56,6 +59,8 @@ def explain(store: Store, group: str, partition: PartitionId) -> dict[str, Any]:
         "round": None,
         "epochs": timeline,
     }
+    if config.strategy == "high_availability":
+        out["tags"] = _tags(store, group, partition)
     if owner is None:
         out["decision"] = out["acquired"] = _decision("unowned", None, None, "not owned by anyone now")
         return out
@@ -79,6 +84,14 @@ def explain(store: Store, group: str, partition: PartitionId) -> dict[str, Any]:
     else:
         out["decision"] = acquired
     return out
+
+
+def _tags(store: Store, group: str, partition: PartitionId) -> dict[str, dict[str, Any]]:
+    """Seed 2's task tags of ``partition`` in the latest plan (``plan_tags``): each holder's role and flags."""
+    found = latest_plan(store, group)
+    if not found:
+        return {}
+    return next((holders for p, holders in plan_tags(found[0]).items() if str(p) == str(partition)), {})
 
 
 def _epoch_history(events: list[dict[str, Any]], partition: PartitionId) -> list[dict[str, Any]]:

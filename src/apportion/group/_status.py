@@ -10,12 +10,13 @@ import itertools
 import json
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
+from apportion.assign import replica_tags
 from apportion.errors import CorruptRecord
 from apportion.group._commits import checkpoint_of, latest_commits, read_commits
 from apportion.group._config import GroupConfig
-from apportion.group._coordinator import Entry
+from apportion.group._coordinator import Entry, waiting
 from apportion.group._keys import (
     Keys,
     PartitionId,
@@ -53,13 +54,19 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     In static mode (a ``replicas`` record), an unowned partition says which ordinal it is ``waiting_for``: the one
     whose range block holds it under the stored count (its pod is down or not started yet).
 
+    ``waiting`` (coordinator mode, only while it applies): ``{"min_members", "live", "reason"}``, the reason being
+    ``waiting for N members (have M)`` below the minimum cluster size, or ``settling: ...`` before the first table
+    (``_coordinator.waiting``).
+
     ``failed`` (coordinator mode; seed 1's failed member list): ``{id: {"failed_at", "partitions", "detected_by"}}``,
     the members whose lease ended without a graceful leave within the last ``FAILED_RETENTION_S`` (an hour): when
     the coordinator saw it go (its clock) and what the partition table gave it then. A member that came back is
     listed both here and as alive. A corrupt record is skipped with a warning (it only informs).
 
     Stateful groups (seed 2) also list, per partition, its ``standby`` and ``learners`` holders of the latest plan
-    with the lag each reported in that round (``{member: lag or None}``).
+    with the lag each reported in that round (``{member: lag or None}``), and a ``high_availability`` group the
+    seed's task ``tags`` of every holder of the partition in that plan: ``{member: {"isLearner", "beingLearned",
+    "isReady"}}`` (``plan_tags``).
 
     In a group that plans rounds, a partition whose latest plan gives it to another member than its owner (or gives
     an unowned one to a member) says ``moving_to`` that member: a handoff in flight, or a plan naming a member that
@@ -191,6 +198,12 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
                 info = partitions.get(str(p))
                 if info is not None and info["owner"] != mid:
                     info["moving_to"] = mid
+        if config is not None and config.strategy == "high_availability":
+            for p, holders in plan_tags(plan).items():
+                if str(p) in partitions:
+                    partitions[str(p)]["tags"] = holders
+    if config is not None and (held_back := waiting(config, len(member_leases), bool(table))) is not None:
+        extra["waiting"] = held_back
     return {
         "members": dict(sorted(members.items())),
         "partitions": partitions,
@@ -235,15 +248,10 @@ def settled(store: Store, group: str, members: Iterable[str]) -> bool:
     found = owners(store, group)
     if not found or not {o for o in found.values() if o is not None} <= wanted:  # owned_by, on the same snapshot
         return False
-    keys = Keys(group)
-    latest = store.get(keys.latest)
-    plan = None
-    plan_key = ""
-    if latest is not None:  # coordinator and static modes plan no rounds
-        kv = store.get(keys.plan(field(decode(latest.value, latest.key), latest.key, "round", int, minimum=0)))
-        if kv is None:
-            return False
-        plan, plan_key = _plan(kv), kv.key
+    found_plan = latest_plan(store, group)
+    if found_plan is False:
+        return False
+    plan, plan_key = found_plan if found_plan is not None else (None, "")
     if plan is None or not plan.get("subscriptions"):
         counts = [sum(1 for o in found.values() if o == m) for m in wanted]
         if None in found.values() or max(counts) - min(counts) > 1:
@@ -256,6 +264,17 @@ def settled(store: Store, group: str, members: Iterable[str]) -> bool:
     if not isinstance(assignment, dict):
         raise CorruptRecord(plan_key, "'assignment' must map member ids to lists of partitions")
     return {p: m for m, parts in assignment.items() for p in parts} == {p: o for p, o in found.items() if o is not None}
+
+
+def latest_plan(store: Store, group: str) -> tuple[dict[str, Any], str] | Literal[False] | None:
+    """The latest round's plan record (``_plan``'s value) and its key; None in a group that plans no rounds
+    (coordinator and static modes, or no round closed yet), False while ``latest`` names a plan not there (yet)."""
+    keys = Keys(group)
+    latest = store.get(keys.latest)
+    if latest is None:
+        return None
+    kv = store.get(keys.plan(field(decode(latest.value, latest.key), latest.key, "round", int, minimum=0)))
+    return False if kv is None else (_plan(kv), kv.key)
 
 
 def not_at_rest(info: dict[str, Any], entry: dict[str, Any] | None = None) -> list[str]:
@@ -352,7 +371,7 @@ def _plan(kv: KeyValue) -> dict[str, Any]:
     participants = field(plan, kv.key, "participants", list)
     if not all(isinstance(m, str) for m in participants):
         raise CorruptRecord(kv.key, "'participants' must be a list of member ids")
-    for kind in ("assignment", "standby", "learners"):
+    for kind in ("assignment", "standby", "learners", "ready"):
         replicas = plan.get(kind, {})
         ok = isinstance(replicas, dict) and all(
             isinstance(parts, list) and all(isinstance(p, int | str) for p in parts) for parts in replicas.values()
@@ -360,6 +379,32 @@ def _plan(kv: KeyValue) -> dict[str, Any]:
         if not ok:
             raise CorruptRecord(kv.key, f"{kind!r} must map member ids to lists of partitions")
     return plan
+
+
+TAG_NAMES = ("isLearner", "beingLearned", "isReady")
+"""Seed 2's task tags, in the seed's order (its ``isStateful`` is the resource's ``stateful``, one per group)."""
+
+
+def plan_tags(plan: dict[str, Any]) -> dict[Any, dict[str, dict[str, Any]]]:
+    """Seed 2's task tags of a stored plan (``_plan``'s value), per partition id and member holding a replica of it:
+    ``{"role": "active" | "standby" | "learner", "isLearner", "beingLearned", "isReady"}`` — the three flags by
+    ``assign.replica_tags`` (the strategy's own rule), the role from the plan's table that names the member."""
+    tables = [plan.get(kind, {}) for kind in ("assignment", "standby", "learners", "ready")]
+    found: dict[Any, dict[str, dict[str, Any]]] = replica_tags(*tables)
+    for role, table in (("active", tables[0]), ("standby", tables[1]), ("learner", tables[2])):
+        for mid, parts in table.items():
+            for p in parts:
+                found[p][mid] = {"role": role, **found[p][mid]}
+    return found
+
+
+def tags_text(holders: dict[str, dict[str, Any]]) -> str:
+    """One line of a partition's tags (``plan_tags``): each holder, its role and the tags that hold, e.g.
+    ``w1 active: beingLearned isReady · w2 standby: isReady · w3 learner: isLearner``."""
+    return " · ".join(
+        f"{mid} {flags['role']}: " + (" ".join(t for t in TAG_NAMES if flags.get(t)) or "-")
+        for mid, flags in holders.items()
+    )
 
 
 def _records(kvs: dict[str, KeyValue]) -> dict[str, dict[str, Any]]:
@@ -377,4 +422,15 @@ def _records(kvs: dict[str, KeyValue]) -> dict[str, dict[str, Any]]:
     return out
 
 
-__all__ = ["checkpoint_offset", "group_status", "not_at_rest", "owned_by", "owners", "settled", "table_entry"]
+__all__ = [
+    "checkpoint_offset",
+    "group_status",
+    "latest_plan",
+    "not_at_rest",
+    "owned_by",
+    "owners",
+    "plan_tags",
+    "tags_text",
+    "settled",
+    "table_entry",
+]

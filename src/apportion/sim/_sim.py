@@ -83,10 +83,12 @@ from apportion.group import (
     new_member,
     parse_resources,
     pid_of_text,
+    read_table,
+    request_rebalance,
     set_replicas,
     stored_replicas,
 )
-from apportion.model import AssignRequest, Plan, round_lower_bound
+from apportion.model import AssignRequest, Plan
 from apportion.sim._checks import (
     belief_intervals,
     check_liveness,
@@ -97,6 +99,7 @@ from apportion.sim._checks import (
     unowned_seconds,
 )
 from apportion.sim._faults import DriftClock, FlakyStore, SimClock
+from apportion.sim._measure import per_change, plans
 from apportion.store import Event, EventType, MemoryStore, Store, Watch, renew_interval_s
 
 FAULTS = ("crash", "freeze", "slow", "unavailable", "drift", "hang")
@@ -126,6 +129,9 @@ class SimConfig:
     safety: float = 0.8  # the member's local-deadline factor (tests raise it to prove the checker catches overlap)
     mode: str = "rounds"  # the group's mode (``group_config``): rounds, coordinator or static
     max_in_flight: int = Coordinator.DEFAULT_MAX_IN_FLIGHT  # coordinator mode's
+    min_members: int = Coordinator.DEFAULT_MIN_MEMBERS  # coordinator mode's
+    rebalance: str = Coordinator.DEFAULT_REBALANCE  # coordinator mode's; manual: the simulated operator rebalances
+    replicas: int | None = None  # static mode: the count the group starts with (None: ``members``)
     # stateful groups (seed 2): strategy options, and the replica model (a replica restores ``restore_rate``
     # changelog records per virtual second from the moment a plan gives it, of ``state_records`` per partition)
     stateful: bool = False
@@ -149,9 +155,13 @@ class SimConfig:
         and learner replicas exist only there)."""
         mode = mode_named(self.mode)
         if isinstance(mode, Coordinator):
-            mode = Coordinator(max_in_flight=self.max_in_flight)
+            mode = Coordinator(self.min_members, self.rebalance, self.max_in_flight)
         elif isinstance(mode, Static):
-            mode = Static(replicas=self.members or 1)
+            mode = Static(replicas=self.replicas or self.members or 1)
+        if self.replicas is not None and (self.mode != "static" or self.replicas < self.members):
+            raise InvalidRequest(
+                "replicas", "a static group's first count, at least --members (a pod above the count raises it)"
+            )
         if self.stateful and self.mode != "rounds":
             raise InvalidRequest("stateful", "standby and learner replicas exist only in the rounds mode")
         if not 0.0 <= self.planned_leave <= 1.0:
@@ -220,6 +230,8 @@ class SimResult:
     settle_by_s: float
     steps: int
     faults: dict[str, int] = field(default_factory=dict)
+    plans: int = 0  # the protocol's decisions in every mode (``_measure``): rounds, full table plans, count changes
+    changes: list[dict[str, Any]] = field(default_factory=list)  # ``_measure.per_change``: one row per change
 
     @property
     def ok(self) -> bool:
@@ -235,8 +247,11 @@ class SimResult:
             "events": self.config.events,
             "strategy": self.config.strategy,
             "rounds": self.rounds,
+            "plans": self.plans,
             "moves": self.moves,
             "moves_lower_bound": self.min_moves,
+            "settle_s_max": max((c["settle_s"] for c in self.changes), default=0.0),
+            "changes": self.changes,
             "unowned_partition_s": round(self.unowned_s, 3),
             "virtual_s": round(self.end_s, 3),
             "steps": self.steps,
@@ -306,7 +321,8 @@ class Simulation:
         # the owner records' deletions (beside the prefix: ``_keys``), routed to the members waiting to claim
         self._freed = self.store.watch(keys.owners, deletes_only=True)
         self._owners = keys.owners
-        self.replicas = config.members  # static mode: the replica count the operator set
+        self.replicas = config.replicas or config.members  # static mode: the replica count the operator set
+        self.changes: list[tuple[float, str]] = []  # (virtual time, kind): the start, then each churn event
         self._ordinals: dict[str, int] = {}
         self._subscriptions: dict[str, list[str] | None] = {}  # named resources: each member's, as last set
         self._live_cache: list[_Sim] | None = None
@@ -414,6 +430,7 @@ class Simulation:
         for _ in range(cfg.members):
             self._add_member()
         start = self.clock.now()
+        self.changes.append((start, "start"))
         t = start + 2.0 * (cfg.settle_s + cfg.min_interval_s)
         last_effect = t
         for entry in cfg.script:
@@ -458,6 +475,9 @@ class Simulation:
                 self.clock.set(t)
             if kind == "check":
                 break
+            if kind == "rebalance":
+                self._operator_rebalance(end)
+                continue
             if kind.startswith("churn:"):
                 self._churn(kind[6:], arg)
             else:
@@ -530,8 +550,23 @@ class Simulation:
         sim.frozen_owned = {}
         self._schedule_step(sim, now)
 
+    def _operator_rebalance(self, end: float) -> None:
+        """Coordinator mode, manual policy: the operator runs ``apportion rebalance`` after a change, and again half
+        a second later while it is refused (moves in flight, or a group still waiting)."""
+        now = self.clock.now()
+        try:
+            request_rebalance(self.store, self.group, now)
+        except InvalidRequest:
+            if now + 0.5 < end:
+                self._push(now + 0.5, "rebalance")
+            return
+        self.records.append((now, "operator", "rebalance", {}))
+
     def _churn(self, kind: str, duration: float) -> None:
         self.faults[kind] = self.faults.get(kind, 0) + 1
+        self.changes.append((self.clock.now(), kind))
+        if self.config.mode == "coordinator" and self.config.rebalance == "manual":
+            self._push(self.clock.now() + self.config.settle_s + self.config.min_interval_s, "rebalance")
         for member in self.members.values():
             member.clock.thread = "churn"  # the fault itself happens now, whatever a member's threads wait for
         if self.config.mode == "static" and kind in ("join", "leave", "crash", *STATIC_CHURN):
@@ -700,13 +735,25 @@ class Simulation:
         owned = {s.id: s.member.owned() for s in live}
         blocks = None
         problems: list[str] = []
+        required: int | list[PartitionId] = self.config.partitions
+        if (
+            self.config.mode == "coordinator"
+            and len(live) < self.config.min_members
+            and not read_table(self.store, self.group)
+        ):
+            required = []  # waiting for the minimum cluster size: nothing has to be owned yet
         if self.config.mode == "static":
             stored = stored_replicas(self.store, self.group)
             if stored != self.replicas:
                 problems.append(f"scale: the stored replica count is {stored}, the scale events say {self.replicas}")
             blocks = {s.id: range_block(self._ordinals[s.id], self.replicas, self.config.partitions) for s in live}
+            started = set(self._ordinals.values())
+            never = [o for o in range(self.replicas) if o not in started]  # --replicas above --members: they wait
+            if never:
+                waiting = {p for o in never for p in range_block(o, self.replicas, self.config.partitions)}
+                required = [p for p in range(self.config.partitions) if p not in waiting]
         if not self.gconfig.named:
-            return problems + check_liveness(owned, self.config.partitions, now, self.config.strategy, blocks)
+            return problems + check_liveness(owned, required, now, self.config.strategy, blocks)
         subs = {s.id: _frozen(self._subscriptions[s.id]) for s in live}
         covered = {r for s in subs.values() for r in (s or self.gconfig.resource_names())}
         ids = [p for p in self.gconfig.partition_ids() if str(p).rpartition("-")[0] in covered]
@@ -716,12 +763,11 @@ class Simulation:
     def _result(
         self, violations: list[str], settle_by: float, beliefs: Mapping[PartitionId, list[tuple[float, float, str]]]
     ) -> SimResult:
-        rounds = moves = min_moves = 0
-        for _, _, kind, fields in self.records:
-            if kind == "round_closed":
-                rounds += 1
-                moves += int(fields.get("moves", 0))
-                min_moves += round_lower_bound(int(fields.get("min_moves", 0)), int(fields.get("deferred", 0)))
+        rounds = sum(1 for _, _, kind, _ in self.records if kind == "round_closed")
+        replicas = self.config.replicas or self.config.members
+        found = plans(self.records, self.gconfig, self.group, replicas)
+        moves = sum(p.moves for p in found)
+        min_moves = sum(p.bound for p in found)
         return SimResult(
             config=self.config,
             trace=self.trace,
@@ -736,6 +782,8 @@ class Simulation:
             settle_by_s=settle_by,
             steps=self.steps,
             faults=self.faults,
+            plans=len(found),
+            changes=per_change(self.changes, found, self.records, self.clock.now()),
         )
 
 

@@ -4,12 +4,14 @@ gathered into one table and one chart that compares strategies.
 Grid file (JSON, or TOML by its ``.toml`` suffix)::
 
     {"strategies": ["sticky", "round_robin"], "members": [3, 8], "partitions": [16, 64], "churn": [5, 20],
-     "seeds": [1, 2], "faults": true}
+     "seeds": [1, 2], "faults": true, "modes": ["rounds", "coordinator"]}
 
-``churn`` is the simulator's number of churn/fault events (``SimConfig.events``); ``faults`` (default true) adds
+``modes`` (default ``["rounds"]``) picks the protocols (``SimConfig.mode``; a static scenario ignores its
+strategy: the range formula decides). ``churn`` is the simulator's number of churn/fault events
+(``SimConfig.events``); ``faults`` (default true) adds
 freezes, slow revocations, store outages and clock drift to joins, leaves and crashes. Missing keys take the value
 of ``DEFAULT_GRID`` (about a minute on 2 cores). Writes into ``out_dir``: ``scenarios.parquet/.csv`` (one row per
-run), ``comparison.parquet/.csv`` (per strategy x members x partitions x churn, averaged over seeds),
+run), ``comparison.parquet/.csv`` (per mode x strategy x members x partitions x churn, averaged over seeds),
 ``comparison.png`` and ``index.html``.
 """
 
@@ -28,9 +30,10 @@ from apportion.errors import InvalidRequest
 from apportion.spark._session import default_parallelism
 
 GRID_SCHEMA = (
-    "strategy STRING, members INT, partitions INT, churn INT, seed INT, faults BOOLEAN, rounds INT, moves INT, "
-    "moves_lower_bound INT, max_load INT, min_load INT, unowned_partition_s DOUBLE, virtual_s DOUBLE, steps INT, "
-    "fault_events INT, violations INT, first_violation STRING, ok BOOLEAN, cpu_s DOUBLE"
+    "mode STRING, strategy STRING, members INT, partitions INT, churn INT, seed INT, faults BOOLEAN, rounds INT, "
+    "moves INT, moves_lower_bound INT, plans INT, settle_s_max DOUBLE, max_load INT, min_load INT, "
+    "unowned_partition_s DOUBLE, virtual_s DOUBLE, steps INT, fault_events INT, violations INT, "
+    "first_violation STRING, ok BOOLEAN, cpu_s DOUBLE"
 )
 
 
@@ -44,13 +47,22 @@ class Grid:
     churn: tuple[int, ...]
     seeds: tuple[int, ...]
     faults: bool = True
+    modes: tuple[str, ...] = ("rounds",)
 
     def scenarios(self) -> list[dict[str, Any]]:
-        """Every combination, in a fixed order (strategy, members, partitions, churn, seed)."""
+        """Every combination, in a fixed order (mode, strategy, members, partitions, churn, seed)."""
         return [
-            {"strategy": s, "members": m, "partitions": p, "churn": c, "seed": seed, "faults": self.faults}
-            for s, m, p, c, seed in itertools.product(
-                self.strategies, self.members, self.partitions, self.churn, self.seeds
+            {
+                "mode": mode,
+                "strategy": s,
+                "members": m,
+                "partitions": p,
+                "churn": c,
+                "seed": seed,
+                "faults": self.faults,
+            }
+            for mode, s, m, p, c, seed in itertools.product(
+                self.modes, self.strategies, self.members, self.partitions, self.churn, self.seeds
             )
         ]
 
@@ -62,12 +74,13 @@ DEFAULT_GRID = Grid(
     churn=(5, 20),
     seeds=(1, 2),
 )
-_AXES = ("strategies", "members", "partitions", "churn", "seeds")
+_AXES = ("modes", "strategies", "members", "partitions", "churn", "seeds")
 
 
 def parse_grid(data: Mapping[str, Any]) -> Grid:
     """Validate a grid mapping (missing axes from ``DEFAULT_GRID``); raises ``InvalidRequest`` naming the field."""
     from apportion.assign import STRATEGY_NAMES
+    from apportion.group import MODES
 
     if not isinstance(data, Mapping):
         raise InvalidRequest("grid", "must be an object with the keys " + ", ".join(_AXES))
@@ -83,6 +96,10 @@ def parse_grid(data: Mapping[str, Any]) -> Grid:
             for v in values:
                 if v not in STRATEGY_NAMES:
                     raise InvalidRequest(name, f"unknown strategy {v!r} (known: {', '.join(STRATEGY_NAMES)})")
+        elif name == "modes":
+            for v in values:
+                if v not in MODES:
+                    raise InvalidRequest(name, f"unknown mode {v!r} (known: {', '.join(MODES)})")
         else:
             low = 0 if name in ("churn", "seeds") else 1
             for v in values:
@@ -114,6 +131,7 @@ def run_one(scenario: Mapping[str, Any]) -> tuple[Any, ...]:
     from apportion.sim import SimConfig, Simulation
 
     config = SimConfig(
+        mode=str(scenario.get("mode", "rounds")),
         members=int(scenario["members"]),
         partitions=int(scenario["partitions"]),
         events=int(scenario["churn"]),
@@ -127,6 +145,7 @@ def run_one(scenario: Mapping[str, Any]) -> tuple[Any, ...]:
     loads = [len(s.member.owned()) for s in sim.members.values() if s.live]
     s = result.summary()
     return (
+        config.mode,
         config.strategy,
         config.members,
         config.partitions,
@@ -136,6 +155,8 @@ def run_one(scenario: Mapping[str, Any]) -> tuple[Any, ...]:
         int(s["rounds"]),
         int(s["moves"]),
         int(s["moves_lower_bound"]),
+        int(s["plans"]),
+        float(s["settle_s_max"]),
         max(loads, default=0),
         min(loads, default=0),
         float(s["unowned_partition_s"]),
@@ -194,12 +215,12 @@ class GridResult:
 
 
 def comparison(scenarios: Any) -> Any:
-    """Per strategy x members x partitions x churn, over seeds: runs, mean moves and lower bound, moves/bound (null
-    when the strategy reports no lower bound, i.e. 0),
+    """Per mode x strategy x members x partitions x churn, over seeds: runs, mean moves and lower bound,
+    moves/bound (null when the strategy reports no lower bound, i.e. 0), the longest time to settle after a change,
     max of max_load, min of min_load, mean unowned partition-seconds, violations."""
     from pyspark.sql import functions as F
 
-    keys = ["strategy", "members", "partitions", "churn"]
+    keys = ["mode", "strategy", "members", "partitions", "churn"]
     return (
         scenarios.groupBy(*keys)
         .agg(
@@ -209,12 +230,13 @@ def comparison(scenarios: Any) -> Any:
             F.when(F.sum("moves_lower_bound") > 0, F.sum("moves") / F.sum("moves_lower_bound")).alias(
                 "moves_over_bound"
             ),
+            F.max("settle_s_max").alias("settle_s_max"),
             F.max("max_load").alias("max_load"),
             F.min("min_load").alias("min_load"),
             F.avg("unowned_partition_s").alias("unowned_partition_s"),
             F.sum("violations").alias("violations"),
         )
-        .orderBy("members", "partitions", "churn", "strategy")
+        .orderBy("members", "partitions", "churn", "mode", "strategy")
     )
 
 
@@ -222,6 +244,8 @@ def _plot(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     from apportion.spark._report import pyplot
 
     plt = pyplot()
+    if len({r["mode"] for r in rows}) > 1:  # a grid over modes: one series per mode and strategy
+        rows = [{**r, "strategy": f"{r['mode']} {r['strategy']}"} for r in rows]
     strategies = sorted({r["strategy"] for r in rows})
     labels = sorted({(r["members"], r["partitions"], r["churn"]) for r in rows})
     at = {key: i for i, key in enumerate(labels)}
@@ -264,7 +288,9 @@ def run_grid(spark: Any, grid: Grid, out_dir: str | Path, *, tasks: int | None =
     started = time.monotonic()
     slices = tasks if tasks is not None else min(len(scenarios), default_parallelism(spark) * 4)
     rows = run_scenarios(spark, scenarios, slices)
-    runs = spark.createDataFrame(rows, GRID_SCHEMA).orderBy("strategy", "members", "partitions", "churn", "seed")
+    runs = spark.createDataFrame(rows, GRID_SCHEMA).orderBy(
+        "mode", "strategy", "members", "partitions", "churn", "seed"
+    )
     table = write_table(runs, out, "scenarios")
     compared = write_table(comparison(runs), out, "comparison")
     wall_s = round(time.monotonic() - started, 3)

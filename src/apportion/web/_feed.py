@@ -652,9 +652,8 @@ class Feed:
             "plans": list(reversed(self._plans)),
         }
         if snapshot is None:
-            state.update(
-                mode=None, resource=None, round=None, plan_round=None, partitions=[], partition_count=0, owned_count=0
-            )
+            state.update(mode=None, resource=None, round=None, plan_round=None, waiting=None)
+            state.update(partitions=[], partition_count=0, owned_count=0)
             state.update(listed="all", members=self._members_state(True), faults=self._faults_state(True), timeline=[])
             return state
         table = snapshot["table"]
@@ -673,6 +672,7 @@ class Feed:
                 "lapsing": bool(info.get("lapsing")),
                 "standby": info.get("standby", {}),
                 "learners": info.get("learners", {}),
+                "tags": info.get("tags", {}),  # high_availability: seed 2's task tags of each holder
                 "waiting_for": info.get("waiting_for"),
                 "moving_to": info.get("moving_to"),
             }
@@ -690,6 +690,7 @@ class Feed:
             plan_round=snapshot["plan_round"],
             coordinator=(snapshot.get("coordinator") or {}).get("member"),
             replicas=(snapshot.get("replicas") or {}).get("replicas"),
+            waiting=snapshot.get("waiting"),  # coordinator mode: below the minimum, or before the first table
             failed=failed,
             partitions=partitions,
             partition_count=len(found),
