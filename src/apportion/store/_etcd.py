@@ -89,7 +89,7 @@ import httpx
 
 from apportion.errors import ApportionError, Compacted, InvalidRequest, LeaseNotFound, StoreFull, StoreUnavailable
 from apportion.store._base import Store, Watch, lease_id
-from apportion.store._connect import redact_url
+from apportion.store._redact import redact_url
 from apportion.store._types import (
     Compare,
     Delete,

@@ -79,11 +79,11 @@ from apportion.errors import (
     Compacted,
     InvalidRequest,
     LeaseNotFound,
+    NoSuchStore,
     StoreReplaced,
     StoreUnavailable,
 )
 from apportion.store._base import Store, Watch, lease_id
-from apportion.store._connect import NoSuchStore
 from apportion.store._types import (
     Compare,
     Delete,
