@@ -143,7 +143,7 @@ class FlakyStore(Store):
         self._check()
         return self.inner.watch(key, start_revision, prefix=prefix, deletes_only=deletes_only)
 
-    def compact(self, revision: int) -> None:
+    def _compact(self, revision: int) -> None:
         self.inner.compact(revision)
 
     def get(self, key: str):  # type: ignore[no-untyped-def]

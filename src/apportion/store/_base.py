@@ -90,10 +90,29 @@ def check_key(key: str, field_name: str = "key", *, prefix: bool = False) -> Non
         _VALID_KEYS.add(key)
 
 
+_TARGETS = ("value", "mod_revision", "create_revision", "version")
+_OPERATORS = ("==", "!=", "<", ">")
+
+
+def check_compare(compare: Compare) -> None:
+    """A compare's key, target, operator and operand (bytes for a value, an int for the others; InvalidRequest)."""
+    check_key(compare.key, "compare.key")
+    if compare.target not in _TARGETS:
+        raise InvalidRequest("compare.target", f"unknown target {compare.target!r}")
+    if compare.op not in _OPERATORS:
+        raise InvalidRequest("compare.op", f"unknown operator {compare.op!r}")
+    operand = compare.operand
+    if compare.target == "value":
+        if not isinstance(operand, bytes):
+            raise InvalidRequest("compare.operand", "a value compare needs bytes")
+    elif isinstance(operand, bool) or not isinstance(operand, int):
+        raise InvalidRequest("compare.operand", f"a {compare.target} compare needs an int")
+
+
 def validate_txn(compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op]) -> None:
     """Check every compare and op of a transaction (InvalidRequest naming the field)."""
     for compare in compares:
-        check_key(compare.key, "compare.key")
+        check_compare(compare)
     for op in (*on_success, *on_failure):
         if isinstance(op, Put):
             check_key(op.key, "op.key")
@@ -208,9 +227,16 @@ class Store(abc.ABC):
     def _watch(self, key: str, start_revision: int | None, *, prefix: bool, deletes_only: bool) -> Watch:
         """``watch`` of a valid key and start revision."""
 
-    @abc.abstractmethod
     def compact(self, revision: int) -> None:
-        """Forget history at and below ``revision``; watches starting there raise Compacted."""
+        """Forget history at and below ``revision``; watches starting there raise Compacted. InvalidRequest for a
+        revision above the current one."""
+        if isinstance(revision, bool) or not isinstance(revision, int):
+            raise InvalidRequest("revision", "must be an integer")
+        self._compact(revision)
+
+    @abc.abstractmethod
+    def _compact(self, revision: int) -> None:
+        """``compact`` to an integer revision (the backend refuses a future one: it knows the current)."""
 
     def close(self) -> None:  # noqa: B027 - backends without resources need nothing
         """Release connections and background threads."""

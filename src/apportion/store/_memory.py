@@ -357,7 +357,7 @@ class MemoryStore(Store):
             self._watches.add(watch)
             return watch
 
-    def compact(self, revision: int) -> None:
+    def _compact(self, revision: int) -> None:
         with self._lock:
             if revision > self._revision:
                 raise InvalidRequest("revision", f"{revision} is in the future (current {self._revision})")

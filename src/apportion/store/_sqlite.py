@@ -856,10 +856,7 @@ class SqliteStore(Store):
                 self._watches.remove(watch)
         self._notifier.changed()
 
-    def compact(self, revision: int) -> None:
-        if isinstance(revision, bool) or not isinstance(revision, int):
-            raise InvalidRequest("revision", "must be an integer")
-
+    def _compact(self, revision: int) -> None:
         def body(conn: sqlite3.Connection, state: _State) -> None:
             if revision > state.revision:
                 raise InvalidRequest("revision", f"{revision} is in the future (current {state.revision})")

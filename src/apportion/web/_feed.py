@@ -186,7 +186,7 @@ class _Mirror(Store):
     def _watch(self, key: str, start_revision: int | None, *, prefix: bool, deletes_only: bool) -> Watch:
         return self.store.watch(key, start_revision, prefix=prefix, deletes_only=deletes_only)
 
-    def compact(self, revision: int) -> None:
+    def _compact(self, revision: int) -> None:
         self.store.compact(revision)
 
 
