@@ -61,7 +61,6 @@ from apportion.group._ownership import (
     MemberOptions,
     Ownership,
     PartitionLease,
-    Tracer,
     default_planner,
 )
 from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember, set_subscriptions
@@ -85,6 +84,7 @@ from apportion.group._status import (
     table_entry,
     table_entry_of,
 )
+from apportion.group._trace import TraceKind, Tracer
 
 __all__ = [
     "CHUNK",
@@ -127,6 +127,7 @@ __all__ = [
     "StaticMember",
     "StaticPhase",
     "TableState",
+    "TraceKind",
     "Tracer",
     "checkpoint_offset",
     "committed",

@@ -82,6 +82,7 @@ from apportion.group._ownership import (
 )
 from apportion.group._rounds import Checker, check_plan
 from apportion.group._subscriptions import Subscriptions
+from apportion.group._trace import TraceKind
 from apportion.group._tracked import TrackedKey, TrackedPrefix
 from apportion.model import AssignRequest, Member, Partition
 from apportion.store import (
@@ -547,7 +548,7 @@ class CoordinatorMember(FencedMember):
             for mid, record in sorted(self._failed.items())
         ]
         if self.store.txn([mod_revision_is(self.keys.coordinator, self._coord_rev)], ops).succeeded:
-            self._trace("failed", members=sorted(self._failed))
+            self._trace(TraceKind.FAILED, members=sorted(self._failed))
             self._failed.clear()
         else:
             self.store.revoke(lease)
@@ -557,7 +558,7 @@ class CoordinatorMember(FencedMember):
         deadlines = [self._lapse_at(), now + renew_interval_s(self.config.ttl_s)]
         changed = self._subs.take()
         if changed is not None:
-            self._trace("subscribed", subscriptions=Subscriptions.shown(changed[0]))
+            self._trace(TraceKind.SUBSCRIBED, subscriptions=Subscriptions.shown(changed[0]))
         if changed is not None or not self._registered_as_subscribed():  # an announce the store did not take: again
             self._announce(revoking=False)
             self._members.forget()
@@ -600,7 +601,7 @@ class CoordinatorMember(FencedMember):
             self._coord_rev = result.revision
             self._planned_for = None
             self.phase = CoordinatorPhase.COORDINATING
-            self._trace("coordinator", member=self.id)
+            self._trace(TraceKind.COORDINATOR, member=self.id)
 
     def _coordinate(self, now: float) -> None:
         self._record_failures()
@@ -614,7 +615,7 @@ class CoordinatorMember(FencedMember):
         if request is not None and in_flight(table):
             request = None  # queued: the operator's re-plan starts once the moves in flight are done
         if not table and len(live) < self.min_members:
-            self._trace("waiting_for_members", live=len(live), min_members=self.min_members)
+            self._trace(TraceKind.WAITING_FOR_MEMBERS, live=len(live), min_members=self.min_members)
             return
         changed = roster != self._planned_for  # a member came, went or changed its subscriptions
         full = not table or request is not None or (self.rebalance == "automatic" and changed)
@@ -666,7 +667,12 @@ class CoordinatorMember(FencedMember):
             self._planned_for = roster
             moving = [p for p in parts if changes[p].state is TableState.MIGRATING]
             self._trace(
-                "table", full=full, changed=parts, migrating=moving, moves=planned.moves, min_moves=planned.min_moves
+                TraceKind.TABLE,
+                full=full,
+                changed=parts,
+                migrating=moving,
+                moves=planned.moves,
+                min_moves=planned.min_moves,
             )
 
     # -- following -----------------------------------------------------------------------------------------
@@ -692,7 +698,7 @@ class CoordinatorMember(FencedMember):
                 ops += self._recorder.put("migrated", now, partitions=[p], source=entry.owner)
                 self._tables.forget()
                 if self.store.txn([mod_revision_is(self.keys.table(p), rev)], ops).succeeded:
-                    self._trace("ack", partition=p, source=entry.owner)
+                    self._trace(TraceKind.ACK, partition=p, source=entry.owner)
 
     def _reset(self) -> None:
         self.phase = CoordinatorPhase.STARTING

@@ -117,6 +117,7 @@ from apportion.group._ownership import (
     default_planner,
 )
 from apportion.group._subscriptions import Subscriptions
+from apportion.group._trace import TraceKind
 from apportion.group._tracked import TrackedKey
 from apportion.model import AssignRequest, Member, Partition, Plan
 from apportion.store import Delete, Event, EventType, Get, KeyValue, Op, Put, Store, absent, mod_revision_is
@@ -469,7 +470,7 @@ class RoundsMember(FencedMember):
             self._leave_by = now  # unannounced, nobody plans without this member: leave at once
             return
         self._need(revision)
-        self._trace("leaving", until=self._leave_by)
+        self._trace(TraceKind.LEAVING, until=self._leave_by)
 
     def leave_ready(self, now: float) -> bool:
         """True when a planned leave may end: this member holds nothing and waits for no plan that could give it
@@ -490,7 +491,7 @@ class RoundsMember(FencedMember):
         changed = self._subs.take()
         if changed is None:
             return False
-        self._trace("subscribed", subscriptions=Subscriptions.shown(changed[0]))
+        self._trace(TraceKind.SUBSCRIBED, subscriptions=Subscriptions.shown(changed[0]))
         self._announce(revoking=False)
         self._need(self._round)
         self._assignment = frozenset(p for p in self._assignment if self.subscribes(p))
@@ -558,7 +559,7 @@ class RoundsMember(FencedMember):
         result = self.store.txn([compare], ops)
         self._current.forget()  # mine now, or it moved on: read it once instead of waiting for the event
         if result.succeeded:
-            self._trace("round_opened", round=result.revision)
+            self._trace(TraceKind.ROUND_OPENED, round=result.revision)
 
     def _join(self, now: float, rnd: int) -> None:
         lease = self._lease
@@ -587,7 +588,7 @@ class RoundsMember(FencedMember):
         if result.succeeded:
             self._joined_round = rnd
             self.phase = Phase.JOINED
-            self._trace("round_joined", round=rnd)
+            self._trace(TraceKind.ROUND_JOINED, round=rnd)
         else:
             self._plan_unread = True  # the plan exists
 
@@ -697,7 +698,7 @@ class RoundsMember(FencedMember):
         result = self.store.txn(compares, ops)
         self._plan_unread = True
         if result.succeeded:
-            self._trace("round_closed", round=rnd, participants=len(ids), **movement)
+            self._trace(TraceKind.ROUND_CLOSED, round=rnd, participants=len(ids), **movement)
         else:
             self._current.forget()  # the race may have been a new round
         return True  # closed by me, or the txn lost a race: re-read at once
@@ -759,7 +760,7 @@ class RoundsMember(FencedMember):
         self._plan_learners = frozenset(map(parse, learners))
         self._refresh_replicas()
         assigned = sorted_pids(self._assignment)
-        self._trace("plan", round=rnd, in_plan=in_plan, assigned=assigned, revoke=revoke, kept=plan.get("kept"))
+        self._trace(TraceKind.PLAN, round=rnd, in_plan=in_plan, assigned=assigned, revoke=revoke, kept=plan.get("kept"))
         if revoke:
             self._revoke(revoke)
 
@@ -778,7 +779,7 @@ class RoundsMember(FencedMember):
         if (standby, learners) == (self._standby, self._learners):
             return
         self._standby, self._learners = standby, learners
-        self._trace("replicas", standby=list(standby), learners=list(learners))
+        self._trace(TraceKind.REPLICAS, standby=list(standby), learners=list(learners))
         if self._on_replicas is not None:
             self._on_replicas(list(standby), list(learners))
 

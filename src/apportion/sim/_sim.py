@@ -78,6 +78,7 @@ from apportion.group import (
     PartitionId,
     RoundsMember,
     Static,
+    TraceKind,
     Tracer,
     mode_named,
     new_member,
@@ -88,6 +89,8 @@ from apportion.group import (
 )
 from apportion.model import AssignRequest, Plan, round_lower_bound
 from apportion.sim._checks import (
+    Record,
+    SimKind,
     belief_intervals,
     check_liveness,
     check_static,
@@ -284,6 +287,24 @@ class _Sim:
         return not self.crashed and not self.left
 
 
+# the records a simulation's ``trace`` shows (its result's replayable summary)
+_SHOWN = frozenset(
+    (
+        TraceKind.ASSIGNED,
+        TraceKind.REVOKED,
+        TraceKind.LOST,
+        TraceKind.FENCED,
+        TraceKind.ROUND_CLOSED,
+        TraceKind.SCALE,
+        TraceKind.LEAVING,
+        SimKind.SPAWN,
+        SimKind.CRASH,
+        SimKind.FREEZE,
+        SimKind.LEAVE,
+    )
+)
+
+
 class Simulation:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
@@ -297,7 +318,7 @@ class Simulation:
         self._seq = itertools.count()
         self._ids = itertools.count()
         self.trace: list[tuple[float, str, str, str]] = []
-        self.records: list[tuple[float, str, str, Mapping[str, Any]]] = []
+        self.records: list[Record] = []
         self.steps = 0
         self.faults: dict[str, int] = {}
         keys = Keys(self.group)
@@ -367,8 +388,8 @@ class Simulation:
         inbox = _Inbox()
         sim_holder: list[_Sim] = []
 
-        def tracer(kind: str, fields: Mapping[str, Any]) -> None:
-            if kind == "commit" and sim_holder and sim_holder[0].in_flight:
+        def tracer(kind: TraceKind, fields: Mapping[str, Any]) -> None:
+            if kind == TraceKind.COMMIT and sim_holder and sim_holder[0].in_flight:
                 fields = {**fields, "in_flight": True}
             self._record(mid, kind, fields, clock)
 
@@ -386,18 +407,17 @@ class Simulation:
         self._schedule_step(sim, now)
         self._push(now + renew_interval_s(self.gconfig.ttl_s), "keepalive", mid)
         self._push(now + self.config.commit_every_s * (0.5 + self.rng.random()), "work", mid)
-        self._record(mid, "spawn", {"subscriptions": self._subscriptions[mid]} if self.gconfig.named else {}, clock)
+        self._record(
+            mid, SimKind.SPAWN, {"subscriptions": self._subscriptions[mid]} if self.gconfig.named else {}, clock
+        )
         return sim
 
-    def _record(self, mid: str, kind: str, fields: Mapping[str, Any], clock: DriftClock) -> None:
+    def _record(self, mid: str, kind: TraceKind | SimKind, fields: Mapping[str, Any], clock: DriftClock) -> None:
         t = clock.global_now()
-        if kind == "renew":
+        if kind == TraceKind.RENEW:
             fields = {"deadline": clock.to_global(float(fields["deadline"]))}
         self.records.append((t, mid, kind, dict(fields)))
-        if kind in (
-            "assigned", "revoked", "lost", "fenced", "round_closed", "spawn", "crash", "freeze", "leave", "scale",
-            "leaving",
-        ):  # fmt: skip
+        if kind in _SHOWN:
             detail = ",".join(f"{k}={fields[k]}" for k in sorted(fields) if k != "prefix")
             self.trace.append((round(t, 6), mid, kind, detail))
 
@@ -561,7 +581,7 @@ class Simulation:
                 return
             self._leave(sim)
         elif kind == "crash":
-            self._record(sim.id, "crash", {}, sim.clock)
+            self._record(sim.id, SimKind.CRASH, {}, sim.clock)
             sim.crashed = True
             self._live_cache = None
         elif kind == "freeze":
@@ -569,7 +589,7 @@ class Simulation:
                 return
             sim.frozen_owned = {p: sim.member.lease(p).epoch for p in sim.member.owned()}
             sim.frozen_until = now + duration
-            self._record(sim.id, "freeze", {"until": sim.frozen_until}, sim.clock)
+            self._record(sim.id, SimKind.FREEZE, {"until": sim.frozen_until}, sim.clock)
             self._push(sim.frozen_until, "resume", sim.id)
         elif kind == "slow":
             sim.slow_next = duration
@@ -577,12 +597,12 @@ class Simulation:
             sim.store.down_until = now + duration
         elif kind == "hang":
             sim.store.hang_until = now + duration
-            self._record(sim.id, "hang", {"until": sim.store.hang_until}, sim.clock)
+            self._record(sim.id, SimKind.HANG, {"until": sim.store.hang_until}, sim.clock)
         elif kind == "drift":
             sim.clock.set_rate(1.0 + self.rng.uniform(-0.05, 0.05))
         elif kind == "subscribe" and isinstance(sim.member, RoundsMember | CoordinatorMember):
             wanted = self._subscriptions[sim.id] = self._draw_subscriptions()
-            self._record(sim.id, "subscribe", {"subscriptions": wanted}, sim.clock)
+            self._record(sim.id, SimKind.SUBSCRIBE, {"subscriptions": wanted}, sim.clock)
             sim.member.subscribe(wanted)
             self._schedule_step(sim, now)
 
@@ -633,13 +653,13 @@ class Simulation:
             if self._ordinals[sim.id] < self.replicas:
                 self._add_member(self._ordinals[sim.id])
         elif kind == "crash":
-            self._record(sim.id, "crash", {}, sim.clock)
+            self._record(sim.id, SimKind.CRASH, {}, sim.clock)
             sim.crashed = True
             self._live_cache = None
             self._push(now + duration, "churn:return", "", self._ordinals[sim.id])
 
     def _leave(self, sim: _Sim) -> None:
-        self._record(sim.id, "leave", {}, sim.clock)
+        self._record(sim.id, SimKind.LEAVE, {}, sim.clock)
         with contextlib.suppress(StoreUnavailable):
             sim.member.leave()
         sim.left = True
@@ -647,7 +667,7 @@ class Simulation:
 
     def _scale(self, replicas: int) -> None:
         """``apportion scale --replicas N``: the operator's record in the trace, then the store's."""
-        self.records.append((self.clock.now(), "operator", "scale", {"replicas": replicas}))
+        self.records.append((self.clock.now(), "operator", TraceKind.SCALE, {"replicas": replicas}))
         self.trace.append((round(self.clock.now(), 6), "operator", "scale", f"replicas={replicas}"))
         set_replicas(self.store, self.group, replicas)
 
@@ -718,7 +738,7 @@ class Simulation:
     ) -> SimResult:
         rounds = moves = min_moves = 0
         for _, _, kind, fields in self.records:
-            if kind == "round_closed":
+            if kind == TraceKind.ROUND_CLOSED:
                 rounds += 1
                 moves += int(fields.get("moves", 0))
                 min_moves += round_lower_bound(int(fields.get("min_moves", 0)), int(fields.get("deferred", 0)))
