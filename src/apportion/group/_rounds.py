@@ -105,7 +105,16 @@ from typing import Any, Unpack
 from apportion.assign import check as check_plan
 from apportion.errors import CorruptRecord, InvalidRequest, LeaseNotFound, StoreUnavailable
 from apportion.group._config import GroupConfig
-from apportion.group._keys import Keys, PartitionId, decode, encode, pid_of_text, sorted_pids, validate_member_id
+from apportion.group._keys import (
+    Keys,
+    PartitionId,
+    PlanRecord,
+    decode,
+    encode,
+    pid_of_text,
+    sorted_pids,
+    validate_member_id,
+)
 from apportion.group._mode import Rounds
 from apportion.group._ownership import (
     INF,
@@ -142,7 +151,7 @@ class Phase(enum.Enum):
     STOPPED = "stopped"
 
 
-_PLAN_CACHE: weakref.WeakKeyDictionary[Store, dict[tuple[str, int], dict[str, Any]]] = weakref.WeakKeyDictionary()
+_PLAN_CACHE: weakref.WeakKeyDictionary[Store, dict[tuple[str, int], PlanRecord]] = weakref.WeakKeyDictionary()
 _PLAN_CACHE_LOCK = threading.Lock()
 
 
@@ -171,7 +180,7 @@ def _partitions(group: str) -> _Partitions:
     return cache
 
 
-def read_plan(kv: KeyValue, store: Store) -> dict[str, Any]:
+def read_plan(kv: KeyValue, store: Store) -> PlanRecord:
     """Decode a plan value once per process and store (a plan is immutable per key and mod_revision), so many
     simulated members reading one large plan decode it once."""
     owner = getattr(store, "shared_store", store)  # a per-member proxy (simulator) shares its store's cache
@@ -179,7 +188,7 @@ def read_plan(kv: KeyValue, store: Store) -> dict[str, Any]:
         per_store = _PLAN_CACHE.setdefault(owner, {})
         cached = per_store.get((kv.key, kv.mod_revision))
     if cached is None:
-        cached = decode(kv.value, kv.key)
+        cached = PlanRecord.from_json(decode(kv.value, kv.key), kv.key)
         with _PLAN_CACHE_LOCK:
             if len(per_store) > 8:
                 per_store.clear()
@@ -231,9 +240,7 @@ class RoundsMember(FencedMember):
         self._first_seen = 0.0
         self._joined_round = 0
         self._plan_round = 0
-        self._applied_plan: tuple[int, dict[str, Any]] | None = (
-            None  # (round, plan) last applied: the next close reads it
-        )
+        self._applied_plan: tuple[int, PlanRecord] | None = None  # (round, plan) last applied: the next close reads it
         self._participants: tuple[str, ...] = ()
         self._assignment: frozenset[PartitionId] = frozenset()
         self._in_plan = False
@@ -636,20 +643,20 @@ class RoundsMember(FencedMember):
         subscriptions = {m: participants[m]["subscriptions"] for m in ids if "subscriptions" in participants[m]}
         kept = (
             previous is not None
-            and previous.get("participants") == ids
-            and previous.get("subscriptions", {}) == subscriptions
-            and previous.get("resource_revision") == self._config_revision
-            and previous.get("probe_after_s") is None
+            and list(previous.participants) == ids
+            and previous.subscriptions == subscriptions
+            and previous.resource_revision == self._config_revision
+            and previous.probe_after_s is None
         )
         replicas: dict[str, Any] = {}
         if kept and previous is not None:
-            assignment = {mid: list(previous["assignment"].get(mid, [])) for mid in ids}
+            assignment = {mid: list(previous.assignment.get(mid, [])) for mid in ids}
             moves = min_moves = deferred = 0
-            strategy = str(previous.get("strategy", config.strategy))
-            replicas = {k: previous[k] for k in ("standby", "learners", "ready") if k in previous}
+            strategy = str(previous.strategy or config.strategy)
+            replicas = {k: getattr(previous, k) for k in ("standby", "learners", "ready") if getattr(previous, k)}
         else:
             part = _partitions(self.group).__getitem__
-            was_ready = (previous or {}).get("ready", {})  # the hysteresis of high_availability's readiness
+            was_ready = {} if previous is None else previous.ready  # the hysteresis of high_availability's readiness
             members = tuple(
                 _member(mid, participants[mid], part, records[mid].create_revision, was_ready.get(mid, ()))
                 for mid in ids
@@ -659,7 +666,7 @@ class RoundsMember(FencedMember):
             violations = self._checker(request, plan)
             if violations:  # never expected: the strategies are property-tested against this very check
                 log.error("round %d: the plan breaks its strategy's invariants: %s", rnd, "; ".join(violations[:5]))
-                replicas["violations"] = violations[:10]
+                replicas["violations"] = tuple(violations[:10])
             pid = config.pid
             assignment = {mid: [pid(p) for p in plan.assignment.get(mid, ())] for mid in ids}
             moves, min_moves, deferred = plan.stats.moved, plan.stats.min_moves, plan.stats.deferred
@@ -670,23 +677,26 @@ class RoundsMember(FencedMember):
             if plan.probe_after_s is not None:
                 replicas["probe_after_s"] = plan.probe_after_s
         subscribing = {"subscriptions": subscriptions} if subscriptions else {}  # explain: who stopped subscribing
-        value = {
-            "round": rnd,
-            "participants": ids,
-            "assignment": assignment,
-            "strategy": strategy,
-            "kept": kept,
-            "moves": moves,
-            "min_moves": min_moves,
-            "deferred": deferred,
-            "closer": self.id,
-            "closed_at": now,
-            "resource_revision": self._config_revision,
-            "partitions": config.partitions,
-            **subscribing,
+        value = PlanRecord(
+            round=rnd,
+            participants=tuple(ids),
+            assignment=assignment,
+            strategy=strategy,
+            kept=kept,
+            moves=moves,
+            min_moves=min_moves,
+            deferred=deferred,
+            closer=self.id,
+            closed_at=now,
+            resource_revision=self._config_revision,
+            partitions=config.partitions,
+            subscriptions=subscriptions,
             **replicas,
-        }
-        ops: list[Op] = [Put(self.keys.plan(rnd), encode(value)), Put(self.keys.latest, encode({"round": rnd}))]
+        )
+        ops: list[Op] = [
+            Put(self.keys.plan(rnd), encode(value.to_json())),
+            Put(self.keys.latest, encode({"round": rnd})),
+        ]
         ops += [Delete(self.keys.round(old), prefix=True) for old in sorted(older)]
         movement = {"moves": moves, "min_moves": min_moves, "deferred": deferred, "kept": kept}
         ops += self._recorder.put("round_closed", now, round=rnd, participants=ids, **movement, **subscribing)
@@ -703,7 +713,7 @@ class RoundsMember(FencedMember):
             self._current.forget()  # the race may have been a new round
         return True  # closed by me, or the txn lost a race: re-read at once
 
-    def _awaited(self, previous: Mapping[str, Any] | None, joined: Mapping[str, Any], now: float) -> list[str]:
+    def _awaited(self, previous: PlanRecord | None, joined: Mapping[str, Any], now: float) -> list[str]:
         """Members of the previous plan that have not joined yet although they are live (their ``members/<id>``
         exists and does not announce a planned leave). The round waits for them up to ``ttl_s`` past RST, or until
         each has joined or its registration has gone with its lease: closing without a live member takes every
@@ -714,7 +724,7 @@ class RoundsMember(FencedMember):
         goes with its lease, so a failover is not slowed; a frozen one is waited for until its lease ends (ttl)."""
         if previous is None or now >= self._first_seen + self.config.settle_s + self.config.ttl_s:
             return []
-        missing = [m for m in previous.get("participants", ()) if m not in joined and m != self.id]
+        missing = [m for m in previous.participants if m not in joined and m != self.id]
         if not missing:
             return []
         # one read of the registrations, not one per missing participant (31 round trips at 32 members on etcd)
@@ -726,7 +736,7 @@ class RoundsMember(FencedMember):
                 awaited.append(m)
         return awaited
 
-    def _previous_plan(self) -> dict[str, Any] | None:
+    def _previous_plan(self) -> PlanRecord | None:
         latest = self.store.get(self.keys.latest)
         if latest is None:
             return None
@@ -736,11 +746,11 @@ class RoundsMember(FencedMember):
         kv = self.store.get(self.keys.plan(rnd))
         return None if kv is None else read_plan(kv, self.store)
 
-    def _apply_plan(self, now: float, rnd: int, plan: dict[str, Any]) -> None:
+    def _apply_plan(self, now: float, rnd: int, plan: PlanRecord) -> None:
         self._applied_plan = (rnd, plan)
-        participants = tuple(plan["participants"])
+        participants = plan.participants
         parse = functools.partial(self.config.parse_pid, field_name="plan", known=False)
-        mine = frozenset(p for p in map(parse, plan["assignment"].get(self.id, ())) if self.subscribes(p))
+        mine = frozenset(p for p in map(parse, plan.assignment.get(self.id, ())) if self.subscribes(p))
         self._plan_round = rnd
         self._participants = participants
         self._participant_set = frozenset(participants)
@@ -748,19 +758,19 @@ class RoundsMember(FencedMember):
         self._in_plan = in_plan
         self._assignment = mine if in_plan else frozenset()
         self.phase = Phase.SETTLED if in_plan else Phase.WAITING
-        probe = plan.get("probe_after_s")
+        probe = plan.probe_after_s
         self._probe_after_s = None if probe is None else float(probe)
         if not self._dead.isdisjoint(participants) or not self._leaving.isdisjoint(set(participants) - {self.id}):
             self._need(rnd)
         with self._lock:
             revoke = sorted_pids(p for p in self._owned if p not in self._assignment)
             self._claiming = {p for p in self._assignment if p not in self._owned}
-        standby, learners = (plan.get(name, {}).get(self.id, ()) if in_plan else () for name in ("standby", "learners"))
+        standby, learners = (table.get(self.id, ()) if in_plan else () for table in (plan.standby, plan.learners))
         self._plan_standby = tuple(map(parse, standby))
         self._plan_learners = frozenset(map(parse, learners))
         self._refresh_replicas()
         assigned = sorted_pids(self._assignment)
-        self._trace(TraceKind.PLAN, round=rnd, in_plan=in_plan, assigned=assigned, revoke=revoke, kept=plan.get("kept"))
+        self._trace(TraceKind.PLAN, round=rnd, in_plan=in_plan, assigned=assigned, revoke=revoke, kept=plan.kept)
         if revoke:
             self._revoke(revoke)
 
