@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from apportion.errors import CorruptRecord
-from apportion.group import PlanRecord, decode, encode
+from apportion.group import GroupConfig, PlanRecord, decode, encode
+from apportion.group._rounds import close_plan
+from apportion.store import KeyValue
 
 # Records as the closer wrote them before PlanRecord: captured from that code's runs of tests/group's harness (a
 # one-resource sticky plan, a kept plan with standby replicas, a probing plan with learners, standby and ready
@@ -69,3 +71,42 @@ def test_a_plan_that_is_not_one_is_a_corrupt_record_naming_its_key(value: dict[s
     with pytest.raises(CorruptRecord, match=words) as caught:
         PlanRecord.from_json(value, "/apportion/g/round/5/plan")
     assert caught.value.key == "/apportion/g/round/5/plan"
+
+
+def _records(*mids: str) -> dict[str, KeyValue]:
+    """Participation records of round 9 (nothing owned), created in the order given."""
+    return {
+        mid: KeyValue(f"/apportion/g/round/9/{mid}", encode({"owned": [], "capacity": 1.0}), 10 + i, 10 + i, 1)
+        for i, mid in enumerate(mids)
+    }
+
+
+CONFIG = GroupConfig(partitions=4, strategy="round_robin")
+CLOSING = {"group": "g", "rnd": 9, "closer": "a", "closed_at": 5.0, "resource_revision": 3}
+
+
+def test_close_plan_plans_the_cut_as_a_pure_function_of_its_inputs() -> None:
+    plan = close_plan(_records("b", "a"), None, CONFIG, **CLOSING)  # type: ignore[arg-type]
+    assert plan is not None and plan.participants == ("a", "b") and plan.kept is False
+    assert plan.assignment == {"b": [0, 2], "a": [1, 3]}  # round_robin deals in join order: b joined first
+    assert encode(plan.to_json()) == encode(
+        {"assignment": {"a": [1, 3], "b": [0, 2]}, "closed_at": 5.0, "closer": "a", "deferred": 0, "kept": False,
+         "min_moves": 0, "moves": 0, "participants": ["a", "b"], "partitions": 4, "resource_revision": 3, "round": 9,
+         "strategy": "round_robin"}
+    )  # fmt: skip
+    assert close_plan(_records("b", "a"), None, CONFIG, **CLOSING) == plan  # type: ignore[arg-type]
+
+
+def test_close_plan_keeps_the_previous_assignment_when_nobody_joined_or_left() -> None:
+    previous = PlanRecord.from_json(decode(WRITTEN[4]))  # a's plan of round 7, definition revision 3
+    kept = close_plan(_records("a"), previous, CONFIG, **CLOSING)  # type: ignore[arg-type]
+    assert kept is not None and kept.kept is True and kept.assignment == {"a": [0, 1]} and kept.round == 9
+    replanned = close_plan(_records("a", "b"), previous, CONFIG, **CLOSING)  # type: ignore[arg-type]
+    assert replanned is not None and replanned.kept is False
+
+
+def test_close_plan_keeps_what_the_checker_finds_wrong_and_leaves_corrupt_records_out_of_the_cut() -> None:
+    records = {**_records("a", "b"), "c": KeyValue("/apportion/g/round/9/c", b"garbage", 12, 12, 1)}
+    plan = close_plan(records, None, CONFIG, **CLOSING, checker=lambda request, plan: ["unbalanced"])  # type: ignore[arg-type]
+    assert plan is not None and plan.participants == ("a", "b") and plan.violations == ("unbalanced",)
+    assert close_plan({"c": records["c"]}, None, CONFIG, **CLOSING) is None  # type: ignore[arg-type]

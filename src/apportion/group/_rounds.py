@@ -29,8 +29,9 @@ opener's clock). Member phases (``Phase``)::
 
 Opening is ``txn([current.mod_revision == R], [put current])``: of many members racing, one wins and the others join
 its round. Joining is ``txn([absent(round/R/plan)], [put round/R/<id> (lease-bound), put round/R/joined])``.
-Closing reads ``round/R/``, computes the plan with the group's strategy from the cut (each participant's join
-revision is its record's creation revision: ``round_robin`` deals in that order, seed 0's), and writes it in ONE txn
+Closing reads ``round/R/``, computes the plan with the group's strategy from the cut (``close_plan``, a pure function
+of the cut, the previous plan and the definition; each participant's join revision is its record's creation
+revision: ``round_robin`` deals in that order, seed 0's), and writes it (a ``PlanRecord``) in ONE txn
 ``[absent(plan), round/R/joined.mod_revision unchanged, current == R] -> [put plan, put latest, delete older
 rounds]``: the cut is exactly the participation records written before the close revision (a later join fails on
 ``absent(plan)``; a join between the read and the write changes ``joined`` and the close retries). Participation
@@ -622,83 +623,36 @@ class RoundsMember(FencedMember):
                 older.add(other)
         if not records:
             return False
-        ids = sorted(records)
         config_kv = self.store.get(self.keys.resource)
         if config_kv is not None and config_kv.mod_revision != self._config_revision:
             self.config = GroupConfig.from_record(config_kv)
             self._config_revision = config_kv.mod_revision
-        config = self.config
         previous = self._previous_plan()
         if self._awaited(previous, records, now):
             return False
-        participants: dict[str, dict[str, Any]] = {}
-        for name, record in records.items():
-            try:
-                participants[name] = decode(record.value, record.key)
-            except CorruptRecord as exc:  # it only informs the cut: that member takes no part in this round
-                log.warning("round %d: %s; member %s left out of the cut", rnd, exc, name)
-        if not participants:
-            return False
-        ids = sorted(participants)
-        subscriptions = {m: participants[m]["subscriptions"] for m in ids if "subscriptions" in participants[m]}
-        kept = (
-            previous is not None
-            and list(previous.participants) == ids
-            and previous.subscriptions == subscriptions
-            and previous.resource_revision == self._config_revision
-            and previous.probe_after_s is None
-        )
-        replicas: dict[str, Any] = {}
-        if kept and previous is not None:
-            assignment = {mid: list(previous.assignment.get(mid, [])) for mid in ids}
-            moves = min_moves = deferred = 0
-            strategy = str(previous.strategy or config.strategy)
-            replicas = {k: getattr(previous, k) for k in ("standby", "learners", "ready") if getattr(previous, k)}
-        else:
-            part = _partitions(self.group).__getitem__
-            was_ready = {} if previous is None else previous.ready  # the hysteresis of high_availability's readiness
-            members = tuple(
-                _member(mid, participants[mid], part, records[mid].create_revision, was_ready.get(mid, ()))
-                for mid in ids
-            )
-            request = AssignRequest(config.strategy, config.resources_of(self.group), members, config.options)
-            plan = self._planner(request)
-            violations = self._checker(request, plan)
-            if violations:  # never expected: the strategies are property-tested against this very check
-                log.error("round %d: the plan breaks its strategy's invariants: %s", rnd, "; ".join(violations[:5]))
-                replicas["violations"] = tuple(violations[:10])
-            pid = config.pid
-            assignment = {mid: [pid(p) for p in plan.assignment.get(mid, ())] for mid in ids}
-            moves, min_moves, deferred = plan.stats.moved, plan.stats.min_moves, plan.stats.deferred
-            strategy = plan.strategy
-            for name, table in (("standby", plan.standby), ("learners", plan.learners), ("ready", plan.ready)):
-                if any(table.values()):
-                    replicas[name] = {mid: [pid(p) for p in parts] for mid, parts in table.items() if parts}
-            if plan.probe_after_s is not None:
-                replicas["probe_after_s"] = plan.probe_after_s
-        subscribing = {"subscriptions": subscriptions} if subscriptions else {}  # explain: who stopped subscribing
-        value = PlanRecord(
-            round=rnd,
-            participants=tuple(ids),
-            assignment=assignment,
-            strategy=strategy,
-            kept=kept,
-            moves=moves,
-            min_moves=min_moves,
-            deferred=deferred,
+        value = close_plan(
+            records,
+            previous,
+            self.config,
+            group=self.group,
+            rnd=rnd,
             closer=self.id,
             closed_at=now,
             resource_revision=self._config_revision,
-            partitions=config.partitions,
-            subscriptions=subscriptions,
-            **replicas,
+            planner=self._planner,
+            checker=self._checker,
         )
+        if value is None:
+            return False
+        ids = list(value.participants)
+        # explain: who stopped subscribing
+        subscribing = {"subscriptions": dict(value.subscriptions)} if value.subscriptions else {}
+        movement = {"moves": value.moves, "min_moves": value.min_moves, "deferred": value.deferred, "kept": value.kept}
         ops: list[Op] = [
             Put(self.keys.plan(rnd), encode(value.to_json())),
             Put(self.keys.latest, encode({"round": rnd})),
         ]
         ops += [Delete(self.keys.round(old), prefix=True) for old in sorted(older)]
-        movement = {"moves": moves, "min_moves": min_moves, "deferred": deferred, "kept": kept}
         ops += self._recorder.put("round_closed", now, round=rnd, participants=ids, **movement, **subscribing)
         compares = [
             absent(self.keys.plan(rnd)),
@@ -794,6 +748,98 @@ class RoundsMember(FencedMember):
             self._on_replicas(list(standby), list(learners))
 
 
+def close_plan(
+    records: Mapping[str, KeyValue],
+    previous: PlanRecord | None,
+    config: GroupConfig,
+    *,
+    group: str,
+    rnd: int,
+    closer: str,
+    closed_at: float,
+    resource_revision: int,
+    planner: Planner = default_planner,
+    checker: Checker = check_plan,
+) -> PlanRecord | None:
+    """The plan of round ``rnd`` of ``group`` from its cut: ``records`` are the round's participation records
+    (member id -> its ``round/<rnd>/<id>``; the revision that created one is that member's join revision), ``previous``
+    the last plan written (None: none yet), ``config`` the definition in force (of ``resource_revision``). A pure
+    function: the closer reads its inputs and writes the result (``RoundsMember._close``).
+
+    Extension 1: the previous assignment is kept when the participants, their subscriptions and the definition are
+    the previous plan's and it wants no probing round; otherwise ``planner`` plans the cut (each member's holdings
+    and lags from its record, the replicas the previous plan found ready) and ``checker`` checks the plan (a violation
+    is logged and kept in the record, never expected). A participation record that is not JSON is left out of the cut
+    with a warning; None when none is left."""
+    participants: dict[str, dict[str, Any]] = {}
+    for name, record in records.items():
+        try:
+            participants[name] = decode(record.value, record.key)
+        except CorruptRecord as exc:  # it only informs the cut: that member takes no part in this round
+            log.warning("round %d: %s; member %s left out of the cut", rnd, exc, name)
+    if not participants:
+        return None
+    ids = sorted(participants)
+    subscriptions = {m: participants[m]["subscriptions"] for m in ids if "subscriptions" in participants[m]}
+    planned = functools.partial(
+        PlanRecord,
+        round=rnd,
+        participants=tuple(ids),
+        closer=closer,
+        closed_at=closed_at,
+        resource_revision=resource_revision,
+        partitions=config.partitions,
+        subscriptions=subscriptions,
+    )
+    if (
+        previous is not None
+        and list(previous.participants) == ids
+        and previous.subscriptions == subscriptions
+        and previous.resource_revision == resource_revision
+        and previous.probe_after_s is None
+    ):
+        return planned(
+            assignment={mid: list(previous.assignment.get(mid, [])) for mid in ids},
+            strategy=str(previous.strategy or config.strategy),
+            kept=True,
+            moves=0,
+            min_moves=0,
+            deferred=0,
+            standby=previous.standby,
+            learners=previous.learners,
+            ready=previous.ready,
+        )
+    part = _partitions(group).__getitem__
+    was_ready = {} if previous is None else previous.ready  # the hysteresis of high_availability's readiness
+    members = tuple(
+        _member(mid, participants[mid], part, records[mid].create_revision, was_ready.get(mid, ())) for mid in ids
+    )
+    request = AssignRequest(config.strategy, config.resources_of(group), members, config.options)
+    plan = planner(request)
+    violations = checker(request, plan)
+    if violations:  # never expected: the strategies are property-tested against this very check
+        log.error("round %d: the plan breaks its strategy's invariants: %s", rnd, "; ".join(violations[:5]))
+    pid = config.pid
+
+    def ids_of(table: Mapping[str, Sequence[Partition]]) -> dict[str, list[PartitionId]]:
+        """A replica table of the plan in partition ids, members with none left out."""
+        return {mid: [pid(p) for p in parts] for mid, parts in table.items() if parts}
+
+    return planned(
+        assignment={mid: [pid(p) for p in plan.assignment.get(mid, ())] for mid in ids},
+        strategy=plan.strategy,
+        kept=False,
+        moves=plan.stats.moved,
+        min_moves=plan.stats.min_moves,
+        deferred=plan.stats.deferred,
+        standby=ids_of(plan.standby),
+        learners=ids_of(plan.learners),
+        ready=ids_of(plan.ready),
+        probe_after_s=plan.probe_after_s,
+        violations=tuple(violations[:10]),
+    )
+
+
 def set_subscriptions(store: Store, group: str, member_id: str, subscriptions: Sequence[str] | None) -> None:
     """An operator's subscriptions for ``member_id`` (``apportion subscribe``): they replace the member's own while
     the record exists; ``None`` deletes it (the member goes back to its own). Checked against the group's resources
@@ -867,6 +913,7 @@ __all__ = [
     "INF",
     "Checker",
     "check_plan",
+    "close_plan",
     "PartitionLease",
     "Ownership",
     "Phase",
