@@ -5,6 +5,7 @@ pyspark) are mapped at the boundary with ``raise ... from exc``.
 
 - ``ApportionError``   — root; ``exit_code`` is what the CLI exits with (1: a runtime fault).
 - ``InvalidRequest``   — bad input from the user (field + reason); the CLI exits 2.
+- ``NoSuchStore``      — (an ``InvalidRequest``) a read-only open of a store that does not exist: nothing created.
 - ``StoreUnavailable`` — the store cannot be reached or locked in time.
 - ``StoreFull``        — (a ``StoreUnavailable``) the store refuses writes for lack of space: etcd's NOSPACE alarm.
 - ``StoreReplaced``    — (a ``StoreUnavailable``) a read-only SQLite store's file was deleted or replaced since it was
@@ -23,6 +24,8 @@ pyspark) are mapped at the boundary with ``raise ... from exc``.
 - ``PlanViolation``    — a strategy's plan broke one of its invariants (a bug, found by ``assign.check_or_raise``).
 - ``TimedOut``         — a wait for a condition passed its time limit (``waiting.wait_for``; names what it waited for).
 - ``WorkerExited``     — a worker process that a wait needs has exited (``fleet.Fleet.check``; the end of its log).
+- ``SimulationFailed`` — ``apportion simulate`` found a violation (names the failing seed or the grid's table; exit 1).
+- ``OverlapFound``     — ``apportion report`` found overlapping ownership intervals (exit 1).
 """
 
 from __future__ import annotations
@@ -43,6 +46,10 @@ class InvalidRequest(ApportionError):
         super().__init__(f"{field}: {reason}" if field else reason)
         self.field = field
         self.reason = reason
+
+
+class NoSuchStore(InvalidRequest):
+    """A read-only open of a store that does not exist (an SQLite file that is not there): nothing was created."""
 
 
 class StoreUnavailable(ApportionError):
@@ -143,6 +150,14 @@ class WorkerExited(ApportionError):
     """A worker process that a wait needs has exited (the message holds how, and the end of its log)."""
 
 
+class SimulationFailed(ApportionError):
+    """``apportion simulate``: a scenario violated a check (the message names the seed that replays it)."""
+
+
+class OverlapFound(ApportionError):
+    """``apportion report``: the history shows overlapping ownership intervals (the message names the CSV)."""
+
+
 __all__ = [
     "ApportionError",
     "Compacted",
@@ -152,8 +167,11 @@ __all__ = [
     "Fenced",
     "InvalidRequest",
     "LeaseNotFound",
+    "NoSuchStore",
     "NotEnoughMembers",
+    "OverlapFound",
     "PlanViolation",
+    "SimulationFailed",
     "StoreFull",
     "StoreReplaced",
     "StoreUnavailable",

@@ -37,6 +37,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from apportion.clock import SYSTEM_CLOCK, Clock
 from apportion.errors import InvalidRequest
+from apportion.group import TraceKind
 
 try:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
@@ -97,17 +98,17 @@ class MetricsTracer:
             metric.labels(**self._labels)  # export zeros from the start
         # each handler returns nothing; unknown kinds are ignored
         self._handlers = {
-            "assigned": self._on_assigned,
-            "revoking": self._on_revoking,
-            "released": self._on_released,
-            "lost": self._on_lost,
-            "commit": self._on_commit,
-            "fenced": self._on_fenced,
-            "plan": self._on_plan,
-            "stopped": self._on_stopped,
+            TraceKind.ASSIGNED: self._on_assigned,
+            TraceKind.REVOKING: self._on_revoking,
+            TraceKind.RELEASED: self._on_released,
+            TraceKind.LOST: self._on_lost,
+            TraceKind.COMMIT: self._on_commit,
+            TraceKind.FENCED: self._on_fenced,
+            TraceKind.PLAN: self._on_plan,
+            TraceKind.STOPPED: self._on_stopped,
         }
 
-    def __call__(self, kind: str, fields: Mapping[str, Any]) -> None:
+    def __call__(self, kind: TraceKind, fields: Mapping[str, Any]) -> None:
         handler = self._handlers.get(kind)
         if handler is None:
             return

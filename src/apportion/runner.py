@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from apportion.errors import Fenced, InvalidRequest, StoreFull, StoreUnavailable
-from apportion.group import DEFAULT_RETENTION_S, GroupConfig, Mode, PartitionId, sorted_pids
+from apportion.group import DEFAULT_RETENTION_S, GroupConfig, Mode, PartitionId, TraceKind, sorted_pids
 from apportion.store import Store, connect, redact_url
 from apportion.worker import Group, Tracer, Worker
 
@@ -135,7 +135,7 @@ class StartUp:
         self._pause = _FIRST_PAUSE_S
         self._next_log = 0.0
         self._reason: str | None = None
-        self._last = ""  # the member's last start-up trace: "store_unavailable" or "id_taken"
+        self._last: TraceKind | None = None  # the member's last start-up trace: STORE_UNAVAILABLE or ID_TAKEN
         self._worker: Worker | None = None  # the worker being started, once run_member knows it
 
     def _left(self) -> float:
@@ -178,14 +178,14 @@ class StartUp:
     def tracer(self, inner: Tracer | None) -> Tracer:
         """The member's tracer: notes its registration and, before it, every step that met StoreUnavailable."""
 
-        def trace(kind: str, fields: Mapping[str, Any]) -> None:
-            if kind == "registered":
+        def trace(kind: TraceKind, fields: Mapping[str, Any]) -> None:
+            if kind == TraceKind.REGISTERED:
                 self._on_registered(fields)
-            elif kind in ("store_unavailable", "id_taken") and not self._registered.is_set():
+            elif kind in (TraceKind.STORE_UNAVAILABLE, TraceKind.ID_TAKEN) and not self._registered.is_set():
                 self._last = kind
-                if kind == "store_unavailable" and fields.get("full"):
+                if kind == TraceKind.STORE_UNAVAILABLE and fields.get("full"):
                     self._refused(str(fields.get("reason")))
-                elif kind == "store_unavailable":
+                elif kind == TraceKind.STORE_UNAVAILABLE:
                     self._failed(str(fields.get("reason") or "the store did not answer"))
             if inner is not None:
                 inner(kind, fields)
@@ -231,7 +231,7 @@ class StartUp:
                 with self._lock:
                     if self._registered.is_set():
                         return
-                    if self._last != "id_taken":
+                    if self._last != TraceKind.ID_TAKEN:
                         self.error = self._give_up()
                 if self.error is not None:
                     with contextlib.suppress(BaseException):

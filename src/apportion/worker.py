@@ -52,6 +52,7 @@ from apportion.group import (
     ReplicasCallback,
     Rounds,
     RoundsMember,
+    TraceKind,
     Tracer,
     new_member,
     set_replicas,
@@ -318,28 +319,28 @@ class Worker:
             return
         self._refusing = why
         if why is not None:
-            self._log("store_full", {"reason": why})
+            self._log(TraceKind.STORE_FULL, {"reason": why})
         else:
-            self._log("store_writes", {})
+            self._log(TraceKind.STORE_WRITES, {})
 
     def _member_wake(self) -> None:
         with self._changed:
             self._changed.notify_all()
 
-    def _log(self, kind: str, fields: Mapping[str, Any]) -> None:
+    def _log(self, kind: TraceKind, fields: Mapping[str, Any]) -> None:
         if self._tracer is not None:
             try:
                 self._tracer(kind, fields)
             except Exception as exc:  # an observer never stops the worker
                 log.warning("worker %s tracer failed on %s: %r", self.id, kind, exc)
-        if kind in ("assigned", "revoked"):
+        if kind in (TraceKind.ASSIGNED, TraceKind.REVOKED):
             log.info("worker %s %s %s", self.id, kind, fields.get("partitions"))
-        elif kind == "lost":
+        elif kind == TraceKind.LOST:
             if fields.get("partitions"):
                 log.warning("worker %s lost %s (%s)", self.id, fields["partitions"], fields.get("reason", "fenced"))
             else:
                 log.warning("worker %s lease ended (%s); registering again", self.id, fields.get("reason"))
-        elif kind == "renew_failed":
+        elif kind == TraceKind.RENEW_FAILED:
             deadline = float(fields["deadline"])
             log.warning(
                 "worker %s cannot renew its lease (%s); belief ends at %s (in %.1f s) unless a renewal lands",
@@ -348,9 +349,9 @@ class Worker:
                 _clock_time(deadline),
                 deadline - self._clock.now(),
             )
-        elif kind == "static":
+        elif kind == TraceKind.STATIC:
             log.info("worker %s: ordinal %s, replica count %s", self.id, fields.get("ordinal"), fields.get("replicas"))
-        elif kind == "scale" and fields.get("previous") is not None:
+        elif kind == TraceKind.SCALE and fields.get("previous") is not None:
             log.warning(
                 "worker %s: ordinal %s is at or above the group's replica count %s: a scale-up, count raised to %s",
                 self.id,
@@ -358,18 +359,18 @@ class Worker:
                 fields.get("previous"),
                 fields.get("replicas"),
             )
-        elif kind == "watch_lost":  # not a fault: a quiet watch re-opened after the store compacted (README)
+        elif kind == TraceKind.WATCH_LOST:  # not a fault: a quiet watch re-opened after the store compacted (README)
             log.info("worker %s: its watch lost events (%s); reading the group again", self.id, fields.get("reason"))
-        elif kind == "store_full":
+        elif kind == TraceKind.STORE_FULL:
             log.warning("worker %s: %s", self.id, fields.get("reason"))
-        elif kind == "store_writes":
+        elif kind == TraceKind.STORE_WRITES:
             log.warning("worker %s: the store takes writes again", self.id)
-        elif kind == "renew_recovered":
+        elif kind == TraceKind.RENEW_RECOVERED:
             log.warning("worker %s renewed its lease again; belief until %s", self.id, _clock_time(fields["deadline"]))
-        elif kind == "leaving":
+        elif kind == TraceKind.LEAVING:
             log.info("worker %s leaving: handing its partitions over by a plan without it (by %s at the latest)",
                      self.id, _clock_time(fields["until"]))  # fmt: skip
-        elif kind in ("plan", "round_opened", "round_closed", "fenced"):
+        elif kind in (TraceKind.PLAN, TraceKind.ROUND_OPENED, TraceKind.ROUND_CLOSED, TraceKind.FENCED):
             log.debug("worker %s %s %s", self.id, kind, dict(fields))
 
 

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apportion.errors import InvalidRequest
-from apportion.store._connect import connect, redact, redact_url, url_secrets
+from apportion.store import connect, redact, redact_url, url_secrets
 from tests.cli.run import cli
 
 PW = "s3cr3t-PW"

@@ -15,7 +15,7 @@ from apportion.errors import InvalidRequest
 from apportion.group import CoordinatorMember, GroupConfig, Keys, committed, group_status, set_subscriptions
 from apportion.group._config import parse_resources
 from apportion.group._coordinator import plan_table
-from apportion.group._keys import PartitionId, pid_order, sorted_pids
+from apportion.group._keys import PartitionId, PlanRecord, pid_order, sorted_pids
 from apportion.group._rounds import read_plan
 from apportion.group._static import static_block
 from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
@@ -52,7 +52,7 @@ def _all_owned_within_subscriptions_and_balanced(h: Harness, subs: Mapping[str, 
     assert _balanced_by_kafka(h, subs) == []
 
 
-def _latest_plan(h: Harness) -> dict[str, object]:
+def _latest_plan(h: Harness) -> PlanRecord:
     keys = Keys(h.group)
     latest = h.store.get(keys.latest)
     assert latest is not None
@@ -173,8 +173,8 @@ def test_mixed_subscriptions_never_give_an_unsubscribed_partition_and_are_balanc
     h.run(2.5)
     _all_owned_within_subscriptions_and_balanced(h, subs)
     plan = _latest_plan(h)
-    assert plan["subscriptions"] == {"a": ["orders"], "b": ["orders", "payments"]}
-    assert "violations" not in plan
+    assert plan.subscriptions == {"a": ["orders"], "b": ["orders", "payments"]}
+    assert plan.violations == ()
 
 
 def test_a_subscription_change_revokes_at_once_then_moves_as_few_partitions_as_a_new_round_needs() -> None:
@@ -184,7 +184,7 @@ def test_a_subscription_change_revokes_at_once_then_moves_as_few_partitions_as_a
         h.add(mid)
     h.run(2.5)
     before = h.assignment()
-    plan_before = _latest_plan(h)["round"]
+    plan_before = _latest_plan(h).round
     h.log.calls.clear()
     h.members["a"].subscribe(["refunds"])
     subs["a"] = ["refunds"]
@@ -193,14 +193,14 @@ def test_a_subscription_change_revokes_at_once_then_moves_as_few_partitions_as_a
     assert revoked_now == {p for p in before["a"] if _resource(p) != "refunds"}
     _held_within_subscriptions(h, subs)
     h.run(3.0)
-    assert _latest_plan(h)["round"] != plan_before, "a subscription change opens a new round"
+    assert _latest_plan(h).round != plan_before, "a subscription change opens a new round"
     after = h.assignment()
     _all_owned_within_subscriptions_and_balanced(h, subs)
     kept_by_a = [p for p in before["a"] if _resource(p) == "refunds"]
     assert set(kept_by_a) <= set(after["a"]), "a keeps the refunds partitions it held"
     # a revoked (and released) its orders and payments: placements, not moves; balance then needs exactly one move,
     # the other refunds partition to a (Kafka's definition: a could take it from a member holding 2+ more)
-    assert _latest_plan(h)["moves"] == 1
+    assert _latest_plan(h).moves == 1
     others = {p for mid in ("b", "c") for p in before[mid]}
     taken = {p for mid in ("b", "c") for p in after[mid] if p not in before[mid]}
     assert taken <= set(before["a"]), "b and c only take what a gave up"
@@ -251,8 +251,7 @@ def test_nobody_ever_holds_a_partition_it_does_not_subscribe_to(
         for _ in range(30):
             h.run(0.1)
             _held_within_subscriptions(h, subs)
-    plan = _latest_plan(h)
-    assert "violations" not in plan
+    assert _latest_plan(h).violations == ()
     covered = {r for s in subs.values() for r in (s or THREE.resource_names())}
     wanted = [p for p in ALL if _resource(p) in covered]
     assert sorted(h.owners(), key=str) == sorted(wanted, key=str)

@@ -442,6 +442,27 @@ def test_bad_arguments_are_invalid_requests(store: Store) -> None:
         store.grant(0)
     with pytest.raises(InvalidRequest):
         store.grant(-5)
+    with pytest.raises(InvalidRequest):
+        store.compact("1")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "compare",
+    [
+        Compare("/a", "value", "==", 1),  # a value compare needs bytes
+        Compare("/a", "mod_revision", "==", b"1"),  # a revision compare needs an int
+        Compare("/a", "version", ">", True),
+        Compare("/a", "lease", "==", 0),  # type: ignore[arg-type]
+        Compare("/a", "value", "<=", b"1"),  # type: ignore[arg-type]
+    ],
+)
+def test_malformed_compares_are_invalid_requests_on_every_backend(store: Store, compare: Compare) -> None:
+    """The memory and SQLite backends once evaluated these (an int against a value: never equal; an unknown target
+    as the version; an unknown operator as '>') where etcd refused them: the contract is one."""
+    store.put("/a", b"1")
+    with pytest.raises(InvalidRequest, match="compare"):
+        store.txn([compare], [Put("/b", b"x")])
+    assert store.get("/b") is None
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apportion.clock import VirtualClock
-from apportion.errors import Compacted, LeaseNotFound, StoreReplaced, StoreUnavailable
+from apportion.errors import Compacted, LeaseNotFound, NoSuchStore, StoreReplaced, StoreUnavailable
 from apportion.store import (
     Compare,
     Delete,
@@ -26,7 +26,6 @@ from apportion.store import (
     Store,
     connect,
 )
-from apportion.store._connect import NoSuchStore
 from apportion.store._sqlite import SCHEMA_VERSION, SqliteStore, open_sqlite
 
 

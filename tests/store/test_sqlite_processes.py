@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from apportion.errors import NoSuchStore
 from apportion.store import Get, Put, Store, connect, mod_revision_is
-from apportion.store._connect import NoSuchStore
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,7 @@
 Exit codes: 0 success, 2 a user mistake (InvalidRequest, a usage error, a missing optional extra), 1 a runtime fault
 (the store, the file system, a full stdout). Every error is one line on stderr, ``apportion: error: ...``, never a
 traceback; ``--debug`` anywhere on the command line shows the traceback. Whatever is printed about a store URL has
-its password masked (``apportion.store._connect.redact``): the URLs the command was given (``--store``, from the
+its password masked (``apportion.store.redact``): the URLs the command was given (``--store``, from the
 command line, the environment or a config file) are remembered as they are parsed, and every error line and log
 record is redacted with them.
 """

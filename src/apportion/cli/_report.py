@@ -9,13 +9,9 @@ import click
 from apportion.cli._app import app
 from apportion.cli._common import group_option, spark_master, spark_options, store_option
 from apportion.cli._store import read_group
-from apportion.errors import ApportionError, InvalidRequest
+from apportion.errors import InvalidRequest, OverlapFound
 from apportion.group import history, history_expired_before
 from apportion.store import redact_url
-
-
-class OverlapFound(ApportionError):
-    """Not part of the hierarchy's public list: raised only to make the CLI exit 1 when ownership overlapped."""
 
 
 @app.command()

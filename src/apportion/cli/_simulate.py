@@ -20,7 +20,7 @@ from apportion.cli._common import (
     strategy_option,
 )
 from apportion.cli._options import parse_options
-from apportion.errors import ApportionError, InvalidRequest
+from apportion.errors import InvalidRequest, SimulationFailed
 from apportion.group import GroupConfig
 from apportion.model import MAX_PARTITIONS
 from apportion.sim import SimConfig
@@ -29,10 +29,6 @@ from apportion.sim import simulate as run_simulation
 # Sizes beyond these would run for hours or exhaust memory (1,000 members x 100,000 partitions x 100 events: ~80 s).
 MAX_MEMBERS = 10_000
 MAX_EVENTS = 100_000
-
-
-class SimulationFailed(ApportionError):
-    """Not part of the hierarchy's public list: raised only to make the CLI exit 1 with the failing seed."""
 
 
 @app.command()

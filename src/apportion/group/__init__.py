@@ -29,6 +29,7 @@ from apportion.group._keys import (
     LEGACY_LAYOUT,
     Keys,
     PartitionId,
+    PlanRecord,
     decode,
     decode_owner,
     encode,
@@ -61,7 +62,6 @@ from apportion.group._ownership import (
     MemberOptions,
     Ownership,
     PartitionLease,
-    Tracer,
     default_planner,
 )
 from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember, set_subscriptions
@@ -87,6 +87,7 @@ from apportion.group._status import (
     table_entry_of,
     tags_text,
 )
+from apportion.group._trace import TraceKind, Tracer
 
 __all__ = [
     "CHUNK",
@@ -118,6 +119,7 @@ __all__ = [
     "Keys",
     "PartitionId",
     "PartitionLease",
+    "PlanRecord",
     "MemberOptions",
     "Ownership",
     "Phase",
@@ -129,6 +131,7 @@ __all__ = [
     "StaticMember",
     "StaticPhase",
     "TableState",
+    "TraceKind",
     "Tracer",
     "checkpoint_offset",
     "committed",

@@ -96,6 +96,7 @@ from apportion.group._ownership import (
 )
 from apportion.group._rounds import Checker, check_plan
 from apportion.group._subscriptions import Subscriptions
+from apportion.group._trace import TraceKind
 from apportion.group._tracked import TrackedKey, TrackedPrefix
 from apportion.model import AssignRequest, Member, Partition
 from apportion.store import (
@@ -598,7 +599,7 @@ class CoordinatorMember(FencedMember):
             for mid, record in sorted(self._failed.items())
         ]
         if self.store.txn([mod_revision_is(self.keys.coordinator, self._coord_rev)], ops).succeeded:
-            self._trace("failed", members=sorted(self._failed))
+            self._trace(TraceKind.FAILED, members=sorted(self._failed))
             self._failed.clear()
         else:
             self.store.revoke(lease)
@@ -608,7 +609,7 @@ class CoordinatorMember(FencedMember):
         deadlines = [self._lapse_at(), now + renew_interval_s(self.config.ttl_s)]
         changed = self._subs.take()
         if changed is not None:
-            self._trace("subscribed", subscriptions=Subscriptions.shown(changed[0]))
+            self._trace(TraceKind.SUBSCRIBED, subscriptions=Subscriptions.shown(changed[0]))
         if changed is not None or not self._registered_as_subscribed():  # an announce the store did not take: again
             self._announce(revoking=False)
             self._members.forget()
@@ -655,7 +656,7 @@ class CoordinatorMember(FencedMember):
             self._planned_for = None
             self._quiet = None
             self.phase = CoordinatorPhase.COORDINATING
-            self._trace("coordinator", member=self.id)
+            self._trace(TraceKind.COORDINATOR, member=self.id)
 
     def _first_table_due(self, now: float, live: Sequence[str]) -> bool:
         """Whether the coordinator may lay out the first table now (see "The first table" in the module docstring):
@@ -665,14 +666,15 @@ class CoordinatorMember(FencedMember):
         roster = tuple(sorted(live))
         if len(roster) < self.min_members:
             if self._quiet is None or self._quiet[0] != roster:
-                self._trace("waiting_for_members", live=len(roster), min_members=self.min_members)
+                self._trace(TraceKind.WAITING_FOR_MEMBERS, live=len(roster), min_members=self.min_members)
             self._quiet = (roster, now, math.inf)
             return False
         settle = self.config.settle_s
         if self._quiet is None or self._quiet[0] != roster:
             first = now if self._quiet is None or self._quiet[2] == math.inf else self._quiet[2]
             self._quiet = (roster, now, first)
-            self._trace("settling", live=len(roster), until=min(now + settle, first + FIRST_TABLE_MAX_SETTLES * settle))
+            until = min(now + settle, first + FIRST_TABLE_MAX_SETTLES * settle)
+            self._trace(TraceKind.SETTLING, live=len(roster), until=until)
         _, since, first = self._quiet
         due = min(since + settle, first + FIRST_TABLE_MAX_SETTLES * settle)
         if now < due:
@@ -743,7 +745,12 @@ class CoordinatorMember(FencedMember):
             self._planned_for = roster
             moving = [p for p in parts if changes[p].state is TableState.MIGRATING]
             self._trace(
-                "table", full=full, changed=parts, migrating=moving, moves=planned.moves, min_moves=planned.min_moves
+                TraceKind.TABLE,
+                full=full,
+                changed=parts,
+                migrating=moving,
+                moves=planned.moves,
+                min_moves=planned.min_moves,
             )
 
     # -- following -----------------------------------------------------------------------------------------
@@ -769,7 +776,7 @@ class CoordinatorMember(FencedMember):
                 ops += self._recorder.put("migrated", now, partitions=[p], source=entry.owner)
                 self._tables.forget()
                 if self.store.txn([mod_revision_is(self.keys.table(p), rev)], ops).succeeded:
-                    self._trace("ack", partition=p, source=entry.owner)
+                    self._trace(TraceKind.ACK, partition=p, source=entry.owner)
 
     def _reset(self) -> None:
         self.phase = CoordinatorPhase.STARTING

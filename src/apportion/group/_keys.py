@@ -11,7 +11,7 @@
     subscriptions/<id>  an operator's subscriptions for member <id> (``apportion subscribe``): {subscriptions};
                         they replace the member's own while the record exists
     round/<R>/joined    touched by every participation write: the closer compares its mod_revision (the cut)
-    round/<R>/plan      the cut and the plan: participants, assignment, strategy, closer
+    round/<R>/plan      the cut and the plan: participants, assignment, strategy, closer (``PlanRecord``)
     owner/<p>, epoch/<p>  layout 1 only (groups created before layout 2): see "Ownership records" below
     commit/<p>          legacy checkpoint records {checkpoint, epoch, member}: read, no longer written (below)
     history             {expired_before}: history events older than this may have expired (see ``_history``)
@@ -82,7 +82,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any, TypeAlias, TypeVar
 
 import msgspec
@@ -335,6 +337,117 @@ def decode_owner(kv: KeyValue) -> tuple[str, int]:
     return member, epoch
 
 
+Assignment: TypeAlias = Mapping[str, list[PartitionId]]
+"""member id -> partition ids (a plan's assignment, standby, learners and ready replicas)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRecord:
+    """``round/<R>/plan``: a round's cut and plan, as its closer wrote it. The stored JSON object's keys are these
+    fields' names; an optional field left empty (no subscriptions, no replicas, no probing round, no violations) is
+    not stored. ``to_json`` gives exactly the object stored since layout 1 (old stores read the same), ``from_json``
+    reads one back, checking what a reader relies on (``CorruptRecord`` naming the key); fields that a record written
+    by hand leaves out take their defaults.
+
+    ``kept``: extension 1, the previous plan's assignment kept (same participants, subscriptions and definition).
+    ``moves``/``min_moves``/``deferred``: the strategy's movement figures. ``resource_revision``: the mod_revision of
+    the definition the plan was made for. ``subscriptions``: member -> resources, of the participants that declared
+    theirs. ``ready``: the replicas the strategy found ready (passed back at the next close: high_availability's
+    hysteresis). ``probe_after_s``: learners warm up, a probing round is wanted then. ``violations``: what
+    ``assign.check`` found wrong with the plan (never expected)."""
+
+    round: int
+    participants: tuple[str, ...]
+    assignment: Assignment
+    strategy: str | None
+    kept: bool | None
+    moves: int
+    min_moves: int
+    deferred: int
+    closer: str | None
+    closed_at: float | None
+    resource_revision: int | None
+    partitions: int | None
+    subscriptions: Mapping[str, list[str]] = dataclass_field(default_factory=dict)
+    standby: Assignment = dataclass_field(default_factory=dict)
+    learners: Assignment = dataclass_field(default_factory=dict)
+    ready: Assignment = dataclass_field(default_factory=dict)
+    probe_after_s: float | None = None
+    violations: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        value: dict[str, Any] = {
+            "round": self.round,
+            "participants": list(self.participants),
+            "assignment": dict(self.assignment),
+            "strategy": self.strategy,
+            "kept": self.kept,
+            "moves": self.moves,
+            "min_moves": self.min_moves,
+            "deferred": self.deferred,
+            "closer": self.closer,
+            "closed_at": self.closed_at,
+            "resource_revision": self.resource_revision,
+            "partitions": self.partitions,
+        }
+        for name in ("subscriptions", "standby", "learners", "ready"):
+            table = getattr(self, name)
+            if table:
+                value[name] = dict(table)
+        if self.probe_after_s is not None:
+            value["probe_after_s"] = self.probe_after_s
+        if self.violations:
+            value["violations"] = list(self.violations)
+        return value
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any], key: str | None = None) -> PlanRecord:
+        participants = field(value, key, "participants", list)
+        if not all(isinstance(m, str) for m in participants):
+            raise CorruptRecord(key, "'participants' must be a list of member ids")
+        tables: dict[str, Assignment] = {}
+        for kind in ("assignment", "standby", "learners", "ready"):
+            table = value.get(kind, {})
+            ok = isinstance(table, dict) and all(
+                isinstance(parts, list) and all(isinstance(p, int | str) for p in parts) for parts in table.values()
+            )
+            if not ok:
+                raise CorruptRecord(key, f"{kind!r} must map member ids to lists of partitions")
+            tables[kind] = table
+        subscriptions = value.get("subscriptions", {})
+        if not isinstance(subscriptions, dict):
+            raise CorruptRecord(key, "'subscriptions' must map member ids to lists of resources")
+        probe = value.get("probe_after_s")
+        if probe is not None and (isinstance(probe, bool) or not isinstance(probe, int | float)):
+            raise CorruptRecord(key, f"'probe_after_s' must be a number of seconds, got {_short(probe)}")
+        violations = value.get("violations", ())
+        return cls(
+            round=_int(value, key, "round"),
+            participants=tuple(participants),
+            assignment=tables["assignment"],
+            strategy=value.get("strategy"),
+            kept=value.get("kept"),
+            moves=_int(value, key, "moves"),
+            min_moves=_int(value, key, "min_moves"),
+            deferred=_int(value, key, "deferred"),
+            closer=value.get("closer"),
+            closed_at=value.get("closed_at"),
+            resource_revision=value.get("resource_revision"),
+            partitions=value.get("partitions"),
+            subscriptions=subscriptions,
+            standby=tables["standby"],
+            learners=tables["learners"],
+            ready=tables["ready"],
+            probe_after_s=probe,
+            violations=tuple(map(str, violations)) if isinstance(violations, list) else (),
+        )
+
+
+def _int(value: dict[str, Any], key: str | None, name: str) -> int:
+    """``value[name]``, an integer (0 when absent); CorruptRecord naming ``key`` otherwise."""
+    return 0 if value.get(name) is None else int(field(value, key, name, int))
+
+
 def _short(value: object) -> str:
     """A value for an error line: repr, at most 80 characters."""
     text = repr(value)
@@ -349,8 +462,10 @@ __all__ = [
     "LAYOUT",
     "LEGACY_LAYOUT",
     "OWN_ROOT",
+    "Assignment",
     "Keys",
     "PartitionId",
+    "PlanRecord",
     "decode",
     "decode_epoch",
     "decode_owner",

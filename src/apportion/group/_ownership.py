@@ -96,6 +96,7 @@ from apportion.group._keys import (
     sorted_pids,
     validate_member_id,
 )
+from apportion.group._trace import TraceKind, Tracer
 from apportion.model import AssignRequest, Plan
 from apportion.store import (
     Delete,
@@ -126,7 +127,6 @@ _ID_RETRY_S = 0.25  # how often a member whose id is held by another registratio
 # for either kind fits)
 Callback = Callable[[list[Any]], None]
 Planner = Callable[[AssignRequest], Plan]
-Tracer = Callable[[str, Mapping[str, Any]], None]
 DelayHook = Callable[[str, list[Any]], float]
 
 
@@ -341,7 +341,7 @@ class FencedMember:
         except StoreUnavailable as exc:
             if not self._renew_failing:
                 self._renew_failing = True
-                self._trace("renew_failed", deadline=now + left, reason=str(exc))
+                self._trace(TraceKind.RENEW_FAILED, deadline=now + left, reason=str(exc))
             return False
         with self._lock:
             if self._lease is lease and now < self._deadline:
@@ -351,8 +351,8 @@ class FencedMember:
                 return False
         if self._renew_failing:
             self._renew_failing = False
-            self._trace("renew_recovered", deadline=deadline)
-        self._trace("renew", deadline=deadline)
+            self._trace(TraceKind.RENEW_RECOVERED, deadline=deadline)
+        self._trace(TraceKind.RENEW, deadline=deadline)
         return True
 
     def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> int:
@@ -387,7 +387,7 @@ class FencedMember:
         chunk, epochs = {partition: record}, {partition: epoch}
         committed, _ = fence(self.store, self.keys, self._recorder, chunk, epochs, self._owner_value, now)
         for p, revision in committed.items():
-            self._trace("commit", partition=p, epoch=epoch, revision=revision)
+            self._trace(TraceKind.COMMIT, partition=p, epoch=epoch, revision=revision)
         return committed.get(partition, 0)
 
     def _commit(
@@ -431,7 +431,7 @@ class FencedMember:
                 failed.update(dict.fromkeys(send, str(exc)))
                 continue
             for p, revision in done.items():
-                self._trace("commit", partition=p, epoch=epoch_of[p], revision=revision)
+                self._trace(TraceKind.COMMIT, partition=p, epoch=epoch_of[p], revision=revision)
             committed.update(done)
             self._fence_here(rejected, now, deadline, rejected=True)
             fenced.update(rejected)
@@ -480,7 +480,7 @@ class FencedMember:
                     self._fenced[p] = use
                     self._fenced_deadline = max(self._fenced_deadline, deadline)
         for p, use in parts.items():
-            self._trace("fenced", partition=p, epoch=use)
+            self._trace(TraceKind.FENCED, partition=p, epoch=use)
         if rejected:
             with contextlib.suppress(StoreUnavailable), self.store.time_limit(max(0.0, deadline - self._clock.now())):
                 self._put_event("fenced", now, partitions=list(parts), epochs=list(parts.values()))
@@ -539,7 +539,7 @@ class FencedMember:
                 self._lease_lost = True
             return now
         except StoreUnavailable as exc:  # StoreFull too: retried until an operator gives the store space again
-            self._trace("store_unavailable", reason=str(exc), full=isinstance(exc, StoreFull))
+            self._trace(TraceKind.STORE_UNAVAILABLE, reason=str(exc), full=isinstance(exc, StoreFull))
             return min(now + max(self.claim_retry_s, 0.05) * 2, self._lapse_at())
 
     def _lapse_at(self) -> float:
@@ -564,7 +564,7 @@ class FencedMember:
                 with self._lock:
                     fenced, self._fenced = dict(sorted(self._fenced.items())), {}
                     self._belief_ended, self._fenced_deadline = min(now, self._fenced_deadline), -INF
-                self._trace("lost", partitions=list(fenced), epochs=list(fenced.values()), reason="fenced")
+                self._trace(TraceKind.LOST, partitions=list(fenced), epochs=list(fenced.values()), reason="fenced")
                 self._call(self._on_lost, list(fenced))
                 # a commit refused here (belief over, lease perhaps renewed since) leaves our owner record behind:
                 # free it (the release compares our value, so a record the store already gave away is untouched)
@@ -632,7 +632,7 @@ class FencedMember:
         self._watch = self._owner_watch = None
         self._resync_pending = True
         self._held.clear()  # the deletions a claim waits for may be among the lost events: claim again
-        self._trace("watch_lost", reason=str(failed))
+        self._trace(TraceKind.WATCH_LOST, reason=str(failed))
 
     def _watch_again(self) -> None:
         """Open the new watch (``_start`` may have) and re-read; a store that does not answer leaves both to the
@@ -692,9 +692,9 @@ class FencedMember:
         self._registered = lease.id
         self._replace = False  # fence a duplicate once, at the first start; never ping-pong with it afterwards
         self._taken_since = None
-        self._trace("renew", deadline=self._deadline)
+        self._trace(TraceKind.RENEW, deadline=self._deadline)
         self._started(now, result.revision)
-        self._trace("registered", lease=lease.id)
+        self._trace(TraceKind.REGISTERED, lease=lease.id)
         return True
 
     def _watch_owners(self) -> None:
@@ -713,11 +713,11 @@ class FencedMember:
         if self._replace:  # revoking its lease fences the other holder: its owner records go, its renewals fail
             self._replaced = kv.lease
             self.store.revoke(kv.lease)
-            self._trace("replaced", lease=kv.lease)
+            self._trace(TraceKind.REPLACED, lease=kv.lease)
             return True
         if self._taken_since is None or self._taken_since[0] != kv.lease:
             self._taken_since = (kv.lease, now)
-            self._trace("id_taken", lease=kv.lease)
+            self._trace(TraceKind.ID_TAKEN, lease=kv.lease)
         elif now - self._taken_since[1] > self.config.ttl_s * 1.5:
             raise InvalidRequest(
                 "worker_id",
@@ -838,7 +838,7 @@ class FencedMember:
         self._revoke_started = None
         self._renew_failing = False
         self._reset()
-        self._trace("lost", partitions=lost, epochs=epochs, reason=reason)
+        self._trace(TraceKind.LOST, partitions=lost, epochs=epochs, reason=reason)
         if lease is not None:
             self._dead_leases.append(lease)
         if lost:
@@ -868,7 +868,7 @@ class FencedMember:
         try:
             if owned and self._lease is not None and now < self._deadline:
                 self._revoke_started = now
-                self._trace("revoking", partitions=owned)
+                self._trace(TraceKind.REVOKING, partitions=owned)
                 try:
                     self._call(self._on_revoked, owned)
                 finally:
@@ -910,13 +910,13 @@ class FencedMember:
             self._watch.close()
         if self._owner_watch is not None:
             self._owner_watch.close()
-        self._trace("stopped")
+        self._trace(TraceKind.STOPPED)
 
     # -- ownership -----------------------------------------------------------------------------------------
 
     def _revoke(self, parts: list[PartitionId]) -> None:
         self._revoke_started = self._clock.now()
-        self._trace("revoking", partitions=parts)
+        self._trace(TraceKind.REVOKING, partitions=parts)
         self._announce(revoking=True)
         delay = self._delay("revoked", parts) if self._delay is not None else 0.0
         if delay > 0:  # the simulator's slow callback: the member is busy until the callback "returns"
@@ -938,7 +938,7 @@ class FencedMember:
         self._announce(revoking=False)
         with self._lock:
             releasing = {p: self._owned.pop(p) for p in parts if p in self._owned}
-        self._trace("revoked", partitions=parts)
+        self._trace(TraceKind.REVOKED, partitions=parts)
         self._release(self._clock.now(), releasing)
 
     def _release(self, now: float, parts: Mapping[PartitionId, int]) -> None:
@@ -956,7 +956,7 @@ class FencedMember:
                     self.store.txn([compares[chunk.index(p)]], [Delete(self.keys.owner(p))])
             for p in chunk:
                 self._to_release.pop(p, None)
-        self._trace("released", partitions=sorted_pids(parts))
+        self._trace(TraceKind.RELEASED, partitions=sorted_pids(parts))
 
     def _claim(self, now: float) -> None:
         """Claim the wanted partitions not known to be held by another member, chunk by chunk, applying each chunk
@@ -997,7 +997,7 @@ class FencedMember:
             if now >= self._deadline or self._lease is not lease:
                 return False  # the lapse path runs at the next step
             self._owned.update(claimed)
-        self._trace("assigned", partitions=parts, epochs=[claimed[p] for p in parts])
+        self._trace(TraceKind.ASSIGNED, partitions=parts, epochs=[claimed[p] for p in parts])
         self._call(self._on_assigned, parts)
         return True
 
@@ -1019,7 +1019,7 @@ class FencedMember:
             wanted = {p: e for p, e in mine.items() if p in self._claiming}
             self._uncertain.difference_update(chunk)
             if mine.keys() - wanted.keys():
-                self._trace("give_back", partitions=sorted_pids(mine.keys() - wanted.keys()))
+                self._trace(TraceKind.GIVE_BACK, partitions=sorted_pids(mine.keys() - wanted.keys()))
                 self._release(self._clock.now(), {p: e for p, e in mine.items() if p not in wanted})
             if wanted and not self._apply_claims(lease, wanted):
                 return
@@ -1060,7 +1060,7 @@ class FencedMember:
         if result.succeeded:
             for p, epoch in zip(chunk, epochs, strict=True):
                 self._epochs[p] = (epoch, result.revision)
-            self._trace("claim", partitions=chunk, epochs=epochs)
+            self._trace(TraceKind.CLAIM, partitions=chunk, epochs=epochs)
             return dict(zip(chunk, epochs, strict=True))
         free: list[PartitionId] = []
         mine: dict[PartitionId, int] = {}
@@ -1082,7 +1082,7 @@ class FencedMember:
             else:
                 self._held[p] = seen
         if mine:
-            self._trace("adopted", partitions=sorted_pids(mine))
+            self._trace(TraceKind.ADOPTED, partitions=sorted_pids(mine))
         if free and retry:
             mine.update(self._claim_chunk(now, lease, free, retry=False))
         return mine
@@ -1106,7 +1106,7 @@ class FencedMember:
         if ops:
             self.store.txn([], ops)
 
-    def _trace(self, kind: str, **fields: Any) -> None:
+    def _trace(self, kind: TraceKind, **fields: Any) -> None:
         if self._tracer is not None:
             self._tracer(kind, fields)
 
@@ -1131,7 +1131,6 @@ __all__ = [
     "PartitionLease",
     "Ownership",
     "Planner",
-    "Tracer",
     "chunks",
     "default_planner",
 ]

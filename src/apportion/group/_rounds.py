@@ -29,8 +29,9 @@ opener's clock). Member phases (``Phase``)::
 
 Opening is ``txn([current.mod_revision == R], [put current])``: of many members racing, one wins and the others join
 its round. Joining is ``txn([absent(round/R/plan)], [put round/R/<id> (lease-bound), put round/R/joined])``.
-Closing reads ``round/R/``, computes the plan with the group's strategy from the cut (each participant's join
-revision is its record's creation revision: ``round_robin`` deals in that order, seed 0's), and writes it in ONE txn
+Closing reads ``round/R/``, computes the plan with the group's strategy from the cut (``close_plan``, a pure function
+of the cut, the previous plan and the definition; each participant's join revision is its record's creation
+revision: ``round_robin`` deals in that order, seed 0's), and writes it (a ``PlanRecord``) in ONE txn
 ``[absent(plan), round/R/joined.mod_revision unchanged, current == R] -> [put plan, put latest, delete older
 rounds]``: the cut is exactly the participation records written before the close revision (a later join fails on
 ``absent(plan)``; a join between the read and the write changes ``joined`` and the close retries). Participation
@@ -105,7 +106,16 @@ from typing import Any, Unpack
 from apportion.assign import check as check_plan
 from apportion.errors import CorruptRecord, InvalidRequest, LeaseNotFound, StoreUnavailable
 from apportion.group._config import GroupConfig
-from apportion.group._keys import Keys, PartitionId, decode, encode, pid_of_text, sorted_pids, validate_member_id
+from apportion.group._keys import (
+    Keys,
+    PartitionId,
+    PlanRecord,
+    decode,
+    encode,
+    pid_of_text,
+    sorted_pids,
+    validate_member_id,
+)
 from apportion.group._mode import Rounds
 from apportion.group._ownership import (
     INF,
@@ -117,6 +127,7 @@ from apportion.group._ownership import (
     default_planner,
 )
 from apportion.group._subscriptions import Subscriptions
+from apportion.group._trace import TraceKind
 from apportion.group._tracked import TrackedKey
 from apportion.model import AssignRequest, Member, Partition, Plan
 from apportion.store import Delete, Event, EventType, Get, KeyValue, Op, Put, Store, absent, mod_revision_is
@@ -141,7 +152,7 @@ class Phase(enum.Enum):
     STOPPED = "stopped"
 
 
-_PLAN_CACHE: weakref.WeakKeyDictionary[Store, dict[tuple[str, int], dict[str, Any]]] = weakref.WeakKeyDictionary()
+_PLAN_CACHE: weakref.WeakKeyDictionary[Store, dict[tuple[str, int], PlanRecord]] = weakref.WeakKeyDictionary()
 _PLAN_CACHE_LOCK = threading.Lock()
 
 
@@ -170,7 +181,7 @@ def _partitions(group: str) -> _Partitions:
     return cache
 
 
-def read_plan(kv: KeyValue, store: Store) -> dict[str, Any]:
+def read_plan(kv: KeyValue, store: Store) -> PlanRecord:
     """Decode a plan value once per process and store (a plan is immutable per key and mod_revision), so many
     simulated members reading one large plan decode it once."""
     owner = getattr(store, "shared_store", store)  # a per-member proxy (simulator) shares its store's cache
@@ -178,7 +189,7 @@ def read_plan(kv: KeyValue, store: Store) -> dict[str, Any]:
         per_store = _PLAN_CACHE.setdefault(owner, {})
         cached = per_store.get((kv.key, kv.mod_revision))
     if cached is None:
-        cached = decode(kv.value, kv.key)
+        cached = PlanRecord.from_json(decode(kv.value, kv.key), kv.key)
         with _PLAN_CACHE_LOCK:
             if len(per_store) > 8:
                 per_store.clear()
@@ -230,9 +241,7 @@ class RoundsMember(FencedMember):
         self._first_seen = 0.0
         self._joined_round = 0
         self._plan_round = 0
-        self._applied_plan: tuple[int, dict[str, Any]] | None = (
-            None  # (round, plan) last applied: the next close reads it
-        )
+        self._applied_plan: tuple[int, PlanRecord] | None = None  # (round, plan) last applied: the next close reads it
         self._participants: tuple[str, ...] = ()
         self._assignment: frozenset[PartitionId] = frozenset()
         self._in_plan = False
@@ -469,7 +478,7 @@ class RoundsMember(FencedMember):
             self._leave_by = now  # unannounced, nobody plans without this member: leave at once
             return
         self._need(revision)
-        self._trace("leaving", until=self._leave_by)
+        self._trace(TraceKind.LEAVING, until=self._leave_by)
 
     def leave_ready(self, now: float) -> bool:
         """True when a planned leave may end: this member holds nothing and waits for no plan that could give it
@@ -490,7 +499,7 @@ class RoundsMember(FencedMember):
         changed = self._subs.take()
         if changed is None:
             return False
-        self._trace("subscribed", subscriptions=Subscriptions.shown(changed[0]))
+        self._trace(TraceKind.SUBSCRIBED, subscriptions=Subscriptions.shown(changed[0]))
         self._announce(revoking=False)
         self._need(self._round)
         self._assignment = frozenset(p for p in self._assignment if self.subscribes(p))
@@ -558,7 +567,7 @@ class RoundsMember(FencedMember):
         result = self.store.txn([compare], ops)
         self._current.forget()  # mine now, or it moved on: read it once instead of waiting for the event
         if result.succeeded:
-            self._trace("round_opened", round=result.revision)
+            self._trace(TraceKind.ROUND_OPENED, round=result.revision)
 
     def _join(self, now: float, rnd: int) -> None:
         lease = self._lease
@@ -587,7 +596,7 @@ class RoundsMember(FencedMember):
         if result.succeeded:
             self._joined_round = rnd
             self.phase = Phase.JOINED
-            self._trace("round_joined", round=rnd)
+            self._trace(TraceKind.ROUND_JOINED, round=rnd)
         else:
             self._plan_unread = True  # the plan exists
 
@@ -614,80 +623,36 @@ class RoundsMember(FencedMember):
                 older.add(other)
         if not records:
             return False
-        ids = sorted(records)
         config_kv = self.store.get(self.keys.resource)
         if config_kv is not None and config_kv.mod_revision != self._config_revision:
             self.config = GroupConfig.from_record(config_kv)
             self._config_revision = config_kv.mod_revision
-        config = self.config
         previous = self._previous_plan()
         if self._awaited(previous, records, now):
             return False
-        participants: dict[str, dict[str, Any]] = {}
-        for name, record in records.items():
-            try:
-                participants[name] = decode(record.value, record.key)
-            except CorruptRecord as exc:  # it only informs the cut: that member takes no part in this round
-                log.warning("round %d: %s; member %s left out of the cut", rnd, exc, name)
-        if not participants:
-            return False
-        ids = sorted(participants)
-        subscriptions = {m: participants[m]["subscriptions"] for m in ids if "subscriptions" in participants[m]}
-        kept = (
-            previous is not None
-            and previous.get("participants") == ids
-            and previous.get("subscriptions", {}) == subscriptions
-            and previous.get("resource_revision") == self._config_revision
-            and previous.get("probe_after_s") is None
+        value = close_plan(
+            records,
+            previous,
+            self.config,
+            group=self.group,
+            rnd=rnd,
+            closer=self.id,
+            closed_at=now,
+            resource_revision=self._config_revision,
+            planner=self._planner,
+            checker=self._checker,
         )
-        replicas: dict[str, Any] = {}
-        if kept and previous is not None:
-            assignment = {mid: list(previous["assignment"].get(mid, [])) for mid in ids}
-            moves = min_moves = deferred = 0
-            strategy = str(previous.get("strategy", config.strategy))
-            replicas = {k: previous[k] for k in ("standby", "learners", "ready") if k in previous}
-        else:
-            part = _partitions(self.group).__getitem__
-            was_ready = (previous or {}).get("ready", {})  # the hysteresis of high_availability's readiness
-            members = tuple(
-                _member(mid, participants[mid], part, records[mid].create_revision, was_ready.get(mid, ()))
-                for mid in ids
-            )
-            request = AssignRequest(config.strategy, config.resources_of(self.group), members, config.options)
-            plan = self._planner(request)
-            violations = self._checker(request, plan)
-            if violations:  # never expected: the strategies are property-tested against this very check
-                log.error("round %d: the plan breaks its strategy's invariants: %s", rnd, "; ".join(violations[:5]))
-                replicas["violations"] = violations[:10]
-            pid = config.pid
-            assignment = {mid: [pid(p) for p in plan.assignment.get(mid, ())] for mid in ids}
-            moves, min_moves, deferred = plan.stats.moved, plan.stats.min_moves, plan.stats.deferred
-            strategy = plan.strategy
-            for name, table in (("standby", plan.standby), ("learners", plan.learners), ("ready", plan.ready)):
-                if any(table.values()):
-                    replicas[name] = {mid: [pid(p) for p in parts] for mid, parts in table.items() if parts}
-            if plan.probe_after_s is not None:
-                replicas["probe_after_s"] = plan.probe_after_s
-        subscribing = {"subscriptions": subscriptions} if subscriptions else {}  # explain: who stopped subscribing
-        value = {
-            "round": rnd,
-            "participants": ids,
-            "assignment": assignment,
-            "strategy": strategy,
-            "kept": kept,
-            "moves": moves,
-            "min_moves": min_moves,
-            "deferred": deferred,
-            "closer": self.id,
-            "closed_at": now,
-            "resource_revision": self._config_revision,
-            "partitions": config.partitions,
-            **subscribing,
-            **replicas,
-        }
-        ops: list[Op] = [Put(self.keys.plan(rnd), encode(value)), Put(self.keys.latest, encode({"round": rnd}))]
+        if value is None:
+            return False
+        ids = list(value.participants)
+        # explain: who stopped subscribing
+        subscribing = {"subscriptions": dict(value.subscriptions)} if value.subscriptions else {}
+        movement = {"moves": value.moves, "min_moves": value.min_moves, "deferred": value.deferred, "kept": value.kept}
+        ops: list[Op] = [
+            Put(self.keys.plan(rnd), encode(value.to_json())),
+            Put(self.keys.latest, encode({"round": rnd})),
+        ]
         ops += [Delete(self.keys.round(old), prefix=True) for old in sorted(older)]
-        movement = {"moves": moves, "min_moves": min_moves, "deferred": deferred, "kept": kept}
         ops += self._recorder.put("round_closed", now, round=rnd, participants=ids, **movement, **subscribing)
         compares = [
             absent(self.keys.plan(rnd)),
@@ -697,12 +662,12 @@ class RoundsMember(FencedMember):
         result = self.store.txn(compares, ops)
         self._plan_unread = True
         if result.succeeded:
-            self._trace("round_closed", round=rnd, participants=len(ids), **movement)
+            self._trace(TraceKind.ROUND_CLOSED, round=rnd, participants=len(ids), **movement)
         else:
             self._current.forget()  # the race may have been a new round
         return True  # closed by me, or the txn lost a race: re-read at once
 
-    def _awaited(self, previous: Mapping[str, Any] | None, joined: Mapping[str, Any], now: float) -> list[str]:
+    def _awaited(self, previous: PlanRecord | None, joined: Mapping[str, Any], now: float) -> list[str]:
         """Members of the previous plan that have not joined yet although they are live (their ``members/<id>``
         exists and does not announce a planned leave). The round waits for them up to ``ttl_s`` past RST, or until
         each has joined or its registration has gone with its lease: closing without a live member takes every
@@ -713,7 +678,7 @@ class RoundsMember(FencedMember):
         goes with its lease, so a failover is not slowed; a frozen one is waited for until its lease ends (ttl)."""
         if previous is None or now >= self._first_seen + self.config.settle_s + self.config.ttl_s:
             return []
-        missing = [m for m in previous.get("participants", ()) if m not in joined and m != self.id]
+        missing = [m for m in previous.participants if m not in joined and m != self.id]
         if not missing:
             return []
         # one read of the registrations, not one per missing participant (31 round trips at 32 members on etcd)
@@ -725,7 +690,7 @@ class RoundsMember(FencedMember):
                 awaited.append(m)
         return awaited
 
-    def _previous_plan(self) -> dict[str, Any] | None:
+    def _previous_plan(self) -> PlanRecord | None:
         latest = self.store.get(self.keys.latest)
         if latest is None:
             return None
@@ -735,11 +700,11 @@ class RoundsMember(FencedMember):
         kv = self.store.get(self.keys.plan(rnd))
         return None if kv is None else read_plan(kv, self.store)
 
-    def _apply_plan(self, now: float, rnd: int, plan: dict[str, Any]) -> None:
+    def _apply_plan(self, now: float, rnd: int, plan: PlanRecord) -> None:
         self._applied_plan = (rnd, plan)
-        participants = tuple(plan["participants"])
+        participants = plan.participants
         parse = functools.partial(self.config.parse_pid, field_name="plan", known=False)
-        mine = frozenset(p for p in map(parse, plan["assignment"].get(self.id, ())) if self.subscribes(p))
+        mine = frozenset(p for p in map(parse, plan.assignment.get(self.id, ())) if self.subscribes(p))
         self._plan_round = rnd
         self._participants = participants
         self._participant_set = frozenset(participants)
@@ -747,19 +712,19 @@ class RoundsMember(FencedMember):
         self._in_plan = in_plan
         self._assignment = mine if in_plan else frozenset()
         self.phase = Phase.SETTLED if in_plan else Phase.WAITING
-        probe = plan.get("probe_after_s")
+        probe = plan.probe_after_s
         self._probe_after_s = None if probe is None else float(probe)
         if not self._dead.isdisjoint(participants) or not self._leaving.isdisjoint(set(participants) - {self.id}):
             self._need(rnd)
         with self._lock:
             revoke = sorted_pids(p for p in self._owned if p not in self._assignment)
             self._claiming = {p for p in self._assignment if p not in self._owned}
-        standby, learners = (plan.get(name, {}).get(self.id, ()) if in_plan else () for name in ("standby", "learners"))
+        standby, learners = (table.get(self.id, ()) if in_plan else () for table in (plan.standby, plan.learners))
         self._plan_standby = tuple(map(parse, standby))
         self._plan_learners = frozenset(map(parse, learners))
         self._refresh_replicas()
         assigned = sorted_pids(self._assignment)
-        self._trace("plan", round=rnd, in_plan=in_plan, assigned=assigned, revoke=revoke, kept=plan.get("kept"))
+        self._trace(TraceKind.PLAN, round=rnd, in_plan=in_plan, assigned=assigned, revoke=revoke, kept=plan.kept)
         if revoke:
             self._revoke(revoke)
 
@@ -778,9 +743,101 @@ class RoundsMember(FencedMember):
         if (standby, learners) == (self._standby, self._learners):
             return
         self._standby, self._learners = standby, learners
-        self._trace("replicas", standby=list(standby), learners=list(learners))
+        self._trace(TraceKind.REPLICAS, standby=list(standby), learners=list(learners))
         if self._on_replicas is not None:
             self._on_replicas(list(standby), list(learners))
+
+
+def close_plan(
+    records: Mapping[str, KeyValue],
+    previous: PlanRecord | None,
+    config: GroupConfig,
+    *,
+    group: str,
+    rnd: int,
+    closer: str,
+    closed_at: float,
+    resource_revision: int,
+    planner: Planner = default_planner,
+    checker: Checker = check_plan,
+) -> PlanRecord | None:
+    """The plan of round ``rnd`` of ``group`` from its cut: ``records`` are the round's participation records
+    (member id -> its ``round/<rnd>/<id>``; the revision that created one is that member's join revision), ``previous``
+    the last plan written (None: none yet), ``config`` the definition in force (of ``resource_revision``). A pure
+    function: the closer reads its inputs and writes the result (``RoundsMember._close``).
+
+    Extension 1: the previous assignment is kept when the participants, their subscriptions and the definition are
+    the previous plan's and it wants no probing round; otherwise ``planner`` plans the cut (each member's holdings
+    and lags from its record, the replicas the previous plan found ready) and ``checker`` checks the plan (a violation
+    is logged and kept in the record, never expected). A participation record that is not JSON is left out of the cut
+    with a warning; None when none is left."""
+    participants: dict[str, dict[str, Any]] = {}
+    for name, record in records.items():
+        try:
+            participants[name] = decode(record.value, record.key)
+        except CorruptRecord as exc:  # it only informs the cut: that member takes no part in this round
+            log.warning("round %d: %s; member %s left out of the cut", rnd, exc, name)
+    if not participants:
+        return None
+    ids = sorted(participants)
+    subscriptions = {m: participants[m]["subscriptions"] for m in ids if "subscriptions" in participants[m]}
+    planned = functools.partial(
+        PlanRecord,
+        round=rnd,
+        participants=tuple(ids),
+        closer=closer,
+        closed_at=closed_at,
+        resource_revision=resource_revision,
+        partitions=config.partitions,
+        subscriptions=subscriptions,
+    )
+    if (
+        previous is not None
+        and list(previous.participants) == ids
+        and previous.subscriptions == subscriptions
+        and previous.resource_revision == resource_revision
+        and previous.probe_after_s is None
+    ):
+        return planned(
+            assignment={mid: list(previous.assignment.get(mid, [])) for mid in ids},
+            strategy=str(previous.strategy or config.strategy),
+            kept=True,
+            moves=0,
+            min_moves=0,
+            deferred=0,
+            standby=previous.standby,
+            learners=previous.learners,
+            ready=previous.ready,
+        )
+    part = _partitions(group).__getitem__
+    was_ready = {} if previous is None else previous.ready  # the hysteresis of high_availability's readiness
+    members = tuple(
+        _member(mid, participants[mid], part, records[mid].create_revision, was_ready.get(mid, ())) for mid in ids
+    )
+    request = AssignRequest(config.strategy, config.resources_of(group), members, config.options)
+    plan = planner(request)
+    violations = checker(request, plan)
+    if violations:  # never expected: the strategies are property-tested against this very check
+        log.error("round %d: the plan breaks its strategy's invariants: %s", rnd, "; ".join(violations[:5]))
+    pid = config.pid
+
+    def ids_of(table: Mapping[str, Sequence[Partition]]) -> dict[str, list[PartitionId]]:
+        """A replica table of the plan in partition ids, members with none left out."""
+        return {mid: [pid(p) for p in parts] for mid, parts in table.items() if parts}
+
+    return planned(
+        assignment={mid: [pid(p) for p in plan.assignment.get(mid, ())] for mid in ids},
+        strategy=plan.strategy,
+        kept=False,
+        moves=plan.stats.moved,
+        min_moves=plan.stats.min_moves,
+        deferred=plan.stats.deferred,
+        standby=ids_of(plan.standby),
+        learners=ids_of(plan.learners),
+        ready=ids_of(plan.ready),
+        probe_after_s=plan.probe_after_s,
+        violations=tuple(violations[:10]),
+    )
 
 
 def set_subscriptions(store: Store, group: str, member_id: str, subscriptions: Sequence[str] | None) -> None:
@@ -856,6 +913,7 @@ __all__ = [
     "INF",
     "Checker",
     "check_plan",
+    "close_plan",
     "PartitionLease",
     "Ownership",
     "Phase",

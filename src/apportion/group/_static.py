@@ -52,6 +52,7 @@ from apportion.group._config import GroupConfig
 from apportion.group._keys import Keys, PartitionId, decode, encode, field, sorted_pids
 from apportion.group._mode import MAX_REPLICAS, Static, validate_ordinal, validate_replicas
 from apportion.group._ownership import FencedMember, MemberOptions
+from apportion.group._trace import TraceKind
 from apportion.store import Event, EventType, KeyValue, Put, Store, absent, mod_revision_is
 
 _HOSTNAME = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9.-]*)-(?P<ordinal>[0-9]+)$")
@@ -170,7 +171,7 @@ class StaticMember(FencedMember):
         if kv is not None:
             self._replicas, self._replicas_revision = replicas_of(kv), kv.mod_revision
         self.phase = StaticPhase.RUNNING
-        self._trace("static", ordinal=self.ordinal, replicas=self._replicas)
+        self._trace(TraceKind.STATIC, ordinal=self.ordinal, replicas=self._replicas)
 
     def _publish(self, kv: KeyValue | None) -> KeyValue | None:
         """The first registration's part of the count: write it when the group has none, raise it to ordinal + 1
@@ -185,7 +186,7 @@ class StaticMember(FencedMember):
                 return kv
             if self.store.txn([compare], [Put(key, encode({"replicas": count}))]).succeeded:
                 previous = None if kv is None else replicas_of(kv)
-                self._trace("scale", ordinal=self.ordinal, replicas=count, previous=previous)
+                self._trace(TraceKind.SCALE, ordinal=self.ordinal, replicas=count, previous=previous)
                 return self.store.get(key)
             kv = self.store.get(key)
 
@@ -198,7 +199,7 @@ class StaticMember(FencedMember):
             return
         if kv.key == self.keys.replicas and kv.mod_revision > self._replicas_revision:
             self._replicas, self._replicas_revision = replicas_of(kv), kv.mod_revision
-            self._trace("static", ordinal=self.ordinal, replicas=self._replicas)
+            self._trace(TraceKind.STATIC, ordinal=self.ordinal, replicas=self._replicas)
         elif kv.key == self.keys.resource and kv.mod_revision > self._config_revision:
             self.config, self._config_revision = GroupConfig.from_record(kv), kv.mod_revision
 

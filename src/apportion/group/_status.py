@@ -20,6 +20,7 @@ from apportion.group._coordinator import Entry, waiting
 from apportion.group._keys import (
     Keys,
     PartitionId,
+    PlanRecord,
     decode,
     decode_epoch,
     decode_owner,
@@ -184,16 +185,16 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
                 if partitions[str(p)]["owner"] is None:
                     partitions[str(p)]["waiting_for"] = ordinal
     if plan is not None:
-        for mid in plan["participants"]:
+        for mid in plan.participants:
             members.setdefault(mid, {"alive": False, "partitions": []})
         lags = {mid: record.get("lag") or {} for mid, record in records.get(latest_round, {}).items()}
-        for kind in ("standby", "learners"):
-            for mid, parts in sorted(plan.get(kind, {}).items()):
+        for kind, held in (("standby", plan.standby), ("learners", plan.learners)):
+            for mid, parts in sorted(held.items()):
                 for p in parts:
                     if str(p) in partitions:
                         holders = partitions[str(p)].setdefault(kind, {})
                         holders[mid] = lags.get(mid, {}).get(str(p))
-        for mid, parts in plan.get("assignment", {}).items():
+        for mid, parts in plan.assignment.items():
             for p in parts:
                 info = partitions.get(str(p))
                 if info is not None and info["owner"] != mid:
@@ -251,22 +252,20 @@ def settled(store: Store, group: str, members: Iterable[str]) -> bool:
     found_plan = latest_plan(store, group)
     if found_plan is False:
         return False
-    plan, plan_key = found_plan if found_plan is not None else (None, "")
-    if plan is None or not plan.get("subscriptions"):
+    plan = found_plan[0] if found_plan is not None else None
+    if plan is None or not plan.subscriptions:
         counts = [sum(1 for o in found.values() if o == m) for m in wanted]
         if None in found.values() or max(counts) - min(counts) > 1:
             return False
     if plan is None:
         return True
-    if set(plan["participants"]) != wanted or any(plan.get("learners", {}).values()) or plan.get("violations"):
+    if set(plan.participants) != wanted or any(plan.learners.values()) or plan.violations:
         return False
-    assignment = plan.get("assignment", {})
-    if not isinstance(assignment, dict):
-        raise CorruptRecord(plan_key, "'assignment' must map member ids to lists of partitions")
-    return {p: m for m, parts in assignment.items() for p in parts} == {p: o for p, o in found.items() if o is not None}
+    placed = {p: m for m, parts in plan.assignment.items() for p in parts}
+    return placed == {p: o for p, o in found.items() if o is not None}
 
 
-def latest_plan(store: Store, group: str) -> tuple[dict[str, Any], str] | Literal[False] | None:
+def latest_plan(store: Store, group: str) -> tuple[PlanRecord, str] | Literal[False] | None:
     """The latest round's plan record (``_plan``'s value) and its key; None in a group that plans no rounds
     (coordinator and static modes, or no round closed yet), False while ``latest`` names a plan not there (yet)."""
     keys = Keys(group)
@@ -364,32 +363,20 @@ def committed(store: Store, group: str) -> dict[Any, str]:
     return dict(sorted(found.items(), key=lambda item: pid_order(item[0])))
 
 
-def _plan(kv: KeyValue) -> dict[str, Any]:
-    """The latest round's plan: ``participants``, the ``assignment`` and the replicas (``standby``, ``learners``):
-    member -> [p] each."""
-    plan = decode(kv.value, kv.key)
-    participants = field(plan, kv.key, "participants", list)
-    if not all(isinstance(m, str) for m in participants):
-        raise CorruptRecord(kv.key, "'participants' must be a list of member ids")
-    for kind in ("assignment", "standby", "learners", "ready"):
-        replicas = plan.get(kind, {})
-        ok = isinstance(replicas, dict) and all(
-            isinstance(parts, list) and all(isinstance(p, int | str) for p in parts) for parts in replicas.values()
-        )
-        if not ok:
-            raise CorruptRecord(kv.key, f"{kind!r} must map member ids to lists of partitions")
-    return plan
+def _plan(kv: KeyValue) -> PlanRecord:
+    """The latest round's plan (CorruptRecord naming its key)."""
+    return PlanRecord.from_json(decode(kv.value, kv.key), kv.key)
 
 
 TAG_NAMES = ("isLearner", "beingLearned", "isReady")
 """Seed 2's task tags, in the seed's order (its ``isStateful`` is the resource's ``stateful``, one per group)."""
 
 
-def plan_tags(plan: dict[str, Any]) -> dict[Any, dict[str, dict[str, Any]]]:
+def plan_tags(plan: PlanRecord) -> dict[Any, dict[str, dict[str, Any]]]:
     """Seed 2's task tags of a stored plan (``_plan``'s value), per partition id and member holding a replica of it:
     ``{"role": "active" | "standby" | "learner", "isLearner", "beingLearned", "isReady"}`` — the three flags by
     ``assign.replica_tags`` (the strategy's own rule), the role from the plan's table that names the member."""
-    tables = [plan.get(kind, {}) for kind in ("assignment", "standby", "learners", "ready")]
+    tables = [plan.assignment, plan.standby, plan.learners, plan.ready]
     found: dict[Any, dict[str, dict[str, Any]]] = replica_tags(*tables)
     for role, table in (("active", tables[0]), ("standby", tables[1]), ("learner", tables[2])):
         for mid, parts in table.items():

@@ -23,16 +23,34 @@ members' state at the end (:func:`check_liveness`):
 
 from __future__ import annotations
 
+import enum
 import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from apportion.assign import check, range_block
-from apportion.group import PartitionId, subscribed
+from apportion.group import PartitionId, TraceKind, subscribed
 from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
 
 BALANCED_STRATEGIES = ("round_robin", "range", "sticky", "high_availability")
+
+
+class SimKind(enum.StrEnum):
+    """What the simulator records of its own beside its members' traces (``TraceKind``): what it did to them."""
+
+    SPAWN = "spawn"  # subscriptions (a group over named resources)
+    CRASH = "crash"
+    FREEZE = "freeze"  # until
+    HANG = "hang"  # until: the member's store calls get no answer
+    SUBSCRIBE = "subscribe"  # subscriptions: asked of the member
+    LEAVE = "leave"
+    REBALANCE = "rebalance"  # an operator's apportion rebalance (coordinator mode, manual policy)
+
+
+Record = tuple[float, str, TraceKind | SimKind, Mapping[str, Any]]
+"""One line of a simulation's trace: (time, member id or ``operator``, kind, fields). An operator's ``apportion
+scale`` is a ``TraceKind.SCALE`` record, as a member's raise of the count is."""
 
 
 def check_liveness(
@@ -97,16 +115,16 @@ def check_subscribed(
     return [f"balance: at t={now:.3f} {v}" for v in check(request, Plan("sticky", assignment, placed, stats))][:10]
 
 
-def check_subscribed_trace(records: Sequence[tuple[float, str, str, Mapping[str, Any]]]) -> list[str]:
+def check_subscribed_trace(records: Sequence[Record]) -> list[str]:
     """No member is ever assigned a partition outside the subscriptions it has at that moment (its ``spawn`` and
     ``subscribed`` records say which: absent, every resource)."""
     problems: list[str] = []
     subs: dict[str, frozenset[str] | None] = {}
     for t, mid, kind, fields in _in_time_order(records):
-        if kind in ("spawn", "subscribed"):
+        if kind in (SimKind.SPAWN, TraceKind.SUBSCRIBED):
             given = fields.get("subscriptions")
             subs[mid] = None if given is None else frozenset(given)
-        elif kind == "assigned":
+        elif kind == TraceKind.ASSIGNED:
             outside = [p for p in fields["partitions"] if not subscribed(subs.get(mid), p)]
             if outside:
                 problems.append(f"subscriptions: t={t:.3f} {mid} assigned {outside}, subscribed to {subs.get(mid)}")
@@ -118,9 +136,7 @@ def _pid(p: object) -> PartitionId:
     return p if isinstance(p, str) else int(p)  # type: ignore[call-overload]
 
 
-def belief_intervals(
-    records: Sequence[tuple[float, str, str, Mapping[str, Any]]], end: float
-) -> dict[PartitionId, list[tuple[float, float, str]]]:
+def belief_intervals(records: Sequence[Record], end: float) -> dict[PartitionId, list[tuple[float, float, str]]]:
     """Per partition, the belief intervals [start, end) of every member, reconstructed from the trace alone."""
     intervals: dict[PartitionId, list[tuple[float, float, str]]] = {}
     holding: dict[str, dict[PartitionId, float]] = {}
@@ -138,17 +154,17 @@ def belief_intervals(
         d = deadline.get(mid, math.inf)
         if t >= d and holding.get(mid):
             close(mid, None, d)
-        if kind == "renew":
+        if kind == TraceKind.RENEW:
             if t < d or not holding.get(mid):
                 deadline[mid] = float(fields["deadline"])
-        elif kind == "assigned":
+        elif kind == TraceKind.ASSIGNED:
             for p in fields["partitions"]:
                 holding.setdefault(mid, {})[_pid(p)] = t
-        elif kind in ("revoked", "lost"):
+        elif kind in (TraceKind.REVOKED, TraceKind.LOST):
             close(mid, [_pid(p) for p in fields["partitions"]], t)
-        elif kind == "fenced":
+        elif kind == TraceKind.FENCED:
             close(mid, [_pid(fields["partition"])], t)
-        elif kind in ("crash", "stopped"):
+        elif kind in (SimKind.CRASH, TraceKind.STOPPED):
             close(mid, None, t)
     for mid in list(holding):
         close(mid, None, min(end, deadline.get(mid, math.inf)))
@@ -156,8 +172,8 @@ def belief_intervals(
 
 
 def _in_time_order(
-    records: Sequence[tuple[float, str, str, Mapping[str, Any]]],
-) -> Sequence[tuple[float, str, str, Mapping[str, Any]]]:
+    records: Sequence[Record],
+) -> Sequence[Record]:
     """Records sorted by time (stable): a thread that waited for a hanging call records its next events at the
     time the call returned, which may be later than events the rest of the group recorded meanwhile."""
     if all(a[0] <= b[0] for a, b in itertools.pairwise(records)):
@@ -166,7 +182,7 @@ def _in_time_order(
 
 
 def check_trace(
-    records: Sequence[tuple[float, str, str, Mapping[str, Any]]],
+    records: Sequence[Record],
     end: float,
     beliefs: Mapping[PartitionId, list[tuple[float, float, str]]] | None = None,
 ) -> list[str]:
@@ -184,15 +200,15 @@ def check_trace(
     # (member, partition, epoch) -> when on_lost/fenced said so
     given_up: dict[tuple[str, PartitionId, int], float] = {}
     for t, mid, kind, fields in records:
-        if kind == "claim":
+        if kind == TraceKind.CLAIM:
             for p, e in zip(fields["partitions"], fields["epochs"], strict=True):
                 latest[_pid(p)] = (int(e), mid)
-        elif kind == "lost" and "epochs" in fields:
+        elif kind == TraceKind.LOST and "epochs" in fields:
             for p, e in zip(fields["partitions"], fields["epochs"], strict=True):
                 given_up.setdefault((mid, _pid(p), int(e)), t)
-        elif kind == "fenced":
+        elif kind == TraceKind.FENCED:
             given_up.setdefault((mid, _pid(fields["partition"]), int(fields["epoch"])), t)
-        elif kind == "commit":
+        elif kind == TraceKind.COMMIT:
             p, e = _pid(fields["partition"]), int(fields["epoch"])
             if latest.get(p) != (e, mid):
                 problems.append(f"fencing: t={t:.3f} {mid} committed {p} with epoch {e}; latest claim {latest.get(p)}")
@@ -202,24 +218,24 @@ def check_trace(
     return problems[:20]
 
 
-def check_static(records: Sequence[tuple[float, str, str, Mapping[str, Any]]], partitions: int) -> list[str]:
+def check_static(records: Sequence[Record], partitions: int) -> list[str]:
     """Check 4 over a static-mode trace: the counts members follow were published, and each assignment is inside
     the member's range block under the count it follows."""
     problems: list[str] = []
     published: set[int] = set()
     follows: dict[str, tuple[int, int]] = {}  # member -> (ordinal, replica count)
     for t, mid, kind, fields in _in_time_order(records):
-        if kind == "scale":
+        if kind == TraceKind.SCALE:
             count, previous = int(fields["replicas"]), fields.get("previous")
             if previous is not None and not int(previous) <= int(fields["ordinal"]) == count - 1:
                 problems.append(f"scale: t={t:.3f} {mid} (ordinal {fields['ordinal']}) raised {previous} to {count}")
             published.add(count)
-        elif kind == "static":
+        elif kind == TraceKind.STATIC:
             ordinal, count = int(fields["ordinal"]), int(fields["replicas"])
             if count not in published:
                 problems.append(f"scale: t={t:.3f} {mid} follows a replica count {count} nobody published")
             follows[mid] = (ordinal, count)
-        elif kind == "assigned" and fields["partitions"]:
+        elif kind == TraceKind.ASSIGNED and fields["partitions"]:
             ordinal, count = follows.get(mid, (-1, 0))
             block = range_block(ordinal, count, partitions) if 0 <= ordinal < count else range(0)
             outside = [p for p in fields["partitions"] if int(p) not in block]
@@ -252,6 +268,8 @@ def unowned_seconds(
 
 __all__ = [
     "BALANCED_STRATEGIES",
+    "Record",
+    "SimKind",
     "belief_intervals",
     "check_liveness",
     "check_subscribed",

@@ -119,11 +119,11 @@ class FlakyStore(Store):
         self._check()
         return self.inner.revision()
 
-    def txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op] = ()) -> TxnResult:
+    def _txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op]) -> TxnResult:
         self._check()
         return self.inner.txn(compares, on_success, on_failure)
 
-    def grant(self, ttl_s: float) -> Lease:
+    def _grant(self, ttl_s: float) -> Lease:
         self._check()
         return self.inner.grant(ttl_s)
 
@@ -139,13 +139,11 @@ class FlakyStore(Store):
         self._check()
         return self.inner.time_to_live(lease)
 
-    def watch(
-        self, key: str, start_revision: int | None = None, *, prefix: bool = True, deletes_only: bool = False
-    ) -> Watch:
+    def _watch(self, key: str, start_revision: int | None, *, prefix: bool, deletes_only: bool) -> Watch:
         self._check()
         return self.inner.watch(key, start_revision, prefix=prefix, deletes_only=deletes_only)
 
-    def compact(self, revision: int) -> None:
+    def _compact(self, revision: int) -> None:
         self.inner.compact(revision)
 
     def get(self, key: str):  # type: ignore[no-untyped-def]

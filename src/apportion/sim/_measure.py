@@ -21,18 +21,17 @@ one the next change interrupted.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from apportion.assign import plan as plan_of
 from apportion.assign import range_block
-from apportion.group import GroupConfig
+from apportion.group import GroupConfig, TraceKind
 from apportion.model import AssignRequest, Member, round_lower_bound
+from apportion.sim._checks import Record
 
 OWNERSHIP = frozenset(("assigned", "revoked", "lost"))
-
-Record = tuple[float, str, str, Mapping[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +48,12 @@ def plans(records: Sequence[Record], config: GroupConfig, group: str, replicas: 
     found: list[PlanMoves] = []
     count = replicas
     for t, _, kind, fields in records:
-        if kind == "round_closed":
+        if kind == TraceKind.ROUND_CLOSED:
             bound = round_lower_bound(int(fields.get("min_moves", 0)), int(fields.get("deferred", 0)))
             found.append(PlanMoves(t, int(fields.get("moves", 0)), bound))
-        elif kind == "table" and fields.get("full"):
+        elif kind == TraceKind.TABLE and fields.get("full"):
             found.append(PlanMoves(t, int(fields.get("moves", 0)), int(fields.get("min_moves", 0))))
-        elif kind == "scale" and int(fields["replicas"]) != count:
+        elif kind == TraceKind.SCALE and int(fields["replicas"]) != count:
             moves, bound = static_moves(config, group, count, int(fields["replicas"]))
             found.append(PlanMoves(t, moves, bound))
             count = int(fields["replicas"])

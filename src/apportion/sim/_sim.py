@@ -78,6 +78,7 @@ from apportion.group import (
     PartitionId,
     RoundsMember,
     Static,
+    TraceKind,
     Tracer,
     mode_named,
     new_member,
@@ -90,6 +91,8 @@ from apportion.group import (
 )
 from apportion.model import AssignRequest, Plan
 from apportion.sim._checks import (
+    Record,
+    SimKind,
     belief_intervals,
     check_liveness,
     check_static,
@@ -299,6 +302,24 @@ class _Sim:
         return not self.crashed and not self.left
 
 
+# the records a simulation's ``trace`` shows (its result's replayable summary)
+_SHOWN = frozenset(
+    (
+        TraceKind.ASSIGNED,
+        TraceKind.REVOKED,
+        TraceKind.LOST,
+        TraceKind.FENCED,
+        TraceKind.ROUND_CLOSED,
+        TraceKind.SCALE,
+        TraceKind.LEAVING,
+        SimKind.SPAWN,
+        SimKind.CRASH,
+        SimKind.FREEZE,
+        SimKind.LEAVE,
+    )
+)
+
+
 class Simulation:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
@@ -312,7 +333,7 @@ class Simulation:
         self._seq = itertools.count()
         self._ids = itertools.count()
         self.trace: list[tuple[float, str, str, str]] = []
-        self.records: list[tuple[float, str, str, Mapping[str, Any]]] = []
+        self.records: list[Record] = []
         self.steps = 0
         self.faults: dict[str, int] = {}
         keys = Keys(self.group)
@@ -383,8 +404,8 @@ class Simulation:
         inbox = _Inbox()
         sim_holder: list[_Sim] = []
 
-        def tracer(kind: str, fields: Mapping[str, Any]) -> None:
-            if kind == "commit" and sim_holder and sim_holder[0].in_flight:
+        def tracer(kind: TraceKind, fields: Mapping[str, Any]) -> None:
+            if kind == TraceKind.COMMIT and sim_holder and sim_holder[0].in_flight:
                 fields = {**fields, "in_flight": True}
             self._record(mid, kind, fields, clock)
 
@@ -402,18 +423,17 @@ class Simulation:
         self._schedule_step(sim, now)
         self._push(now + renew_interval_s(self.gconfig.ttl_s), "keepalive", mid)
         self._push(now + self.config.commit_every_s * (0.5 + self.rng.random()), "work", mid)
-        self._record(mid, "spawn", {"subscriptions": self._subscriptions[mid]} if self.gconfig.named else {}, clock)
+        self._record(
+            mid, SimKind.SPAWN, {"subscriptions": self._subscriptions[mid]} if self.gconfig.named else {}, clock
+        )
         return sim
 
-    def _record(self, mid: str, kind: str, fields: Mapping[str, Any], clock: DriftClock) -> None:
+    def _record(self, mid: str, kind: TraceKind | SimKind, fields: Mapping[str, Any], clock: DriftClock) -> None:
         t = clock.global_now()
-        if kind == "renew":
+        if kind == TraceKind.RENEW:
             fields = {"deadline": clock.to_global(float(fields["deadline"]))}
         self.records.append((t, mid, kind, dict(fields)))
-        if kind in (
-            "assigned", "revoked", "lost", "fenced", "round_closed", "spawn", "crash", "freeze", "leave", "scale",
-            "leaving",
-        ):  # fmt: skip
+        if kind in _SHOWN:
             detail = ",".join(f"{k}={fields[k]}" for k in sorted(fields) if k != "prefix")
             self.trace.append((round(t, 6), mid, kind, detail))
 
@@ -560,7 +580,7 @@ class Simulation:
             if now + 0.5 < end:
                 self._push(now + 0.5, "rebalance")
             return
-        self.records.append((now, "operator", "rebalance", {}))
+        self.records.append((now, "operator", SimKind.REBALANCE, {}))
 
     def _churn(self, kind: str, duration: float) -> None:
         self.faults[kind] = self.faults.get(kind, 0) + 1
@@ -596,7 +616,7 @@ class Simulation:
                 return
             self._leave(sim)
         elif kind == "crash":
-            self._record(sim.id, "crash", {}, sim.clock)
+            self._record(sim.id, SimKind.CRASH, {}, sim.clock)
             sim.crashed = True
             self._live_cache = None
         elif kind == "freeze":
@@ -604,7 +624,7 @@ class Simulation:
                 return
             sim.frozen_owned = {p: sim.member.lease(p).epoch for p in sim.member.owned()}
             sim.frozen_until = now + duration
-            self._record(sim.id, "freeze", {"until": sim.frozen_until}, sim.clock)
+            self._record(sim.id, SimKind.FREEZE, {"until": sim.frozen_until}, sim.clock)
             self._push(sim.frozen_until, "resume", sim.id)
         elif kind == "slow":
             sim.slow_next = duration
@@ -612,12 +632,12 @@ class Simulation:
             sim.store.down_until = now + duration
         elif kind == "hang":
             sim.store.hang_until = now + duration
-            self._record(sim.id, "hang", {"until": sim.store.hang_until}, sim.clock)
+            self._record(sim.id, SimKind.HANG, {"until": sim.store.hang_until}, sim.clock)
         elif kind == "drift":
             sim.clock.set_rate(1.0 + self.rng.uniform(-0.05, 0.05))
         elif kind == "subscribe" and isinstance(sim.member, RoundsMember | CoordinatorMember):
             wanted = self._subscriptions[sim.id] = self._draw_subscriptions()
-            self._record(sim.id, "subscribe", {"subscriptions": wanted}, sim.clock)
+            self._record(sim.id, SimKind.SUBSCRIBE, {"subscriptions": wanted}, sim.clock)
             sim.member.subscribe(wanted)
             self._schedule_step(sim, now)
 
@@ -668,13 +688,13 @@ class Simulation:
             if self._ordinals[sim.id] < self.replicas:
                 self._add_member(self._ordinals[sim.id])
         elif kind == "crash":
-            self._record(sim.id, "crash", {}, sim.clock)
+            self._record(sim.id, SimKind.CRASH, {}, sim.clock)
             sim.crashed = True
             self._live_cache = None
             self._push(now + duration, "churn:return", "", self._ordinals[sim.id])
 
     def _leave(self, sim: _Sim) -> None:
-        self._record(sim.id, "leave", {}, sim.clock)
+        self._record(sim.id, SimKind.LEAVE, {}, sim.clock)
         with contextlib.suppress(StoreUnavailable):
             sim.member.leave()
         sim.left = True
@@ -682,7 +702,7 @@ class Simulation:
 
     def _scale(self, replicas: int) -> None:
         """``apportion scale --replicas N``: the operator's record in the trace, then the store's."""
-        self.records.append((self.clock.now(), "operator", "scale", {"replicas": replicas}))
+        self.records.append((self.clock.now(), "operator", TraceKind.SCALE, {"replicas": replicas}))
         self.trace.append((round(self.clock.now(), 6), "operator", "scale", f"replicas={replicas}"))
         set_replicas(self.store, self.group, replicas)
 
@@ -763,7 +783,7 @@ class Simulation:
     def _result(
         self, violations: list[str], settle_by: float, beliefs: Mapping[PartitionId, list[tuple[float, float, str]]]
     ) -> SimResult:
-        rounds = sum(1 for _, _, kind, _ in self.records if kind == "round_closed")
+        rounds = sum(1 for _, _, kind, _ in self.records if kind == TraceKind.ROUND_CLOSED)
         replicas = self.config.replicas or self.config.members
         found = plans(self.records, self.gconfig, self.group, replicas)
         moves = sum(p.moves for p in found)

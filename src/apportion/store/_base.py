@@ -9,6 +9,11 @@ waiting for the backend's own request timeout. A member uses it to keep every st
 so the end of a belief (``on_lost``) is never delayed by a network that does not answer. ``time_limit(None)`` lifts
 the limit inside the block. Backends read what is left with ``remaining_s(default)``.
 
+Validation: the base class checks every request (keys, ops, values, ttl, limits, revisions) and raises
+``InvalidRequest`` naming the field; a backend only executes requests that passed, in ``_txn``, ``_grant``,
+``_watch`` (and ``_get``, ``_range`` when it has a faster read than a transaction). So every backend refuses the same
+requests with the same words, and a new backend writes no checks of its own.
+
 Lease state machine (all backends)::
 
     GRANTED --keepalive--> GRANTED (expiry pushed to now + ttl)
@@ -19,11 +24,13 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 
 from apportion.clock import SYSTEM_CLOCK, Clock
+from apportion.errors import InvalidRequest
 from apportion.store._types import (
     Compare,
     Delete,
@@ -34,6 +41,7 @@ from apportion.store._types import (
     Op,
     Put,
     TxnResult,
+    validate_key,
 )
 
 
@@ -64,6 +72,63 @@ class Watch(abc.ABC):
 
 
 _limits = threading.local()  # per thread: {id(store): deadline on that store's clock}
+
+# Keys (not prefixes) that passed ``validate_key``, for every store of the process (a key's validity is the key's
+# alone): a member's transactions name the same few keys again and again, the simulator's a million times.
+_VALID_KEYS: set[str] = set()
+_VALID_KEYS_LIMIT = 1_000_000
+
+
+def check_key(key: str, field_name: str = "key", *, prefix: bool = False) -> None:
+    """``validate_key``, remembering the keys (not prefixes) that passed."""
+    if type(key) is str and key in _VALID_KEYS:
+        return  # a valid key is a valid prefix too
+    validate_key(key, field_name, prefix=prefix)
+    if not prefix:
+        if len(_VALID_KEYS) >= _VALID_KEYS_LIMIT:
+            _VALID_KEYS.clear()
+        _VALID_KEYS.add(key)
+
+
+_TARGETS = ("value", "mod_revision", "create_revision", "version")
+_OPERATORS = ("==", "!=", "<", ">")
+
+
+def check_compare(compare: Compare) -> None:
+    """A compare's key, target, operator and operand (bytes for a value, an int for the others; InvalidRequest)."""
+    check_key(compare.key, "compare.key")
+    if compare.target not in _TARGETS:
+        raise InvalidRequest("compare.target", f"unknown target {compare.target!r}")
+    if compare.op not in _OPERATORS:
+        raise InvalidRequest("compare.op", f"unknown operator {compare.op!r}")
+    operand = compare.operand
+    if compare.target == "value":
+        if not isinstance(operand, bytes):
+            raise InvalidRequest("compare.operand", "a value compare needs bytes")
+    elif isinstance(operand, bool) or not isinstance(operand, int):
+        raise InvalidRequest("compare.operand", f"a {compare.target} compare needs an int")
+
+
+def validate_txn(compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op]) -> None:
+    """Check every compare and op of a transaction (InvalidRequest naming the field)."""
+    for compare in compares:
+        check_compare(compare)
+    for op in (*on_success, *on_failure):
+        if isinstance(op, Put):
+            check_key(op.key, "op.key")
+            if not isinstance(op.value, bytes):
+                raise InvalidRequest("value", "must be bytes")
+        elif isinstance(op, Delete | Get):
+            check_key(op.key, "op.key", prefix=op.prefix)
+        else:
+            raise InvalidRequest("op", f"{op!r} is not a Put, Delete or Get")
+
+
+def validate_ttl(ttl_s: float) -> float:
+    """A lease's ttl: a finite number of seconds > 0 (InvalidRequest otherwise), as a float."""
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not (math.isfinite(ttl_s) and ttl_s > 0):
+        raise InvalidRequest("ttl_s", "must be a finite number > 0")
+    return float(ttl_s)
 
 
 def renew_interval_s(ttl_s: float) -> float:
@@ -116,14 +181,23 @@ class Store(abc.ABC):
     def revision(self) -> int:
         """The current store revision (0 for an empty, never-written store)."""
 
-    @abc.abstractmethod
     def txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op] = ()) -> TxnResult:
         """Atomically: if every compare holds run ``on_success`` else ``on_failure``. All writes of one txn share
         one new revision (no new revision when the branch writes nothing)."""
+        validate_txn(compares, on_success, on_failure)
+        return self._txn(compares, on_success, on_failure)
 
     @abc.abstractmethod
+    def _txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op]) -> TxnResult:
+        """``txn`` of a request that passed ``validate_txn``."""
+
     def grant(self, ttl_s: float) -> Lease:
         """Create a lease that expires ``ttl_s`` seconds from now unless kept alive."""
+        return self._grant(validate_ttl(ttl_s))
+
+    @abc.abstractmethod
+    def _grant(self, ttl_s: float) -> Lease:
+        """``grant`` of a valid ttl (a finite float > 0)."""
 
     @abc.abstractmethod
     def keepalive(self, lease: Lease | int) -> float:
@@ -137,7 +211,6 @@ class Store(abc.ABC):
     def time_to_live(self, lease: Lease | int) -> float:
         """Seconds left before the lease expires; raise LeaseNotFound if it is gone."""
 
-    @abc.abstractmethod
     def watch(
         self, key: str, start_revision: int | None = None, *, prefix: bool = True, deletes_only: bool = False
     ) -> Watch:
@@ -145,10 +218,25 @@ class Store(abc.ABC):
         Raise Compacted when ``start_revision`` is at or below the compaction point. ``deletes_only``: deliver
         only DELETE events (etcd filters the PUTs out on the server, so they cost the watcher nothing: a member
         waiting for owner records to be freed is told of releases, not of every claim)."""
+        check_key(key, "key", prefix=prefix)
+        if start_revision is not None and (isinstance(start_revision, bool) or not isinstance(start_revision, int)):
+            raise InvalidRequest("start_revision", "must be an integer")
+        return self._watch(key, start_revision, prefix=prefix, deletes_only=deletes_only)
 
     @abc.abstractmethod
+    def _watch(self, key: str, start_revision: int | None, *, prefix: bool, deletes_only: bool) -> Watch:
+        """``watch`` of a valid key and start revision."""
+
     def compact(self, revision: int) -> None:
-        """Forget history at and below ``revision``; watches starting there raise Compacted."""
+        """Forget history at and below ``revision``; watches starting there raise Compacted. InvalidRequest for a
+        revision above the current one."""
+        if isinstance(revision, bool) or not isinstance(revision, int):
+            raise InvalidRequest("revision", "must be an integer")
+        self._compact(revision)
+
+    @abc.abstractmethod
+    def _compact(self, revision: int) -> None:
+        """``compact`` to an integer revision (the backend refuses a future one: it knows the current)."""
 
     def close(self) -> None:  # noqa: B027 - backends without resources need nothing
         """Release connections and background threads."""
@@ -159,15 +247,25 @@ class Store(abc.ABC):
         A worker logs the change (one line per outage); thread-safe."""
         return None
 
-    # Conveniences expressed through txn; backends may override them for speed.
+    # Conveniences expressed through txn; backends may override ``_get`` and ``_range`` for speed.
 
     def get(self, key: str) -> KeyValue | None:
-        found = self.txn([], [Get(key)]).responses[0]
+        check_key(key, "key")
+        return self._get(key)
+
+    def _get(self, key: str) -> KeyValue | None:
+        found = self._txn([], [Get(key)], ()).responses[0]
         assert isinstance(found, list)
         return found[0] if found else None
 
     def range(self, prefix: str, limit: int | None = None) -> list[KeyValue]:
-        found = self.txn([], [Get(prefix, prefix=True)]).responses[0]
+        check_key(prefix, "prefix", prefix=True)
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise InvalidRequest("limit", "must be an integer >= 0")
+        return self._range(prefix, limit)
+
+    def _range(self, prefix: str, limit: int | None) -> list[KeyValue]:
+        found = self._txn([], [Get(prefix, prefix=True)], ()).responses[0]
         assert isinstance(found, list)
         return found if limit is None else found[:limit]
 
@@ -196,4 +294,4 @@ def lease_id(lease: Lease | int | None) -> int:
     return lease.id if isinstance(lease, Lease) else int(lease)
 
 
-__all__ = ["Store", "Watch", "lease_id"]
+__all__ = ["Store", "Watch", "check_key", "lease_id", "validate_ttl", "validate_txn"]

@@ -89,7 +89,7 @@ import httpx
 
 from apportion.errors import ApportionError, Compacted, InvalidRequest, LeaseNotFound, StoreFull, StoreUnavailable
 from apportion.store._base import Store, Watch, lease_id
-from apportion.store._connect import redact_url
+from apportion.store._redact import redact_url
 from apportion.store._types import (
     Compare,
     Delete,
@@ -101,7 +101,6 @@ from apportion.store._types import (
     Op,
     Put,
     TxnResult,
-    validate_key,
 )
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -191,43 +190,27 @@ def _revision(reply: Mapping[str, Any]) -> int:
 
 
 def _compare(compare: Compare) -> dict[str, Any]:
-    validate_key(compare.key, "compare.key")
-    if compare.target not in _TARGETS:
-        raise InvalidRequest("compare.target", f"unknown target {compare.target!r}")
-    if compare.op not in _RESULTS:
-        raise InvalidRequest("compare.op", f"unknown operator {compare.op!r}")
     body: dict[str, Any] = {
         "key": _b64(compare.key.encode("ascii")),
         "target": _TARGETS[compare.target],
         "result": _RESULTS[compare.op],
     }
-    if compare.target == "value":
-        if not isinstance(compare.operand, bytes):
-            raise InvalidRequest("compare.operand", "a value compare needs bytes")
+    if isinstance(compare.operand, bytes):  # a value compare (Store.txn checked the operand's kind)
         body["value"] = _b64(compare.operand)
     else:
-        if isinstance(compare.operand, bytes) or not isinstance(compare.operand, int):
-            raise InvalidRequest("compare.operand", f"a {compare.target} compare needs an int")
         body[compare.target] = str(compare.operand)
     return body
 
 
 def _request_op(op: Op) -> dict[str, Any]:
     if isinstance(op, Put):
-        validate_key(op.key, "op.key")
-        if not isinstance(op.value, bytes):
-            raise InvalidRequest("value", "must be bytes")
         put: dict[str, Any] = {"key": _b64(op.key.encode("ascii")), "value": _b64(op.value)}
         if op.lease:
             put["lease"] = str(op.lease)
         return {"request_put": put}
     if isinstance(op, Delete):
-        validate_key(op.key, "op.key", prefix=op.prefix)
         return {"request_delete_range": _range_body(op.key, op.prefix)}
-    if isinstance(op, Get):
-        validate_key(op.key, "op.key", prefix=op.prefix)
-        return {"request_range": _range_body(op.key, op.prefix)}
-    raise InvalidRequest("op", f"{op!r} is not a Put, Delete or Get")
+    return {"request_range": _range_body(op.key, op.prefix)}
 
 
 def _response(op: Op, reply: Mapping[str, Any]) -> list[KeyValue] | int | None:
@@ -554,16 +537,12 @@ class EtcdStore(Store):
         reply = self._call("/v3/kv/range", {"key": _b64(PROBE_KEY), "count_only": True}, idempotent=True)
         return _revision(reply)
 
-    def get(self, key: str) -> KeyValue | None:
-        validate_key(key)
+    def _get(self, key: str) -> KeyValue | None:
         reply = self._call("/v3/kv/range", _range_body(key, False), idempotent=True)
         kvs = reply.get("kvs", [])
         return _kv(kvs[0]) if kvs else None
 
-    def range(self, prefix: str, limit: int | None = None) -> list[KeyValue]:
-        validate_key(prefix, "prefix", prefix=True)
-        if limit is not None and limit < 0:
-            raise InvalidRequest("limit", "must be >= 0")
+    def _range(self, prefix: str, limit: int | None) -> list[KeyValue]:
         if limit == 0:
             return []
         for _ in range(RANGE_RESTARTS):
@@ -591,7 +570,7 @@ class EtcdStore(Store):
 
     # -- transactions --------------------------------------------------------------------------------------
 
-    def txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op] = ()) -> TxnResult:
+    def _txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op]) -> TxnResult:
         body: dict[str, Any] = {
             "compare": [_compare(c) for c in compares],
             "success": [_request_op(op) for op in on_success],
@@ -609,9 +588,7 @@ class EtcdStore(Store):
 
     # -- leases --------------------------------------------------------------------------------------------
 
-    def grant(self, ttl_s: float) -> Lease:
-        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not ttl_s > 0 or math.isinf(ttl_s):
-            raise InvalidRequest("ttl_s", "must be a finite number > 0")
+    def _grant(self, ttl_s: float) -> Lease:
         reply = self._call("/v3/lease/grant", {"TTL": str(max(1, math.ceil(ttl_s)))}, idempotent=False)
         if reply.get("error"):
             raise StoreUnavailable(f"etcd refused the lease: {reply['error']}")
@@ -640,15 +617,10 @@ class EtcdStore(Store):
 
     # -- watches and history -------------------------------------------------------------------------------
 
-    def watch(
-        self, key: str, start_revision: int | None = None, *, prefix: bool = True, deletes_only: bool = False
-    ) -> Watch:
-        validate_key(key, "key", prefix=prefix)
+    def _watch(self, key: str, start_revision: int | None, *, prefix: bool, deletes_only: bool) -> Watch:
         if start_revision is None:
             start = self.revision() + 1
         else:
-            if isinstance(start_revision, bool) or not isinstance(start_revision, int):
-                raise InvalidRequest("start_revision", "must be an int")
             start = max(1, start_revision)
             self._check_not_compacted(start)
         watch = _EtcdWatch(self, key, prefix, start, deletes_only)
@@ -681,7 +653,7 @@ class EtcdStore(Store):
             return None
         return None
 
-    def compact(self, revision: int) -> None:
+    def _compact(self, revision: int) -> None:
         try:
             self._call("/v3/kv/compaction", {"revision": str(revision), "physical": True}, idempotent=True)
         except _CompactedRevision:

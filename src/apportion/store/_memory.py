@@ -10,7 +10,6 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-import math
 import threading
 import time
 from collections import deque
@@ -31,11 +30,9 @@ from apportion.store._types import (
     Op,
     Put,
     TxnResult,
-    validate_key,
 )
 
 DEFAULT_HISTORY = 200_000
-_VALID_KEYS_LIMIT = 1_000_000
 
 
 @dataclass(slots=True)
@@ -117,7 +114,6 @@ class MemoryStore(Store):
         self._dirs: dict[str, set[str]] = {}
         self._dir_sorted: dict[str, list[str]] = {}  # cached sorted(self._dirs[d])
         self._dir_names: list[str] | None = []  # sorted directory names (None: to sort again)
-        self._valid_keys: set[str] = set()  # keys (not prefixes) that passed validate_key: skip re-checking them
         self._revision = 0
         self._compacted = 0
         self._history: deque[Event] = deque()
@@ -134,25 +130,12 @@ class MemoryStore(Store):
             self._expire_locked()
             return self._revision
 
-    def _check_key(self, key: str, field_name: str) -> None:
-        """``validate_key`` for a key (not a prefix), remembering the keys that passed."""
-        if type(key) is str and key in self._valid_keys:
-            return
-        validate_key(key, field_name)
-        if len(self._valid_keys) >= _VALID_KEYS_LIMIT:
-            self._valid_keys = set()
-        self._valid_keys.add(key)
-
-    def get(self, key: str) -> KeyValue | None:
-        self._check_key(key, "key")
+    def _get(self, key: str) -> KeyValue | None:
         with self._lock:
             self._expire_locked()
             return self._data.get(key)
 
-    def range(self, prefix: str, limit: int | None = None) -> list[KeyValue]:
-        validate_key(prefix, "prefix", prefix=True)
-        if limit is not None and limit < 0:
-            raise InvalidRequest("limit", "must be >= 0")
+    def _range(self, prefix: str, limit: int | None) -> list[KeyValue]:
         with self._lock:
             self._expire_locked()
             found = self._range_locked(prefix)
@@ -194,21 +177,7 @@ class MemoryStore(Store):
 
     # -- transactions --------------------------------------------------------------------------------------
 
-    def txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op] = ()) -> TxnResult:
-        for compare in compares:
-            self._check_key(compare.key, "compare.key")
-        for op in (*on_success, *on_failure):
-            if isinstance(op, Put):
-                self._check_key(op.key, "op.key")
-                if not isinstance(op.value, bytes):
-                    raise InvalidRequest("value", "must be bytes")
-            elif isinstance(op, Delete | Get):
-                if op.prefix:
-                    validate_key(op.key, "op.key", prefix=True)
-                else:
-                    self._check_key(op.key, "op.key")
-            else:
-                raise InvalidRequest("op", f"{op!r} is not a Put, Delete or Get")
+    def _txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op]) -> TxnResult:
         with self._lock:
             self._expire_locked()
             succeeded = all(c.holds(self._data.get(c.key)) for c in compares)
@@ -299,14 +268,12 @@ class MemoryStore(Store):
 
     # -- leases --------------------------------------------------------------------------------------------
 
-    def grant(self, ttl_s: float) -> Lease:
-        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not (math.isfinite(ttl_s) and ttl_s > 0):
-            raise InvalidRequest("ttl_s", "must be a finite number > 0")
+    def _grant(self, ttl_s: float) -> Lease:
         with self._lock:
             self._expire_locked()
-            lease = Lease(self._next_lease, float(ttl_s))
+            lease = Lease(self._next_lease, ttl_s)
             self._next_lease += 1
-            self._leases[lease.id] = _LeaseState(float(ttl_s), self.clock.now() + ttl_s)
+            self._leases[lease.id] = _LeaseState(ttl_s, self.clock.now() + ttl_s)
             heapq.heappush(self._expiries, (self._leases[lease.id].expires_at, lease.id))
             return lease
 
@@ -377,10 +344,7 @@ class MemoryStore(Store):
 
     # -- watches and history -------------------------------------------------------------------------------
 
-    def watch(
-        self, key: str, start_revision: int | None = None, *, prefix: bool = True, deletes_only: bool = False
-    ) -> Watch:
-        validate_key(key, "key", prefix=prefix)
+    def _watch(self, key: str, start_revision: int | None, *, prefix: bool, deletes_only: bool) -> Watch:
         with self._lock:
             self._expire_locked()
             watch = _MemoryWatch(self, key, prefix, deletes_only)
@@ -393,7 +357,7 @@ class MemoryStore(Store):
             self._watches.add(watch)
             return watch
 
-    def compact(self, revision: int) -> None:
+    def _compact(self, revision: int) -> None:
         with self._lock:
             if revision > self._revision:
                 raise InvalidRequest("revision", f"{revision} is in the future (current {self._revision})")

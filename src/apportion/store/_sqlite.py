@@ -79,11 +79,11 @@ from apportion.errors import (
     Compacted,
     InvalidRequest,
     LeaseNotFound,
+    NoSuchStore,
     StoreReplaced,
     StoreUnavailable,
 )
 from apportion.store._base import Store, Watch, lease_id
-from apportion.store._connect import NoSuchStore
 from apportion.store._types import (
     Compare,
     Delete,
@@ -95,7 +95,6 @@ from apportion.store._types import (
     Op,
     Put,
     TxnResult,
-    validate_key,
 )
 
 SCHEMA_VERSION = 1
@@ -289,27 +288,6 @@ def _event(row: Sequence[Any]) -> Event:
     if kind == _PUT:
         return Event(EventType.PUT, KeyValue(key, value, create_revision, revision, version, lease))
     return Event(EventType.DELETE, KeyValue(key, b"", 0, revision, 0, 0))
-
-
-def _validate_txn(compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op]) -> bool:
-    """Check every compare and op (InvalidRequest); return whether either branch writes."""
-    for compare in compares:
-        validate_key(compare.key, "compare.key")
-    writes = False
-    for op in (*on_success, *on_failure):
-        if isinstance(op, Put):
-            validate_key(op.key, "op.key")
-            if not isinstance(op.value, bytes):
-                raise InvalidRequest("value", "must be bytes")
-            writes = True
-        elif isinstance(op, Delete):
-            validate_key(op.key, "op.key", prefix=op.prefix)
-            writes = True
-        elif isinstance(op, Get):
-            validate_key(op.key, "op.key", prefix=op.prefix)
-        else:
-            raise InvalidRequest("op", f"{op!r} is not a Put, Delete or Get")
-    return writes
 
 
 class SqliteStore(Store):
@@ -669,20 +647,14 @@ class SqliteStore(Store):
     def revision(self) -> int:
         return self._read(lambda conn, state: state.revision)
 
-    def get(self, key: str) -> KeyValue | None:
-        validate_key(key)
-
+    def _get(self, key: str) -> KeyValue | None:
         def body(conn: sqlite3.Connection, state: _State) -> KeyValue | None:
             row = conn.execute(_GET, (key,)).fetchone()
             return None if row is None or row[5] in state.expired else _kv(row)
 
         return self._read(body)
 
-    def range(self, prefix: str, limit: int | None = None) -> list[KeyValue]:
-        validate_key(prefix, "prefix", prefix=True)
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
-            raise InvalidRequest("limit", "must be an integer >= 0")
-
+    def _range(self, prefix: str, limit: int | None) -> list[KeyValue]:
         def body(conn: sqlite3.Connection, state: _State) -> list[KeyValue]:
             if limit is None:
                 rows = conn.execute(_RANGE, (prefix, prefix_end(prefix))).fetchall()
@@ -694,8 +666,8 @@ class SqliteStore(Store):
 
     # -- transactions --------------------------------------------------------------------------------------
 
-    def txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op] = ()) -> TxnResult:
-        writes = _validate_txn(compares, on_success, on_failure)
+    def _txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op]) -> TxnResult:
+        writes = any(not isinstance(op, Get) for op in (*on_success, *on_failure))
 
         def body(conn: sqlite3.Connection, state: _State) -> TxnResult:
             # a few statements per transaction, not several per key: every statement gives up the GIL and takes it
@@ -801,10 +773,8 @@ class SqliteStore(Store):
         for key in keys:
             self._log(conn, state, _DELETE, KeyValue(key, b"", 0, revision, 0, 0))
 
-    def grant(self, ttl_s: float) -> Lease:
-        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not (math.isfinite(ttl_s) and ttl_s > 0):
-            raise InvalidRequest("ttl_s", "must be a finite number > 0")
-        ttl = float(ttl_s)
+    def _grant(self, ttl_s: float) -> Lease:
+        ttl = ttl_s
 
         def body(conn: sqlite3.Connection, state: _State) -> Lease:
             cursor = conn.execute("INSERT INTO leases (ttl_s, expires_at) VALUES (?, ?)", (ttl, self.clock.now() + ttl))
@@ -841,13 +811,7 @@ class SqliteStore(Store):
 
     # -- watches and history -------------------------------------------------------------------------------
 
-    def watch(
-        self, key: str, start_revision: int | None = None, *, prefix: bool = True, deletes_only: bool = False
-    ) -> Watch:
-        validate_key(key, "key", prefix=prefix)
-        if start_revision is not None and (isinstance(start_revision, bool) or not isinstance(start_revision, int)):
-            raise InvalidRequest("start_revision", "must be an integer")
-
+    def _watch(self, key: str, start_revision: int | None, *, prefix: bool, deletes_only: bool) -> Watch:
         def body(conn: sqlite3.Connection, state: _State) -> int:
             if start_revision is None:
                 return state.revision
@@ -892,10 +856,7 @@ class SqliteStore(Store):
                 self._watches.remove(watch)
         self._notifier.changed()
 
-    def compact(self, revision: int) -> None:
-        if isinstance(revision, bool) or not isinstance(revision, int):
-            raise InvalidRequest("revision", "must be an integer")
-
+    def _compact(self, revision: int) -> None:
         def body(conn: sqlite3.Connection, state: _State) -> None:
             if revision > state.revision:
                 raise InvalidRequest("revision", f"{revision} is in the future (current {state.revision})")

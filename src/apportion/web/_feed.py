@@ -168,10 +168,10 @@ class _Mirror(Store):
     def revision(self) -> int:
         return self.store.revision()
 
-    def txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op] = ()) -> TxnResult:
+    def _txn(self, compares: Sequence[Compare], on_success: Sequence[Op], on_failure: Sequence[Op]) -> TxnResult:
         return self.store.txn(compares, on_success, on_failure)
 
-    def grant(self, ttl_s: float) -> Lease:
+    def _grant(self, ttl_s: float) -> Lease:
         return self.store.grant(ttl_s)
 
     def keepalive(self, lease: Lease | int) -> float:
@@ -183,12 +183,10 @@ class _Mirror(Store):
     def time_to_live(self, lease: Lease | int) -> float:
         return self.store.time_to_live(lease)
 
-    def watch(
-        self, key: str, start_revision: int | None = None, *, prefix: bool = True, deletes_only: bool = False
-    ) -> Watch:
+    def _watch(self, key: str, start_revision: int | None, *, prefix: bool, deletes_only: bool) -> Watch:
         return self.store.watch(key, start_revision, prefix=prefix, deletes_only=deletes_only)
 
-    def compact(self, revision: int) -> None:
+    def _compact(self, revision: int) -> None:
         self.store.compact(revision)
 
 
