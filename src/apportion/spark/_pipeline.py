@@ -69,7 +69,8 @@ Stateful pipelines (``state=StatefulPartitions(...)``, ``apportion.spark._statef
 aggregate per key in a local store per partition, restored from a changelog whose committed ranges ride in the same
 fenced checkpoint (step 2 restores on a new epoch; step 4 reads the batch's rows back from the directory Spark wrote,
 appends to the changelog before the commit and updates the local store after it); between batches the worker
-restores its standby and learner replicas.
+restores its standby and learner replicas (rounds mode). In coordinator mode the member acks a migration to this
+worker only once step 2 has restored the partition under the epoch it holds (``Pipeline.restored``, ``joined``).
 
 Partition states in the pipeline (``on_*`` run on the worker thread, batches on the caller's thread)::
 
