@@ -50,6 +50,7 @@ from apportion.group import (
     PartitionLease,
     ReplicaLags,
     ReplicasCallback,
+    Restored,
     Rounds,
     RoundsMember,
     TraceKind,
@@ -87,6 +88,7 @@ class Worker:
         tracer: Tracer | None = None,
         replica_lags: ReplicaLags | None = None,
         on_replicas: ReplicasCallback | None = None,
+        restored: Restored | None = None,
         replace: bool = False,
         subscriptions: Sequence[str] | None = None,
     ) -> None:
@@ -110,6 +112,7 @@ class Worker:
             rack=rack,
             replica_lags=replica_lags,
             on_replicas=on_replicas,
+            restored=restored,
             clock=group.clock,
             on_assigned=on_assigned,
             on_revoked=on_revoked,
@@ -508,6 +511,7 @@ class Group:
         tracer: Tracer | None = None,
         replica_lags: ReplicaLags | None = None,
         on_replicas: ReplicasCallback | None = None,
+        restored: Restored | None = None,
         replace: bool = False,
         subscriptions: Sequence[str] | None = None,
     ) -> Worker:
@@ -517,7 +521,10 @@ class Group:
 
         Stateful groups (``high_availability``): ``on_replicas(standby, learners)`` hears the replicas the plan
         gives this worker to keep warm, and ``replica_lags()`` reports how far behind each of them is (partition ->
-        offsets behind the changelog end) when the worker joins a round; rounds mode only.
+        offsets behind the changelog end) when the worker joins a round; rounds mode only. In coordinator mode,
+        ``restored(partition, epoch) -> bool`` says whether this worker has restored a partition's state under the
+        epoch it holds: a migration to it is acknowledged (the table's ONLINE) only then (seed 1: the data moves
+        before the table says ONLINE; ``apportion.group._coordinator``); called on the worker thread.
 
         A second live worker with the same ``worker_id`` in the group is refused (its ``InvalidRequest`` after 1.5
         ttl: a crashed holder's registration expires within one ttl, so a restart waits for it instead); with
@@ -538,6 +545,7 @@ class Group:
             tracer=tracer,
             replica_lags=replica_lags,
             on_replicas=on_replicas,
+            restored=restored,
             replace=replace,
             subscriptions=subscriptions,
         )

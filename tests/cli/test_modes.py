@@ -73,14 +73,13 @@ def test_a_mode_option_from_the_environment_or_a_config_file_counts_as_given(
     assert "connect-timeout" in result.one_error_line()
 
 
-def test_a_stateful_pipeline_is_refused_outside_the_rounds_mode_before_spark_starts(tmp_path: Path) -> None:
-    """The mode reaches the pipeline's group: standby and learner replicas exist only in the rounds mode."""
-    for mode in (["--mode", "coordinator"], ["--mode", "static", "--hostname", "c-0"]):
+def test_a_stateful_pipeline_is_accepted_in_every_mode(tmp_path: Path) -> None:
+    """Issue 30.4: `--state-dir` with --mode coordinator or static was refused ("need the rounds mode"); it now passes
+    the mode's checks, and the next check the worker makes before Spark starts (the input directory) is the error."""
+    for mode in ([], ["--mode", "coordinator"], ["--mode", "static", "--hostname", "c-0"]):
         result = cli(*pipeline_args(tmp_path), *mode, "--state-dir", str(tmp_path / "state"))
         assert result.code == 2, result.stderr
-        assert "state-dir: stateful partitions (standby and learner replicas) need the rounds mode" in (
-            result.one_error_line()
-        )
+        assert f"input: cannot read directory {tmp_path / 'log'}" in result.one_error_line()
 
 
 # -- apportion simulate --mode ---------------------------------------------------------------------------------

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
 from apportion.errors import InvalidRequest
-from apportion.group import CoordinatorMember, Entry, GroupConfig, TableState, decode, group_status
+from apportion.group import (
+    CoordinatorMember,
+    Entry,
+    GroupConfig,
+    Keys,
+    Rounds,
+    Static,
+    TableState,
+    decode,
+    group_status,
+    new_member,
+)
 from apportion.group._coordinator import (
     FIRST_TABLE_MAX_SETTLES,
     planned_moves,
@@ -16,6 +28,7 @@ from apportion.group._coordinator import (
     request_rebalance,
     table_changes,
 )
+from apportion.store import Delete
 from tests.group.modes_harness import RR, ModeHarness
 
 
@@ -374,3 +387,67 @@ def test_failed_members_are_kept_for_the_retention_bound_only() -> None:
     assert victim in failed(h)
     h.clock.advance(20.0)
     assert victim not in failed(h)  # its lease ended: the store dropped it, no coordinator needed
+
+
+# -- issue 30.4: a stateful target acks a migration only once it has restored the state -----------------------------
+
+
+def restoring_target(h: ModeHarness, member_id: str) -> tuple[CoordinatorMember, set[tuple[int, int]], list[Any]]:
+    """A coordinator member whose state (per partition and epoch) is restored when the test says so."""
+    done: set[tuple[int, int]] = set()
+    asked: list[tuple[int, int]] = []
+
+    def restored(partition: int, epoch: int) -> bool:
+        asked.append((partition, epoch))
+        return (partition, epoch) in done
+
+    return h.add_coordinated(member_id, restored=restored), done, asked
+
+
+def test_a_stateful_target_acks_a_migration_only_once_its_state_is_restored_under_its_epoch() -> None:
+    """Seed 1: the data moves, then the table says ONLINE. A member given ``restored`` (a stateful pipeline) claims
+    the partitions migrating to it, and its entries stay MIGRATING (the group unstable) until ``restored(p, epoch)``
+    holds for the epoch it claimed them with; then each is acked ONLINE."""
+    h = ModeHarness()
+    h.add_coordinated("a", max_in_flight=12)
+    h.run(1.0)
+    b, done, asked = restoring_target(h, "b")
+    h.run(2.0)
+    moving = {p for p, e in table(h).items() if e.target == "b"}
+    assert len(moving) == 6 and all(table(h)[p].state is TableState.MIGRATING for p in moving)
+    assert set(b.owned()) == moving, "the target claims at once: it restores under the epoch it holds"
+    epochs = {p: b.lease(p).epoch for p in moving}
+    assert set(epochs.items()) <= set(asked), "asked about the epoch it holds"
+    assert not b.stable() and not [c for c in h.log.calls if c[0] == "lost"]
+    first = sorted(moving)[:3]
+    done.update((p, epochs[p]) for p in first)
+    h.run(0.5)
+    assert {p for p, e in table(h).items() if e.state is TableState.ONLINE and e.owner == "b"} == set(first)
+    done.update((p, epochs[p]) for p in moving)
+    h.run(0.5)
+    assert all(e.state is TableState.ONLINE for e in table(h).values())
+    assert sorted(len(p) for p in h.assignment().values()) == [6, 6] and b.stable()
+
+
+def test_a_restored_target_whose_owner_record_is_gone_never_writes_online() -> None:
+    """The ack compares the target's owner record at the epoch it restored under: a target that lost the partition
+    (its lease ended while it was frozen: here its record is deleted under it) never acks."""
+    h = ModeHarness()
+    h.add_coordinated("a", max_in_flight=12)
+    h.run(1.0)
+    b, done, _ = restoring_target(h, "b")
+    h.run(2.0)
+    p = min(b.owned())
+    epoch = b.lease(p).epoch
+    assert h.store.txn([], [Delete(Keys("g").owner(p))]).succeeded
+    done.add((p, epoch))
+    h.run(0.2)
+    assert table(h)[p].state is TableState.MIGRATING and table(h)[p].target == "b"
+
+
+def test_only_a_coordinator_member_takes_the_restored_gate() -> None:
+    h = ModeHarness()
+    for mode in (Rounds(), Static(1)):
+        with pytest.raises(InvalidRequest, match="only a coordinator member acks a migration"):
+            new_member(h.store, "g", "x", dataclasses.replace(RR, mode=mode), ordinal=0 if mode.name == "static"
+                       else None, clock=h.clock, restored=lambda p, e: True)  # fmt: skip

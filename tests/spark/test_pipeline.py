@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import threading
 import uuid
@@ -20,7 +21,7 @@ import pytest
 from apportion.assign import range_block
 from apportion.cli import main
 from apportion.fleet import Fleet, WorkerProcess, pipeline_args
-from apportion.group import group_status, owned_by
+from apportion.group import TableState, group_status, history, owned_by, read_table
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Checkpoint, Pipeline, read_committed, read_committed_arrow, verify
 from apportion.spark._output import committed_checkpoints, uncommitted_records
@@ -196,6 +197,62 @@ def test_coordinator_mode_pipeline_survives_kill_zombie_and_late_join_with_exact
         assert len(group_status(store, "g")["table"]) == PARTITIONS  # the coordinator's partition table
 
 
+# The stateful variants (issue 30.4: `--state-dir` was refused outside the rounds mode): the same faults on fewer
+# records (one small batch per partition), so that each stays within a minute on 2 cores.
+STATE_RECORDS = 8_000
+
+
+def restores_before(worker: WorkerProcess) -> dict[tuple[int, int], dict[str, Any]]:
+    """The worker's ``restored`` events by (partition, epoch): its state caught up with the committed changelog."""
+    return {(e["partition"], e["epoch"]): e for e in worker.of("restored")}
+
+
+@pytest.mark.slow  # 50-65 s on a 2-core machine at load 5, the Connect server up
+def test_coordinator_mode_stateful_pipeline_acks_migrations_only_after_the_restore_with_exactly_once_state(
+    tmp_path: Path, processes: list[WorkerProcess], capsys: pytest.CaptureFixture[str], connect_server: Any
+) -> None:
+    """Seed 1's migration moves the data: the coordinator test's kill -9, zombie and late joiner with `--state-dir`,
+    then, once everything is committed, a fourth worker joins (the seed's ephesus) and partitions migrate to it from
+    the holders that committed their state. Every entry the table turns ONLINE is acked by a worker that restored
+    that partition's state from the fenced changelog under the epoch it acks with, before the ack; the newcomer's
+    restores replay what the sources committed. Output and state (rebuilt from the committed changelog vs a one-pass
+    aggregate): exactly once."""
+    state = ("--state-dir", str(tmp_path / "state"))
+    engine = ("--spark", connect_server.url)
+
+    def online(store: Store, owners: int) -> bool:
+        entries = [e for e, _ in read_table(store, "g").values()]
+        return all(e.state is TableState.ONLINE for e in entries) and len({e.owner for e in entries}) == owners
+
+    def a_newcomer_takes_its_share(store: Store) -> None:
+        wait_for("the table to be ONLINE over the late joiner and the zombie", lambda: online(store, 2), 120,
+                 context=lambda: f"{read_table(store, 'g')}\n{timeline(processes)}")  # fmt: skip
+        url = f"sqlite:///{tmp_path / 'store.db'}"
+        newcomer = pipeline_process(
+            url, tmp_path / "log", tmp_path / "out", "w4", extra=(*engine, *COORDINATOR, *state)
+        )
+        processes.append(newcomer)
+        wait_for("partitions to migrate to w4 and the table to be ONLINE", lambda: online(store, 3), 180,
+                 context=lambda: f"{read_table(store, 'g')}\n{timeline(processes)}")  # fmt: skip
+        newcomer.signal(signal.SIGTERM)
+        assert newcomer.proc.wait(60) == 0, newcomer.tail()
+
+    url, _, _ = survive_kill_zombie_and_late_join(
+        tmp_path, processes, capsys, engine=engine, records=STATE_RECORDS, mode=(*COORDINATOR, *state),
+        before_stop=a_newcomer_takes_its_share,
+    )  # fmt: skip
+    with connect(url) as store:
+        acks = [e for e in history(store, "g") if e["type"] == "migrated"]
+    workers = {w.id: w for w in processes}
+    for ack in acks:
+        restore = restores_before(workers[ack["member"]]).get((ack["partition"], ack["epoch"]))
+        assert restore is not None and restore["time"] <= ack["time"] + 0.001, (ack, restore, timeline(processes))
+        ack["replayed"] = restore["records"]
+    moved = [a for a in acks if a["member"] == "w4"]
+    assert moved and all(a["source"] in ("w1", "w2", "w3") and a["replayed"] > 0 for a in moved), acks
+    assert {"w3", "w4"} <= {a["member"] for a in acks}, acks
+
+
 def ordinal(pod: WorkerProcess) -> int:
     return int(pod.id.rsplit("-", 1)[1])
 
@@ -219,11 +276,64 @@ def test_static_mode_pipeline_restarts_a_killed_ordinal_and_fences_a_frozen_one_
     name, same ordinal): it claims its range with a new epoch and processes it from the commit. The other is frozen
     (SIGSTOP) past its ttl: its range waits for its ordinal, the live pod leaves it alone; when it resumes, its late
     commits are fenced and it claims its range again. Every record is committed exactly once, in per-key order."""
+    restart_killed_ordinal_and_fence_frozen(tmp_path, capsys, connect_server, MODE_RECORDS)
+
+
+@pytest.mark.slow
+def test_static_mode_stateful_pipeline_restores_an_ordinals_block_on_claim_with_exactly_once_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], connect_server: Any
+) -> None:
+    """The static test's kill -9 and zombie with `--state-dir` (output and state exactly once), then more input and
+    a restart of both pods, one of them on another node without its volume (its state directory gone): each pod
+    restores its block when it claims it, before its first batch of the epoch (every commit follows a restore under
+    its epoch); the one without its volume replays its block's whole committed changelog, the other only the tail
+    it lacks (nothing). The state rebuilt from the committed changelog equals a one-pass aggregate of the input."""
+    state = tmp_path / "state"
+    stateful = ("--state-dir", str(state))
+    url, log, pods = restart_killed_ordinal_and_fence_frozen(tmp_path, capsys, connect_server, STATE_RECORDS, stateful)
+    more = STATE_RECORDS // 4
+    with Producer(log, "r", batch_records=500) as producer:
+        producer.send_many((f"k{i % 97}", f"more{i}") for i in range(more))
+    lost = pods[0].id  # the killed pod's ordinal comes back on another node
+    shutil.rmtree(state / lost)
+    template = ("--spark", connect_server.url, "--mode", "static", "--replicas", str(REPLICAS), *stateful)
+    with pipeline_fleet(url, tmp_path / "log", tmp_path / "out", extra=template) as fleet, connect(url) as store:
+        again = [static_pod(fleet, o) for o in range(REPLICAS)]
+        wait_for(
+            "the new input to be committed",
+            lambda: sum(uncommitted_records(store, "g", log, "r").values()) == 0,
+            180,
+            context=lambda: timeline(fleet.started),
+        )
+        assert fleet.stop_all(60) == {pod.id: 0 for pod in again}, timeline(fleet.started)
+    for pod in [*pods, *again]:
+        restores = {(e["partition"], e["epoch"]) for e in pod.own_events() if e.get("event") == "restored"}
+        commits = [e for e in pod.own_events() if e.get("event") == "commit"]
+        assert all((e["partition"], e["epoch"]) in restores for e in commits), f"{pod.id}: a commit before a restore"
+    for pod in again:
+        restored = [e for e in pod.own_events() if e.get("event") == "restored"]
+        assert {e["partition"] for e in restored} == set(range_block(ordinal(pod), REPLICAS, PARTITIONS))
+        if pod.id == lost:  # cold: the whole committed changelog
+            assert all(e["records"] == e["lag"] == e["committed"] > 0 for e in restored), restored
+        else:  # its own volume: nothing to replay
+            assert all(e["records"] == e["lag"] == 0 < e["committed"] for e in restored), restored
+    assert_exactly_once(url, tmp_path / "log", tmp_path / "out", STATE_RECORDS + more, capsys)
+
+
+def restart_killed_ordinal_and_fence_frozen(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    connect_server: Any,
+    records: int,
+    extra: tuple[str, ...] = (),
+) -> tuple[str, PartitionedLog, tuple[WorkerProcess, WorkerProcess, WorkerProcess]]:
+    """The static test (its docstring) with ``extra`` options for every pod, stopped at the end and checked. Returns
+    the store URL, the log and the killed, restarted and frozen pods."""
     log_dir, out_dir, url = tmp_path / "log", tmp_path / "out", f"sqlite:///{tmp_path / 'store.db'}"
-    log = produce(log_dir, MODE_RECORDS)
+    log = produce(log_dir, records)
     blocks = {o: set(range_block(o, REPLICAS, PARTITIONS)) for o in range(REPLICAS)}
-    template = ("--spark", connect_server.url, "--mode", "static", "--replicas", str(REPLICAS))  # the pod template
-    with pipeline_fleet(url, log_dir, out_dir, extra=template) as fleet, connect(url) as store:
+    template = ("--spark", connect_server.url, "--mode", "static", "--replicas", str(REPLICAS), *extra)
+    with pipeline_fleet(url, log_dir, out_dir, extra=template) as fleet, connect(url) as store:  # the pod template
         pods = [static_pod(fleet, o, *pause_args(PAUSE_S)) for o in range(REPLICAS)]
         wait_for(
             "a first batch to pause before its commit",
@@ -275,7 +385,8 @@ def test_static_mode_pipeline_restarts_a_killed_ordinal_and_fences_a_frozen_one_
     assert_stale_output_discarded(checkpoints, out_dir, [*killed_files, *zombie_files])
     assert zombie_partitions <= {e["partition"] for e in frozen.of("fenced")}
     assert {e["partition"] for e in restarted.own_events() if e.get("event") == "commit"} == blocks[ordinal(killed)]
-    assert_exactly_once(url, log_dir, out_dir, MODE_RECORDS, capsys)
+    assert_exactly_once(url, log_dir, out_dir, records, capsys)
+    return url, log, (killed, restarted, frozen)
 
 
 def survive_kill_zombie_and_late_join(
@@ -288,11 +399,13 @@ def survive_kill_zombie_and_late_join(
     first_batches: Callable[[], None] | None = None,
     records: int = RECORDS,
     mode: tuple[str, ...] = (),
+    before_stop: Callable[[Store], None] | None = None,
 ) -> tuple[str, Path, Path]:
     """Two workers start; ``first_batches()`` (if given) runs while their first batches are under way; the first to
     pause before its commit is killed, the other frozen there (a zombie), a third joins late and takes over, the
     zombie resumes and is fenced. Then every record must be committed exactly once, in per-key order. ``engine``:
-    the workers' Spark arguments (default: a JVM each); ``mode``: their ``--mode`` and its options (default rounds).
+    the workers' Spark arguments (default: a JVM each); ``mode``: their ``--mode`` and its options (default rounds);
+    ``before_stop(store)`` (if given) runs once everything is committed, before the workers are stopped.
     Returns the store URL and the log and output directories."""
     log_dir, out_dir, url = tmp_path / "log", tmp_path / "out", f"sqlite:///{tmp_path / 'store.db'}"
     log = produce(log_dir, records)
@@ -337,6 +450,8 @@ def survive_kill_zombie_and_late_join(
             context=lambda: timeline(processes),
         )
         resume_zombie_until_all_committed(frozen, store, log, processes)
+        if before_stop is not None:
+            before_stop(store)
         checkpoints = committed_checkpoints(store, "g")
     for w in (frozen, late):
         w.signal(signal.SIGTERM)
@@ -398,5 +513,8 @@ def assert_exactly_once(
                  str(out_dir), "--resource", "r", "--json"]) == 0  # fmt: skip
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["output_records"] == records and report["duplicates"] == report["missing"] == 0
+    if "state_ok" in report:  # a stateful run: the state rebuilt from the committed changelog = a one-pass aggregate
+        assert report["state_ok"] and report["state_mismatched_keys"] == 0, report
+        assert report["state_records"] == records, report
     with connect(url) as store:
         assert_per_key_offset_order(read_committed_arrow(store, "g", out_dir))

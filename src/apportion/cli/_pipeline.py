@@ -7,9 +7,11 @@
   processing the partitions it owns in fenced micro-batches (``apportion.spark.run_pipeline_worker``); several
   processes form the group. SIGTERM/SIGINT leave gracefully.
   Every assignment, batch, write, commit and fenced event is one JSON line on stderr.
-  With ``--state-dir`` the group is stateful (seed 2): per-key running aggregates per partition in local stores
-  backed by a fenced changelog, standby/learner replicas restored between batches (``apportion.spark._stateful``);
-  use ``--strategy high_availability`` and ``--option KEY=VALUE`` for its options.
+  With ``--state-dir`` the group is stateful, in every mode: per-key running aggregates per partition in local
+  stores backed by a fenced changelog (``apportion.spark._stateful``), restored by each new owner before its first
+  batch; in rounds mode standby/learner replicas are restored between batches (seed 2: use ``--strategy
+  high_availability`` and ``--option KEY=VALUE`` for its options), in coordinator mode a migration is acked (ONLINE)
+  only once the new owner has restored (seed 1), in static mode a pod restores its block on claim.
 - ``verify``: the committed output vs the input (counts, checksums, duplicates, missing, per-key order) and, when
   the resource has a changelog, the state rebuilt from it vs a one-pass reference; exit 1 on any failure; ``--json``
   prints the report as JSON on stdout.

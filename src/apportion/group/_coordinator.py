@@ -15,9 +15,27 @@ The partition table (``Entry`` per partition: ``owner``, ``target``, ``state``; 
     ONLINE(owner=A) --member joins/dies (automatic) or `apportion rebalance` (manual) moves p to B-->
         ASSIGNED(owner=A, target=B) --coordinator, fewer than max_in_flight MIGRATING--> MIGRATING(A -> B)
     MIGRATING(A -> B) --A: on_revoked, release owner/p (or A's lease expires)--> (owner record free)
-        --B: claim owner/p (new epoch), ack: txn [table/p unchanged] -> ONLINE(owner=B)--> ONLINE(owner=B)
-    ASSIGNED(owner=None, target=B) --B claims and acks--> ONLINE(owner=B)       (nothing to migrate: no throttle)
+        --B: claim owner/p (new epoch e), on_assigned; [stateful: restored(p, e)]; ack: txn [table/p unchanged,
+          owner/p == (B, e)] -> ONLINE(owner=B)--> ONLINE(owner=B)
+    ASSIGNED(owner=None, target=B) --B claims, [restores,] acks--> ONLINE(owner=B)   (nothing to migrate: no throttle)
     any entry whose owner or target died --coordinator--> re-planned (even in manual mode: nothing is lost)
+
+Seed 1's migration moves the partition's data: the source "sends the entire partition data to the target node",
+which acks, and only then does the table say ONLINE. apportion's data is a stateful pipeline's per-partition state
+(``apportion.spark._stateful``): its truth is the fenced changelog in the shared log, so nothing is sent from A to
+B; B *restores* it, replaying the committed changelog ranges named by the checkpoint it reads under its new epoch
+(complete: no other member can commit under that epoch). A member given ``restored(partition, epoch) -> bool``
+(``Group.join(..., restored=...)``; the pipeline's ``Pipeline.restored``) acks a partition it claimed as a target
+only once ``restored`` says its state is restored under the epoch it holds, so ONLINE in the table means the new
+owner has the state, as in the seed. Why the gate and not a restore inside ``on_assigned``: a restore replays up to
+the whole changelog, and on the stepping thread it would hold back the member's revocations, claims and acks of
+every other partition (and the coordinator's decisions) for that long; the pipeline restores on its own thread
+before its first batch of the epoch, as in every mode, and the member only waits to ack. Until then the entry stays
+MIGRATING (or ASSIGNED): ``stable()`` is false, ``apportion rebalance`` is refused, ``max_in_flight`` counts it. The
+ack also compares B's owner record at that epoch, so a member that lost the partition meanwhile (lapsed, frozen)
+never writes ONLINE for it. Without ``restored`` (a stateless member) the ack follows the claim at once, as before.
+An owner that claims again a partition the table already has ONLINE for it (after a lapse of its own) does not ack;
+its pipeline restores the (short) tail it lacks before its first batch of the new epoch, as in every mode.
 
 The first table (seed 1: "it might map partitions too early until the cluster reaches a stable state"): the
 coordinator lays it out once ``min_members`` are live AND the live members have not changed for the group's
@@ -79,7 +97,7 @@ from __future__ import annotations
 import enum
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
 
@@ -111,6 +129,7 @@ from apportion.store import (
     absent,
     mod_revision_is,
     renew_interval_s,
+    value_is,
 )
 
 log = logging.getLogger(__name__)
@@ -255,6 +274,11 @@ def table_request(
         options,
     )
 
+
+Restored = Callable[[Any, int], bool]
+"""``restored(partition, epoch)``: whether the member's application has restored the partition's state under that
+epoch (a stateful pipeline: its changelog replayed up to the checkpoint read under the epoch). A coordinator member
+given one acks a migration to it only once it says so (see the module docstring); called on the stepping thread."""
 
 SubscriptionsOf = Mapping[str, frozenset[str] | None]
 """member id -> the resources it consumes (None: every one), from its ``members/<id>`` registration."""
@@ -444,6 +468,7 @@ class CoordinatorMember(FencedMember):
         planner: Planner = default_planner,
         subscriptions: Sequence[str] | None = None,
         checker: Checker | None = check_plan,
+        restored: Restored | None = None,
         **options: Unpack[MemberOptions],
     ) -> None:
         if not isinstance(config.mode, Coordinator):
@@ -466,6 +491,8 @@ class CoordinatorMember(FencedMember):
         self._quiet: tuple[tuple[str, ...], float, float] | None = None
         self._settle_until: float | None = None
         self._failed: dict[str, dict[str, Any]] = {}  # failures noticed and not recorded yet: id -> record
+        self._restored = restored  # the ack's gate (see the module docstring); None: ack at once
+        self._awaiting_restore: set[PartitionId] = set()  # claimed as a target, not acked: state not restored yet
 
     @property
     def settings(self) -> Coordinator:
@@ -621,7 +648,7 @@ class CoordinatorMember(FencedMember):
         self._follow(now)
         if self._busy_until is not None:
             return self._busy_until
-        if self._claiming or self._to_release:
+        if self._claiming or self._to_release or self._awaiting_restore:
             deadlines.append(now + self.claim_retry_s)
         if self._settle_until is not None:
             deadlines.append(self._settle_until)
@@ -768,19 +795,33 @@ class CoordinatorMember(FencedMember):
         if self._claiming:
             self._claim(now)
         with self._lock:
-            owned = set(self._owned)
+            epochs = dict(self._owned)
+        awaiting: set[PartitionId] = set()
         for p, (entry, rev) in sorted(self._table.items()):
-            if p in owned and entry.target == self.id and entry.state is not TableState.ONLINE:
+            if p in epochs and entry.target == self.id and entry.state is not TableState.ONLINE:
+                epoch = epochs[p]
+                if self._restored is not None and not self._restored(p, epoch):
+                    awaiting.add(p)  # the ack waits for the state (module docstring): asked again next step
+                    continue
                 online = Entry(self.id, None, TableState.ONLINE)
                 ops: list[Op] = [Put(self.keys.table(p), encode(online.to_json())), Delete(self.keys.migration(p))]
-                ops += self._recorder.put("migrated", now, partitions=[p], source=entry.owner)
+                # the time of the ack itself (a restore may have ended during this step): after the restore's
+                ops += self._recorder.put(
+                    "migrated", self._clock.now(), partitions=[p], epochs=[epoch], source=entry.owner
+                )
+                compares = [
+                    mod_revision_is(self.keys.table(p), rev),
+                    value_is(self.keys.owner(p), self._owner_value(epoch)),
+                ]
                 self._tables.forget()
-                if self.store.txn([mod_revision_is(self.keys.table(p), rev)], ops).succeeded:
-                    self._trace(TraceKind.ACK, partition=p, source=entry.owner)
+                if self.store.txn(compares, ops).succeeded:
+                    self._trace(TraceKind.ACK, partition=p, source=entry.owner, epoch=epoch)
+        self._awaiting_restore = awaiting
 
     def _reset(self) -> None:
         self.phase = CoordinatorPhase.STARTING
         self._table = {}
+        self._awaiting_restore = set()
         self._forget()
 
     def _stop(self) -> None:
@@ -794,6 +835,7 @@ __all__ = [
     "CoordinatorMember",
     "CoordinatorPhase",
     "Entry",
+    "Restored",
     "TableMove",
     "TablePlan",
     "TableState",

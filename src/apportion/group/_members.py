@@ -4,7 +4,9 @@
 ``Coordinator(...)`` → :class:`CoordinatorMember`, ``Static(...)`` → :class:`StaticMember`. What only a member is
 (not the group) comes as keywords, each refused with a mode that has no use for it: a static member's ``ordinal``;
 ``subscriptions`` (rounds and coordinator); ``capacity``, ``rack`` and the stateful replicas' ``replica_lags`` and
-``on_replicas`` (rounds; a coordinator plans by its strategy alone and ignores capacity and rack, as it always did).
+``on_replicas`` (rounds; a coordinator plans by its strategy alone and ignores capacity and rack, as it always did);
+a stateful member's ``restored(partition, epoch)`` (coordinator: the gate of its migration acks, so that the table's
+ONLINE means the state is restored; the other modes have no ack to hold back).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Unpack
 
 from apportion.errors import InvalidRequest
 from apportion.group._config import GroupConfig
-from apportion.group._coordinator import CoordinatorMember
+from apportion.group._coordinator import CoordinatorMember, Restored
 from apportion.group._mode import NO_STATIC_SUBSCRIPTIONS, Coordinator, Static
 from apportion.group._ownership import FencedMember, MemberOptions
 from apportion.group._rounds import Checker, ReplicaLags, ReplicasCallback, RoundsMember, check_plan
@@ -34,6 +36,7 @@ def new_member(
     rack: str | None = None,
     replica_lags: ReplicaLags | None = None,
     on_replicas: ReplicasCallback | None = None,
+    restored: Restored | None = None,
     checker: Checker = check_plan,
     **options: Unpack[MemberOptions],
 ) -> FencedMember:
@@ -46,6 +49,8 @@ def new_member(
         raise InvalidRequest("ordinal", f"only in static mode (this is {mode.name} mode)")
     if mode.name != "rounds" and (replica_lags is not None or on_replicas is not None):
         raise InvalidRequest("on_replicas", "standby and learner replicas exist only in the rounds mode")
+    if not isinstance(mode, Coordinator) and restored is not None:
+        raise InvalidRequest("restored", f"only a coordinator member acks a migration (this is {mode.name} mode)")
     if isinstance(mode, Static):
         if ordinal is None:
             raise InvalidRequest("ordinal", "static mode needs an ordinal")
@@ -54,7 +59,7 @@ def new_member(
         return StaticMember(store, group, member_id, config, ordinal=ordinal, **options)
     if isinstance(mode, Coordinator):
         return CoordinatorMember(
-            store, group, member_id, config, subscriptions=subscriptions, checker=checker, **options
+            store, group, member_id, config, subscriptions=subscriptions, checker=checker, restored=restored, **options
         )
     return RoundsMember(
         store, group, member_id, config, capacity=capacity, rack=rack, checker=checker, replica_lags=replica_lags,

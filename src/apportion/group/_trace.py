@@ -36,7 +36,7 @@ branch that never runs. The fields of each kind::
     waiting_for_members live, min_members         coordinator: below the minimum cluster size
     settling          live, until                 coordinator: the first table waits for RST without a join
     table             full, changed, migrating, moves, min_moves               coordinator: the table was written
-    ack               partition, source           coordinator: a migration was acknowledged
+    ack               partition, source, epoch    coordinator: a migration was acknowledged (stateful: restored)
     failed            members                     coordinator: members whose lease ended without a leave
     static            ordinal, replicas           static: the block it follows
     scale             ordinal, replicas, previous static: the replica count changed (``previous``: raised by it)

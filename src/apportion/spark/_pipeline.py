@@ -69,7 +69,8 @@ Stateful pipelines (``state=StatefulPartitions(...)``, ``apportion.spark._statef
 aggregate per key in a local store per partition, restored from a changelog whose committed ranges ride in the same
 fenced checkpoint (step 2 restores on a new epoch; step 4 reads the batch's rows back from the directory Spark wrote,
 appends to the changelog before the commit and updates the local store after it); between batches the worker
-restores its standby and learner replicas.
+restores its standby and learner replicas (rounds mode). In coordinator mode the member acks a migration to this
+worker only once step 2 has restored the partition under the epoch it holds (``Pipeline.restored``, ``joined``).
 
 Partition states in the pipeline (``on_*`` run on the worker thread, batches on the caller's thread)::
 
@@ -436,6 +437,15 @@ class Pipeline:
     def replica_lags(self) -> dict[int, int]:
         return {} if self.state is None else self.state.replica_lags()
 
+    def restored(self, partition: int, epoch: int) -> bool:
+        """Whether ``partition``'s state is restored under ``epoch``: its first batch of that epoch has read the
+        checkpoint and replayed the changelog it names (``_plan``: the cache is set only after ``prepare``). A
+        coordinator member acks a migration to this worker only then (``joined``), so the table's ONLINE means the
+        new owner has the state."""
+        with self._state:
+            cached = self._cache.get(partition)
+        return cached is not None and cached[0] == epoch
+
     def restore_replicas(self) -> int:
         """Replay a bounded number of changelog records into this worker's standby and learner replicas."""
         committer = self._committer
@@ -682,10 +692,17 @@ def run_batches(
 
 @contextlib.contextmanager
 def joined(group: Group, worker_id: str, pipeline: Pipeline, **join_kwargs: Any) -> Iterator[Any]:
-    """Join ``group`` with the pipeline's callbacks and attach the worker; leave gracefully at the end."""
+    """Join ``group`` with the pipeline's callbacks and attach the worker; leave gracefully at the end. A stateful
+    pipeline keeps replicas warm in the rounds mode (``on_replicas``, ``replica_lags``) and holds a coordinator's
+    migration acks until its state is restored (``restored``); in the static mode it restores on claim, before its
+    first batch, as in every mode (``_plan``), with no one to tell."""
     if pipeline.state is not None:
-        join_kwargs.setdefault("replica_lags", pipeline.replica_lags)
-        join_kwargs.setdefault("on_replicas", pipeline.on_replicas)
+        mode = group.mode.name
+        if mode == "rounds":
+            join_kwargs.setdefault("replica_lags", pipeline.replica_lags)
+            join_kwargs.setdefault("on_replicas", pipeline.on_replicas)
+        elif mode == "coordinator":
+            join_kwargs.setdefault("restored", pipeline.restored)
     worker = group.join(worker_id, pipeline.on_assigned, pipeline.on_revoked, pipeline.on_lost, **join_kwargs)
     pipeline.attach(worker)
     try:

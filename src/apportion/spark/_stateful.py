@@ -16,6 +16,11 @@ the state because the changelog ranges are part of the fenced checkpoint:
    offsets not yet applied) in the member's participation record: the ``high_availability`` strategy moves an
    active only to a replica within ``acceptable_recovery_lag``, so the new owner's step 1 is short.
 
+Step 1 is the same in every mode: it is how the state follows a partition to its new owner. Step 3 exists only in
+the rounds mode (seed 2's replicas need its plan). In coordinator mode the new owner's member acks the migration
+(the table's ONLINE, seed 1) only once step 1 is done under the epoch it holds (``Pipeline.restored``); in static
+mode the ordinal's pod does step 1 when it claims its block. ``apportion.spark._worker`` says why each.
+
 ``restore_rate`` (records per second, 0 = unlimited) caps every restore of this worker, actives and replicas alike:
 the knob that keeps background restoration from saturating a shared disk or network (Kafka's replication throttles
 play the same role), and the bandwidth model of the stateful benchmark.

@@ -3,8 +3,13 @@
 ``run_pipeline_worker(store_url, group, worker_id, input_dir, output_dir, ...)`` checks its directories and the log
 before Spark starts, joins the group (created with these settings if absent) and processes the partitions it owns in
 fenced micro-batches (``apportion.spark._pipeline``) until SIGTERM/SIGINT (a graceful leave), ``stop`` is set, or
-``exit_idle_s`` passes without work. With ``state_dir`` the group is stateful (seed 2): per-key aggregates per
-partition in local stores backed by a fenced changelog (``apportion.spark._stateful``).
+``exit_idle_s`` passes without work. With ``state_dir`` the group is stateful: per-key aggregates per partition in
+local stores backed by a fenced changelog (``apportion.spark._stateful``), in every mode. The owner of a partition
+restores its state from the changelog before its first batch of each epoch, whatever gave it the partition; what
+differs by mode is what else happens: rounds mode keeps standby and learner replicas warm (seed 2), coordinator mode
+acknowledges a migration only once the new owner has restored (seed 1: the table's ONLINE means the state moved),
+static mode restores when the ordinal claims its block (a restarted pod that keeps its state directory, as a
+StatefulSet's volume does, replays only the tail it lacks).
 
 Events (one ``emit(event, **fields)`` each): ``started`` (after the warm-up, before joining; with the group's
 ``mode``), every event of the
@@ -97,10 +102,11 @@ def run_pipeline_worker(
     ``mode`` (``Rounds()`` by default, ``Coordinator(...)``, ``Static(...)`` with this member's ``ordinal``) are the
     definition this worker requests (``GroupConfig.request``), checked before Spark starts; it defines the group when
     it does not exist yet, and a group stored with another mode or other partitions is refused
-    (``apportion.Group.of``). Stateful partitions (``state_dir``) need the rounds mode. ``transform`` is a function
-    ``f(df) -> df`` or its ``"module:function"`` name (default ``apportion.spark.transform``). ``emit`` receives every
-    event (default: one JSON log line on ``apportion.pipeline``). ``signals``: SIGINT and SIGTERM set ``stop`` (main
-    thread only; the handlers stay installed, so a signal during the process's exit is ignored too).
+    (``apportion.Group.of``). Stateful partitions (``state_dir``) work in every mode (the module docstring says how
+    each one moves the state; standby and learner replicas exist only in the rounds mode). ``transform`` is a
+    function ``f(df) -> df`` or its ``"module:function"`` name (default ``apportion.spark.transform``). ``emit``
+    receives every event (default: one JSON log line on ``apportion.pipeline``). ``signals``: SIGINT and SIGTERM set
+    ``stop`` (main thread only; the handlers stay installed, so a signal during the process's exit is ignored too).
 
     ``resources`` (several log resources, instead of ``resource``): the group is over these named resources (each
     with the log's partition count) and this worker runs one ``Pipeline`` per resource it subscribes to
@@ -113,8 +119,6 @@ def run_pipeline_worker(
     from apportion.worker import Group
 
     mode = Rounds() if mode is None else mode
-    if state_dir is not None and not isinstance(mode, Rounds):
-        raise InvalidRequest("state-dir", "stateful partitions (standby and learner replicas) need the rounds mode")
 
     def requested(partitions: int | None = None, resources: Mapping[str, int] | None = None) -> GroupConfig:
         return GroupConfig.request(
