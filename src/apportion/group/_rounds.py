@@ -13,8 +13,8 @@ opener's clock). Member phases (``Phase``)::
     WAITING  --current R open, (R opened after I started) or (age < RST)--> join R --> JOINED(R)
     WAITING  --R closed without me, or open and older than RST--> open a new round at max(now, seen(R) + MRI)
     JOINED(R) --local seen(R) + RST passed (R's opener; each other member, a backup, up to max(RST, ttl/2) later:
-                ``_close_at``), plan absent, no live member of the previous plan missing (registered, not leaving: inside
-                on_revoked, or busy; ``_awaited``), or seen(R) + RST + ttl passed--> close R
+                ``_close_at``), plan absent, no live member of the previous plan missing (registered, not
+                leaving: inside on_revoked, or busy; ``_awaited``), or seen(R) + RST + ttl passed--> close R
                 (first closer wins) --> SETTLED(R)
     JOINED(R) --plan of R read--> SETTLED(R)         (every member reads the same plan)
     SETTLED(R) --current changes to R2--> join R2 --> JOINED(R2)
