@@ -35,6 +35,7 @@ from apportion.cli._common import group_option, seconds, store_option
 from apportion.cli._store import read_group
 from apportion.errors import InvalidRequest
 from apportion.group import FAILED_RETENTION_S, checkpoint_offset, group_status, not_at_rest, tags_text
+from apportion.model import resource_of
 
 SUMMARY_ABOVE = 200  # partitions: a larger group's table is a summary unless --all
 SUMMARY_ROWS = 20  # partitions not at rest that a summary lists
@@ -265,7 +266,7 @@ def _summary(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
         for mid, info in snapshot["members"].items():
             counted = per_member.setdefault(mid, {})
             for p in info["partitions"]:
-                name = p[: p.rfind("-")]
+                name = resource_of(p) or p
                 counted[name] = counted.get(name, 0) + 1
     members = Table(title=_title(group_name, snapshot))
     subscribing = any("subscriptions" in info for info in snapshot["members"].values())
@@ -293,7 +294,7 @@ def _summary(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
             by_resource.add_column(column, justify="left" if column == "resource" else "right")
         stats = {r: [0, 0, 0, 0] for r in resources}
         for p, info in partitions.items():
-            row_stats = stats.setdefault(p[: p.rfind("-")], [0, 0, 0, 0])
+            row_stats = stats.setdefault(resource_of(p) or p, [0, 0, 0, 0])
             row_stats[0] += 1
             row_stats[1 if info["owner"] is not None and not info.get("lapsing") else 2] += 1
             row_stats[3] += p in unrest

@@ -89,7 +89,7 @@ from apportion.group import (
     set_replicas,
     stored_replicas,
 )
-from apportion.model import AssignRequest, Plan
+from apportion.model import AssignRequest, Plan, resource_of
 from apportion.sim._checks import (
     Record,
     SimKind,
@@ -776,7 +776,7 @@ class Simulation:
             return problems + check_liveness(owned, required, now, self.config.strategy, blocks)
         subs = {s.id: _frozen(self._subscriptions[s.id]) for s in live}
         covered = {r for s in subs.values() for r in (s or self.gconfig.resource_names())}
-        ids = [p for p in self.gconfig.partition_ids() if str(p).rpartition("-")[0] in covered]
+        ids = [p for p in self.gconfig.partition_ids() if resource_of(p) in covered]
         problems += check_liveness(owned, ids, now, self.config.strategy, mixed=True)
         return problems + check_subscribed(owned, subs, self.gconfig.resources, now)
 
