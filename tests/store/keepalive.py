@@ -2,7 +2,8 @@
 member lease on its own keepalive thread, ``apportion.worker``).
 
 The contract's ``Store.keepalive`` is explicit; a test that holds a lease for a while starts one of these. It calls
-``keepalive`` every ``interval_s`` (default a third of the TTL) in real time. When the store
+``keepalive`` every ``interval_s`` (default ``store.renew_every_s(ttl)``, the cadence a member renews at) in real
+time. When the store
 says the lease is gone (``LeaseNotFound``), it sets ``lost``, calls ``on_lost`` once and stops; a store that is
 briefly unavailable is retried at the next tick (the lease survives as long as one keepalive lands within its TTL).
 
@@ -37,7 +38,7 @@ class KeepAlive:
         interval_s: float | None = None,
         on_lost: Callable[[LeaseNotFound], None] | None = None,
     ) -> None:
-        interval = lease.ttl_s / 3 if interval_s is None else interval_s
+        interval = store.renew_every_s(lease.ttl_s) if interval_s is None else interval_s
         if not interval > 0:
             raise InvalidRequest("interval_s", "must be > 0")
         self.store = store
