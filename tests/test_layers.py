@@ -109,3 +109,14 @@ def test_ruff_bans_every_packages_private_modules_outside_the_package() -> None:
     private = {m for m in modules if m.count(".") >= 2}  # apportion._lazy, apportion._files: the top face's own
     missing = sorted(private - set(banned["banned-api"]))
     assert missing == [], f"add these to [tool.ruff.lint.flake8-tidy-imports.banned-api] in pyproject.toml: {missing}"
+
+
+def test_the_architecture_walk_names_only_files_that_exist() -> None:
+    """docs/ARCHITECTURE.md follows moves too: every ``.py`` it names is a file of src/apportion (a bare name, one of
+    the room its paragraph names) or of the repository (``tests/...``)."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    files = {p.relative_to(SRC / "apportion").as_posix() for p in (SRC / "apportion").rglob("*.py")}
+    names = {f.rsplit("/", 1)[-1] for f in files}
+    named = set(re.findall(r"`([\w/]+\.py)", text))
+    gone = sorted(n for n in named if n not in files and n not in names and not (ROOT / n).is_file())
+    assert gone == [], f"docs/ARCHITECTURE.md names files that do not exist: {gone}"
