@@ -12,6 +12,7 @@ import pytest
 import apportion
 from apportion.errors import InvalidRequest
 from apportion.group import GroupConfig, Keys, Static, encode, group_status, settled
+from apportion.model import resource_of
 from apportion.waiting import wait_for
 from tests.cli.run import cli
 
@@ -19,7 +20,7 @@ RESOURCES = "orders:4,payments:2,refunds:2"
 
 
 def _resources_held(worker: apportion.Worker) -> set[str]:
-    return {str(p).rpartition("-")[0] for p in worker.owned()}
+    return {str(resource_of(p)) for p in worker.owned()}
 
 
 def test_workers_with_mixed_subscriptions_split_a_two_resource_group_and_follow_a_subscription_change() -> None:

@@ -3,6 +3,14 @@
 All values are immutable. Partitions are ``(resource, index)`` named tuples: cheap to create by the million, ordered
 by resource then index, and printed as ``<resource>-<index>`` (parsed by splitting at the last hyphen).
 Identities are strings compared as strings; nothing here relies on ``hash()`` of a str or on set order.
+
+One partition identity, two spellings. A strategy plans :class:`Partition` values; a group names the same partition
+by its :data:`PartitionId`: the index (an int) in a one-resource group, the text ``<resource>-<index>`` in a group
+over named resources; its keys (``owner/7``, ``owner/orders-7``), its JSON records and the Spark columns carry that
+text. The text is written by :func:`partition_name` and split by :func:`split_partition_name` only (a resource name
+may hold hyphens, an index never does: split at the last one); :func:`partition_of` converts an id to
+its ``Partition`` (``GroupConfig.pid`` back, as only the group knows which spelling it uses), :func:`resource_of`
+and :func:`index_of` read one part of an id.
 """
 
 from __future__ import annotations
@@ -10,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 from apportion.errors import InvalidRequest
 
@@ -21,6 +29,43 @@ EMPTY_MAPPING: Mapping[str, object] = MappingProxyType({})
 MAX_PARTITIONS = 1_000_000
 _MAX_INDEX_DIGITS = len(str(MAX_PARTITIONS))
 
+SEPARATOR = "-"
+"""Between a partition's resource and its index in its text, ``<resource>-<index>``."""
+
+PartitionId: TypeAlias = int | str
+"""A partition's id in a group: its index in a one-resource group, ``<resource>-<index>`` in a group over named
+resources (``GroupConfig.named``)."""
+
+
+def partition_name(resource: str, index: int) -> str:
+    """The text of partition ``index`` of ``resource``: ``<resource>-<index>`` (``orders-7``); the one place it is
+    written."""
+    return f"{resource}{SEPARATOR}{index}"
+
+
+def split_partition_name(text: str) -> tuple[str, str] | None:
+    """``(resource, index digits)`` of ``<resource>-<index>``, split at the last hyphen; None when ``text`` is not of
+    that form (no hyphen, an empty resource, an index that is not ASCII digits). The one place the text is split; the
+    digits are left for the caller to bound before ``int()`` (:meth:`Partition.parse` caps them)."""
+    resource, sep, index = text.rpartition(SEPARATOR)
+    if not sep or not resource or not (index.isascii() and index.isdigit()):
+        return None
+    return resource, index
+
+
+def resource_of(pid: PartitionId) -> str | None:
+    """The resource ``<resource>-<index>`` names; None for an int id (a one-resource group's) or other text."""
+    if not isinstance(pid, str):
+        return None
+    found = split_partition_name(pid)
+    return None if found is None else found[0]
+
+
+def index_of(pid: PartitionId) -> int:
+    """A partition's index within its resource: the int id itself, or the index of ``<resource>-<index>``
+    (InvalidRequest for other text)."""
+    return pid if isinstance(pid, int) else Partition.parse(pid).index
+
 
 class Partition(NamedTuple):
     """One partition of a resource: ``t1-4`` is ``Partition("t1", 4)``."""
@@ -29,17 +74,24 @@ class Partition(NamedTuple):
     index: int  # type: ignore[assignment]  # shadows tuple.index on purpose: a partition's number
 
     def __str__(self) -> str:
-        return f"{self.resource}-{self.index}"
+        return partition_name(self.resource, self.index)
 
     @classmethod
     def parse(cls, text: str, field_name: str = "partition") -> Partition:
         """Parse ``<resource>-<index>``; raise :class:`InvalidRequest` naming ``field_name`` when malformed."""
-        resource, sep, index = text.rpartition("-")
-        if not sep or not resource or not (index.isascii() and index.isdigit()):
+        found = split_partition_name(text)
+        if found is None:
             raise InvalidRequest(field_name, f"{text[:80]!r} is not <resource>-<index> (index in ASCII digits)")
+        resource, index = found
         if len(index.lstrip("0")) > _MAX_INDEX_DIGITS:
             raise InvalidRequest(field_name, f"{text[:80]!r}: index above the maximum of {MAX_PARTITIONS:,} partitions")
         return cls(resource, int(index))
+
+
+def partition_of(pid: PartitionId, resource: str) -> Partition:
+    """The :class:`Partition` a group's id names: ``Partition(resource, pid)`` for an int (a one-resource group's,
+    its resource named ``resource``), the parsed ``<resource>-<index>`` for text (InvalidRequest when malformed)."""
+    return Partition.parse(pid) if isinstance(pid, str) else Partition(resource, pid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +214,15 @@ __all__ = [
     "Member",
     "Move",
     "Partition",
+    "PartitionId",
     "Plan",
     "PlanStats",
     "Resource",
+    "SEPARATOR",
+    "index_of",
+    "partition_name",
+    "partition_of",
+    "resource_of",
     "round_lower_bound",
+    "split_partition_name",
 ]

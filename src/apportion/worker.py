@@ -27,7 +27,6 @@ Callbacks (``on_assigned``, ``on_revoked``, ``on_lost``) run on the worker threa
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 import signal
 import threading
@@ -35,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType, TracebackType
 from typing import Any
 
-from apportion.clock import SYSTEM_CLOCK, Clock
+from apportion.clock import SYSTEM_CLOCK, Clock, clock_text
 from apportion.errors import CorruptRecord, InvalidRequest, StoreUnavailable
 from apportion.group import (
     DEFAULT_RETENTION_S,
@@ -378,10 +377,8 @@ class Worker:
 
 
 def _clock_time(t: float) -> str:
-    """A clock reading for a log line: wall-clock time of day when it looks like one, else seconds."""
-    if t > 1e9:
-        return datetime.datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3]
-    return f"{t:.3f}"
+    """A clock reading for a log line: wall-clock time of day to the millisecond, else seconds."""
+    return clock_text(t, ms=True)
 
 
 class Group:

@@ -18,9 +18,9 @@ from apportion.errors import Compacted, InvalidRequest, LeaseNotFound, StoreUnav
 from apportion.group import group_status, history
 from apportion.store import Event, EventType, Put, Store, Watch, absent, connect
 from apportion.store._etcd import EtcdConfig
-from apportion.store._keepalive import KeepAlive
 from apportion.worker import Group
 from tests.etcd_server import EtcdCluster, EtcdServer, TlsFiles
+from tests.store.keepalive import KeepAlive
 
 pytestmark = pytest.mark.etcd
 

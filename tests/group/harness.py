@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from apportion.clock import VirtualClock
 from apportion.group import GroupConfig, RoundsMember
-from apportion.store import MemoryStore
+from apportion.store import MemoryStore, renew_interval_s
 
 FAST = GroupConfig(partitions=12, strategy="sticky", settle_s=0.5, min_interval_s=1.0, heartbeat_s=30.0, ttl_s=3.0)
 
@@ -45,7 +45,7 @@ class Harness:
             **kwargs,  # type: ignore[arg-type]
         )
         self.members[member_id] = member
-        self._next_keepalive[member_id] = self.clock.now() + member.config.ttl_s / 4
+        self._next_keepalive[member_id] = self.clock.now() + renew_interval_s(member.config.ttl_s)
         return member
 
     def run(self, seconds: float, tick: float = 0.01) -> None:
@@ -58,7 +58,7 @@ class Harness:
                     continue
                 if now >= self._next_keepalive[mid]:
                     member.keepalive(now)
-                    self._next_keepalive[mid] = now + member.config.ttl_s / 4
+                    self._next_keepalive[mid] = now + renew_interval_s(member.config.ttl_s)
                 member.step(now)
             if now >= end:
                 return

@@ -28,6 +28,7 @@ from apportion.group import GroupConfig, Keys, PartitionId, encode
 from apportion.group._history import Recorder
 from apportion.group._keys import owner_value
 from apportion.group._ownership import CHUNK
+from apportion.model import index_of
 from apportion.store import Op, Put, Store
 
 
@@ -106,13 +107,9 @@ def build_group(
                     claimed.append(p)
                 ops.append(Put(keys.epoch(p), b"1"))
                 if commits:
-                    checkpoint = json.dumps({"offset": 1_000 + _index(p)})
+                    checkpoint = json.dumps({"offset": 1_000 + index_of(p)})
                     ops.append(Put(keys.commit(p), encode({"checkpoint": checkpoint, "epoch": 1, "member": mid})))
             if claimed:
                 ops += recorder.put("claim", now, partitions=claimed, epochs=[1] * len(claimed))
             store.txn([], ops)
     return LargeGroup(group, config, mids, assignment, tuple(p for p in ids if p in gap))
-
-
-def _index(p: PartitionId) -> int:
-    return p if isinstance(p, int) else int(p.rsplit("-", 1)[1])

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from apportion.group import Coordinator, CoordinatorMember, FencedMember, GroupConfig, Static, StaticMember
+from apportion.store import renew_interval_s
 from tests.group.harness import Harness
 
 RR = GroupConfig(partitions=12, strategy="round_robin", settle_s=0.5, min_interval_s=1.0, ttl_s=3.0)
@@ -26,7 +27,7 @@ class ModeHarness(Harness):
 
     def _register(self, member: FencedMember) -> FencedMember:
         self.members[member.id] = member  # type: ignore[assignment]
-        self._next_keepalive[member.id] = self.clock.now() + member.config.ttl_s / 4
+        self._next_keepalive[member.id] = self.clock.now() + renew_interval_s(member.config.ttl_s)
         return member
 
     def add_static(self, member_id: str, ordinal: int, replicas: int | None, **kwargs: Any) -> StaticMember:

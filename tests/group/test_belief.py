@@ -13,7 +13,7 @@ from apportion.group import GroupConfig, Keys, RoundsMember, group_status
 from apportion.group._keys import encode, owner_value
 from apportion.sim import SimConfig, Simulation, check_trace
 from apportion.sim._faults import DriftClock, FlakyStore
-from apportion.store import Store
+from apportion.store import Store, renew_interval_s
 from apportion.store._types import KeyValue
 from tests.group.harness import Harness
 
@@ -33,7 +33,7 @@ def test_a_commit_with_the_lost_epoch_is_refused_after_on_lost_even_if_the_store
         store, h.group, "a", CONFIG, clock=h.clock, on_lost=lambda parts: lost.append((parts, h.clock.now()))
     )
     h.members["a"] = member
-    h._next_keepalive["a"] = h.clock.now() + TTL / 4
+    h._next_keepalive["a"] = h.clock.now() + renew_interval_s(TTL)
     h.run(2.0)
     assert member.owned() == [0, 1, 2, 3]
     epoch = member.lease(0).epoch
@@ -41,7 +41,7 @@ def test_a_commit_with_the_lost_epoch_is_refused_after_on_lost_even_if_the_store
     # unreachable for 2.6 s from just after a renewal: longer than the belief window (2.4 s), shorter than the
     # store's ttl (3 s)
     member.keepalive(h.clock.now())
-    h._next_keepalive["a"] = h.clock.now() + TTL / 4
+    h._next_keepalive["a"] = h.clock.now() + renew_interval_s(TTL)
     store.down_until = h.clock.now() + 2.6
     h.run(2.59)
     assert lost and lost[0][0] == [0, 1, 2, 3], "on_lost must have fired at the local deadline"
@@ -67,7 +67,7 @@ def test_a_commit_refused_at_the_deadline_does_not_hold_back_that_partitions_on_
     lost: list[int] = []
     member = RoundsMember(store, h.group, "a", CONFIG, clock=h.clock, on_lost=lost.extend)
     h.members["a"] = member
-    h._next_keepalive["a"] = h.clock.now() + TTL / 4
+    h._next_keepalive["a"] = h.clock.now() + renew_interval_s(TTL)
     h.run(2.0)
     assert member.owned() == [0, 1, 2, 3]
     epoch = member.lease(0).epoch
@@ -167,7 +167,7 @@ def test_a_restart_with_the_same_id_after_a_crash_waits_for_the_old_registration
     crashed_at = h.clock.now()
     restarted = _second(h, "a")
     h.members["a2"] = restarted
-    h._next_keepalive["a2"] = h.clock.now() + TTL / 4
+    h._next_keepalive["a2"] = h.clock.now() + renew_interval_s(TTL)
     h.run(TTL + 2.0)
     assert restarted.owned() == [0, 1, 2, 3]
     registered = h.store.get(Keys(h.group).member("a"))
@@ -181,7 +181,7 @@ def test_replace_fences_the_live_holder_of_the_id() -> None:
     lost: list[list[int]] = []
     original = RoundsMember(h.store, h.group, "a", CONFIG, clock=h.clock, on_lost=lost.append)
     h.members["a"] = original
-    h._next_keepalive["a"] = h.clock.now() + TTL / 4
+    h._next_keepalive["a"] = h.clock.now() + renew_interval_s(TTL)
     h.run(2.0)
     replacement = _second(h, "a", replace=True)
     replacement.step(h.clock.now())
@@ -215,7 +215,7 @@ def test_a_member_frozen_past_its_deadline_reports_that_its_belief_ended_at_the_
     seen: list[tuple[list[int], float | None]] = []
     member = _second(h, "a", on_lost=lambda parts: seen.append((parts, member.belief_ended_at)))
     h.members["a"] = member
-    h._next_keepalive["a"] = h.clock.now() + TTL / 4
+    h._next_keepalive["a"] = h.clock.now() + renew_interval_s(TTL)
     h.run(2.0)
     assert member.owned() == [0, 1, 2, 3] and member.belief_ended_at is None
     epoch, deadline = member.lease(0).epoch, member.local_deadline

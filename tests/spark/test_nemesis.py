@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from apportion.spark._nemesis import Incarnation, NemesisConfig, belief_overlaps, run_nemesis, schedule
+from tests.spark.nemesis import Incarnation, NemesisConfig, belief_overlaps, run_nemesis, schedule
 
 # beside the Spark group (on the other xdist worker), with the stateful scale-up test on one Connect server of its own,
 # so that make test's longest group is not the sum of the demo and the nemesis

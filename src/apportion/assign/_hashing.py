@@ -29,7 +29,7 @@ from typing import ClassVar, Self
 
 from apportion.assign._core import Problem, exact, forced_moves, to_plan
 from apportion.assign._options import StrategyOptions, integer_option, number_option
-from apportion.model import AssignRequest, Plan
+from apportion.model import AssignRequest, Plan, partition_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ def stable_hash(text: str) -> int:
 def _names(problem: Problem) -> list[str]:
     out: list[str] = []
     for res in problem.resources:
-        out.extend(f"{res.name}-{i}" for i in range(res.partitions))
+        out.extend(partition_name(res.name, i) for i in range(res.partitions))
     return out
 
 

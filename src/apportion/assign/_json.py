@@ -39,7 +39,7 @@ import msgspec
 from apportion.assign._core import _first, _new_tuple, _second, gc_paused
 from apportion.assign._registry import strategy_named, validate_options
 from apportion.errors import InvalidRequest
-from apportion.model import MAX_PARTITIONS, AssignRequest, Member, Partition, Plan, Resource
+from apportion.model import MAX_PARTITIONS, SEPARATOR, AssignRequest, Member, Partition, Plan, Resource, resource_of
 
 _TOP = ("strategy", "resources", "members", "options")
 _MEMBER = (
@@ -258,20 +258,22 @@ def _indices(tails: Sequence[str]) -> list[int] | None:
 
 def _columnar(raw: list[Any], resources: Mapping[str, Resource]) -> list[Partition] | None:
     """The partitions of a list of strings checked as a column (C-level passes, no Python call per partition), or
-    None when any check fails; then the walk in :func:`_partition_list` finds and words the problem."""
+    None when any check fails; then the walk in :func:`_partition_list` finds and words the problem. The split is
+    :func:`~apportion.model.split_partition_name`'s, done on the whole column at once (the text's one format is
+    ``model``'s: what this accepts, :meth:`Partition.parse` accepts)."""
     if not raw:
         return []
     try:
-        res = resources.get(raw[0].rpartition("-")[0])
+        res = resources.get(resource_of(raw[0]) or "")
         if res is not None and "\n" not in res.name:
-            ints = _one_resource(raw, f"{res.name}-")
+            ints = _one_resource(raw, res.name + SEPARATOR)
             if ints is not None:
                 if ints[-1] < res.partitions and all(map(operator.lt, ints, islice(ints, 1, None))):
                     return list(map(_new_tuple, repeat(Partition), zip(repeat(res.name), ints)))
                 if max(ints) < res.partitions and len(set(ints)) == len(ints):
                     return list(map(_new_tuple, repeat(Partition), zip(repeat(res.name), ints)))
                 return None
-        split = list(map(str.rpartition, raw, repeat("-")))
+        split = list(map(str.rpartition, raw, repeat(SEPARATOR)))
     except (TypeError, AttributeError):  # a value that is not a string
         return None
     found = list(map(_first, split))

@@ -18,7 +18,6 @@ minute); ``--json`` always has everything.
 
 from __future__ import annotations
 
-import datetime
 import json
 import time
 from collections import Counter
@@ -33,8 +32,10 @@ from rich.text import Text
 from apportion.cli._app import app
 from apportion.cli._common import group_option, seconds, store_option
 from apportion.cli._store import read_group
+from apportion.clock import clock_text
 from apportion.errors import InvalidRequest
 from apportion.group import FAILED_RETENTION_S, checkpoint_offset, group_status, not_at_rest, tags_text
+from apportion.model import resource_of
 
 SUMMARY_ABOVE = 200  # partitions: a larger group's table is a summary unless --all
 SUMMARY_ROWS = 20  # partitions not at rest that a summary lists
@@ -109,7 +110,7 @@ def _watch(store_url: str, group_name: str, interval_s: float, max_refreshes: in
         try:
             while max_refreshes is None or n < max_refreshes:
                 snapshot = group_status(store, group_name)
-                stamp = time.strftime("%H:%M:%S")
+                stamp = clock_text(time.time())
                 shown = render(group_name, snapshot, list_all=list_all)
                 live.update(Group(shown, f"updated {stamp}, every {interval_s}s"))
                 live.refresh()
@@ -122,9 +123,7 @@ def _watch(store_url: str, group_name: str, interval_s: float, max_refreshes: in
 
 def _when(t: float) -> str:
     """A store-clock time: the local date and time when it is a wall-clock reading, else seconds (a virtual clock)."""
-    if t > 1e9:
-        return datetime.datetime.fromtimestamp(t).isoformat(sep=" ", timespec="seconds")
-    return f"{t:.3f}"
+    return clock_text(t, date=True)
 
 
 def _holders(holders: dict[str, int | None]) -> str:
@@ -265,7 +264,7 @@ def _summary(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
         for mid, info in snapshot["members"].items():
             counted = per_member.setdefault(mid, {})
             for p in info["partitions"]:
-                name = p[: p.rfind("-")]
+                name = resource_of(p) or p
                 counted[name] = counted.get(name, 0) + 1
     members = Table(title=_title(group_name, snapshot))
     subscribing = any("subscriptions" in info for info in snapshot["members"].values())
@@ -293,7 +292,7 @@ def _summary(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
             by_resource.add_column(column, justify="left" if column == "resource" else "right")
         stats = {r: [0, 0, 0, 0] for r in resources}
         for p, info in partitions.items():
-            row_stats = stats.setdefault(p[: p.rfind("-")], [0, 0, 0, 0])
+            row_stats = stats.setdefault(resource_of(p) or p, [0, 0, 0, 0])
             row_stats[0] += 1
             row_stats[1 if info["owner"] is not None and not info.get("lapsing") else 2] += 1
             row_stats[3] += p in unrest

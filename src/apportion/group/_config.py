@@ -71,7 +71,7 @@ from apportion.group._mode import (
     mode_named,
     mode_to_json,
 )
-from apportion.model import MAX_PARTITIONS, Partition, Resource
+from apportion.model import MAX_PARTITIONS, Partition, Resource, partition_name, partition_of
 from apportion.store import KeyValue, Store, default_ttl_s
 
 MAX_SECONDS = 86_400.0
@@ -203,15 +203,15 @@ class GroupConfig:
         """Every partition id of the group, in (resource, index) order."""
         if not self.resources:
             return list(range(self.partitions))
-        return [f"{r.name}-{i}" for r in self.resources for i in range(r.partitions)]
+        return [partition_name(r.name, i) for r in self.resources for i in range(r.partitions)]
 
     def pid(self, part: Partition) -> PartitionId:
         """The id of ``part`` in this group: its index in a one-resource group, ``<resource>-<index>`` otherwise."""
-        return f"{part.resource}-{part.index}" if self.resources else part.index
+        return partition_name(part.resource, part.index) if self.resources else part.index
 
     def partition(self, group: str, pid: PartitionId) -> Partition:
         """The :class:`Partition` of id ``pid`` (InvalidRequest when it is not an id of this group's kind)."""
-        return Partition.parse(pid) if isinstance(pid, str) else Partition(group, pid)
+        return partition_of(pid, group)
 
     def parse_pid(self, value: object, field_name: str = "partition", *, known: bool = True) -> PartitionId:
         """A partition id as a record, a plan or the command line gives it: an int (or digits) in a one-resource
@@ -228,7 +228,7 @@ class GroupConfig:
         part = Partition.parse(value, field_name)
         if known and not any(r.name == part.resource for r in self.resources):
             raise InvalidRequest(field_name, f"{value!r}: the group has no resource {part.resource!r}")
-        return f"{part.resource}-{part.index}"
+        return str(part)
 
     def check_pid(self, value: object, field_name: str = "partition") -> PartitionId:
         """``parse_pid`` of one of this group's partitions (its index in range); InvalidRequest naming the group's

@@ -26,6 +26,7 @@ from apportion.group._config import GroupConfig
 from apportion.group._history import history
 from apportion.group._keys import PartitionId, decode_owner
 from apportion.group._status import latest_plan, plan_tags
+from apportion.model import resource_of
 from apportion.store import Store
 
 EPOCH_EVENTS = ("claim", "release", "lost", "fenced", "migrated")
@@ -143,8 +144,8 @@ def _acquisition(
     participants = [] if given is None else list(given.get("participants", []))
     if last is not None and last["type"] == "release" and source in participants:
         subscriptions = (given or {}).get("subscriptions", {}).get(source)
-        resource = str(partition).rpartition("-")[0]
-        if isinstance(partition, str) and subscriptions is not None and resource not in subscriptions:
+        resource = resource_of(partition)
+        if resource is not None and subscriptions is not None and resource not in subscriptions:
             text = f"moved from {source} because {source} stopped subscribing to {resource}{where}"
             return _decision("moved", source, rnd, text)
         return _decision("moved", source, rnd, f"moved from {source} ({source} was over quota{where})")

@@ -90,6 +90,7 @@ from typing import Any, TypeAlias, TypeVar
 import msgspec
 
 from apportion.errors import CorruptRecord, InvalidRequest
+from apportion.model import PartitionId, resource_of, split_partition_name
 from apportion.store import KeyValue
 
 ROOT = "/apportion/"
@@ -100,10 +101,6 @@ LEGACY_LAYOUT = 1  # owner and epoch records under the group's prefix
 LAYOUT = 2  # owner and epoch records under OWN_ROOT: the layout of every group created now
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 RESERVED_IDS = ("joined", "plan")
-
-PartitionId: TypeAlias = int | str
-"""A partition's id in a group: its index in a one-resource group, ``<resource>-<index>`` in a group over named
-resources (``GroupConfig.named``)."""
 
 
 def valid_name(name: str) -> bool:
@@ -131,8 +128,7 @@ def pid_of_key(name: str) -> PartitionId | None:
     """The partition id a key's last segment names (``7`` or ``orders-7``), None when it names none."""
     if name.isascii() and name.isdigit():
         return int(name)
-    head, sep, index = name.rpartition("-")
-    return name if sep and head and index.isascii() and index.isdigit() else None
+    return None if split_partition_name(name) is None else name
 
 
 def pid_of_text(text: str) -> PartitionId:
@@ -154,8 +150,8 @@ def pid_order(pid: PartitionId) -> tuple[str, int]:
         return ("", pid)
     if pid.isascii() and pid.isdigit():
         return ("", int(pid))
-    head, sep, index = pid.rpartition("-")
-    return (head, int(index)) if sep and index.isascii() and index.isdigit() else (pid, -1)
+    found = split_partition_name(pid)
+    return (pid, -1) if found is None else (found[0], int(found[1]))
 
 
 def sorted_pids(pids: Iterable[_P]) -> list[_P]:
@@ -166,7 +162,7 @@ def sorted_pids(pids: Iterable[_P]) -> list[_P]:
 def subscribed(subscriptions: frozenset[str] | None, pid: PartitionId) -> bool:
     """True when a member with ``subscriptions`` (None: every resource) may hold partition ``pid``: always in a
     one-resource group (int ids), else when it subscribes to the resource of ``<resource>-<index>``."""
-    return subscriptions is None or not isinstance(pid, str) or pid[: pid.rfind("-")] in subscriptions
+    return subscriptions is None or not isinstance(pid, str) or resource_of(pid) in subscriptions
 
 
 class Keys:

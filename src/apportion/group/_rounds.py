@@ -131,7 +131,7 @@ from apportion.group._ownership import (
 from apportion.group._subscriptions import Subscriptions
 from apportion.group._trace import TraceKind
 from apportion.group._tracked import TrackedKey
-from apportion.model import AssignRequest, Member, Partition, Plan
+from apportion.model import AssignRequest, Member, Partition, Plan, partition_of
 from apportion.store import Delete, Event, EventType, Get, KeyValue, Op, Put, Store, absent, mod_revision_is
 
 ReplicaLags = Callable[[], Mapping[Any, int]]
@@ -167,7 +167,7 @@ class _Partitions(dict[PartitionId, Partition]):
         self.group = group
 
     def __missing__(self, pid: PartitionId) -> Partition:
-        part = self[pid] = Partition.parse(pid) if isinstance(pid, str) else Partition(self.group, pid)
+        part = self[pid] = partition_of(pid, self.group)
         return part
 
 

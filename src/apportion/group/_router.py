@@ -51,6 +51,7 @@ from apportion.errors import ApportionError, CorruptRecord, InvalidRequest, NotE
 from apportion.group._config import GroupConfig
 from apportion.group._coordinator import Entry, TableState
 from apportion.group._keys import LAYOUT, LEGACY_LAYOUT, Keys, PartitionId, decode, decode_owner
+from apportion.model import partition_name
 from apportion.routing import Key, partition_for
 from apportion.store import Event, EventType, Get, KeyValue, Store, Watch
 
@@ -272,7 +273,7 @@ def _partition(config: GroupConfig, group: str, key: Key, resource: str | None) 
     found = next((r for r in config.resources if r.name == resource), None)
     if found is None:
         raise InvalidRequest("resource", f"{resource!r} is not a resource of group {group!r} ({', '.join(names)})")
-    return f"{resource}-{partition_for(key, found.partitions)}"
+    return partition_name(resource, partition_for(key, found.partitions))
 
 
 __all__ = ["Route", "Router"]

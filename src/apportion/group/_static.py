@@ -53,6 +53,7 @@ from apportion.group._keys import Keys, PartitionId, decode, encode, field, sort
 from apportion.group._mode import MAX_REPLICAS, Static, validate_ordinal, validate_replicas
 from apportion.group._ownership import FencedMember, MemberOptions
 from apportion.group._trace import TraceKind
+from apportion.model import partition_name
 from apportion.store import Event, EventType, KeyValue, Put, Store, absent, mod_revision_is
 
 _HOSTNAME = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9.-]*)-(?P<ordinal>[0-9]+)$")
@@ -108,7 +109,7 @@ def static_block(config: GroupConfig, ordinal: int, replicas: int) -> list[Parti
         return []
     if not config.named:
         return list(range_block(ordinal, replicas, config.partitions))
-    return [f"{r.name}-{i}" for r in config.resources for i in range_block(ordinal, replicas, r.partitions)]
+    return [partition_name(r.name, i) for r in config.resources for i in range_block(ordinal, replicas, r.partitions)]
 
 
 class StaticMember(FencedMember):

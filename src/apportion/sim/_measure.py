@@ -28,7 +28,7 @@ from typing import Any
 from apportion.assign import plan as plan_of
 from apportion.assign import range_block
 from apportion.group import GroupConfig, TraceKind
-from apportion.model import AssignRequest, Member, round_lower_bound
+from apportion.model import AssignRequest, Member, partition_name, round_lower_bound
 from apportion.sim._checks import Record
 
 OWNERSHIP = frozenset(("assigned", "revoked", "lost"))
@@ -81,7 +81,7 @@ def static_moves(config: GroupConfig, group: str, before: int, after: int) -> tu
 
 
 def _pids(config: GroupConfig, resource: str, block: range) -> list[Any]:
-    return [f"{resource}-{i}" for i in block] if config.named else list(block)
+    return [partition_name(resource, i) for i in block] if config.named else list(block)
 
 
 @dataclass(slots=True)

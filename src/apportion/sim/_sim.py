@@ -24,8 +24,8 @@ Events: ``step`` (a member's protocol step, scheduled at the deadline it returne
 changed: a broadcast key, a registration's deletion, or, for a member waiting to claim a partition, that partition's
 owner record deleted; a registration's PUT reaches every inbox without a step in the rounds mode, where it changes
 nothing a step acts on before its next one),
-``keepalive`` (every ttl/4 per member: the keepalive thread), ``work`` (a member commits a checkpoint for up to two
-owned partitions), and churn/faults drawn from the seed::
+``keepalive`` (every ``store.renew_every_s(ttl)``, a quarter ttl, per member: the keepalive thread), ``work`` (a
+member commits a checkpoint for up to two owned partitions), and churn/faults drawn from the seed::
 
     join          a new member starts
     leave         graceful leave (on_revoked, release, lease revoked); with ``planned_leave`` that share of them
@@ -89,7 +89,7 @@ from apportion.group import (
     set_replicas,
     stored_replicas,
 )
-from apportion.model import AssignRequest, Plan
+from apportion.model import AssignRequest, Plan, resource_of
 from apportion.sim._checks import (
     Record,
     SimKind,
@@ -103,7 +103,7 @@ from apportion.sim._checks import (
 )
 from apportion.sim._faults import DriftClock, FlakyStore, SimClock
 from apportion.sim._measure import per_change, plans
-from apportion.store import Event, EventType, MemoryStore, Store, Watch, renew_interval_s
+from apportion.store import Event, EventType, MemoryStore, Store, Watch
 
 FAULTS = ("crash", "freeze", "slow", "unavailable", "drift", "hang")
 STATIC_CHURN = ("scale_up", "scale_down", "restart", "return")  # a script's static-mode kinds (the docstring)
@@ -421,7 +421,7 @@ class Simulation:
         self._live_cache = None
         now = self.clock.now()
         self._schedule_step(sim, now)
-        self._push(now + renew_interval_s(self.gconfig.ttl_s), "keepalive", mid)
+        self._push(now + self.store.renew_every_s(self.gconfig.ttl_s), "keepalive", mid)
         self._push(now + self.config.commit_every_s * (0.5 + self.rng.random()), "work", mid)
         self._record(
             mid, SimKind.SPAWN, {"subscriptions": self._subscriptions[mid]} if self.gconfig.named else {}, clock
@@ -529,7 +529,7 @@ class Simulation:
                     self._step(sim)
                 elif kind == "keepalive":
                     sim.member.keepalive(sim.clock.now())
-                    self._push(t + renew_interval_s(self.gconfig.ttl_s), "keepalive", mid)
+                    self._push(t + self.store.renew_every_s(self.gconfig.ttl_s), "keepalive", mid)
                 elif kind == "work":
                     self._work(sim)
                     self._push(t + self.config.commit_every_s, "work", mid)
@@ -776,7 +776,7 @@ class Simulation:
             return problems + check_liveness(owned, required, now, self.config.strategy, blocks)
         subs = {s.id: _frozen(self._subscriptions[s.id]) for s in live}
         covered = {r for s in subs.values() for r in (s or self.gconfig.resource_names())}
-        ids = [p for p in self.gconfig.partition_ids() if str(p).rpartition("-")[0] in covered]
+        ids = [p for p in self.gconfig.partition_ids() if resource_of(p) in covered]
         problems += check_liveness(owned, ids, now, self.config.strategy, mixed=True)
         return problems + check_subscribed(owned, subs, self.gconfig.resources, now)
 

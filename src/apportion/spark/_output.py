@@ -51,6 +51,7 @@ from apportion._files import inside, plain_relpath, read_parquet
 from apportion.errors import CorruptFile, CorruptRecord, InvalidRequest
 from apportion.group import committed
 from apportion.log import PartitionedLog
+from apportion.model import split_partition_name
 from apportion.store import Store
 
 if TYPE_CHECKING:
@@ -167,10 +168,10 @@ def committed_checkpoints(store: Store, group: str, resource: str | None = None)
     found: dict[int, Checkpoint] = {}
     for pid, text in committed(store, group).items():
         if isinstance(pid, str):
-            name, _, index = pid.rpartition("-")
-            if name != resource:
+            named = split_partition_name(pid)  # committed() gives only ids of this form
+            if named is None or named[0] != resource:
                 continue
-            pid = int(index)
+            pid = int(named[1])
         found[pid] = Checkpoint.parse(text, pid)
     return found
 

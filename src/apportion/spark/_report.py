@@ -20,7 +20,6 @@ tables (the first rows; relative links to the full CSV and Parquet files). No fi
 from __future__ import annotations
 
 import csv
-import datetime
 import html
 import math
 import shutil
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from apportion.clock import WALL_CLOCK, clock_text
 from apportion.errors import InvalidRequest
 from apportion.spark import _analytics as A
 
@@ -113,19 +113,13 @@ def write_table(df: Any, out_dir: Path, name: str) -> Table:
     return Table(name, columns, rows, str(parquet_path), str(csv_path))
 
 
-WALL_CLOCK = 1e9  # a time above this is a Unix time (2001 on); below, a virtual clock's seconds
 TIME_COLUMNS = ("time", "start_time", "end_time", "gap_start", "gap_end", "overlap_start_time", "overlap_end_time")
 
 
 def when(t: float | None, *, date: bool = True) -> str:
     """A member-clock time for people: the local date and time (to the second) of a wall-clock reading,
     ``t = 12.500`` of a virtual clock, ``-`` for None."""
-    if t is None:
-        return "-"
-    if t < WALL_CLOCK:
-        return f"t = {t:.3f}"
-    stamp = datetime.datetime.fromtimestamp(t)
-    return stamp.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S")
+    return "-" if t is None else clock_text(t, date=date, virtual="t = ")
 
 
 def span(start: float, end: float) -> str:
@@ -156,8 +150,7 @@ def _show(column: str, value: Any) -> str:
         return ""
     if isinstance(value, int | float) and not isinstance(value, bool):
         if column in TIME_COLUMNS and value >= WALL_CLOCK:
-            stamp = datetime.datetime.fromtimestamp(float(value))
-            return stamp.strftime("%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}"
+            return clock_text(float(value), ms=True)
         if column.endswith("_s"):
             return duration(float(value))
         if isinstance(value, int):

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from apportion.group import CommitResult, PartitionId, PartitionLease
+from apportion.model import Partition, index_of, partition_name
 from apportion.spark._pipeline import Committer, Pipeline
 from apportion.worker import Group, Worker
 
@@ -26,8 +27,8 @@ def split(parts: Sequence[PartitionId]) -> dict[str, list[int]]:
     """``["orders-3", "payments-0"]`` -> ``{"orders": [3], "payments": [0]}`` (each list sorted)."""
     out: dict[str, list[int]] = {}
     for pid in parts:
-        name, _, index = str(pid).rpartition("-")
-        out.setdefault(name, []).append(int(index))
+        part = Partition.parse(str(pid))
+        out.setdefault(part.resource, []).append(part.index)
     return {name: sorted(indices) for name, indices in out.items()}
 
 
@@ -39,7 +40,7 @@ class ResourceView(Committer):
         self.resource = resource
 
     def _pid(self, index: int) -> str:
-        return f"{self.resource}-{index}"
+        return partition_name(self.resource, index)
 
     def owned(self) -> list[PartitionId]:
         return list(split(self.worker.owned()).get(self.resource, []))
@@ -71,7 +72,7 @@ class ResourceView(Committer):
 
 def _by_index(values: Mapping[PartitionId, V]) -> dict[PartitionId, V]:
     """``{"orders-3": v}`` -> ``{3: v}`` (one resource's partitions)."""
-    return {int(str(pid).rpartition("-")[2]): value for pid, value in values.items()}
+    return {index_of(pid): value for pid, value in values.items()}
 
 
 class Resources:

@@ -132,8 +132,10 @@ def validate_ttl(ttl_s: float) -> float:
 
 
 def renew_interval_s(ttl_s: float) -> float:
-    """The keepalive cadence of a lease of ``ttl_s``: a quarter ttl (``Store.renew_every_s``, which a backend may
-    shorten; the coordinator steps at least this often)."""
+    """The keepalive cadence of a lease of ``ttl_s``: a quarter ttl, its one definition. A lease holder asks its store,
+    ``Store.renew_every_s`` (this, unless the backend needs it more often: 0.5 s at most on etcd): the worker's
+    keepalive thread, the simulator's keepalive events and the tests' ``KeepAlive``; the coordinator steps at least
+    this often."""
     return ttl_s / 4
 
 

@@ -1,7 +1,9 @@
-"""``KeepAlive``: keep a lease alive from a background thread, on any backend.
+"""``KeepAlive``: keep a lease alive from a background thread, on any backend (a test helper: a worker renews its
+member lease on its own keepalive thread, ``apportion.worker``).
 
-The contract's ``Store.keepalive`` is explicit; layers that hold a lease for a long time (a member's session) start
-one of these. It calls ``keepalive`` every ``interval_s`` (default a third of the TTL) in real time. When the store
+The contract's ``Store.keepalive`` is explicit; a test that holds a lease for a while starts one of these. It calls
+``keepalive`` every ``interval_s`` (default ``store.renew_every_s(ttl)``, the cadence a member renews at) in real
+time. When the store
 says the lease is gone (``LeaseNotFound``), it sets ``lost``, calls ``on_lost`` once and stops; a store that is
 briefly unavailable is retried at the next tick (the lease survives as long as one keepalive lands within its TTL).
 
@@ -19,8 +21,8 @@ from collections.abc import Callable
 from types import TracebackType
 
 from apportion.errors import InvalidRequest, LeaseNotFound, StoreUnavailable
-from apportion.store._base import Store, lease_id
-from apportion.store._types import Lease
+from apportion.store import Lease, Store
+from apportion.store._base import lease_id
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,7 @@ class KeepAlive:
         interval_s: float | None = None,
         on_lost: Callable[[LeaseNotFound], None] | None = None,
     ) -> None:
-        interval = lease.ttl_s / 3 if interval_s is None else interval_s
+        interval = store.renew_every_s(lease.ttl_s) if interval_s is None else interval_s
         if not interval > 0:
             raise InvalidRequest("interval_s", "must be > 0")
         self.store = store
