@@ -20,7 +20,7 @@ import httpx
 import pytest
 import uvicorn
 
-from apportion.group import Coordinator, GroupConfig, Keys, Mode, Static, encode, parse_resources
+from apportion.group import Coordinator, GroupConfig, Keys, Mode, Static, encode, history, parse_resources
 from apportion.store import Get, Put, connect
 from apportion.waiting import wait_for
 from apportion.web import Feed, allowed_hosts, dashboard_app
@@ -139,6 +139,32 @@ def test_the_state_follows_the_coordinator_and_static_modes_through_a_crash(mode
             state = until(feed, "w2's partitions taken over", lambda s: all(
                 s["partitions"][p]["owner"] in ("w0", "w1") for p in had))  # fmt: skip
             assert "w2" in state["failed"]
+
+
+def test_a_dashboard_started_after_migrations_shows_their_targets_owning_what_they_acked() -> None:
+    # the target writes the "migrated" event when it acks (ONLINE): the timeline seeded from the history had read it
+    # as the end of the target's own ownership, so the partitions showed unowned from the ack to their next claim
+    url = f"memory://{uuid.uuid4().hex}"
+    h = ModeHarness()
+    h.store = connect(url, clock=h.clock)
+    for mid in ("w0", "w1"):
+        h.add_coordinated(mid)
+    h.run(8.0)
+    h.add_coordinated("w2")  # a join moves a third of the partitions to w2 by migrations
+    h.run(8.0)
+    with connect(url) as store:
+        events = [e for e in history(store, "g") if e["type"] == "migrated"]
+    assert "w2" in {e["member"] for e in events}  # (the first table's partitions are acked by w0 and w1)
+    with following(url, now=h.clock.now, refresh_s=0.1, window_s=3600) as feed:
+        state = until(feed, "every partition owned", lambda s: s["partitions"] and all(
+            p["owner"] for p in s["partitions"]))  # fmt: skip
+        open_segments = {seg["partition"]: seg for seg in state["timeline"] if seg["end"] is None}
+        assert {p: seg["member"] for p, seg in open_segments.items()} == {
+            p["partition"]: p["owner"] for p in state["partitions"]
+        }
+        for e in events:  # w2's ownership runs from its claim on, through the ack: no gap until the feed started
+            if e["member"] == "w2":
+                assert open_segments[e["partition"]]["start"] <= e["time"], (e, open_segments[e["partition"]])
 
 
 def make_store(path: Path) -> str:

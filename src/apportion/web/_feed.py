@@ -456,7 +456,7 @@ class Feed:
                 continue
             if e.get("type") == "claim":
                 self._switch(p, str(member), float(at))
-            elif e.get("type") in ("release", "lost", "fenced", "migrated"):
+            elif e.get("type") in ("release", "lost", "fenced"):  # not "migrated": the target acks what it holds
                 segment = self._open.get(p)
                 if segment is not None and segment["member"] == member:
                     self._switch(p, None, float(at))
