@@ -384,6 +384,7 @@ class RoundsMember(FencedMember):
         a lapse, a failed join or close, or a ``latest`` event — the simulator routes ``latest``, not plans)."""
         seen = self._plan_event
         if seen is not None and seen[0] == rnd:
+            self._plan_unread = False  # what a ``latest`` event announced: this plan (one txn writes both)
             return seen[1]
         if not self._plan_unread:
             return None
