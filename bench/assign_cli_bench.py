@@ -162,6 +162,7 @@ def main() -> None:
     cli = [python, "-m", "apportion.cli", "assign", "--input", str(path)]
     runs: dict[str, list[tuple[float, float]]] = {"cli": [], "before": [], "naive": []}
     phase_runs: list[dict[str, float]] = []
+    before_phases: list[dict[str, float]] = []
     for warm_up in ([python, "-c", "import apportion.cli"], [python, "-c", "import json"]):  # bytecode caches
         run_rss(warm_up, src)
         if args.before:
@@ -178,6 +179,9 @@ def main() -> None:
         runs["naive"].append((wall, rss))
         _, _, out = run_rss([python, str(phases_py), str(path)], src)
         phase_runs.append(json.loads(out))
+        if args.before:
+            _, _, out = run_rss([python, str(phases_py), str(path)], str(args.before))
+            before_phases.append(json.loads(out))
     cli_s = statistics.median(w for w, _ in runs["cli"])
     naive_s = statistics.median(w for w, _ in runs["naive"])
     keys = ("parse", "plan", "output", "parse_request", "rss_mib")
@@ -205,12 +209,20 @@ def main() -> None:
     print(f"| in process: `plan()` | {phase['plan']:.2f} s | | |")
     print(f"| in process: `dumps_plan` | {phase['output']:.2f} s | | {phase['rss_mib']:.0f} MiB (whole child) |")
     print(f"| in process: `parse_request(json.loads(text))`, the parse alone | {phase['parse_request']:.2f} s | | |")
+    before_plan = 0.0
+    if args.before:
+        old = {k: statistics.median(r[k] for r in before_phases) for k in keys}
+        before_plan = old["plan"]
+        print(f"| before, in process: read + `loads_request` / `plan()` / `dumps_plan` | {old['parse']:.2f} / "
+              f"{old['plan']:.2f} / {old['output']:.2f} s | | |")  # fmt: skip
     print()
     before_ratio = ""
     if args.before:
         before_ratio = f"before / now = {statistics.median(w for w, _ in runs['before']) / cli_s:.2f}x; "
     libraries(path, args.repeat)
     print()
+    if args.before:
+        before_ratio += f"CLI / the before's plan() = {cli_s / before_plan:.2f}x; "
     print(f"{before_ratio}CLI / plan() = {cli_s / phase['plan']:.2f}x (goal <= 2x); "
           f"naive / CLI = {naive_s / cli_s:.2f}x (goal >= 4x)")  # fmt: skip
 

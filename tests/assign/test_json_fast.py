@@ -210,3 +210,9 @@ def test_every_members_list_checked_together_parses_as_each_list_alone(indices: 
     request = loads_request(members_request(lists))
     assert [m.owned for m in request.members] == walked
     assert [list(m.owned) for m in request.members] == [list(w) for w in walked]
+
+
+@pytest.mark.parametrize("colon", ['" :', '"\n:', '"\t :', '"\r:'])
+def test_a_duplicate_key_with_whitespace_before_its_colon_is_refused(colon: str) -> None:
+    text = '{"strategy": "sticky", "resources": {"t": 3}, "members": {"a": {}, "a' + colon + ' {"rack": "x\\":"}}}'
+    assert error_of(text) == "a: duplicate key (ids must be unique)"

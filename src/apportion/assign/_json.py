@@ -30,7 +30,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from itertools import chain, islice, repeat
+from itertools import islice, repeat
 from types import MappingProxyType
 from typing import Any
 
@@ -90,7 +90,15 @@ def _decode_fast(text: str) -> object | None:
         obj = _DECODER.decode(text)
     except (msgspec.DecodeError, RecursionError):
         return None
-    return obj if len(_KEY_END.findall(text)) == _keys(obj) else None
+    return obj if _key_ends(text) == _keys(obj) else None
+
+
+def _key_ends(text: str) -> int:
+    """How many ``"<whitespace>:`` the text holds (at least as many as its keys). When every colon follows a quote
+    (none follows whitespace), they are the ``":``: two counts, ~2x faster than the regex scan, which stops at each
+    of the text's two million quotes."""
+    quoted = text.count('":')
+    return quoted if text.count(":") == quoted else len(_KEY_END.findall(text))
 
 
 def loads_request(text: str) -> AssignRequest:
@@ -153,8 +161,7 @@ def _parse_request(obj: object) -> AssignRequest:
     resources = _resources(top.get("resources", {}))
     by_name = {r.name: r for r in resources}
     members_obj = _object(top.get("members", {}), "members")
-    owned = _owned_columns(members_obj, resources)
-    members = tuple(_member(mid, value, by_name, owned.get(mid)) for mid, value in members_obj.items())
+    members = tuple(_member(mid, value, by_name) for mid, value in members_obj.items())
     if not math.isfinite(sum(m.capacity for m in members)):
         raise InvalidRequest("members", "the capacities add up to more than a float can hold")
     options = dict(_object(top.get("options", {}), "options"))
@@ -316,49 +323,6 @@ def _column(res: Resource, ints: list[int]) -> PartitionColumn | None:
     if max(ints) < res.partitions and len(set(ints)) == len(ints):
         return PartitionColumn(res.name, ints)
     return None
-
-
-def _owned_columns(members: Mapping[str, Any], resources: Sequence[Resource]) -> dict[str, PartitionColumn]:
-    """The ``owned`` lists of every member of a one-resource request checked as ONE column (what
-    :func:`_columnar` does per list, with a few C-level passes over all the strings instead of a dozen per member),
-    by member id: each list that passes, as a :class:`PartitionColumn` (a ``range`` for one increasing run).
-
-    Empty when anything fails the joint check (a string that is not ``<resource>-<digits>``, a value that is not a
-    string): every member's list then goes through :func:`_partition_list` as before, which words the error. A
-    list missing from the result (out of range, listed twice) goes the same way. So what is accepted and every
-    message are those of :func:`_partition_list`."""
-    if len(resources) != 1 or "\n" in resources[0].name:
-        return {}
-    res = resources[0]
-    ids: list[str] = []
-    lists: list[list[Any]] = []
-    for mid, value in members.items():
-        if type(value) is dict:
-            raw = value.get("owned")
-            if type(raw) is list and raw:
-                ids.append(mid)
-                lists.append(raw)
-    try:
-        flat = _one_resource(list(chain.from_iterable(lists)), res.name + SEPARATOR) if lists else None
-    except TypeError:  # a value that is not a string
-        return {}
-    if flat is None:
-        return {}
-    rising = bytes(map(operator.lt, flat, islice(flat, 1, None)))  # rising[i]: flat[i] < flat[i + 1]
-    out: dict[str, PartitionColumn] = {}
-    start = 0
-    for mid, raw in zip(ids, lists, strict=True):
-        end = start + len(raw)
-        first, last = flat[start], flat[end - 1]
-        if last < res.partitions and rising.find(0, start, end - 1) < 0:  # strictly increasing, in range
-            contiguous = last - first == end - 1 - start
-            out[mid] = PartitionColumn(res.name, range(first, last + 1) if contiguous else flat[start:end])
-        else:
-            column = _column(res, flat[start:end])
-            if column is not None:
-                out[mid] = column
-        start = end
-    return out
 
 
 def _one_resource(raw: list[str], prefix: str) -> list[int] | None:
