@@ -75,6 +75,9 @@ def write_request(path: Path, partitions: int, members: int) -> None:
 PYCACHE = tempfile.mkdtemp(prefix="assign-cli-bench-pycache-")
 
 
+LAST_CPU = [0.0]  # the CPU seconds (user + sys, from wait4) of the last run_rss child
+
+
 def run_rss(argv: list[str], pythonpath: str) -> tuple[float, float, bytes]:
     """Wall seconds, the child's own peak RSS (MiB, from wait4) and its stdout; ``apportion`` from ``pythonpath``.
     Bytecode is cached (in a temporary prefix) as an installed package has it, whatever PYTHONDONTWRITEBYTECODE says:
@@ -89,6 +92,7 @@ def run_rss(argv: list[str], pythonpath: str) -> tuple[float, float, bytes]:
         ])  # fmt: skip
         _, status, usage = os.wait4(pid, 0)
         wall = time.perf_counter() - t
+        LAST_CPU[0] = usage.ru_utime + usage.ru_stime
         out_file.seek(0)
         err_file.seek(0)
         out, err = out_file.read(), err_file.read()
@@ -161,7 +165,9 @@ def main() -> None:
     src = str(HERE.parent / "src")
     cli = [python, "-m", "apportion.cli", "assign", "--input", str(path)]
     runs: dict[str, list[tuple[float, float]]] = {"cli": [], "before": [], "naive": []}
+    cpu: dict[str, list[float]] = {"cli": [], "before": [], "naive": []}
     phase_runs: list[dict[str, float]] = []
+    before_phases: list[dict[str, float]] = []
     for warm_up in ([python, "-c", "import apportion.cli"], [python, "-c", "import json"]):  # bytecode caches
         run_rss(warm_up, src)
         if args.before:
@@ -169,15 +175,21 @@ def main() -> None:
     for _ in range(args.repeat):
         wall, rss, out = run_rss(cli, src)
         runs["cli"].append((wall, rss))
+        cpu["cli"].append(LAST_CPU[0])
         assert out.startswith(b'{"assignment":'), out[:100]
         if args.before:
             wall, rss, before = run_rss(cli, str(args.before))
             runs["before"].append((wall, rss))
+            cpu["before"].append(LAST_CPU[0])
             assert json.loads(before) == json.loads(out), "the plan differs from the one before"
         wall, rss, _ = run_rss([python, str(naive_py), str(path)], src)
         runs["naive"].append((wall, rss))
+        cpu["naive"].append(LAST_CPU[0])
         _, _, out = run_rss([python, str(phases_py), str(path)], src)
         phase_runs.append(json.loads(out))
+        if args.before:
+            _, _, out = run_rss([python, str(phases_py), str(path)], str(args.before))
+            before_phases.append(json.loads(out))
     cli_s = statistics.median(w for w, _ in runs["cli"])
     naive_s = statistics.median(w for w, _ in runs["naive"])
     keys = ("parse", "plan", "output", "parse_request", "rss_mib")
@@ -205,14 +217,28 @@ def main() -> None:
     print(f"| in process: `plan()` | {phase['plan']:.2f} s | | |")
     print(f"| in process: `dumps_plan` | {phase['output']:.2f} s | | {phase['rss_mib']:.0f} MiB (whole child) |")
     print(f"| in process: `parse_request(json.loads(text))`, the parse alone | {phase['parse_request']:.2f} s | | |")
+    before_plan = 0.0
+    if args.before:
+        old = {k: statistics.median(r[k] for r in before_phases) for k in keys}
+        before_plan = old["plan"]
+        print(f"| before, in process: read + `loads_request` / `plan()` / `dumps_plan` | {old['parse']:.2f} / "
+              f"{old['plan']:.2f} / {old['output']:.2f} s | | |")  # fmt: skip
     print()
     before_ratio = ""
     if args.before:
         before_ratio = f"before / now = {statistics.median(w for w, _ in runs['before']) / cli_s:.2f}x; "
     libraries(path, args.repeat)
     print()
+    if args.before:
+        before_ratio += f"CLI / the before's plan() = {cli_s / before_plan:.2f}x; "
     print(f"{before_ratio}CLI / plan() = {cli_s / phase['plan']:.2f}x (goal <= 2x); "
           f"naive / CLI = {naive_s / cli_s:.2f}x (goal >= 4x)")  # fmt: skip
+    med = {k: statistics.median(v) for k, v in cpu.items() if v}
+    before_cpu = ""
+    if args.before:
+        before_cpu = f", before {med['before']:.2f} s (before / now {med['before'] / med['cli']:.2f}x)"
+    print(f"CPU (user + sys of each child, medians): CLI {med['cli']:.2f} s, naive {med['naive']:.2f} s "
+          f"(naive / CLI {med['naive'] / med['cli']:.2f}x){before_cpu}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -15,10 +15,11 @@ and :func:`index_of` read one part of an id.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from types import MappingProxyType
-from typing import NamedTuple, TypeAlias
+from typing import NamedTuple, TypeAlias, overload
 
 from apportion.errors import InvalidRequest
 
@@ -88,6 +89,85 @@ class Partition(NamedTuple):
         return cls(resource, int(index))
 
 
+_new_tuple = tuple.__new__
+
+
+class PartitionColumn(Sequence[Partition]):
+    """Partitions of one resource held as a column of indices (a ``range`` or a sequence of ints), not one
+    :class:`Partition` tuple each: what ``apportion assign``'s JSON parser puts in ``Member.owned`` and what the
+    planner puts in ``Plan.assignment`` for a one-resource list. A plan of a million partitions is then a few
+    thousand of these instead of a million tuples made, read back into ints and collected.
+
+    The compatibility layer for the tuple form: a read-only sequence of :class:`Partition` equal to the tuple of its
+    partitions (and to another column with the same ones), hashing and pickling as that tuple, ``+`` with a tuple
+    giving a tuple; slicing gives a column. Its Partition tuples are made on first iteration and cached. The
+    indices are not copied: whoever builds a column hands over a sequence nobody changes afterwards.
+    """
+
+    __slots__ = ("_items", "indices", "resource")
+
+    def __init__(self, resource: str, indices: Sequence[int]) -> None:
+        self.resource = resource
+        self.indices = indices
+        self._items: tuple[Partition, ...] | None = None
+
+    def items(self) -> tuple[Partition, ...]:
+        """The partitions as a tuple (made once)."""
+        items = self._items
+        if items is None:
+            items = tuple(map(_new_tuple, repeat(Partition), zip(repeat(self.resource), self.indices)))
+            self._items = items
+        return items
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @overload
+    def __getitem__(self, index: int) -> Partition: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> PartitionColumn: ...
+
+    def __getitem__(self, index: int | slice) -> Partition | PartitionColumn:
+        if isinstance(index, slice):
+            return PartitionColumn(self.resource, self.indices[index])
+        return Partition(self.resource, self.indices[index])
+
+    def __iter__(self) -> Iterator[Partition]:
+        return iter(self.items())
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.items()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PartitionColumn):
+            if len(self) != len(other):
+                return False
+            return not self.indices or (self.resource == other.resource and list(self.indices) == list(other.indices))
+        if isinstance(other, tuple):
+            return len(self) == len(other) and self.items() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.items())
+
+    def __add__(self, other: object) -> tuple[Partition, ...]:
+        if isinstance(other, PartitionColumn | tuple):
+            return (*self, *other)
+        return NotImplemented
+
+    def __radd__(self, other: object) -> tuple[Partition, ...]:
+        if isinstance(other, tuple):
+            return (*other, *self)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(self.items())
+
+    def __reduce__(self) -> tuple[type[tuple[Partition, ...]], tuple[tuple[Partition, ...]]]:
+        return (tuple, (self.items(),))
+
+
 def partition_of(pid: PartitionId, resource: str) -> Partition:
     """The :class:`Partition` a group's id names: ``Partition(resource, pid)`` for an int (a one-resource group's,
     its resource named ``resource``), the parsed ``<resource>-<index>`` for text (InvalidRequest when malformed)."""
@@ -128,7 +208,7 @@ class Member:
 
     id: str
     subscriptions: frozenset[str] | None = None
-    owned: tuple[Partition, ...] = ()
+    owned: Sequence[Partition] = ()  # a tuple, or a PartitionColumn (equal to the tuple)
     generation: int = 0
     capacity: float = 1.0
     rack: str | None = None
@@ -193,7 +273,7 @@ class Plan:
     """A strategy's answer: the active owner of each partition, sorted; replicas for high availability."""
 
     strategy: str
-    assignment: Mapping[str, tuple[Partition, ...]]
+    assignment: Mapping[str, Sequence[Partition]]  # each a tuple or a PartitionColumn (equal to the tuple)
     moves: Sequence[Move]  # by partition; a tuple, or (strategies on assign's to_plan) a lazy sequence equal to one
     stats: PlanStats
     standby: Mapping[str, tuple[Partition, ...]] = field(default_factory=lambda: MappingProxyType({}))
@@ -214,6 +294,7 @@ __all__ = [
     "Member",
     "Move",
     "Partition",
+    "PartitionColumn",
     "PartitionId",
     "Plan",
     "PlanStats",

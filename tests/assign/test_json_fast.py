@@ -155,7 +155,7 @@ def test_a_column_accepted_fast_is_what_the_walk_accepts(raw: list[Any]) -> None
     except InvalidRequest:
         assert fast is None
     else:
-        assert fast is None or (fast == walked and all(type(p) is Partition for p in fast))
+        assert fast is None or (list(fast) == walked and all(type(p) is Partition for p in fast))
 
 
 @settings(max_examples=50, deadline=None)
@@ -170,3 +170,49 @@ def test_dumps_plan_is_plan_to_json_as_text(strategy: str, members: int, partiti
     )
     result = plan(loads_request(text))
     assert json.loads(dumps_plan(result)) == plan_to_json(result)
+
+
+ONE = {"t": Resource("t", 300)}
+
+
+def members_request(lists: list[list[Any]]) -> str:
+    members = {f"m{k}": {"owned": owned, "generation": 1} for k, owned in enumerate(lists)}
+    return json.dumps({"strategy": "sticky", "resources": {"t": 300}, "members": members})
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (5, "members.m2.owned[1]: must be a '<resource>-<index>' string, got 5"),
+        ("t-300", "members.m2.owned[1]: 't-300' is out of range (t has 300 partitions)"),
+        ("t-200", "members.m2.owned[1]: 't-200' is listed twice"),
+        ("t- 7", "members.m2.owned[1]: 't- 7' is not <resource>-<index> (index in ASCII digits)"),
+        ("t--7", "members.m2.owned[1]: unknown resource 't-'"),
+        ("u-1", "members.m2.owned[1]: unknown resource 'u'"),
+    ],
+)
+def test_a_bad_partition_among_many_members_lists_is_named_by_its_member_and_position(bad: Any, message: str) -> None:
+    lists: list[list[Any]] = [[f"t-{i}" for i in range(k * 50, k * 50 + 50)] for k in range(6)]
+    lists[2] = ["t-200", bad, "t-201"]
+    assert error_of(members_request(lists)) == message
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 299), max_size=6), max_size=5))
+def test_every_members_list_checked_together_parses_as_each_list_alone(indices: list[list[int]]) -> None:
+    lists = [[f"t-{i}" for i in owned] for owned in indices]
+    try:
+        walked = [tuple(_walk(owned, "owned", ONE)) for owned in lists]
+    except InvalidRequest:
+        with pytest.raises(InvalidRequest):
+            loads_request(members_request(lists))
+        return
+    request = loads_request(members_request(lists))
+    assert [m.owned for m in request.members] == walked
+    assert [list(m.owned) for m in request.members] == [list(w) for w in walked]
+
+
+@pytest.mark.parametrize("colon", ['" :', '"\n:', '"\t :', '"\r:'])
+def test_a_duplicate_key_with_whitespace_before_its_colon_is_refused(colon: str) -> None:
+    text = '{"strategy": "sticky", "resources": {"t": 3}, "members": {"a": {}, "a' + colon + ' {"rack": "x\\":"}}}'
+    assert error_of(text) == "a: duplicate key (ids must be unique)"

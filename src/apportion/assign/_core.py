@@ -43,7 +43,7 @@ from types import MappingProxyType
 from typing import NamedTuple, overload
 
 from apportion.errors import InvalidRequest
-from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
+from apportion.model import AssignRequest, Member, Move, Partition, PartitionColumn, Plan, PlanStats, Resource
 
 _new_tuple = tuple.__new__
 _first = itemgetter(0)
@@ -77,6 +77,23 @@ def exact(value: float) -> Fraction:
     return Fraction(repr(float(value)))
 
 
+def mark(target: bytearray | list[int], ints: Sequence[int], value: int) -> None:
+    """``target[p] = value`` for every ``p`` of ``ints``: one slice assignment for a range, else a C-level map."""
+    if isinstance(ints, range) and ints.step == 1:
+        if len(ints):
+            target[ints.start : ints.stop] = (
+                bytes((value,)) * len(ints) if isinstance(target, bytearray) else [value] * len(ints)
+            )
+        return
+    for _ in map(target.__setitem__, ints, repeat(value)):
+        pass
+
+
+def mark_all(target: bytearray, claims: Iterable[Sequence[int]], value: int) -> None:
+    for ints in claims:
+        mark(target, ints, value)
+
+
 @dataclass(slots=True)
 class Problem:
     """An AssignRequest in ints. Build with :meth:`of`; read-only afterwards."""
@@ -88,8 +105,9 @@ class Problem:
     members: list[Member]  # sorted by id
     ids: list[str]
     subs: list[frozenset[int]]  # resource indices each member subscribes to (existing resources only)
-    claims: list[list[int]]  # resolved previous ownership per member, sorted ints (rules 1-3 above)
-    owned_tuples: list[tuple[Partition, ...] | None]  # the member's own sorted owned tuple when it equals claims
+    claims: list[Sequence[int]]  # resolved previous ownership per member, sorted ints (rules 1-3 above); a range
+    # when the member owned one run of indices (a PartitionColumn of a range: no int objects, slices set its bytes)
+    owned_tuples: list[Sequence[Partition] | None]  # the member's own sorted owned partitions when they equal claims
     _prev: list[int] | None = field(default=None)
 
     @property
@@ -124,9 +142,12 @@ class Problem:
 
     # -- previous ownership ---------------------------------------------------------------------------------------
 
-    def _ints(self, owned: tuple[Partition, ...]) -> tuple[list[int], bool]:
+    def _ints(self, owned: Sequence[Partition]) -> tuple[Sequence[int], bool]:
         """Owned partitions as sorted ints (unknown resources, out-of-range indices dropped); True when ``owned``
-        was already sorted and nothing was dropped (so the tuple itself can be reused in the output)."""
+        was already sorted and nothing was dropped (so the tuple itself can be reused in the output). A column's
+        indices are read as they are (a range stays a range)."""
+        if isinstance(owned, PartitionColumn):
+            return self._column_ints(owned)
         names = set(map(_first, owned))
         if len(names) == 1:
             (name,) = names
@@ -151,11 +172,29 @@ class Problem:
         ints.sort()
         return ints, False
 
+    def _column_ints(self, owned: PartitionColumn) -> tuple[Sequence[int], bool]:
+        r = self.rindex.get(owned.resource)
+        idx = owned.indices
+        if r is None or not idx:
+            return [], r is not None
+        n = self.resources[r].partitions
+        base = self.start[r]
+        if isinstance(idx, range) and idx.step == 1:
+            if idx.start >= 0 and idx.stop <= n:
+                return range(base + idx.start, base + idx.stop), True
+            return range(base + max(idx.start, 0), base + min(idx.stop, n)), False
+        ints = list(idx)
+        if min(ints) < 0 or max(ints) >= n:
+            return sorted(base + i for i in ints if 0 <= i < n), False
+        shifted = [base + i for i in ints] if base else ints
+        ordered = sorted(shifted)
+        return ordered, ordered == shifted
+
     def _resolve_claims(self) -> None:
         live = [m for m in self.members if m.owned]
         top = max((m.generation for m in live), default=0)
-        claims: list[list[int]] = []
-        tuples: list[tuple[Partition, ...] | None] = []
+        claims: list[Sequence[int]] = []
+        tuples: list[Sequence[Partition] | None] = []
         for m in self.members:
             if m.owned and m.generation == top:
                 ints, reusable = self._ints(m.owned)
@@ -167,10 +206,7 @@ class Problem:
         count = sum(map(len, claims))
         if count:
             seen = bytearray(self.total)
-            setter = seen.__setitem__
-            for ints in claims:
-                for _ in map(setter, ints, repeat(1)):
-                    pass
+            mark_all(seen, claims, 1)
             if seen.count(1) != count:  # a conflict (or a duplicate): the smallest member id keeps the claim
                 seen = bytearray(self.total)
                 for k, ints in enumerate(claims):
@@ -189,10 +225,8 @@ class Problem:
         """Previous owner (member position) of every partition, -1 for none."""
         if self._prev is None:
             prev = [-1] * self.total
-            setter = prev.__setitem__
             for m, ints in enumerate(self.claims):
-                for _ in map(setter, ints, repeat(m)):
-                    pass
+                mark(prev, ints, m)
             self._prev = prev
         return self._prev
 
@@ -204,7 +238,7 @@ class Problem:
     def eligible(self, m: int, p: int) -> bool:
         return self.resource_of(p) in self.subs[m]
 
-    def kept_claims(self, m: int) -> list[int]:
+    def kept_claims(self, m: int) -> Sequence[int]:
         """The member's previous partitions that it still subscribes to (the ones it may keep)."""
         subs = self.subs[m]
         if len(subs) == len(self.resources):
@@ -265,8 +299,11 @@ class Problem:
 
     # -- back to values -------------------------------------------------------------------------------------------
 
-    def partitions(self, ints: Sequence[int], everything: list[Partition] | None = None) -> tuple[Partition, ...]:
-        """Partition tuples for sorted ints (built without Partition.__new__'s Python-level overhead)."""
+    def partitions(self, ints: Sequence[int], everything: list[Partition] | None = None) -> Sequence[Partition]:
+        """The Partitions of sorted ints: a :class:`PartitionColumn` of their indices with one resource (no tuple per
+        partition), else tuples (built without Partition.__new__'s Python-level overhead)."""
+        if len(self.resources) == 1:
+            return PartitionColumn(self.resources[0].name, ints)
         if everything is not None:
             if isinstance(ints, range) and ints.step == 1:
                 return tuple(everything[ints.start : ints.stop])
@@ -321,7 +358,7 @@ def balanced_min_moves(problem: Problem, groups: Sequence[tuple[Sequence[int], S
     return total
 
 
-def _count_in(problem: Problem, claims: list[int], resource: int) -> int:
+def _count_in(problem: Problem, claims: Sequence[int], resource: int) -> int:
     """How many of the sorted ``claims`` are partitions of ``resource``."""
     return bisect_left(claims, problem.start[resource + 1]) - bisect_left(claims, problem.start[resource])
 
@@ -461,16 +498,19 @@ def to_plan(
         moves = moves_of(problem, assignment)
     columns = moves if isinstance(moves, MoveColumns) else MoveColumns.of_rows(moves)
     with gc_paused():
-        placed = sum(map(len, assignment))
-        fresh = sum(1 for m, ints in enumerate(assignment) if not _reusable(problem, m, ints))
         moved_count = len(columns.partitions)
-        everything = (
-            problem.everything() if placed and (moved_count * 4 > placed or fresh * 4 > len(assignment)) else None
-        )
-        table: dict[str, tuple[Partition, ...]] = {}
+        everything = None
+        if len(problem.resources) > 1:  # with one, each list is a column of its ints (Problem.partitions)
+            placed = sum(map(len, assignment))
+            fresh = sum(1 for m, ints in enumerate(assignment) if not _reusable(problem, m, ints))
+            if placed and (moved_count * 4 > placed or fresh * 4 > len(assignment)):
+                everything = problem.everything()
+        table: dict[str, Sequence[Partition]] = {}
         for m, ints in enumerate(assignment):
             owned = problem.owned_tuples[m]
-            if owned is not None and _reusable(problem, m, ints):
+            if len(problem.resources) == 1:
+                table[problem.ids[m]] = problem.partitions(ints)
+            elif owned is not None and _reusable(problem, m, ints):
                 table[problem.ids[m]] = owned[: len(ints)]
             else:
                 table[problem.ids[m]] = problem.partitions(ints, everything)

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from itertools import compress, islice, product, repeat
 from typing import ClassVar
 
-from apportion.assign._core import MoveColumns, Problem, balanced_min_moves, to_plan
+from apportion.assign._core import MoveColumns, Problem, balanced_min_moves, mark, to_plan
 from apportion.assign._options import StrategyOptions
 from apportion.model import AssignRequest, Plan
 
@@ -114,7 +114,6 @@ def _constrained(problem: Problem) -> Plan:
     at_max = 0
     assignment: list[Sequence[int]] = []
     dropped_from: dict[int, int] = {}
-    setter = taken.__setitem__
     # Phase 1: keep previous partitions up to the quota, honouring how many members may hold q + 1.
     for m in range(n):
         own = problem.kept_claims(m)
@@ -128,8 +127,7 @@ def _constrained(problem: Problem) -> Plan:
         kept = own[:keep] if keep < len(own) else own
         for p in own[keep:]:
             dropped_from[p] = m
-        for _ in map(setter, kept, repeat(1)):
-            pass
+        mark(taken, kept, 1)
         assignment.append(kept)
     # From scratch (nothing kept) ``free`` is a range: no million int objects, and each member's share is a range.
     free: Sequence[int] = range(problem.total)

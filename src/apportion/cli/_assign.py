@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 
-def compact(parts: tuple[Partition, ...]) -> str:
+def compact(parts: Sequence[Partition]) -> str:
     """``t1-0..3, t2-5`` for humans: runs of consecutive indices shown as ranges."""
     out: list[str] = []
     run: list[Partition] = []
