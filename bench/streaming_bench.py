@@ -1,0 +1,223 @@
+"""apportion's pipeline vs Spark Structured Streaming on the same log, alternating, same run (issue 31 item 1).
+
+The input is produced once by ``apportion pipeline produce`` (``--records`` in ``--partitions``). Each run launches
+one process per side and engine and times it from the spawn (JVM or Connect session start included) to its last
+output committed:
+
+- ``apportion``: ``apportion pipeline run`` (one worker, SQLite store, fresh group and output), until its last
+  ``batch_done``; the default transform (``partition, offset, key, value, sha2(value)``);
+- ``streaming``: a Structured Streaming query, file source over the log's segments, the same columns (the partition
+  from the file's directory, ``sha2(value, 256)``), Parquet sink, ``Trigger.AvailableNow``, until it ends.
+
+Engines: ``local`` (each process its own JVM, ``local[1]``) and ``connect`` (both through one shared, warm Spark
+Connect server, ``local[2]``). The sides alternate (their order flips every run), so both see the same load; the
+ratio apportion / Structured Streaming is taken within each run, and the median ratio is reported.
+
+Every run is checked before it counts: every input record is in the output, no (partition, offset) twice, and the
+per-key offset order is kept in the committed output's checkpoint order (apportion: a run that breaks it fails).
+Structured Streaming promises no order: its file sink writes a file per task, whose rows come in the order of the
+files its task was given (Spark packs them by size), so the bench reports whether each of its files happened to keep
+per-key order (``order_kept``) rather than failing the run.
+
+    PYTHONPATH=src .venv/bin/python bench/streaming_bench.py [--records 2000000] [--partitions 8] [--runs 3]
+        [--engines local,connect] [--batch-records 10000]
+
+Prints a Markdown table (and ``--json FILE`` writes every run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+RESOURCE = "r"
+
+
+def produce(work: Path, records: int, partitions: int) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "apportion.cli", "pipeline", "produce", "--input", str(work / "log"), "--resource",
+         RESOURCE, "--partitions", str(partitions), "--records", str(records)],
+        check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def check(table: pa.Table, records: int, order_chunks: list[pa.Table]) -> str | None:
+    """None when ``table`` holds every record once and each chunk of ``order_chunks`` keeps per-key offset order."""
+    if table.num_rows != records:
+        return f"{table.num_rows:,} records out of {records:,}"
+    ids = table.column("partition").to_numpy().astype(np.int64) << 40 | table.column("offset").to_numpy()
+    if len(np.unique(ids)) != records:
+        return f"{records - len(np.unique(ids)):,} duplicates"
+    for chunk in order_chunks:
+        p = chunk.column("partition").to_numpy().astype(np.int64)
+        key = pa.compute.dictionary_encode(chunk.column("key")).combine_chunks().indices.to_numpy().astype(np.int64)
+        offset = chunk.column("offset").to_numpy()
+        order = np.lexsort((np.arange(len(p)), key, p))  # stable: by (partition, key), then position
+        same = (p[order][1:] == p[order][:-1]) & (key[order][1:] == key[order][:-1])
+        if np.any(same & (offset[order][1:] <= offset[order][:-1])):
+            return "per-key order broken"
+    return None
+
+
+def run_apportion(
+    work: Path, run: str, engine: list[str], batch_records: int, src: Path | None = None
+) -> dict[str, Any]:
+    from apportion.fleet import Fleet, pipeline_args
+    from apportion.spark import read_committed_arrow
+    from apportion.store import connect
+
+    store = work / f"store-{run}.db"
+    out = work / f"out-{run}"
+    args = pipeline_args(f"sqlite:///{store}", "g", work / "log", out, RESOURCE, *engine,
+                         "--batch-records", str(batch_records), "--idle", "0.1", "--exit-when-idle", "1",
+                         "--settle", "0.2", "--min-interval", "0.4")  # fmt: skip
+    env = None if src is None else {"PYTHONPATH": str(src)}
+    with Fleet(work / f"logs-{run}", args, env=env) as fleet:
+        spawned = time.time()
+        worker = fleet.start("w1")
+        code = worker.proc.wait(1800)
+        if code != 0:
+            raise SystemExit(f"apportion {run} exited with {code}:\n{worker.tail()}")
+        done, started = worker.of("batch_done"), worker.of("started")
+    with connect(f"sqlite:///{store}") as client:
+        table = read_committed_arrow(client, "g", out, RESOURCE)
+    return {
+        "seconds": float(done[-1]["time"]) - spawned,
+        "batches": len(done),
+        "warm_up_s": started[0].get("warm_up_s"),
+        "first_batch_s": float(worker.of("batch")[0]["time"]) - spawned,
+        "table": table,
+        "chunks": [table],
+    }
+
+
+STREAMING_CHILD = r"""
+import json, sys, time
+from apportion.spark import spark_session
+from pyspark.sql import functions as F
+master, log, out = sys.argv[1:4]
+spark = spark_session(master, "1g", "streaming-bench")
+df = spark.readStream.schema("offset long, key string, value string, ts_ms long").parquet(log + "/*/*.parquet")
+partition = F.regexp_extract(F.col("_metadata.file_path"), r"/(\d+)/[^/]+$", 1).cast("int")
+df = df.select(partition.alias("partition"), "offset", "key", "value", F.sha2(F.col("value"), 256).alias("digest"))
+query = (df.writeStream.format("parquet").option("checkpointLocation", out + "/_checkpoint")
+         .trigger(availableNow=True).start(out + "/data"))
+query.awaitTermination()
+print(json.dumps({"ended": time.time()}))
+"""
+
+
+def run_streaming(work: Path, run: str, master: str) -> dict[str, Any]:
+    out = work / f"out-{run}"
+    spawned = time.time()
+    proc = subprocess.run(
+        [sys.executable, "-c", STREAMING_CHILD, master, str(work / "log" / RESOURCE), str(out)],
+        capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise SystemExit(f"streaming {run} exited with {proc.returncode}:\n{proc.stderr[-3000:]}")
+    ended = json.loads(proc.stdout.strip().splitlines()[-1])["ended"]
+    files = sorted((out / "data").glob("*.parquet"))
+    chunks = [pq.read_table(f) for f in files]
+    return {"seconds": ended - spawned, "table": pa.concat_tables(chunks), "chunks": chunks}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--engines", default="local,connect")
+    parser.add_argument("--batch-records", type=int, default=10_000)
+    parser.add_argument("--port", type=int, default=15031)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--against", default=None, help="Also run apportion at this commit (side 'before').")
+    args = parser.parse_args()
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+
+    work = Path(tempfile.mkdtemp(prefix="apportion-streaming-bench-"))
+    produce(work, args.records, args.partitions)
+    before = None
+    if args.against is not None:
+        before = work / "before"
+        before.mkdir()
+        archive = subprocess.run(["git", "archive", args.against, "src"], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
+        before = before / "src"
+    server = None
+    if "connect" in engines:
+        from apportion.spark import ConnectServer
+
+        server = ConnectServer("local[2]", args.port, log_path=work / "server.log")
+        server.__enter__()
+        server.check_session()
+    rows: list[dict[str, Any]] = []
+    try:
+        for n in range(args.runs):
+            for engine in engines:
+                sides = ["apportion", "streaming", *(["before"] if before else [])]
+                sides = sides if n % 2 == 0 else sides[::-1]
+                for side in sides:
+                    run = f"{side}-{engine}-{n}"
+                    load = os.getloadavg()[0]
+                    if side != "streaming":
+                        spec = ["--master", "local[1]"] if engine == "local" else ["--spark", server.url]  # type: ignore[union-attr]
+                        src = before if side == "before" else None
+                        result = run_apportion(work, run, spec, args.batch_records, src)
+                    else:
+                        result = run_streaming(work, run, "local[1]" if engine == "local" else server.url)  # type: ignore[union-attr]
+                    table, chunks = result.pop("table"), result.pop("chunks")
+                    problem = check(table, args.records, [])
+                    if problem is not None:
+                        raise SystemExit(f"{run}: {problem}")
+                    order = check(table, args.records, chunks)
+                    if order is not None and side != "streaming":
+                        raise SystemExit(f"{run}: {order}")
+                    result["order_kept"] = order is None
+                    shutil.rmtree(work / f"out-{run}", ignore_errors=True)
+                    row = {"run": n, "engine": engine, "side": side, "load": round(load, 2), **result,
+                           "records_per_s": round(args.records / result["seconds"])}  # fmt: skip
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+    finally:
+        if server is not None:
+            server.__exit__(None, None, None)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=2))
+    print(f"{args.records:,} records in {args.partitions} partitions, --batch-records {args.batch_records:,}, "
+          f"{args.runs} alternating runs; load average {min(r['load'] for r in rows)}-{max(r['load'] for r in rows)}"
+          " on 2 cores\n")  # fmt: skip
+    print("| engine | apportion records/s (median) | Structured Streaming records/s (median) | apportion / SS per run "
+          "| median ratio |\n|---|---:|---:|---|---:|")  # fmt: skip
+    for engine in engines:
+        mine = [r for r in rows if r["engine"] == engine]
+        a = {r["run"]: r["records_per_s"] for r in mine if r["side"] == "apportion"}
+        s = {r["run"]: r["records_per_s"] for r in mine if r["side"] == "streaming"}
+        ratios = [a[n] / s[n] for n in sorted(a)]
+        print(f"| {engine} | {statistics.median(a.values()):,.0f} | {statistics.median(s.values()):,.0f} | "
+              f"{', '.join(f'{x:.2f}x' for x in ratios)} | **{statistics.median(ratios):.2f}x** |")  # fmt: skip
+        b = {r["run"]: r["records_per_s"] for r in mine if r["side"] == "before"}
+        if b:
+            now_before = [a[n] / b[n] for n in sorted(b)]
+            before_ss = ", ".join(f"{b[n] / s[n]:.2f}x" for n in sorted(b))
+            print(f"| {engine}: {args.against} (before) | {statistics.median(b.values()):,.0f} | | "
+                  f"before / SS: {before_ss}; now / before: {', '.join(f'{x:.2f}x' for x in now_before)} | "
+                  f"**{statistics.median(now_before):.2f}x** now/before |")  # fmt: skip
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
