@@ -111,3 +111,34 @@ def test_master_and_spark_are_exclusive_and_a_missing_server_fails_at_once(
     assert "expected sc://host:port" in capsys.readouterr().err
     with pytest.raises(SparkUnavailable, match=r"no Spark Connect server at 127\.0\.0\.1:1"):
         spark_session("sc://127.0.0.1:1")  # fails before pyspark's own retries (a minute or more)
+
+
+WARM_UP_TWICE = """
+import sys
+from apportion.spark import _pipeline, spark_session, transform, warm_up
+
+def other(df):
+    return transform(df)
+
+def no_job(*args):
+    raise AssertionError("a warm-up ran the batch path on a server warmed up for its transform")
+
+spark = spark_session(sys.argv[1])
+warm_up(spark)  # runs the job unless another test's worker warmed this server up with it already
+_pipeline.write_batch = no_job
+warm_up(spark)
+written = []
+_pipeline.write_batch = lambda *args: written.append(args)
+warm_up(spark, other)
+assert len(written) == 1, "another transform was taken for warmed up by the first one's warm-up"
+"""
+
+
+def test_a_warm_up_runs_once_per_connect_server_and_transform(connect_server: Any) -> None:
+    """The first warm-up of a transform on a Connect server runs the batch path; the next warm-up of the same
+    transform runs no Spark job (its write would fail here); another transform runs its own. In a process of its
+    own: this one may hold a classic session (no remote session beside it)."""
+    done = subprocess.run(
+        [sys.executable, "-c", WARM_UP_TWICE, connect_server.url], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import importlib
 import logging
 import os
@@ -340,18 +341,36 @@ def read_tasks(spark: SparkSession, tasks: Sequence[Task]) -> DataFrame:
     return df.where(wanted).select(partition.alias("partition"), "offset", "key", "value", "ts_ms")
 
 
+WARM_UP_VIEW = "apportion_warm_up"
+"""Prefix of the global temporary view a warm-up leaves on a Spark Connect server (``warm_up``)."""
+
+
 def warm_up(spark: SparkSession, transform: Transform = transform) -> float:
-    """Run the batch path (read, transform, write) once on a one-record file (class loading, code generation: the
-    first Spark job of a JVM
-    is several times slower). Call it BEFORE joining the group, so a cold first batch never delays a revocation.
-    Returns the seconds it took."""
+    """Run the batch path (``read_tasks``, the transform and ``write_batch``: the partitioned write) once on a
+    one-record file (class loading, code generation: the first Spark job of a JVM is several times slower). Call it
+    BEFORE joining the group, so a cold first batch never delays a revocation. Returns the seconds it took.
+
+    Through Spark Connect the JVM is the server's, shared by every worker's session: the first warm-up of a
+    transform leaves a global temporary view (``global_temp.apportion_warm_up_<transform>``, in the server's
+    application, gone with it) and later workers' warm-ups find it and skip the job (one catalog call instead of a
+    Spark job of seconds). A restarted server has no view: the next worker warms it up again."""
+    from apportion.spark._session import is_connect
+
     started = time.perf_counter()
+    view = None
+    if is_connect(spark):
+        name = f"{getattr(transform, '__module__', '')}:{getattr(transform, '__qualname__', repr(transform))}"
+        view = f"{WARM_UP_VIEW}_{hashlib.blake2b(name.encode(), digest_size=6).hexdigest()}"
+        if spark.catalog.tableExists(f"global_temp.{view}"):
+            return time.perf_counter() - started
     with tempfile.TemporaryDirectory(prefix="apportion-warm-up-") as tmp:
         path = Path(tmp) / "0" / segment_name(0, 0)  # the log's layout: <partition>/<segment>
         path.parent.mkdir()
         pq.write_table(pa.table({"offset": [0], "key": ["k"], "value": ["v"], "ts_ms": [None]}, schema=SCHEMA), path)
         task = Task(0, 0, 0, 1, Checkpoint(), (Segment(str(path), 0, 0),))
         write_batch(transform(read_tasks(spark, [task])), Path(tmp) / "out", "warm-up", [task])
+    if view is not None:
+        spark.range(0).createOrReplaceGlobalTempView(view)
     return time.perf_counter() - started
 
 
