@@ -26,7 +26,14 @@ from apportion.spark._analytics import (
     unowned_gaps,
 )
 from apportion.spark._grid import load_grid, run_grid
-from apportion.spark._report import Verdict, duration, write_report
+from apportion.spark._report import (
+    Verdict,
+    coverage_line,
+    duration,
+    incomplete_members,
+    report_page,
+    write_report,
+)
 from apportion.store import connect
 from tests.group.harness import Harness
 
@@ -143,9 +150,9 @@ def test_the_report_states_its_span_and_the_members_it_saw_only_in_part(spark: A
     assert summary.coverage.startswith("overlaps: 0 in 30.500 s of history (t = 200.000 to 230.500)")
     assert "expired" in summary.coverage and "incomplete history" in summary.coverage and "b" in summary.coverage
     assert summary.coverage in (tmp_path / "part" / "index.html").read_text()
-    whole = write_report(spark, events[:1] + events[2:], tmp_path / "whole")
-    assert whole.incomplete_members == () and whole.expired_before is None
-    assert whole.coverage.endswith("every member's history complete in this span")
+    whole = events[:1] + events[2:]  # the rest of the page's span line is pure: no second Spark report needed
+    assert incomplete_members(whole) == ()
+    assert coverage_line(0, 200.0, 230.5, None, ()).endswith("every member's history complete in this span")
 
 
 def test_the_report_reads_like_a_report_verdict_units_clock_times_captions_and_no_paths(
@@ -170,8 +177,7 @@ def test_the_report_reads_like_a_report_verdict_units_clock_times_captions_and_n
     assert "<th>Unowned gaps</th><td>3, 10.5 s in all, the longest 7 s</td>" in body
     assert body.count("<figcaption>") == 4 and "<figcaption></figcaption>" not in body
     assert summary.coverage.startswith(f"overlaps: 0 in 15.100 s of history ({local} to ")
-    failed = write_report(spark, events, tmp_path / "failed", verdicts=[Verdict("exactly once", False, "3 missing")])
-    failed_page = Path(failed.index_html).read_text()
+    failed_page = report_page("r", summary, (), (), [Verdict("exactly once", False, "3 missing")])  # pure
     assert '<div class="verdict bad"><h2>A check failed</h2>' in failed_page
     assert "✗</span> <b>exactly once</b> — 3 missing" in failed_page
 

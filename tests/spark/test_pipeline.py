@@ -160,6 +160,9 @@ def timeline(processes: list[WorkerProcess]) -> str:
     )
 
 
+# The test's own session comes from getfixturevalue (late: fewer JVMs at once), which the xdist group hook cannot see:
+# the group is written here, so the check runs on the `spark` group's session instead of starting a second one.
+@pytest.mark.xdist_group("spark")
 @pytest.mark.slow  # ~45 s of worker time; ~115 s in all on a loaded 2-core machine (3 worker JVMs + the test's)
 def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_once_output(
     tmp_path: Path, processes: list[WorkerProcess], request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
