@@ -44,7 +44,8 @@ def test_two_thin_workers_share_one_connect_server_and_commit_every_record_once(
     produce = ["pipeline", "produce", "--input", str(log_dir), "--resource", "r", "--partitions", str(PARTITIONS)]
     assert main([*produce, "--records", str(RECORDS), "--seed", "3", "--batch-records", "2000"]) == 0
     log = PartitionedLog(log_dir)
-    args = pipeline_args(url, "g", log_dir, out_dir, "r", "--spark", connect_server.url, "--batch-records", "2000",
+    # batches of 5,000: two per partition (order across batches is kept), eight in all (the suite's budget)
+    args = pipeline_args(url, "g", log_dir, out_dir, "r", "--spark", connect_server.url, "--batch-records", "5000",
                          "--idle", "0.1", *TIMINGS)  # fmt: skip
     with Fleet(tmp_path / "logs", args) as fleet, connect(url) as store:
         workers = [fleet.start("w1"), fleet.start("w2")]

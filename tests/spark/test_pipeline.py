@@ -167,7 +167,8 @@ def timeline(processes: list[WorkerProcess]) -> str:
 def test_three_worker_processes_survive_kill_zombie_and_late_join_with_exactly_once_output(
     tmp_path: Path, processes: list[WorkerProcess], request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    url, log_dir, out_dir = survive_kill_zombie_and_late_join(tmp_path, processes, capsys)
+    # 100,000 records: 12,500 per partition, two batches each (the suite's budget; every fault still lands mid-batch)
+    url, log_dir, out_dir = survive_kill_zombie_and_late_join(tmp_path, processes, capsys, records=100_000)
     spark = request.getfixturevalue("spark")  # started only now: fewer JVMs at once on a 2-core machine
     from pyspark.testing import assertDataFrameEqual
 
