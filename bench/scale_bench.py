@@ -60,7 +60,7 @@ from apportion.errors import ApportionError, StoreUnavailable
 from apportion.fleet import Fleet, worker_args
 from apportion.group import GroupConfig, Keys
 from apportion.store import connect
-from scale_probe import Phase, Probe, cpu_s, read_owners, say, start_staggered
+from scale_probe import Phase, Probe, cpu_s, failover_timeline, read_owners, say, start_staggered
 
 GROUP = "scale"
 STORES = ("sqlite", "etcd-1", "etcd-3")
@@ -248,13 +248,15 @@ def committing_run(
             victim, survivors = ids[0], ids[1:]
             lost_before = sum(fleet[m].log.count("lost") for m in survivors)
             fleet[victim].signal(signal.SIGKILL)
-            killed = time.monotonic()
+            killed, killed_wall = time.monotonic(), time.time()
             say(f"{label}: kill -9 {victim}")
             failover = probe.until_converged(
                 "kill -9 failover", survivors, args.failover_timeout, since=killed, poll_s=args.poll, progress=progress
             )
             out["failover"] = failover.to_json()
             out["failover"]["survivors_lost_events"] = sum(fleet[m].log.count("lost") for m in survivors) - lost_before
+            out["failover"]["timeline"] = timeline = failover_timeline(store, GROUP, killed_wall)
+            say(f"{label}: kill -9 timeline (s after the kill): {timeline}")
             say(f"{label}: kill -9 failover: {failover.text()} (goal {goal_s:g} s)")
             if failover.seconds is not None:
                 joiner = f"w{workers:02d}"
@@ -362,7 +364,27 @@ def row(result: dict[str, Any]) -> str:
 
 
 def table(results: Sequence[dict[str, Any]]) -> str:
-    return "\n".join([HEADER, *(row(r) for r in results)])
+    return "\n".join([HEADER, *(row(r) for r in results), "", timeline_table(results)])
+
+
+def timeline_table(results: Sequence[dict[str, Any]]) -> str:
+    """Where each kill -9 failover's seconds went (``failover_timeline``; runs saved before it have none)."""
+    lines = [
+        "| store | N x P | kill → round opened | round closed | first claim | last claim (claims) | converged (seen) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        failover = r.get("failover") or {}
+        t = failover.get("timeline")
+        if t is None:
+            continue
+        shown = lambda v: "-" if v is None else f"{v:.2f} s"  # noqa: E731
+        lines.append(
+            f"| {r['store']} | {r['workers']} x {r['partitions']:,} | {shown(t['round_opened_s'])} | "
+            f"{shown(t['round_closed_s'])} | {shown(t['first_claim_s'])} | {shown(t['last_claim_s'])} "
+            f"({t['claims']:,}) | {failover['text']} |"
+        )
+    return "\n".join(lines)
 
 
 def _sizes(text: str) -> list[tuple[int, int]]:

@@ -15,7 +15,9 @@ nobody processes it yet.
 - ``Probe.until_converged`` polls both until converged or a deadline counted from a given instant (the last start,
   the kill) and returns a ``Phase``: its time, or "never (N s)" with the last verdict;
 - ``start_staggered`` starts workers as a Deployment's pods start: the same command line, a fixed gap apart;
-- ``cpu_s``: a process's utime + stime from /proc.
+- ``cpu_s``: a process's utime + stime from /proc;
+- ``failover_timeline``: from the group's history, when the first round after a kill opened and closed and the
+  survivors' first and last claims came (seconds after the kill): where a failover's seconds go.
 
 Why here and not in ``src/apportion``: the verdict and its timing exist to measure and to test the protocol; a user
 asks the store whether a group is at rest (``apportion.group.settled``, ``apportion status``). What a worker's event
@@ -36,7 +38,7 @@ from typing import Any
 
 from apportion.errors import StoreUnavailable, TimedOut
 from apportion.fleet import Fleet
-from apportion.group import LEGACY_LAYOUT, Keys, PartitionId, decode_owner, pid_of_text
+from apportion.group import LEGACY_LAYOUT, Keys, PartitionId, decode_owner, history, pid_of_text
 from apportion.store import Get, Store
 from apportion.waiting import wait_for
 
@@ -327,3 +329,22 @@ def say(line: str) -> None:
 
 
 __all__ = ["Phase", "Probe", "Records", "Verdict", "cpu_s", "judge", "quotas", "read_owners", "say", "start_staggered"]
+
+
+def failover_timeline(store: Store, group: str, killed_at: float) -> dict[str, float | int | None]:
+    """Seconds after ``killed_at`` (wall clock, as the members record event times) of the first ``round_opened`` and
+    ``round_closed`` that follow, and of the first and last ``claim`` (``claims``: how many), from the history."""
+    after = [e for e in history(store, group) if float(e.get("time", 0.0)) >= killed_at and e["type"] != "commit"]
+
+    def first(kind: str) -> float | None:
+        times = [float(e["time"]) - killed_at for e in after if e["type"] == kind]
+        return round(min(times), 2) if times else None
+
+    claims = sorted(float(e["time"]) - killed_at for e in after if e["type"] == "claim")
+    return {
+        "round_opened_s": first("round_opened"),
+        "round_closed_s": first("round_closed"),
+        "first_claim_s": round(claims[0], 2) if claims else None,
+        "last_claim_s": round(claims[-1], 2) if claims else None,
+        "claims": len(claims),
+    }

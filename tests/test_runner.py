@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 from apportion.group import GroupConfig
-from apportion.runner import run_worker
+from apportion.runner import Cadence, run_worker
 from apportion.waiting import wait_for
 from apportion.worker import Worker
 
@@ -51,3 +51,16 @@ def test_run_worker_emits_its_assignment_and_commits_until_the_caller_stops_it()
     first_batch = [f["partitions"][0] for f in commits if f["revision"] == revisions[0]]
     assert first_batch == [0, 1, 2, 3], f"a batch is one transaction (commit_many), one line per partition: {commits}"
     assert committed in {f["checkpoint"] for f in commits}
+
+
+def test_the_committer_starts_a_batch_every_period_from_the_start_whatever_a_commit_takes() -> None:
+    """``--commit-every 5``: batches start at 5, 10, 15, ... even when each commit takes 2 s (sleeping 5 s after each
+    commit, as before, offered 5/7 of the promised commits); a commit that overruns the period starts the next at
+    once, never two at once, and the grid resumes."""
+    cadence, now, starts = Cadence(5.0, 0.0), 0.0, []
+    for took in (2.0, 2.0, 2.0, 7.5, 1.0, 1.0):
+        now += cadence.wait_s(now)
+        cadence.started(now)
+        starts.append(now)
+        now += took  # the commit
+    assert starts == [5.0, 10.0, 15.0, 20.0, 27.5, 30.0]

@@ -425,3 +425,56 @@ def test_round_robin_deals_each_new_round_in_that_rounds_participation_order() -
     order = _participation_order(h, rnd)
     assert sorted(order) == ["a", "b", "c", "d"]
     assert h.assignment() == _dealt_in(order, 9)
+
+
+def _open_a_round_and_find_its_opener(h: Harness, joiner: str) -> tuple[int, str, float]:
+    """Add ``joiner`` to a settled group and step until it (or anyone) opens a round: (round, opener, time)."""
+    seen = {e["revision"] for e in history(h.store, "g") if e["type"] == "round_opened"}
+    h.add(joiner)
+    for _ in range(500):
+        h.run(0.01)
+        opened = [e for e in history(h.store, "g") if e["type"] == "round_opened" and e["revision"] not in seen]
+        if opened:
+            return opened[0]["revision"], opened[0]["member"], h.clock.now()
+    raise AssertionError("no round opened within 5 s of a join")
+
+
+def _closer(h: Harness, rnd: int) -> tuple[str, float] | None:
+    closed = [e for e in history(h.store, "g") if e["type"] == "round_closed" and e["round"] == rnd]
+    return (closed[0]["member"], closed[0]["time"]) if closed else None
+
+
+def test_a_round_is_closed_by_its_opener_even_when_it_was_busy_past_the_settle_time() -> None:
+    """One closer per round (``RoundsMember._close_at``): the opener closes at RST, the others are backups spread
+    over max(RST, ttl/2) after it. An opener busy a little past RST (frozen 0.1 s beyond it here) still closes its
+    round: no backup's turn came yet (with every member closing at RST, as before, the first backup stepped did)."""
+    h = Harness()
+    for mid in ("a", "b", "c", "d", "e", "f"):
+        h.add(mid)
+    h.run(3.0)
+    rnd, opener, _ = _open_a_round_and_find_its_opener(h, "g")
+    h.frozen.add(opener)
+    h.run(FAST.settle_s + 0.1)
+    assert _closer(h, rnd) is None, "a backup closed the round at the settle time, before the opener's turn"
+    h.frozen.discard(opener)
+    h.run(0.05)
+    closer = _closer(h, rnd)
+    assert closer is not None and closer[0] == opener, (closer, opener)
+    h.run(2.0)
+    assert all(m.stable() for m in h.members.values()) and sorted(h.owners()) == list(range(12))
+
+
+def test_a_backup_closes_the_round_of_a_frozen_opener_before_its_lease_expires() -> None:
+    h = Harness()
+    for mid in ("a", "b", "c", "d"):
+        h.add(mid)
+    h.run(3.0)
+    rnd, opener, opened_at = _open_a_round_and_find_its_opener(h, "e")
+    h.frozen.add(opener)  # for good: it keeps its lease (and its place in the cut) until ttl passes
+    h.run(FAST.settle_s + max(FAST.settle_s, FAST.ttl_s / 2) + 0.05)
+    closer = _closer(h, rnd)
+    assert closer is not None and closer[0] != opener, (closer, opener)
+    assert opened_at + FAST.settle_s <= closer[1] < opened_at + FAST.ttl_s  # a backup's turn, not the expiry's
+    h.run(FAST.ttl_s + 3.0)  # the opener's lease expires: its partitions go to the others
+    del h.members[opener]
+    assert all(m.stable() for m in h.members.values()) and sorted(h.owners()) == list(range(12))

@@ -323,7 +323,8 @@ class RoundsMember(FencedMember):
             self._opened_at = float(value.get("opened_at", now))
             opener = value.get("opener")
             self._opener = opener if isinstance(opener, str) else None
-            self._first_seen = now
+            # the opener saw its round at the open (its own clock): busy since, it closes as soon as it has joined
+            self._first_seen = min(now, self._opened_at) if self._opener == self.id else now
             if self.phase is Phase.SETTLED:
                 self.phase = Phase.WAITING
         rnd = self._round
