@@ -9,7 +9,7 @@ active only when its learner is within ``--acceptable-lag``. Every worker restor
 (the changelog bandwidth: a remote log, a busy disk), the same for both.
 
 Per moved partition: unavailability = new owner's ``restored`` - old owner's ``revoked`` (``handoffs`` in
-``apportion.spark._stateful``); reported p50/p99/max, the records the new owner replayed, the rounds planned
+``apportion.spark.pipeline._stateful``); reported p50/p99/max, the records the new owner replayed, the rounds planned
 after the join (probing rounds for `high_availability`) and the time from the join to the settled group.
 
     .venv/bin/python bench/stateful_bench.py [--records 400000] [--keys 400000] [--restore-rate 50000]

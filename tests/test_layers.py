@@ -1,5 +1,5 @@
 """The house's map is true: the README's layer table is what the imports draw, and no package is entered through
-another package's private module (``apportion.<package>._<module>``).
+another package's private module (``apportion.<package>._<module>``; a package's face may open its own rooms').
 
 Read from the source with ``ast``; ruff's banned-api rule (pyproject.toml) catches the same reach-ins as they are
 typed, this test also where ruff's per-package exemptions cannot see (a package reaching into a sibling).
@@ -52,7 +52,8 @@ def test_no_module_reaches_into_another_packages_private_module() -> None:
     reach_ins = []
     for here, imported in _imports():
         owner = _owner_of_private(imported)
-        if owner is not None and here != owner and not here.startswith(owner + "."):
+        # a package's face may open the private modules of its own rooms (apportion.spark of spark/pipeline/...)
+        if owner is not None and here != owner and not here.startswith(owner + ".") and owner.rsplit(".", 1)[0] != here:
             reach_ins.append(f"{here} imports {imported}")
     assert reach_ins == [], "\n".join(reach_ins)
 

@@ -11,7 +11,7 @@ import pytest
 
 from apportion.errors import InvalidRequest
 from apportion.sim import SimConfig, simulate
-from apportion.spark._grid import parse_grid
+from apportion.spark.analytics._grid import parse_grid
 from tests.cli.run import cli
 
 

@@ -1,8 +1,8 @@
 """The ONE Spark session of the test run (session-scoped; ~5 s to start), shared by every test in tests/spark/, and
 the ONE Spark Connect server (``connect_server``, session-scoped, started only by the tests that use it).
 
-Sized for a 2-core machine (``apportion.spark._session``): `local[2]`, 2 shuffle partitions, 1 GiB driver. A test's
-fixtures put it in one of two xdist groups (``pytest_collection_modifyitems`` below), so that under `pytest -n 2
+Sized for a 2-core machine (``apportion.spark.engine._session``): `local[2]`, 2 shuffle partitions, 1 GiB driver. A
+test's fixtures put it in one of two xdist groups (``pytest_collection_modifyitems`` below), so that under `pytest -n 2
 --dist loadgroup` each of those fixtures starts once, on one xdist worker each, and the two groups run side by side:
 `xdist_group("thin-workers")` for the tests of the Connect server (thin workers: no JVM per process), then
 `xdist_group("spark")` for those of the local session. (Marks written by hand named a test's module's group and its
@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def spark() -> Iterator[Any]:
     """A local[2] SparkSession; stopped at the end of the run."""
     require_java()
-    from apportion.spark._session import spark_session
+    from apportion.spark.engine._session import spark_session
 
     session = spark_session(
         "local[2]", "1g", "apportion-tests", parallelism=2, config={"spark.sql.execution.arrow.pyspark.enabled": "true"}
@@ -59,7 +59,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     session already served (warm); its process group is stopped at the end of the run, whatever happened."""
     require_java()
     pytest.importorskip("grpc", reason="Spark Connect needs the spark extra's grpcio")
-    from apportion.spark._serve import ConnectServer
+    from apportion.spark.engine._serve import ConnectServer
 
     server = ConnectServer("local[2]", port=0, log_path=tmp_path_factory.mktemp("connect") / "server.log")
     try:

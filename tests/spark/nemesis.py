@@ -267,7 +267,7 @@ def belief_overlaps(processes: Sequence[Incarnation], deadline_s: float) -> list
 def history_overlaps(spark: Any, store: Any) -> int:
     """Overlapping ownership intervals in the group's history (Spark analytics; what `apportion report` counts)."""
     from apportion.group import history
-    from apportion.spark._analytics import events_frame, overlaps, ownership_intervals
+    from apportion.spark.analytics._analytics import events_frame, overlaps, ownership_intervals
 
     events = history(store, GROUP)
     if not events:
@@ -282,8 +282,8 @@ def run_nemesis(
     are stopped (None: not analysed); ``say`` gets a line per step and fault."""
     from apportion.group import owners as group_owners
     from apportion.log import PartitionedLog, SeededRecords
-    from apportion.spark._output import uncommitted_records, verify
-    from apportion.spark._stateful import verify_state
+    from apportion.spark.pipeline._output import uncommitted_records, verify
+    from apportion.spark.pipeline._stateful import verify_state
     from apportion.store import connect
 
     d = config.directory

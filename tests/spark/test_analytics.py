@@ -15,7 +15,7 @@ import pytest
 from apportion.cli import main
 from apportion.errors import InvalidRequest
 from apportion.group import history
-from apportion.spark._analytics import (
+from apportion.spark.analytics._analytics import (
     balance_over_time,
     events_frame,
     handoff_latency,
@@ -25,8 +25,8 @@ from apportion.spark._analytics import (
     ownership_intervals,
     unowned_gaps,
 )
-from apportion.spark._grid import load_grid, run_grid
-from apportion.spark._report import (
+from apportion.spark.analytics._grid import load_grid, run_grid
+from apportion.spark.analytics._report import (
     Verdict,
     coverage_line,
     duration,

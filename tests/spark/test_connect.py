@@ -116,7 +116,8 @@ def test_master_and_spark_are_exclusive_and_a_missing_server_fails_at_once(
 
 WARM_UP_TWICE = """
 import sys
-from apportion.spark import _pipeline, spark_session, transform, warm_up
+from apportion.spark import spark_session, transform, warm_up
+from apportion.spark.pipeline import _pipeline
 
 def other(df):
     return transform(df)

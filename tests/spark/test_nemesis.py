@@ -86,7 +86,9 @@ def test_a_pipeline_worker_keeps_py4j_below_warning_in_its_log() -> None:
         root.setLevel(logging.WARNING)  # what basicConfig sets in a worker (pytest's handlers make it a no-op here)
         assert not logging.getLogger("py4j.clientserver").isEnabledFor(logging.INFO)
         assert not root.isEnabledFor(logging.INFO)  # py4j's "Exception while sending command." goes through root
-        assert logging.getLogger("apportion.spark._pipeline").isEnabledFor(logging.INFO)  # the event lines stay
+        assert logging.getLogger("apportion.spark.pipeline._pipeline").isEnabledFor(
+            logging.INFO
+        )  # the event lines stay
         assert not logging.getLogger("apportion.worker").isEnabledFor(logging.INFO)
     finally:
         root.setLevel(levels[0])

@@ -24,8 +24,8 @@ from apportion.fleet import Fleet, WorkerProcess, pipeline_args
 from apportion.group import TableState, group_status, history, owned_by, read_table
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Checkpoint, Pipeline, read_committed, read_committed_arrow, verify
-from apportion.spark._output import committed_checkpoints, uncommitted_records
-from apportion.spark._pipeline import joined
+from apportion.spark.pipeline._output import committed_checkpoints, uncommitted_records
+from apportion.spark.pipeline._pipeline import joined
 from apportion.store import Store, connect
 from apportion.waiting import wait_for
 from apportion.worker import Group

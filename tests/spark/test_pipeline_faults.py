@@ -18,9 +18,9 @@ from apportion.errors import Fenced, StoreUnavailable
 from apportion.group import CommitResult, GroupConfig, PartitionId, PartitionLease
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline, transform
-from apportion.spark._output import Checkpoint, committed_checkpoints, read_committed_arrow
-from apportion.spark._pipeline import MAX_FAILED_BATCHES, clean_partition
-from apportion.spark._stateful import StatefulPartitions, verify_state
+from apportion.spark.pipeline._output import Checkpoint, committed_checkpoints, read_committed_arrow
+from apportion.spark.pipeline._pipeline import MAX_FAILED_BATCHES, clean_partition
+from apportion.spark.pipeline._stateful import StatefulPartitions, verify_state
 from tests.group.harness import Harness
 from tests.spark.test_stateful import Events
 

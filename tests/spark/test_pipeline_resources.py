@@ -19,11 +19,11 @@ from apportion.fleet import Fleet, WorkerProcess
 from apportion.group import GroupConfig, history, owned_by, parse_resources
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline, verify
-from apportion.spark._analytics import partition_numbers
-from apportion.spark._output import uncommitted_records
-from apportion.spark._pipeline import run_batches
-from apportion.spark._report import write_report
-from apportion.spark._resources import ResourceView, joined_resources, split
+from apportion.spark.analytics._analytics import partition_numbers
+from apportion.spark.analytics._report import write_report
+from apportion.spark.pipeline._output import uncommitted_records
+from apportion.spark.pipeline._pipeline import run_batches
+from apportion.spark.pipeline._resources import ResourceView, joined_resources, split
 from apportion.store import connect
 from apportion.waiting import wait_for
 from apportion.worker import Group

@@ -16,8 +16,14 @@ import pytest
 from apportion.errors import CorruptRecord, Fenced
 from apportion.group import CommitResult, PartitionId, RoundsMember
 from apportion.log import PartitionedLog
-from apportion.spark._output import Checkpoint, committed_checkpoints, output_relpath, read_committed_arrow, verify
-from apportion.spark._pipeline import Task, clean_partition, commit_task, commit_tasks, output_rows
+from apportion.spark.pipeline._output import (
+    Checkpoint,
+    committed_checkpoints,
+    output_relpath,
+    read_committed_arrow,
+    verify,
+)
+from apportion.spark.pipeline._pipeline import Task, clean_partition, commit_task, commit_tasks, output_rows
 from tests.group.harness import FAST, Harness
 
 

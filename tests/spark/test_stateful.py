@@ -13,9 +13,9 @@ import pytest
 from apportion.group import settled
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline, verify
-from apportion.spark._output import Checkpoint, uncommitted_records
-from apportion.spark._pipeline import commit_task, joined
-from apportion.spark._stateful import StatefulPartitions, handoffs, reference_state, verify_state
+from apportion.spark.pipeline._output import Checkpoint, uncommitted_records
+from apportion.spark.pipeline._pipeline import commit_task, joined
+from apportion.spark.pipeline._stateful import StatefulPartitions, handoffs, reference_state, verify_state
 from apportion.spark.state import PartitionState, changelog_resource, restore
 from apportion.store import connect
 from apportion.waiting import wait_for
@@ -125,7 +125,7 @@ def test_a_zombies_changelog_appends_are_never_restored(spark: Any, tmp_path: Pa
     records, and the new owner's next batch leaves a gap in the committed ranges, not a corruption."""
     from apportion.errors import Fenced
     from apportion.group import GroupConfig
-    from apportion.spark._pipeline import Task
+    from apportion.spark.pipeline._pipeline import Task
     from tests.group.harness import Harness
 
     log = PartitionedLog(tmp_path / "log")

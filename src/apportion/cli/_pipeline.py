@@ -8,8 +8,8 @@
   processes form the group. SIGTERM/SIGINT leave gracefully.
   Every assignment, batch, write, commit and fenced event is one JSON line on stderr.
   With ``--state-dir`` the group is stateful, in every mode: per-key running aggregates per partition in local
-  stores backed by a fenced changelog (``apportion.spark._stateful``), restored by each new owner before its first
-  batch; in rounds mode standby/learner replicas are restored between batches (seed 2: use ``--strategy
+  stores backed by a fenced changelog (``apportion.spark.pipeline._stateful``), restored by each new owner
+  before its first batch; in rounds mode standby/learner replicas are restored between batches (seed 2: use ``--strategy
   high_availability`` and ``--option KEY=VALUE`` for its options), in coordinator mode a migration is acked (ONLINE)
   only once the new owner has restored (seed 1), in static mode a pod restores its block on claim.
 - ``verify``: the committed output vs the input (counts, checksums, duplicates, missing, per-key order) and, when

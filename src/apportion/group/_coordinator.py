@@ -22,9 +22,9 @@ The partition table (``Entry`` per partition: ``owner``, ``target``, ``state``; 
 
 Seed 1's migration moves the partition's data: the source "sends the entire partition data to the target node",
 which acks, and only then does the table say ONLINE. apportion's data is a stateful pipeline's per-partition state
-(``apportion.spark._stateful``): its truth is the fenced changelog in the shared log, so nothing is sent from A to
-B; B *restores* it, replaying the committed changelog ranges named by the checkpoint it reads under its new epoch
-(complete: no other member can commit under that epoch). A member given ``restored(partition, epoch) -> bool``
+(``apportion.spark.pipeline._stateful``): its truth is the fenced changelog in the shared log, so nothing is sent
+from A to B; B *restores* it, replaying the committed changelog ranges named by the checkpoint it reads under its
+new epoch (complete: no other member can commit under that epoch). A member given ``restored(partition, epoch) -> bool``
 (``Group.join(..., restored=...)``; the pipeline's ``Pipeline.restored``) acks a partition it claimed as a target
 only once ``restored`` says its state is restored under the epoch it holds, so ONLINE in the table means the new
 owner has the state, as in the seed. Why the gate and not a restore inside ``on_assigned``: a restore replays up to

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from apportion._lazy import lazy_names
 
 if TYPE_CHECKING:  # the same names, eagerly, for type checkers
-    from apportion.spark._analytics import (
+    from apportion.spark.analytics._analytics import (
         balance_over_time,
         events_frame,
         handoff_latency,
@@ -34,9 +34,18 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
         ownership_intervals,
         unowned_gaps,
     )
-    from apportion.spark._cluster import StandaloneCluster
-    from apportion.spark._grid import Grid, GridResult, load_grid, run_grid, simulate_grid
-    from apportion.spark._output import (
+    from apportion.spark.analytics._grid import Grid, GridResult, load_grid, run_grid, simulate_grid
+    from apportion.spark.analytics._report import ReportSummary, Verdict, write_report
+    from apportion.spark.engine._cluster import StandaloneCluster
+    from apportion.spark.engine._serve import ConnectServer
+    from apportion.spark.engine._session import (
+        DEFAULT_CONNECT_PORT,
+        connect_address,
+        reach_master,
+        spark_session,
+        validate_master,
+    )
+    from apportion.spark.pipeline._output import (
         Checkpoint,
         VerifyReport,
         read_committed,
@@ -44,65 +53,56 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
         uncommitted_records,
         verify,
     )
-    from apportion.spark._pipeline import BatchStats, Pipeline, joined, transform, warm_up
-    from apportion.spark._report import ReportSummary, Verdict, write_report
-    from apportion.spark._route import RouteResult, route, spark_partition_expr
-    from apportion.spark._serve import ConnectServer
-    from apportion.spark._session import (
-        DEFAULT_CONNECT_PORT,
-        connect_address,
-        reach_master,
-        spark_session,
-        validate_master,
-    )
-    from apportion.spark._stateful import StatefulPartitions, StateReport, handoffs, verify_state
-    from apportion.spark._worker import readable_dir, run_pipeline_worker, writable_dir
+    from apportion.spark.pipeline._pipeline import BatchStats, Pipeline, joined, transform, warm_up
+    from apportion.spark.pipeline._route import RouteResult, route, spark_partition_expr
+    from apportion.spark.pipeline._stateful import StatefulPartitions, StateReport, handoffs, verify_state
+    from apportion.spark.pipeline._worker import readable_dir, run_pipeline_worker, writable_dir
 
 _LAZY = {
-    "spark_partition_expr": "apportion.spark._route",
-    "route": "apportion.spark._route",
-    "RouteResult": "apportion.spark._route",
-    "BatchStats": "apportion.spark._pipeline",
-    "Pipeline": "apportion.spark._pipeline",
-    "transform": "apportion.spark._pipeline",
-    "joined": "apportion.spark._pipeline",
-    "warm_up": "apportion.spark._pipeline",
-    "spark_session": "apportion.spark._session",
-    "run_pipeline_worker": "apportion.spark._worker",
-    "StatefulPartitions": "apportion.spark._stateful",
-    "StateReport": "apportion.spark._stateful",
-    "handoffs": "apportion.spark._stateful",
-    "verify_state": "apportion.spark._stateful",
-    "Checkpoint": "apportion.spark._output",
-    "VerifyReport": "apportion.spark._output",
-    "read_committed": "apportion.spark._output",
-    "read_committed_arrow": "apportion.spark._output",
-    "verify": "apportion.spark._output",
-    "events_frame": "apportion.spark._analytics",
-    "ownership_intervals": "apportion.spark._analytics",
-    "unowned_gaps": "apportion.spark._analytics",
-    "overlaps": "apportion.spark._analytics",
-    "moves_per_round": "apportion.spark._analytics",
-    "balance_over_time": "apportion.spark._analytics",
-    "handoff_latency": "apportion.spark._analytics",
-    "latency_stats": "apportion.spark._analytics",
-    "ReportSummary": "apportion.spark._report",
-    "Verdict": "apportion.spark._report",
-    "write_report": "apportion.spark._report",
-    "Grid": "apportion.spark._grid",
-    "GridResult": "apportion.spark._grid",
-    "load_grid": "apportion.spark._grid",
-    "run_grid": "apportion.spark._grid",
-    "readable_dir": "apportion.spark._worker",
-    "writable_dir": "apportion.spark._worker",
-    "simulate_grid": "apportion.spark._grid",
-    "uncommitted_records": "apportion.spark._output",
-    "connect_address": "apportion.spark._session",
-    "validate_master": "apportion.spark._session",
-    "reach_master": "apportion.spark._session",
-    "DEFAULT_CONNECT_PORT": "apportion.spark._session",
-    "ConnectServer": "apportion.spark._serve",
-    "StandaloneCluster": "apportion.spark._cluster",
+    "spark_partition_expr": "apportion.spark.pipeline._route",
+    "route": "apportion.spark.pipeline._route",
+    "RouteResult": "apportion.spark.pipeline._route",
+    "BatchStats": "apportion.spark.pipeline._pipeline",
+    "Pipeline": "apportion.spark.pipeline._pipeline",
+    "transform": "apportion.spark.pipeline._pipeline",
+    "joined": "apportion.spark.pipeline._pipeline",
+    "warm_up": "apportion.spark.pipeline._pipeline",
+    "spark_session": "apportion.spark.engine._session",
+    "run_pipeline_worker": "apportion.spark.pipeline._worker",
+    "StatefulPartitions": "apportion.spark.pipeline._stateful",
+    "StateReport": "apportion.spark.pipeline._stateful",
+    "handoffs": "apportion.spark.pipeline._stateful",
+    "verify_state": "apportion.spark.pipeline._stateful",
+    "Checkpoint": "apportion.spark.pipeline._output",
+    "VerifyReport": "apportion.spark.pipeline._output",
+    "read_committed": "apportion.spark.pipeline._output",
+    "read_committed_arrow": "apportion.spark.pipeline._output",
+    "verify": "apportion.spark.pipeline._output",
+    "events_frame": "apportion.spark.analytics._analytics",
+    "ownership_intervals": "apportion.spark.analytics._analytics",
+    "unowned_gaps": "apportion.spark.analytics._analytics",
+    "overlaps": "apportion.spark.analytics._analytics",
+    "moves_per_round": "apportion.spark.analytics._analytics",
+    "balance_over_time": "apportion.spark.analytics._analytics",
+    "handoff_latency": "apportion.spark.analytics._analytics",
+    "latency_stats": "apportion.spark.analytics._analytics",
+    "ReportSummary": "apportion.spark.analytics._report",
+    "Verdict": "apportion.spark.analytics._report",
+    "write_report": "apportion.spark.analytics._report",
+    "Grid": "apportion.spark.analytics._grid",
+    "GridResult": "apportion.spark.analytics._grid",
+    "load_grid": "apportion.spark.analytics._grid",
+    "run_grid": "apportion.spark.analytics._grid",
+    "readable_dir": "apportion.spark.pipeline._worker",
+    "writable_dir": "apportion.spark.pipeline._worker",
+    "simulate_grid": "apportion.spark.analytics._grid",
+    "uncommitted_records": "apportion.spark.pipeline._output",
+    "connect_address": "apportion.spark.engine._session",
+    "validate_master": "apportion.spark.engine._session",
+    "reach_master": "apportion.spark.engine._session",
+    "DEFAULT_CONNECT_PORT": "apportion.spark.engine._session",
+    "ConnectServer": "apportion.spark.engine._serve",
+    "StandaloneCluster": "apportion.spark.engine._cluster",
 }
 
 

@@ -2,14 +2,14 @@
 
 ``run_pipeline_worker(store_url, group, worker_id, input_dir, output_dir, ...)`` checks its directories and the log
 before Spark starts, joins the group (created with these settings if absent) and processes the partitions it owns in
-fenced micro-batches (``apportion.spark._pipeline``) until SIGTERM/SIGINT (a graceful leave), ``stop`` is set, or
-``exit_idle_s`` passes without work. With ``state_dir`` the group is stateful: per-key aggregates per partition in
-local stores backed by a fenced changelog (``apportion.spark._stateful``), in every mode. The owner of a partition
-restores its state from the changelog before its first batch of each epoch, whatever gave it the partition; what
-differs by mode is what else happens: rounds mode keeps standby and learner replicas warm (seed 2), coordinator mode
-acknowledges a migration only once the new owner has restored (seed 1: the table's ONLINE means the state moved),
-static mode restores when the ordinal claims its block (a restarted pod that keeps its state directory, as a
-StatefulSet's volume does, replays only the tail it lacks).
+fenced micro-batches (``apportion.spark.pipeline._pipeline``) until SIGTERM/SIGINT (a graceful leave), ``stop`` is
+set, or ``exit_idle_s`` passes without work. With ``state_dir`` the group is stateful: per-key aggregates per
+partition in local stores backed by a fenced changelog (``apportion.spark.pipeline._stateful``), in every mode. The
+owner of a partition restores its state from the changelog before its first batch of each epoch, whatever gave it the
+partition; what differs by mode is what else happens: rounds mode keeps standby and learner replicas warm (seed 2),
+coordinator mode acknowledges a migration only once the new owner has restored (seed 1: the table's ONLINE means
+the state moved), static mode restores when the ordinal claims its block (a restarted pod that keeps its state
+directory, as a StatefulSet's volume does, replays only the tail it lacks).
 
 Events (one ``emit(event, **fields)`` each): ``started`` (after the warm-up, before joining; with the group's
 ``mode``), every event of the
@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 from apportion.errors import InvalidRequest
 from apportion.group import GroupConfig, Mode, Rounds
-from apportion.spark._session import connect_address, is_connect_url
+from apportion.spark.engine import connect_address, is_connect_url
 from apportion.store import connect
 
 if TYPE_CHECKING:
     from apportion.log import PartitionedLog
-    from apportion.spark._pipeline import Transform
+    from apportion.spark.pipeline._pipeline import Transform
 
 Emit = Callable[..., None]
 
@@ -110,12 +110,12 @@ def run_pipeline_worker(
 
     ``resources`` (several log resources, instead of ``resource``): the group is over these named resources (each
     with the log's partition count) and this worker runs one ``Pipeline`` per resource it subscribes to
-    (``subscriptions``, default all) in one batch loop (``apportion.spark._resources``); not stateful."""
+    (``subscriptions``, default all) in one batch loop (``apportion.spark.pipeline._resources``); not stateful."""
     from apportion.log import PartitionedLog
-    from apportion.spark._pipeline import Pipeline, emit_log, joined, load_transform
-    from apportion.spark._pipeline import transform as default_transform
-    from apportion.spark._session import spark_session
-    from apportion.spark._stateful import StatefulPartitions
+    from apportion.spark.engine import spark_session
+    from apportion.spark.pipeline._pipeline import Pipeline, emit_log, joined, load_transform
+    from apportion.spark.pipeline._pipeline import transform as default_transform
+    from apportion.spark.pipeline._stateful import StatefulPartitions
     from apportion.worker import Group
 
     mode = Rounds() if mode is None else mode
@@ -216,9 +216,9 @@ def _run_resources(
     exit_idle_s: float,
 ) -> None:
     """``run_pipeline_worker`` over several log resources (its docstring)."""
-    from apportion.spark._pipeline import Pipeline, run_batches
-    from apportion.spark._resources import joined_resources
-    from apportion.spark._session import spark_session
+    from apportion.spark.engine import spark_session
+    from apportion.spark.pipeline._pipeline import Pipeline, run_batches
+    from apportion.spark.pipeline._resources import joined_resources
     from apportion.worker import Group
 
     mine = sorted(counts if subscriptions is None else subscriptions)
@@ -246,7 +246,7 @@ def _run_resources(
 
 def _started(emit: Emit, spark: Any, function: Transform, master: str, **fields: Any) -> None:
     """Warm the transform up on ``spark``, then emit ``started`` with ``fields``, the warm-up time and the engine."""
-    from apportion.spark._pipeline import warm_up
+    from apportion.spark.pipeline._pipeline import warm_up
 
     warm_s = warm_up(spark, function)
     emit("started", **fields, warm_up_s=round(warm_s, 2), spark=_engine(master))

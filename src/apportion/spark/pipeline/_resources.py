@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from apportion.group import CommitResult, PartitionId, PartitionLease
 from apportion.model import Partition, index_of, partition_name
-from apportion.spark._pipeline import Committer, Pipeline
+from apportion.spark.pipeline._pipeline import Committer, Pipeline
 from apportion.worker import Group, Worker
 
 V = TypeVar("V")

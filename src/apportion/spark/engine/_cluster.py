@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 
 from apportion.errors import SparkUnavailable
-from apportion.spark._serve import LOCALHOST, LOG4J, free_port, java_executable, spark_submit
+from apportion.spark.engine._serve import LOCALHOST, LOG4J, free_port, java_executable, spark_submit
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"

@@ -22,7 +22,8 @@ One micro-batch (``Pipeline.run_once``)
 3. ONE Spark job for all partitions, run by Spark's executors (``write_batch``): ``spark.read.parquet(segments)``
    filtered to ``[start, end)`` per partition, with a ``partition`` column, through ``transform(df)``, then
    repartitioned by partition, sorted by offset and written with ``partitionBy`` into one directory per partition,
-   offset range and epoch, ``<output>/<resource>/p=<p>/batch=<start>-<end>-e<epoch>/`` (``apportion.spark._output``).
+   offset range and epoch, ``<output>/<resource>/p=<p>/batch=<start>-<end>-e<epoch>/``
+   (``apportion.spark.pipeline._output``).
    Dynamic partition overwrite: the job replaces exactly the directories it writes (a retry of the same range
    and epoch replaces its own attempt) and nothing else; Spark stages the files and renames each directory into
    place when the job commits. Nothing is collected to the worker: a batch is bounded by the cluster, not by the
@@ -65,7 +66,7 @@ directories of a partition tile ``[0, offset)`` without gap or overlap, whoever 
 starts from the commit), a failed Spark job (nothing committed; re-planned) and zombies (the commit of a stale epoch
 fails; its directory is deleted by itself or by the next owner's clean-up).
 
-Stateful pipelines (``state=StatefulPartitions(...)``, ``apportion.spark._stateful``) also keep a running
+Stateful pipelines (``state=StatefulPartitions(...)``, ``apportion.spark.pipeline._stateful``) also keep a running
 aggregate per key in a local store per partition, restored from a changelog whose committed ranges ride in the same
 fenced checkpoint (step 2 restores on a new epoch; step 4 reads the batch's rows back from the directory Spark wrote,
 appends to the changelog before the commit and updates the local store after it); between batches the worker
@@ -103,7 +104,7 @@ from apportion import events
 from apportion.errors import ApportionError, Fenced, InvalidRequest, StoreUnavailable
 from apportion.group import CommitResult, PartitionId, PartitionLease, sorted_pids
 from apportion.log import SCHEMA, PartitionedLog, Segment, segment_name
-from apportion.spark._output import (
+from apportion.spark.pipeline._output import (
     BATCH_COLUMN,
     OUTPUT_BATCH,
     OUTPUT_SCHEMA,
@@ -115,7 +116,7 @@ from apportion.spark._output import (
     read_output,
     remove_output,
 )
-from apportion.spark._stateful import Staged, StatefulPartitions
+from apportion.spark.pipeline._stateful import Staged, StatefulPartitions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -354,7 +355,7 @@ def warm_up(spark: SparkSession, transform: Transform = transform) -> float:
     transform leaves a global temporary view (``global_temp.apportion_warm_up_<transform>``, in the server's
     application, gone with it) and later workers' warm-ups find it and skip the job (one catalog call instead of a
     Spark job of seconds). A restarted server has no view: the next worker warms it up again."""
-    from apportion.spark._session import is_connect
+    from apportion.spark.engine import is_connect
 
     started = time.perf_counter()
     view = None

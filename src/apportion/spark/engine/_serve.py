@@ -32,7 +32,13 @@ from pathlib import Path
 from types import TracebackType
 
 from apportion.errors import InvalidRequest, SparkUnavailable
-from apportion.spark._session import DEFAULT_CONNECT_PORT, SESSION_SETTINGS, accepts, reach_master, validate_master
+from apportion.spark.engine._session import (
+    DEFAULT_CONNECT_PORT,
+    SESSION_SETTINGS,
+    accepts,
+    reach_master,
+    validate_master,
+)
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 LOCALHOST = "127.0.0.1"

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from apportion.errors import InvalidRequest
-from apportion.spark._session import default_parallelism
+from apportion.spark.engine import default_parallelism
 
 GRID_SCHEMA = (
     "mode STRING, strategy STRING, members INT, partitions INT, churn INT, seed INT, faults BOOLEAN, rounds INT, "
@@ -241,7 +241,7 @@ def comparison(scenarios: Any) -> Any:
 
 
 def _plot(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    from apportion.spark._report import pyplot
+    from apportion.spark.analytics._report import pyplot
 
     plt = pyplot()
     if len({r["mode"] for r in rows}) > 1:  # a grid over modes: one series per mode and strategy
@@ -280,7 +280,7 @@ def _plot(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
 def run_grid(spark: Any, grid: Grid, out_dir: str | Path, *, tasks: int | None = None) -> GridResult:
     """Run every scenario of ``grid`` as a Spark task (``tasks`` slices, default one per scenario up to
     ``defaultParallelism`` x 4) and write the tables, the chart and ``index.html`` into ``out_dir``."""
-    from apportion.spark._report import html_page, write_table
+    from apportion.spark.analytics._report import html_page, write_table
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -319,7 +319,7 @@ def simulate_grid(grid_file: str | Path, out_dir: str | Path | None, master: str
     if out_dir is None:
         raise InvalidRequest("--out", "is required with --grid")
     grid = load_grid(grid_file)
-    from apportion.spark._session import spark_session
+    from apportion.spark.engine import spark_session
 
     return run_grid(spark_session(master, app_name="apportion-grid"), grid, out_dir)
 

@@ -19,7 +19,7 @@ the state because the changelog ranges are part of the fenced checkpoint:
 Step 1 is the same in every mode: it is how the state follows a partition to its new owner. Step 3 exists only in
 the rounds mode (seed 2's replicas need its plan). In coordinator mode the new owner's member acks the migration
 (the table's ONLINE, seed 1) only once step 1 is done under the epoch it holds (``Pipeline.restored``); in static
-mode the ordinal's pod does step 1 when it claims its block. ``apportion.spark._worker`` says why each.
+mode the ordinal's pod does step 1 when it claims its block. ``apportion.spark.pipeline._worker`` says why each.
 
 ``restore_rate`` (records per second, 0 = unlimited) caps every restore of this worker, actives and replicas alike:
 the knob that keeps background restoration from saturating a shared disk or network (Kafka's replication throttles
@@ -46,7 +46,7 @@ import pyarrow as pa
 
 from apportion.errors import InvalidRequest
 from apportion.log import PartitionedLog
-from apportion.spark._output import Checkpoint, committed_checkpoints
+from apportion.spark.pipeline._output import Checkpoint, committed_checkpoints
 from apportion.spark.state import (
     Aggregate,
     PartitionState,

@@ -30,7 +30,7 @@ from typing import Any
 
 from apportion.clock import WALL_CLOCK, clock_text
 from apportion.errors import InvalidRequest
-from apportion.spark import _analytics as A
+from apportion.spark.analytics import _analytics as A
 
 HTML_ROWS = 40  # rows of each table shown in index.html (the CSV has them all)
 
