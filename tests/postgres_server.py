@@ -9,8 +9,9 @@ PostgreSQL refuses to run as root. When the tests run as root (CI containers do)
 ``postgres`` user of Debian's package (``nobody`` when there is none) and the temp dir, made by ``mkdtemp`` in
 ``/tmp`` (not under pytest's root-only ``tmp_path``), is handed to that user. ``durable=True`` keeps ``fsync`` on
 (the kill -9 test); otherwise fsync, full-page writes and synchronous commit are off: fine for throw-away data.
-``kill()`` is SIGKILL of the whole process group (the postmaster and every backend: a machine crash, as far as the
-server can tell); ``start()`` again on the same data dir recovers from the WAL.
+``kill()`` is SIGKILL of the postmaster and every child (a machine crash, as far as the server can tell: each child
+is in a process group of its own, PostgreSQL's children call ``setsid``, so they are found by parent pid);
+``start()`` again on the same data dir recovers from the WAL. ``freeze()``/``thaw()``: SIGSTOP/SIGCONT of them all.
 """
 
 from __future__ import annotations
@@ -55,6 +56,15 @@ def _run_as() -> pwd.struct_passwd | None:
         with contextlib.suppress(KeyError):
             return pwd.getpwnam(name)
     raise RuntimeError("running as root and neither a 'postgres' nor a 'nobody' user exists to run PostgreSQL as")
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (a killed child waits for init to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 class PostgresServer:
@@ -145,17 +155,60 @@ class PostgresServer:
         return name
 
     def kill(self) -> None:
-        """SIGKILL the postmaster and every backend (its process group) and reap it."""
+        """SIGKILL the postmaster and every child and reap it; wait until the children are gone (a restart on the
+        same data dir refuses to start while one of them still holds the shared memory)."""
         if self.process is not None and self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+            children = self._children()
+            self._signal_all(signal.SIGKILL)
             self.process.wait(10)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+                time.sleep(0.01)
+
+    def _children(self) -> list[int]:
+        """The pids whose parent is the postmaster (backends, checkpointer, WAL writer...), from /proc."""
+        assert self.process is not None
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == self.process.pid:
+                found.append(int(entry.name))
+        return found
+
+    def _signal_all(self, signum: int) -> None:
+        """``signum`` to the postmaster first (it forks no new child after a stop or a kill), then its children."""
+        if not self.running:
+            return
+        assert self.process is not None
+        children = self._children()
+        self.process.send_signal(signum)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def freeze(self) -> None:
+        """SIGSTOP the postmaster and every child: sockets stay open, nothing answers (a hung host)."""
+        self._signal_all(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        if self.running:
+            for pid in self._children():  # children first: the postmaster would see them stopped otherwise
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+            assert self.process is not None
+            self.process.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
         """A fast shutdown (SIGINT: roll back open transactions, disconnect clients), SIGKILL if it takes > 10 s."""
         if not self.running:
             return
         assert self.process is not None
+        self.thaw()
         self.process.send_signal(signal.SIGINT)
         try:
             self.process.wait(10)

@@ -34,9 +34,13 @@ How the contract is kept:
   lease on a leader change; here the database clock is the one authority, and the downtime counts.)
 - **Watches.** The ``events`` table, read by revision, is the truth: a watch remembers the revision up to which it
   has delivered and reads ``revision > position`` each time, so it misses and repeats nothing. ``LISTEN/NOTIFY``
-  is the wake-up only: every commit that takes a revision sends ``NOTIFY`` on the schema's channel; one listener
-  connection per store object (a daemon thread) wakes its watches. A lost notification costs at most the idle
-  poll (``poll_ms``, default 500 ms), a lease due sooner shortens the wait.
+  is the wake-up only: every commit that takes a revision sends ``NOTIFY`` on the schema's channel. One reader
+  thread per store object (one connection, which also LISTENs) reads the new events of every watch into the
+  watch's queue, so ``poll`` and ``wait`` never wait for the network (a member steps on a thread that must not
+  hang on a frozen server; etcd's watches are streams read by a thread too); the history a watch asks for
+  (``start_revision``) is read by ``watch()`` itself. A lost notification costs at most the idle poll (``poll_ms``,
+  default 500 ms); the reader also wakes when the next lease is due, and expires it. When the server does not
+  answer, the reader retries from the positions reached: the watches deliver nothing meanwhile and miss nothing.
 - **Compaction by retention.** ``compact(revision)`` deletes the events at or below it; a write also compacts by
   itself once more than ``history`` revisions (plus 1/16) are kept. A watch that starts at or below the compaction
   point, or that fell behind it, raises ``Compacted``.
@@ -63,6 +67,7 @@ How the contract is kept:
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import itertools
 import math
@@ -406,7 +411,7 @@ class PostgresStore(Store):
         self._connections: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
         self._closed = False
-        self._listener: _Listener | None = None
+        self._dispatcher: _Dispatcher | None = None
         self._watches: list[_PgWatch] = []
         try:
             if read_only:
@@ -426,11 +431,44 @@ class PostgresStore(Store):
     # -- connections, errors -------------------------------------------------------------------------------
 
     def _open(self, timeout_s: float | None = None) -> psycopg.Connection[Any]:
+        """A new connection within the request timeout, or what is left of the caller's ``time_limit``. libpq's
+        ``connect_timeout`` counts whole seconds, 2 at least: under a shorter limit the connection is made in a
+        helper thread and abandoned (closed when it completes) once the limit passes, so a renewal that must
+        reconnect to a server that does not answer never holds its member past the belief window."""
         if self._closed:
             raise StoreUnavailable(f"{self.url}: the store is closed")
         budget = self.remaining_s(self.config.timeout_s) if timeout_s is None else timeout_s
         if budget <= 0:
             raise StoreUnavailable(f"{self.url}: the caller's time limit has passed")
+        if budget >= 2:
+            return self._connect(budget)
+        done = threading.Event()
+        box: list[psycopg.Connection[Any] | BaseException] = []
+        abandoned = threading.Event()
+
+        def attempt() -> None:
+            try:
+                conn = self._connect(2.0)
+            except BaseException as exc:
+                box.append(exc)
+            else:
+                box.append(conn)
+                if abandoned.is_set():
+                    conn.close()
+            finally:
+                done.set()
+
+        threading.Thread(target=attempt, name="apportion-pg-connect", daemon=True).start()
+        if not done.wait(budget):
+            abandoned.set()
+            if not done.is_set():
+                raise StoreUnavailable(f"{self.url}: cannot connect: no answer within {budget:.3g} s")
+        found = box[0]
+        if isinstance(found, BaseException):
+            raise found
+        return found
+
+    def _connect(self, budget: float) -> psycopg.Connection[Any]:
         options = "-c default_transaction_read_only=on" if self.read_only else ""
         try:
             return psycopg.connect(
@@ -447,15 +485,16 @@ class PostgresStore(Store):
         except psycopg.Error as exc:
             raise self._error("cannot connect", exc, connecting=True) from exc
 
-    def _connection(self) -> psycopg.Connection[Any]:
+    def _connection(self) -> tuple[psycopg.Connection[Any], bool]:
+        """This thread's connection, and whether it was used before (it may have broken while idle)."""
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
         if conn is not None and not conn.closed:
-            return conn
+            return conn, True
         conn = self._open()
         with self._lock:
             self._connections.append(conn)
         self._local.conn = conn
-        return conn
+        return conn, False
 
     def _drop(self, conn: psycopg.Connection[Any]) -> None:
         if getattr(self._local, "conn", None) is conn:
@@ -487,16 +526,38 @@ class PostgresStore(Store):
         return StoreUnavailable(f"{where}: {what}: {text}")
 
     @contextlib.contextmanager
-    def _session(self, what: str) -> Iterator[psycopg.Connection[Any]]:
-        """This thread's connection for one call, under the call's deadline; psycopg errors mapped; a connection in
-        doubt (an error, a deadline) dropped, so the next call starts from a fresh one."""
+    def _session(self, what: str, first: str | None = None) -> Iterator[tuple[psycopg.Connection[Any], Any]]:
+        """This thread's connection for one call and the last row of its ``first`` statement (a transaction's
+        start), under the call's deadline; psycopg errors mapped; a connection in doubt (an error, a deadline)
+        dropped, so the next call starts from a fresh one. A connection that broke while idle (the server restarted,
+        a proxy closed it) fails its first statement before anything is applied: that statement is sent again, once,
+        on a fresh connection, so a restart costs the next call nothing."""
         budget = self.remaining_s(self.config.timeout_s)
         if budget <= 0:
             raise StoreUnavailable(f"{self.url}: the caller's time limit has passed")
-        conn = self._connection()
-        token = _WATCHDOG.arm(time.monotonic() + self.remaining_s(self.config.timeout_s), conn)
+        deadline = time.monotonic() + budget
+        conn, reused = self._connection()
+        token = _WATCHDOG.arm(deadline, conn)
+        row: Any = None
+        pending = first
+        if first is not None and reused:
+            try:
+                row = self._last(conn.execute(first))
+                pending = None
+            except psycopg.OperationalError as exc:
+                fired = _WATCHDOG.disarm(token)
+                broken = conn.broken or conn.closed
+                self._drop(conn)
+                if fired:
+                    raise StoreUnavailable(f"{self.url}: {what}: no answer within {budget:.3g} s") from exc
+                if not broken:
+                    raise self._error(what, exc) from exc
+                conn, _ = self._connection()
+                token = _WATCHDOG.arm(deadline, conn)
         try:
-            yield conn
+            if pending is not None:
+                row = self._last(conn.execute(pending))
+            yield conn, row
         except psycopg.Error as exc:
             fired = _WATCHDOG.disarm(token)
             self._drop(conn)
@@ -544,7 +605,7 @@ class PostgresStore(Store):
             )
 
     def _init_schema(self) -> None:
-        with self._session("cannot create the store") as conn:
+        with self._session("cannot create the store") as (conn, _):
             if not self._tables_present(conn):
                 # several workers starting together: one creates, the others wait on the lock and find it done
                 conn.execute("BEGIN")
@@ -558,7 +619,7 @@ class PostgresStore(Store):
 
     def _check_schema(self) -> None:
         """Read-only open: the schema must hold an apportion store; nothing is created."""
-        with self._session("cannot open the store") as conn:
+        with self._session("cannot open the store") as (conn, _):
             if not self._tables_present(conn):
                 raise NoSuchStore(
                     "url", f"no apportion store in schema {self.config.schema!r} of {self.url} (nothing created)"
@@ -570,8 +631,8 @@ class PostgresStore(Store):
     def _read(self, body: Callable[[psycopg.Connection[Any], _State], T]) -> T:
         """``body`` on one snapshot; if a lease has expired, in a write transaction that expires it first (read-only:
         the body hides the keys of the expired leases instead)."""
-        with self._session("read failed") as conn:
-            revision, compacted, expired, _ = self._last(conn.execute(self._sql.begin_read))
+        with self._session("read failed", self._sql.begin_read) as (conn, row):
+            revision, compacted, expired, _ = row
             upgrade = bool(expired) and not self.read_only
             if upgrade:
                 conn.execute("ROLLBACK")
@@ -585,8 +646,8 @@ class PostgresStore(Store):
         (taking the revisions the body and the expiry used, and notifying the watches)."""
         if self.read_only:
             raise InvalidRequest("store", f"{self.url} is open read-only")
-        with self._session("write failed") as conn:
-            revision, compacted, expired, _ = self._last(conn.execute(self._sql.begin_write))
+        with self._session("write failed", self._sql.begin_write) as (conn, row):
+            revision, compacted, expired, _ = row
             state = _State(revision, compacted)
             for lid in expired:
                 self._end_lease(conn, state, lid)
@@ -606,9 +667,6 @@ class PostgresStore(Store):
             conn.execute("COMMIT")
             return
         conn.execute(self._sql.finish(state.revision, state.compacted, compacted))
-        listener = self._listener
-        if listener is not None and state.revision != revision:
-            listener.changed()
 
     # -- reads ----------------------------------------------------------------------------------------------
 
@@ -775,46 +833,41 @@ class PostgresStore(Store):
     # -- watches, compaction ---------------------------------------------------------------------------------
 
     def _watch(self, key: str, start_revision: int | None, *, prefix: bool, deletes_only: bool) -> Watch:
-        def body(conn: psycopg.Connection[Any], state: _State) -> int:
+        watch = _PgWatch(self, key, prefix, -1, deletes_only)
+
+        def body(conn: psycopg.Connection[Any], state: _State) -> list[Event]:
             if start_revision is None:
-                return state.revision
+                watch.position = state.revision
+                return []
             if start_revision <= state.compacted:
                 raise Compacted(start_revision, state.compacted)
-            return start_revision - 1
+            watch.position = start_revision - 1
+            return self._events(conn, state, watch)
 
-        position = self._read(body)
-        watch = _PgWatch(self, key, prefix, position, deletes_only)
+        watch._deliver(self._read(body))  # the history it asks for, read by the caller (under its time limit)
         with self._lock:
-            if self._listener is None and not self._closed:
-                self._listener = _Listener(self)
+            if self._closed:
+                raise StoreUnavailable(f"{self.url}: the store is closed")
+            if self._dispatcher is None:
+                self._dispatcher = _Dispatcher(self)
             self._watches.append(watch)
         return watch
 
-    def _fetch(self, watch: _PgWatch) -> list[Event]:
-        with self._session("watch poll failed") as conn:  # fast path, one statement: nothing new, nothing due
-            row = conn.execute(self._sql.meta).fetchone()
-        assert row is not None  # meta's one row: the store's tables are there (checked on opening)
-        revision, _, expired, due_s = row
-        watch.due_s = None if due_s is None else max(0.0, due_s)
-        if revision <= watch.position and (not expired or self.read_only):
+    def _events(self, conn: psycopg.Connection[Any], state: _State, watch: _PgWatch) -> list[Event]:
+        """The watch's events after its position up to the snapshot's revision; its position moved there."""
+        if state.revision <= watch.position:
             return []
-
-        def body(conn: psycopg.Connection[Any], state: _State) -> list[Event]:
-            if state.revision <= watch.position:
-                return []
-            if watch.position < state.compacted:
-                raise Compacted(watch.position + 1, state.compacted)
-            if watch.prefix:
-                sql = self._sql.watch_prefix_deletes if watch.deletes_only else self._sql.watch_prefix
-                args: tuple[object, ...] = (watch.position, state.revision, watch.key, _prefix_end(watch.key))
-            else:
-                sql = self._sql.watch_key_deletes if watch.deletes_only else self._sql.watch_key
-                args = (watch.position, state.revision, watch.key)
-            rows = conn.execute(sql, args).fetchall()
-            watch.position = state.revision
-            return [_event(row) for row in rows]
-
-        return self._read(body)
+        if watch.position < state.compacted:
+            raise Compacted(watch.position + 1, state.compacted)
+        if watch.prefix:
+            sql = self._sql.watch_prefix_deletes if watch.deletes_only else self._sql.watch_prefix
+            args: tuple[object, ...] = (watch.position, state.revision, watch.key, _prefix_end(watch.key))
+        else:
+            sql = self._sql.watch_key_deletes if watch.deletes_only else self._sql.watch_key
+            args = (watch.position, state.revision, watch.key)
+        rows = conn.execute(sql, args).fetchall()
+        watch.position = state.revision
+        return [_event(row) for row in rows]
 
     def _forget(self, watch: _PgWatch) -> None:
         with self._lock:
@@ -834,102 +887,137 @@ class PostgresStore(Store):
             self._closed = True
             connections, self._connections = self._connections, []
             watches, self._watches = self._watches, []
-            listener, self._listener = self._listener, None
+            dispatcher, self._dispatcher = self._dispatcher, None
         for watch in watches:
             watch.close()
-        if listener is not None:
-            listener.stop()
+        if dispatcher is not None:
+            dispatcher.stop()
         for conn in connections:
             with contextlib.suppress(Exception):
                 conn.close()
         self._local = threading.local()
 
 
-class _Listener:
-    """One ``LISTEN`` connection per store object, in a daemon thread: each notification (and each reconnection,
-    after which notifications may have been missed) bumps ``generation`` and wakes the waiting watches."""
+class _Dispatcher:
+    """The watches' reader: one daemon thread and one connection per store object, ``LISTEN``-ing on the schema's
+    channel. Each round reads the revision and the next lease expiry (one statement); when the revision passed a
+    watch's position (or a lease is due: expired by a writable store, which takes revisions), it reads each such
+    watch's events and queues them on the watch; then it waits for a notification, the next lease expiry or the
+    idle poll, whichever comes first. So ``Watch.poll`` never touches the network (a server that hangs cannot hold
+    a member's stepping thread), and a broken connection is retried here, silently, from the positions reached."""
 
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
-        self._cond = threading.Condition(threading.Lock())
-        self.generation = 0
         self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="apportion-pg-listen", daemon=True)
+        self._listening: psycopg.Connection[Any] | None = None
+        self._thread = threading.Thread(target=self._run, name="apportion-pg-watch", daemon=True)
         self._thread.start()
-
-    def changed(self) -> None:
-        with self._cond:
-            self.generation += 1
-            self._cond.notify_all()
-
-    def wait(self, generation: int, timeout_s: float) -> None:
-        with self._cond:
-            if self.generation == generation and not self._stopped:
-                self._cond.wait(timeout_s)
 
     def stop(self) -> None:
         self._stopped = True
-        self.changed()
 
     def _run(self) -> None:
         pause = 0.05
         while not self._stopped:
             try:
-                conn = self._store._open(self._store.config.timeout_s)
-            except ApportionError:
+                wait_s = self._round()
+                pause = 0.05
+            except StoreUnavailable:
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
                 continue
-            try:
-                with conn:
-                    conn.execute(f"LISTEN {self._store._sql.channel}")
-                    self.changed()  # anything committed before LISTEN took effect: the watches read it now
-                    pause = 0.05
-                    while not self._stopped:
-                        for _ in conn.notifies(timeout=0.5):
-                            self.changed()
-            except psycopg.Error:
+            except ApportionError:  # the store was closed, or the schema dropped under us: nothing more to read
                 time.sleep(pause)
+                continue
+            conn = self._listening
+            if conn is None or self._stopped:
+                continue
+            try:
+                for _ in conn.notifies(timeout=wait_s, stop_after=1):
+                    pass
+            except psycopg.Error:
+                self._listening = None
+
+    def _round(self) -> float:
+        """Deliver what is new to every watch; return how long to wait for a notification."""
+        store = self._store
+        with store._session("watch poll failed", store._sql.meta) as (conn, row):
+            if conn is not self._listening:
+                conn.execute(f"LISTEN {store._sql.channel}")
+                self._listening = conn
+                row = conn.execute(store._sql.meta).fetchone()  # what was committed before LISTEN took effect
+        revision, _, expired, due_s = row
+        with store._lock:
+            watches = list(store._watches)
+        due = bool(expired) and not store.read_only
+        for watch in watches:
+            if (revision > watch.position or due) and not self._stopped:
+                try:
+                    watch._deliver(store._read(functools.partial(store._events, watch=watch)))
+                except Compacted as exc:
+                    watch._fail(exc)
+                    store._forget(watch)
+                due = False  # the first read expired them (a writable store): the revision now covers it
+        wait_s = store.config.poll_s
+        if due_s is not None:
+            wait_s = min(wait_s, max(0.0, due_s) + 0.002)
+        return wait_s
 
 
 class _PgWatch(Watch):
+    """Events queued by the store's dispatcher; ``poll`` and ``wait`` read the queue only."""
+
     def __init__(self, store: PostgresStore, key: str, prefix: bool, position: int, deletes_only: bool) -> None:
         self._store = store
         self.key = key
         self.prefix = prefix
         self.deletes_only = deletes_only
-        self.position = position  # every event at or below this revision has been delivered
-        self.due_s: float | None = None  # seconds until the next lease expiry, as of the last poll
-        self._lock = threading.Lock()
+        self.position = position  # every event at or below this revision has been queued (dispatcher's thread)
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[Event] = []
+        self._error: ApportionError | None = None
         self.closed = False
 
+    def _deliver(self, events: list[Event]) -> None:
+        if events:
+            with self._cond:
+                self._queue.extend(events)
+                self._cond.notify_all()
+
+    def _fail(self, exc: ApportionError) -> None:
+        with self._cond:
+            self._error = exc
+            self._cond.notify_all()
+
+    def _take(self) -> list[Event]:
+        if self.closed:
+            return []
+        if self._error is not None and not self._queue:
+            raise self._error
+        events, self._queue = self._queue, []
+        return events
+
     def poll(self) -> list[Event]:
-        with self._lock:
-            if self.closed:
-                return []
-            return self._store._fetch(self)
+        with self._cond:
+            return self._take()
 
     def wait(self, timeout_s: float) -> list[Event]:
         deadline = time.monotonic() + max(0.0, timeout_s)
-        while True:
-            listener = self._store._listener
-            generation = listener.generation if listener is not None else 0
-            events = self.poll()
-            remaining = deadline - time.monotonic()
-            if events or self.closed or remaining <= 0:
-                return events
-            pause = min(self._store.config.poll_s, remaining)
-            if self.due_s is not None:
-                pause = min(pause, self.due_s + 0.002)
-            if listener is None:
-                time.sleep(pause)
-            else:
-                listener.wait(generation, pause)
+        with self._cond:
+            while not self._queue and self._error is None and not self.closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            return self._take()
 
     def close(self) -> None:
-        if not self.closed:
+        with self._cond:
+            if self.closed:
+                return
             self.closed = True
-            self._store._forget(self)
+            self._cond.notify_all()
+        self._store._forget(self)
 
 
 def open_postgres(url: str, *, read_only: bool = False) -> PostgresStore:
