@@ -77,7 +77,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -236,10 +236,14 @@ class _Sql:
             f" extract(epoch FROM (SELECT min(expires_at) FROM {s}.leases) - clock_timestamp())::float8"
             f" FROM {s}.meta WHERE id = 0"
         )
-        self.begin_read = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; " + self.meta
-        # the lock first, then the state in a statement of its own: READ COMMITTED gives it a snapshot taken after
-        # the lock was granted (one round trip: a simple-protocol multi-statement)
-        self.begin_write = f"BEGIN; SELECT 1 FROM {s}.meta WHERE id = 0 FOR UPDATE; " + self.meta
+        # The lock and the state in one statement: revision and compacted come from the row as locked (READ
+        # COMMITTED re-reads a row updated while it waited); the expired leases from the statement's snapshot,
+        # which may predate the wait: a candidate only, each is expired by a DELETE that checks its expiry again.
+        self.lock_meta = self.meta + " FOR UPDATE"
+        self.update_meta = f"UPDATE {s}.meta SET revision = %s, compacted = %s WHERE id = 0"
+        self.notify = "SELECT pg_notify(%s, %s)"
+        self.channel_name = f"apportion_{schema}"
+        self.delete_events = f"DELETE FROM {s}.events WHERE revision <= %s"
         columns = "key, value, create_revision, mod_revision, version, lease"
         self.select_kv = f"SELECT {columns} FROM {s}.kv"
         self.get_many = self.select_kv + " WHERE key = ANY(%s)"
@@ -254,6 +258,12 @@ class _Sql:
             f" INSERT INTO {s}.events SELECT * FROM unnest(%s::int8[], %s::int4[], %s::int2[], %s::text[],"
             " %s::bytea[], %s::int8[], %s::int8[], %s::int8[])"
         )
+        # a CAS's usual end in one statement: its puts, their events, the new revision and the notification
+        self.upsert_finish = (
+            self.upsert.replace(f" INSERT INTO {s}.events SELECT", f", logged AS (INSERT INTO {s}.events SELECT")
+            + f"), bumped AS (UPDATE {s}.meta SET revision = %s, compacted = %s WHERE id = 0)"
+            " SELECT pg_notify(%s, %s)"
+        )
         self.log_deletes = (
             f"INSERT INTO {s}.events SELECT %s, generate_subscripts(%s::text[], 1) + %s - 1, {_DELETE},"
             " unnest(%s::text[]), ''::bytea, 0, 0, 0"
@@ -265,6 +275,7 @@ class _Sql:
             f"WITH gone AS (DELETE FROM {s}.leases WHERE id = %s RETURNING id)"
             f" DELETE FROM {s}.kv WHERE lease IN (SELECT id FROM gone) RETURNING key"
         )
+        self.expire_lease = self.end_lease.replace("WHERE id = %s", "WHERE id = %s AND expires_at <= clock_timestamp()")
         self.grant = (
             f"INSERT INTO {s}.leases (ttl_s, expires_at)"
             " VALUES (%s, clock_timestamp() + %s * interval '1 second') RETURNING id"
@@ -289,16 +300,6 @@ class _Sql:
         self.watch_prefix_deletes = self.watch_prefix.replace("ORDER BY", f"AND type = {_DELETE} ORDER BY")
         self.watch_key_deletes = self.watch_key.replace("ORDER BY", f"AND type = {_DELETE} ORDER BY")
 
-    def finish(self, revision: int, compacted: int, old_compacted: int) -> str:
-        """The end of a write transaction that took revisions (integers only are spliced: one round trip)."""
-        parts = []
-        if compacted != old_compacted:
-            parts.append(f"DELETE FROM {self.schema}.events WHERE revision <= {int(compacted)}")
-        parts.append(f"UPDATE {self.schema}.meta SET revision = {int(revision)}, compacted = {int(compacted)}")
-        parts.append(f"NOTIFY {self.channel}, '{int(revision)}'")
-        parts.append("COMMIT")
-        return "; ".join(parts)
-
 
 def _kv(row: Sequence[Any]) -> KeyValue:
     return KeyValue(row[0], bytes(row[1]), row[2], row[3], row[4], row[5])
@@ -319,6 +320,10 @@ class _State:
     compacted: int
     expired: tuple[int, ...] = ()  # leases past their expiry (read-only: whose keys reads must hide)
     event_idx: int = 0
+    # writes not sent yet (statement, arguments): sent before the next read of the tables, or with the COMMIT
+    queued: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+    prefetched: dict[str, KeyValue | None] | None = None  # the keys a txn named, read with the lock (None: not read)
+    leases_found: set[int] | None = None  # which of the leases a txn's puts name exist (None: not read)
 
     def next_revision(self) -> int:
         self.revision += 1
@@ -526,9 +531,11 @@ class PostgresStore(Store):
         return StoreUnavailable(f"{where}: {what}: {text}")
 
     @contextlib.contextmanager
-    def _session(self, what: str, first: str | None = None) -> Iterator[tuple[psycopg.Connection[Any], Any]]:
-        """This thread's connection for one call and the last row of its ``first`` statement (a transaction's
-        start), under the call's deadline; psycopg errors mapped; a connection in doubt (an error, a deadline)
+    def _session(
+        self, what: str, first: Callable[[psycopg.Connection[Any]], Any] | None = None
+    ) -> Iterator[tuple[psycopg.Connection[Any], Any]]:
+        """This thread's connection for one call and what its ``first`` round trip (a transaction's start)
+        returned, under the call's deadline; psycopg errors mapped; a connection in doubt (an error, a deadline)
         dropped, so the next call starts from a fresh one. A connection that broke while idle (the server restarted,
         a proxy closed it) fails its first statement before anything is applied: that statement is sent again, once,
         on a fresh connection, so a restart costs the next call nothing."""
@@ -542,7 +549,7 @@ class PostgresStore(Store):
         pending = first
         if first is not None and reused:
             try:
-                row = self._last(conn.execute(first))
+                row = first(conn)
                 pending = None
             except psycopg.OperationalError as exc:
                 fired = _WATCHDOG.disarm(token)
@@ -556,7 +563,7 @@ class PostgresStore(Store):
                 token = _WATCHDOG.arm(deadline, conn)
         try:
             if pending is not None:
-                row = self._last(conn.execute(pending))
+                row = pending(conn)
             yield conn, row
         except psycopg.Error as exc:
             fired = _WATCHDOG.disarm(token)
@@ -580,13 +587,6 @@ class PostgresStore(Store):
             conn.execute("ROLLBACK")
         except psycopg.Error:
             self._drop(conn)
-
-    @staticmethod
-    def _last(cursor: psycopg.Cursor[Any]) -> Any:
-        """The one row of the last statement of a multi-statement query."""
-        while cursor.nextset():
-            pass
-        return cursor.fetchone()
 
     # -- schema ---------------------------------------------------------------------------------------------
 
@@ -628,10 +628,20 @@ class PostgresStore(Store):
 
     # -- transactions ---------------------------------------------------------------------------------------
 
+    def _meta(self, conn: psycopg.Connection[Any]) -> Any:
+        """Revision, compaction point, expired leases, seconds to the next expiry: one statement, no transaction."""
+        return conn.execute(self._sql.meta, prepare=True).fetchone()
+
+    def _begin_read(self, conn: psycopg.Connection[Any]) -> Any:
+        with conn.pipeline():  # one round trip
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            cursor = conn.execute(self._sql.meta, prepare=True)
+        return cursor.fetchone()
+
     def _read(self, body: Callable[[psycopg.Connection[Any], _State], T]) -> T:
         """``body`` on one snapshot; if a lease has expired, in a write transaction that expires it first (read-only:
         the body hides the keys of the expired leases instead)."""
-        with self._session("read failed", self._sql.begin_read) as (conn, row):
+        with self._session("read failed", self._begin_read) as (conn, row):
             revision, compacted, expired, _ = row
             upgrade = bool(expired) and not self.read_only
             if upgrade:
@@ -641,32 +651,91 @@ class PostgresStore(Store):
                 conn.execute("COMMIT")
         return self._write(body) if upgrade else result
 
-    def _write(self, body: Callable[[psycopg.Connection[Any], _State], T]) -> T:
+    def _write(
+        self,
+        body: Callable[[psycopg.Connection[Any], _State], T],
+        keys: Sequence[str] = (),
+        leases: Sequence[int] = (),
+    ) -> T:
         """``body`` in one transaction holding the revision lock, after expiring the leases that are due; commit
-        (taking the revisions the body and the expiry used, and notifying the watches)."""
+        (taking the revisions the body and the expiry used, and notifying the watches). ``keys`` and ``leases``:
+        what the body will read (a txn's compared and put keys, its puts' leases), read in the same round trip as
+        the lock. Round trips of a CAS: BEGIN + lock + reads; the writes + COMMIT (psycopg's pipeline mode)."""
         if self.read_only:
             raise InvalidRequest("store", f"{self.url} is open read-only")
-        with self._session("write failed", self._sql.begin_write) as (conn, row):
+
+        def begin(conn: psycopg.Connection[Any]) -> tuple[Any, Any, Any]:
+            found = existing = None
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                meta = conn.execute(self._sql.lock_meta, prepare=True)
+                if keys:
+                    found = conn.execute(self._sql.get_many, (list(keys),), prepare=True)
+                if leases:
+                    existing = conn.execute(self._sql.leases_exist, (list(leases),), prepare=True)
+            return (
+                meta.fetchone(),
+                None if found is None else found.fetchall(),
+                None if existing is None else existing.fetchall(),
+            )
+
+        with self._session("write failed", begin) as (conn, (row, found, existing)):
             revision, compacted, expired, _ = row
             state = _State(revision, compacted)
             for lid in expired:
-                self._end_lease(conn, state, lid)
+                self._end_lease(conn, state, lid, expired_only=True)
+            self._flush(conn, state)  # the body may read the events (a watch's read that expired the leases)
+            if not expired:  # an expiry may have deleted some of them: the body reads them again then
+                if found is not None:
+                    state.prefetched = dict.fromkeys(keys)
+                    state.prefetched.update((row[0], _kv(row)) for row in found)
+                if existing is not None:
+                    state.leases_found = {row[0] for row in existing}
             try:
                 result = body(conn, state)
             except LeaseNotFound:
-                self._finish(conn, state, revision, compacted)  # raised before the body wrote: keep the expiry
+                state.queued.clear()  # raised before the body wrote: keep the expiry only
+                self._finish(conn, state, revision, compacted)
                 raise
             self._finish(conn, state, revision, compacted)
             return result
 
+    def _flush(self, conn: psycopg.Connection[Any], state: _State) -> None:
+        """Send the queued writes (before a statement that reads the tables they change)."""
+        if state.queued:
+            with conn.pipeline():
+                for sql, args in state.queued:
+                    conn.execute(sql, args, prepare=True)
+            state.queued.clear()
+
     def _finish(self, conn: psycopg.Connection[Any], state: _State, revision: int, compacted: int) -> None:
+        """The queued writes, the new revision, the notification and the COMMIT: one round trip."""
         keep = self.config.history
         if state.revision - state.compacted > keep + max(1, keep // 16):
             state.compacted = state.revision - keep
-        if state.revision == revision and state.compacted == compacted:
-            conn.execute("COMMIT")
+        if (
+            len(state.queued) == 1
+            and state.queued[0][0] is self._sql.upsert
+            and state.revision != revision
+            and state.compacted == compacted
+        ):
+            args = (*state.queued[0][1], state.revision, state.compacted, self._sql.channel_name, str(state.revision))
+            with conn.pipeline():
+                conn.execute(self._sql.upsert_finish, args, prepare=True)
+                conn.execute("COMMIT")
+            state.queued.clear()
             return
-        conn.execute(self._sql.finish(state.revision, state.compacted, compacted))
+        with conn.pipeline():
+            for sql, args in state.queued:
+                conn.execute(sql, args, prepare=True)
+            if state.compacted != compacted:
+                conn.execute(self._sql.delete_events, (state.compacted,), prepare=True)
+            if state.revision != revision or state.compacted != compacted:
+                conn.execute(self._sql.update_meta, (state.revision, state.compacted), prepare=True)
+            if state.revision != revision:
+                conn.execute(self._sql.notify, (self._sql.channel_name, str(state.revision)), prepare=True)
+            conn.execute("COMMIT")
+        state.queued.clear()
 
     # -- reads ----------------------------------------------------------------------------------------------
 
@@ -699,15 +768,19 @@ class PostgresStore(Store):
             puts = [op for op in (*on_success, *on_failure) if isinstance(op, Put)]
             keys = sorted({c.key for c in compares} | {op.key for op in puts})
             known: dict[str, KeyValue | None] = dict.fromkeys(keys)
-            if keys:
-                for row in conn.execute(self._sql.get_many, (keys,)):
+            if state.prefetched is not None:
+                known.update(state.prefetched)
+            elif keys:
+                for row in conn.execute(self._sql.get_many, (keys,), prepare=True):
                     if row[5] not in state.expired:
                         known[row[0]] = _kv(row)
             succeeded = all(compare.holds(known[compare.key]) for compare in compares)
             ops = on_success if succeeded else on_failure
             leases = sorted({op.lease for op in ops if isinstance(op, Put) and op.lease})
             if leases:
-                found = {row[0] for row in conn.execute(self._sql.leases_exist, (leases,))}
+                found = state.leases_found
+                if found is None:
+                    found = {row[0] for row in conn.execute(self._sql.leases_exist, (leases,), prepare=True)}
                 for lease in leases:
                     if lease not in found:
                         raise LeaseNotFound(f"lease {lease} not found")
@@ -728,7 +801,8 @@ class PostgresStore(Store):
                     wrote = True
                     responses.append(None)
                     continue
-                self._write_puts(conn, state, pending)
+                self._write_puts(state, pending)
+                self._flush(conn, state)
                 if isinstance(op, Get):
                     if op.prefix:
                         args: tuple[str, ...] = (op.key, _prefix_end(op.key))
@@ -740,19 +814,23 @@ class PostgresStore(Store):
                     count = self._delete(conn, state, op, revision, known)
                     wrote = wrote or count > 0
                     responses.append(count)
-            self._write_puts(conn, state, pending)
+            self._write_puts(state, pending)
             state.revision = revision if wrote else base
             return TxnResult(succeeded, tuple(responses), state.revision)
 
-        return self._write(body) if writes else self._read(body)
+        if not writes:
+            return self._read(body)
+        puts = [op for op in (*on_success, *on_failure) if isinstance(op, Put)]
+        keys = sorted({c.key for c in compares} | {op.key for op in puts})
+        return self._write(body, keys, sorted({op.lease for op in puts if op.lease}))
 
-    def _write_puts(self, conn: psycopg.Connection[Any], state: _State, pending: list[KeyValue]) -> None:
-        """Write ``pending`` puts (a key put twice keeps its last value) and their events, in one statement."""
+    def _write_puts(self, state: _State, pending: list[KeyValue]) -> None:
+        """Queue ``pending`` puts (a key put twice keeps its last value) and their events: one statement."""
         if not pending:
             return
         last = list({kv.key: kv for kv in pending}.values())
         first = state.event_idx
-        conn.execute(
+        state.queued.append((
             self._sql.upsert,
             (
                 [kv.key for kv in last], [kv.value for kv in last], [kv.create_revision for kv in last],
@@ -761,13 +839,14 @@ class PostgresStore(Store):
                 [kv.key for kv in pending], [kv.value for kv in pending], [kv.create_revision for kv in pending],
                 [kv.version for kv in pending], [kv.lease for kv in pending],
             ),
-        )  # fmt: skip
+        ))  # fmt: skip
         state.event_idx += len(pending)
         pending.clear()
 
-    def _log_deletes(self, conn: psycopg.Connection[Any], state: _State, revision: int, keys: list[str]) -> None:
+    def _log_deletes(self, state: _State, revision: int, keys: list[str]) -> None:
+        """Queue the DELETE events of ``keys`` at ``revision``."""
         if keys:
-            conn.execute(self._sql.log_deletes, (revision, keys, state.event_idx, keys))
+            state.queued.append((self._sql.log_deletes, (revision, keys, state.event_idx, keys)))
             state.event_idx += len(keys)
 
     def _delete(
@@ -784,17 +863,21 @@ class PostgresStore(Store):
         else:
             rows = conn.execute(self._sql.delete_one, (op.key,)).fetchall()
         keys = sorted(row[0] for row in rows)
-        self._log_deletes(conn, state, revision, keys)
+        self._log_deletes(state, revision, keys)
         for key in keys:
             known[key] = None
         return len(keys)
 
     # -- leases ---------------------------------------------------------------------------------------------
 
-    def _end_lease(self, conn: psycopg.Connection[Any], state: _State, lid: int) -> None:
-        keys = sorted(row[0] for row in conn.execute(self._sql.end_lease, (lid,)))
+    def _end_lease(self, conn: psycopg.Connection[Any], state: _State, lid: int, *, expired_only: bool = False) -> None:
+        """Delete lease ``lid`` and its keys (one new revision when it had keys); ``expired_only``: only if its
+        expiry has passed now (the candidates come from a snapshot that may predate a renewal)."""
+        self._flush(conn, state)
+        sql = self._sql.expire_lease if expired_only else self._sql.end_lease
+        keys = sorted(row[0] for row in conn.execute(sql, (lid,), prepare=True))
         if keys:
-            self._log_deletes(conn, state, state.next_revision(), keys)
+            self._log_deletes(state, state.next_revision(), keys)
 
     def _grant(self, ttl_s: float) -> Lease:
         def body(conn: psycopg.Connection[Any], state: _State) -> Lease:
@@ -941,11 +1024,11 @@ class _Dispatcher:
     def _round(self) -> float:
         """Deliver what is new to every watch; return how long to wait for a notification."""
         store = self._store
-        with store._session("watch poll failed", store._sql.meta) as (conn, row):
+        with store._session("watch poll failed", store._meta) as (conn, row):
             if conn is not self._listening:
                 conn.execute(f"LISTEN {store._sql.channel}")
                 self._listening = conn
-                row = conn.execute(store._sql.meta).fetchone()  # what was committed before LISTEN took effect
+                row = store._meta(conn)  # what was committed before LISTEN took effect
         revision, _, expired, due_s = row
         with store._lock:
             watches = list(store._watches)
