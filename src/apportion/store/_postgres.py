@@ -60,8 +60,12 @@ How the contract is kept:
 - **Read-only** (``connect(url, read_only=True)``: ``status``, ``explain``, the dashboard): sessions run with
   ``default_transaction_read_only``; nothing is created, and a schema without apportion's tables (a group that does
   not exist) raises ``NoSuchStore``, as does a database that does not exist.
-- **Threads.** One connection per ``PostgresStore`` per thread, opened on first use, autocommit (transactions are
-  begun explicitly, in the same round trip as their first statement).
+- **Threads and connections.** One connection per ``PostgresStore`` per thread that uses it, opened on first use,
+  autocommit (transactions are begun explicitly, in the same round trip as their first statements), plus one for
+  the watches' reader: a worker process holds ~3-5 (size ``max_connections`` for the fleet, or put PgBouncer in
+  session mode in front; transaction mode would break LISTEN).
+- **Lease ttl.** No ``default_ttl_s`` of its own (the group's 3 s): a renewal is one short transaction; what stalls
+  it is a failover or an overloaded server, and no lease shorter than a failover rides one out.
 """
 
 from __future__ import annotations
