@@ -15,6 +15,13 @@ Run: ``.venv/bin/python bench/store_bench.py [--txns N] [--watch-samples N] [--j
 - etcd: ``etcd`` from PATH or /usr/bin/etcd; when it is missing the etcd rows are skipped (``--no-etcd`` skips them
   too). The ratios table divides each etcd figure by the SQLite backend's figure from the same run.
 
+- postgresql: a fresh PostgreSQL server (``tests/postgres_server.py``: initdb in a temp dir, fsync and synchronous
+  commit ON, as in production; always stopped) when Debian's postgresql is installed (``--no-postgres`` skips it).
+  Its "x raw" columns divide by raw psycopg on the SAME server, not by raw sqlite3: ``BEGIN``; ``SELECT mod_revision
+  ... FOR UPDATE``; compare; ``UPDATE meta SET revision = revision + 1 RETURNING revision``; ``UPDATE kv``;
+  ``COMMIT`` (the raw sqlite3 loop's transaction, by hand). A third figure, one autocommit statement ``UPDATE kv ...
+  WHERE key = %s AND mod_revision = %s`` (a CAS without a global revision, no history), shows the floor.
+
 Adding a backend: add a function ``url_factory(directory) -> context manager yielding a URL`` to ``BACKENDS``
 with ``multi_process=True`` if separate processes can share it. Every column is measured through ``connect(url)``.
 """
@@ -41,7 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # for tests.etcd_server (real etcd servers)
 
-from tests.conftest import etcd_binary
+from tests.conftest import etcd_binary, postgres_bin
 from tests.etcd_server import EtcdServer
 
 from apportion.store import Put, connect, mod_revision_is
@@ -86,13 +93,26 @@ def etcd_cluster_url(directory: Path) -> Iterator[str]:
         yield cluster.url
 
 
+@contextmanager
+def postgres_url(directory: Path) -> Iterator[str]:
+    from tests.postgres_server import PostgresServer
+
+    bin_dir = postgres_bin()
+    if bin_dir is None:
+        raise SystemExit("PostgreSQL is not installed: run scripts/ensure-test-tools.sh, or pass --no-postgres")
+    with PostgresServer.start_new(bin_dir, durable=True) as server:
+        yield server.url(server.create_database("bench"))
+
+
 BACKENDS = [
     Backend("memory", memory_url, multi_process=False),
     Backend("sqlite", sqlite_url, multi_process=True),
     Backend("etcd single node", etcd_single_url, multi_process=True),
     Backend("etcd 3-node cluster", etcd_cluster_url, multi_process=True),
+    Backend("postgresql", postgres_url, multi_process=True),
 ]
 ETCD = ("etcd single node", "etcd 3-node cluster")
+POSTGRES = "postgresql"
 
 
 # -- CAS transactions --------------------------------------------------------------------------------------------
@@ -152,6 +172,54 @@ def raw_cas_loop(path: str, key: str, count: int) -> float:
     elapsed = time.perf_counter() - started
     conn.close()
     return elapsed
+
+
+PG_RAW_SCHEMA = """
+CREATE SCHEMA IF NOT EXISTS raw;
+CREATE TABLE IF NOT EXISTS raw.meta (id integer PRIMARY KEY, revision bigint NOT NULL);
+INSERT INTO raw.meta VALUES (0, 0) ON CONFLICT DO NOTHING;
+CREATE TABLE IF NOT EXISTS raw.kv (key text PRIMARY KEY, value bytea NOT NULL, mod_revision bigint NOT NULL)
+"""
+
+
+def pg_raw_cas_loop(url: str, key: str, count: int) -> float:
+    """The same CAS transactions with bare psycopg on the same server: the global revision bumped under its row lock
+    (the raw sqlite3 loop's transaction)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(PG_RAW_SCHEMA)
+        conn.execute("INSERT INTO raw.kv VALUES (%s, '0', 0) ON CONFLICT (key) DO UPDATE SET mod_revision = 0", (key,))
+        conn.autocommit = False
+        last = 0
+        started = time.perf_counter()
+        for i in range(count):
+            row = conn.execute("SELECT mod_revision FROM raw.kv WHERE key = %s FOR UPDATE", (key,)).fetchone()
+            if row is None or row[0] != last:
+                raise RuntimeError("raw CAS lost a race it cannot have")
+            revision = conn.execute("UPDATE raw.meta SET revision = revision + 1 WHERE id = 0 RETURNING revision")
+            last = revision.fetchone()[0]  # type: ignore[index]
+            conn.execute("UPDATE raw.kv SET value = %s, mod_revision = %s WHERE key = %s", (str(i).encode(), last, key))
+            conn.commit()
+        return time.perf_counter() - started
+
+
+def pg_raw_update_loop(url: str, key: str, count: int) -> float:
+    """The floor: one autocommit ``UPDATE ... WHERE mod_revision = last`` per CAS (no global revision, no history)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(PG_RAW_SCHEMA)
+        conn.execute("INSERT INTO raw.kv VALUES (%s, '0', 0) ON CONFLICT (key) DO UPDATE SET mod_revision = 0", (key,))
+        started = time.perf_counter()
+        for i in range(count):
+            done = conn.execute(
+                "UPDATE raw.kv SET value = %s, mod_revision = mod_revision + 1 WHERE key = %s AND mod_revision = %s",
+                (str(i).encode(), key, i),
+            )
+            if done.rowcount != 1:
+                raise RuntimeError("raw CAS lost a race it cannot have")
+        return time.perf_counter() - started
 
 
 def _child(loop: Callable[[str, str, int], float], target: str, key: str, count: int, start: Any, done: Any) -> None:
@@ -233,6 +301,13 @@ def measure(backend: Backend, directory: Path, txns: int, watch_samples: int) ->
         row["watch_other_process"] = (
             watch_latency(url, watch_samples, other_process=True) if backend.multi_process else None
         )
+        if backend.name == POSTGRES:  # its raw peer: bare psycopg on the same server
+            row["raw"] = {
+                "txn_per_s_1p": round(txns / pg_raw_cas_loop(url, "/bench/raw-one", txns)),
+                "txn_per_s_4p": round(parallel_rate(pg_raw_cas_loop, url, txns)),
+                "update_per_s_1p": round(txns / pg_raw_update_loop(url, "/bench/upd-one", txns)),
+                "update_per_s_4p": round(parallel_rate(pg_raw_update_loop, url, txns)),
+            }
     return row
 
 
@@ -242,8 +317,15 @@ def main() -> None:
     parser.add_argument("--watch-samples", type=int, default=1_000)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--no-etcd", action="store_true", help="skip the etcd rows")
+    parser.add_argument("--no-postgres", action="store_true", help="skip the postgresql row")
+    parser.add_argument("--only", help="comma-separated backend names to run (sqlite always runs: the reference)")
     args = parser.parse_args()
     backends = [b for b in BACKENDS if b.name not in ETCD or not (args.no_etcd or etcd_binary() is None)]
+    if args.no_postgres or postgres_bin() is None:
+        backends = [b for b in backends if b.name != POSTGRES]
+    if args.only:
+        wanted = {"sqlite", *(name.strip() for name in args.only.split(","))}
+        backends = [b for b in backends if b.name in wanted]
     command = ".venv/bin/python bench/store_bench.py " + " ".join(sys.argv[1:])
     with tempfile.TemporaryDirectory(prefix="store-bench-") as name:
         directory = Path(name)
@@ -253,8 +335,9 @@ def main() -> None:
         }
         rows = [measure(backend, directory, args.txns, args.watch_samples) for backend in backends]
     for row in rows:
+        reference = row.get("raw", raw)  # postgresql: raw psycopg on the same server
         for column in ("txn_per_s_1p", "txn_per_s_4p"):
-            row[f"ratio_{column[-2:]}_to_raw"] = round(row[column] / raw[column], 2) if row[column] else None
+            row[f"ratio_{column[-2:]}_to_raw"] = round(row[column] / reference[column], 2) if row[column] else None
     sqlite_row = next(row for row in rows if row["backend"] == "sqlite")
     ratios = [etcd_ratios(row, sqlite_row) for row in rows if row["backend"] in ETCD]
     if args.json:
@@ -263,6 +346,7 @@ def main() -> None:
         return
     print(f"command: {command.strip()}")
     print(f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, {args.txns} CAS txns per process")
+    print("x raw: to the raw sqlite3 loop; postgresql's to raw psycopg on its own server (see below)")
     print()
     print(
         "| backend | txn/s 1 proc | x raw | txn/s 4 procs | x raw | watch p50/p99 same proc | watch p50/p99 other proc |"  # noqa: E501
@@ -282,6 +366,21 @@ def main() -> None:
             f"{fmt(row['txn_per_s_4p'])} | {fmt(row['ratio_4p_to_raw'])} | {lat(row['watch_same_process'])} | "
             f"{lat(row['watch_other_process'])} |"
         )
+    for row in rows:
+        if "raw" in row:
+            pg = row["raw"]
+            print()
+            print("postgresql: the backend against bare psycopg on the same server (fsync and synchronous commit on)")
+            print()
+            print("| loop | txn/s 1 proc | backend / it | txn/s 4 procs | backend / it |")
+            print("|---|---:|---:|---:|---:|")
+            print(f"| apportion postgresql backend | {row['txn_per_s_1p']:,} | 1.00 | {row['txn_per_s_4p']:,} | 1.00 |")
+            for label, key in (("raw psycopg txn (global revision)", "txn"), ("raw psycopg one UPDATE", "update")):
+                one, four = pg[f"{key}_per_s_1p"], pg[f"{key}_per_s_4p"]
+                print(
+                    f"| {label} | {one:,} | {row['txn_per_s_1p'] / one:.2f} | {four:,} | "
+                    f"{row['txn_per_s_4p'] / four:.2f} |"
+                )
     if ratios:
         print()
         print("etcd / sqlite (same run): txn/s ratio > 1 = etcd faster; watch p99 ratio > 1 = etcd slower")
@@ -294,7 +393,7 @@ def main() -> None:
                 f"{ratio['watch_p99_same_process']} | {ratio['watch_p99_other_process']} |"
             )
     print()
-    print("goals: sqlite >= 0.5x raw; watch p99 <= 50 ms")
+    print("goals: sqlite >= 0.5x raw sqlite3; postgresql >= 0.5x raw psycopg txn; watch p99 <= 50 ms")
 
 
 def etcd_ratios(row: dict[str, Any], sqlite_row: dict[str, Any]) -> dict[str, Any]:

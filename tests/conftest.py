@@ -34,3 +34,44 @@ def etcd_url(etcd_bin: str, tmp_path: Path) -> Iterator[str]:
 
     with EtcdServer.single(etcd_bin, tmp_path / "etcd") as server:
         yield server.url
+
+
+def postgres_bin() -> Path | None:
+    from tests.postgres_server import postgres_bin_dir
+
+    return postgres_bin_dir()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[object]:
+    """One PostgreSQL server for the whole session (tests/postgres_server.py); a clear skip without PostgreSQL or
+    psycopg on a developer machine, a failure in CI."""
+    bin_dir = postgres_bin()
+    missing = "PostgreSQL is not installed (apt-get install -y postgresql)" if bin_dir is None else None
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        missing = "psycopg is not installed (pip install 'apportion[postgres]')"
+    if missing is not None or bin_dir is None:
+        if IN_CI:
+            pytest.fail(f"{missing}: run scripts/ensure-test-tools.sh and make's install")
+        pytest.skip(f"{missing}; CI installs it and runs these tests")
+    from tests.postgres_server import PostgresServer
+
+    with PostgresServer.start_new(bin_dir) as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server: object) -> Iterator[str]:
+    """A fresh database on the session's PostgreSQL server (``CREATE DATABASE``: tens of ms), as a store URL; dropped
+    after the test (each is a copy of template0's ~7 MB)."""
+    import uuid
+
+    from tests.postgres_server import PostgresServer
+
+    assert isinstance(postgres_server, PostgresServer)
+    name = postgres_server.create_database(f"t_{uuid.uuid4().hex[:16]}")
+    yield postgres_server.url(name)
+    if postgres_server.running:
+        postgres_server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

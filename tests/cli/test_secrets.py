@@ -36,6 +36,9 @@ PW = "s3cr3t-PW"
         ("etcd://127.0.0.1:2379", "etcd://127.0.0.1:2379"),
         ("sqlite:////tmp/a:b@c.db", "sqlite:////tmp/a:b@c.db"),  # a path, not credentials
         ("memory://x", "memory://x"),
+        (f"postgresql://u:{PW}@h:5432/db?schema=g", "postgresql://u:***@h:5432/db?schema=g"),
+        (f"postgres://u@h/db?sslmode=require&password={PW}", "postgres://u@h/db?sslmode=require&password=***"),
+        (f"postgresql://u@h/db?PASSWORD={PW}&schema=g", "postgresql://u@h/db?PASSWORD=***&schema=g"),  # libpq's
     ],
 )
 def test_redact_url_masks_the_password_of_every_shape(url: str, shown: str) -> None:

@@ -1,8 +1,9 @@
 """Real `apportion worker` processes on a shared store: crash (kill -9), zombie (SIGSTOP/SIGCONT), graceful stop.
 
-Parametrised by store URL kind: a SQLite file, and a fresh real etcd server (the ``etcd_url`` fixture; skipped
-locally when etcd is not installed). The ttl (2 s) is a whole number of seconds, so etcd grants exactly it; the only
-etcd-specific deadline is the crash takeover, +0.5 s (etcd revokes expired leases in a 500 ms sweep).
+Parametrised by store URL kind: a SQLite file, a fresh real etcd server (the ``etcd_url`` fixture; skipped locally
+when etcd is not installed) and a fresh database on the session's real PostgreSQL server (``postgres_url``). The ttl
+(2 s) is a whole number of seconds, so etcd grants exactly it; the only etcd-specific deadline is the crash takeover,
++0.5 s (etcd revokes expired leases in a 500 ms sweep).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ pytestmark = pytest.mark.slow
 
 PARTITIONS = 24
 SETTLE_S, MIN_INTERVAL_S, TTL_S = 0.3, 0.6, 2.0
-STORE_KINDS = ["sqlite", "etcd"]
+STORE_KINDS = ["sqlite", "etcd", "postgres"]
 # etcd's lessor looks for expired leases every 500 ms, so a lease is revoked up to 0.5 s after its TTL
-EXPIRY_SLACK_S = {"sqlite": 0.0, "etcd": 0.5}
+EXPIRY_SLACK_S = {"sqlite": 0.0, "etcd": 0.5, "postgresql": 0.0}
 
 
 def _backend_available(kind: str) -> bool:
@@ -32,7 +33,9 @@ def _backend_available(kind: str) -> bool:
         if kind == "sqlite":
             import apportion.store._sqlite  # type: ignore[import-not-found,unused-ignore]
         elif kind == "etcd":
-            import apportion.store._etcd  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+            import apportion.store._etcd  # type: ignore[import-not-found,unused-ignore]
+        elif kind == "postgres":
+            import apportion.store._postgres  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
     except ImportError:
         return False
     return True
@@ -50,6 +53,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "etcd":
         url: str = request.getfixturevalue("etcd_url")
         return url
+    if request.param == "postgres":
+        database: str = request.getfixturevalue("postgres_url")
+        return database
     return f"sqlite:///{tmp_path / 'apportion.db'}"
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from apportion.store import Store, connect
 
-BACKENDS = ["memory", "sqlite", "etcd"]
+BACKENDS = ["memory", "sqlite", "etcd", "postgres"]
 
 
 def fresh_store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
@@ -25,6 +25,9 @@ def fresh_store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest
     if backend == "etcd":
         url: str = request.getfixturevalue("etcd_url")  # defined in tests/conftest.py (a real etcd server)
         return url
+    if backend == "postgres":
+        database: str = request.getfixturevalue("postgres_url")  # a fresh database on a real PostgreSQL server
+        return database
     raise ValueError(backend)
 
 

@@ -37,7 +37,10 @@ FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
 R = TypeVar("R")
 
 ENV_PREFIX = "APPORTION"
-STORE_HELP = "Store URL: memory://[name], sqlite:///relative.db, sqlite:////absolute.db, etcd://[user:pw@]host:port"
+STORE_HELP = (
+    "Store URL: memory://[name], sqlite:///relative.db, sqlite:////absolute.db, etcd://[user:pw@]host:port, "
+    "postgresql://[user:pw@]host:port/database[?schema=NAME]"
+)
 
 
 class Number(click.FloatRange):

@@ -1,4 +1,5 @@
-"""Choose a backend by URL: ``memory://[name]``, ``sqlite:///path``, ``etcd://host:port[,host:port]``.
+"""Choose a backend by URL: ``memory://[name]``, ``sqlite:///path``, ``etcd://host:port[,host:port]``,
+``postgresql://user:password@host:port/database[?schema=NAME]`` (also ``postgres://``).
 
 Secrets: a URL may carry ``user:password@`` (``_redact``: the one place that makes a URL printable). :func:`connect`
 raises its errors already redacted.
@@ -30,11 +31,14 @@ def connect(url: str, *, clock: Clock | None = None, read_only: bool = False) ->
     """Open the store named by ``url``. ``clock`` is honoured by backends that keep time themselves (memory).
 
     ``read_only``: never create or write anything (``status``, ``explain``, ``route``, ``report``). An SQLite file
-    that does not exist raises :class:`~apportion.errors.NoSuchStore` instead of being created; etcd reads never
-    write, and a ``memory://`` store lives only in this process."""
+    that does not exist raises :class:`~apportion.errors.NoSuchStore` instead of being created, as does a PostgreSQL
+    schema (or database) without a store; etcd reads never write, and a ``memory://`` store lives only in this
+    process."""
     if not isinstance(url, str) or "://" not in url:
         shown = redact_url(url) if isinstance(url, str) else url
-        raise InvalidRequest("url", f"{shown!r} is not a store URL (memory://, sqlite:///path, etcd://host:port)")
+        raise InvalidRequest(
+            "url", f"{shown!r} is not a store URL (memory://, sqlite:///path, etcd://host:port, postgresql://host/db)"
+        )
     if "\x00" in url:  # no file name, host or option holds one; sqlite3 and the OS raise ValueError for it
         raise InvalidRequest("url", f"{redact_url(url)!r} holds a NUL character")
     scheme = url.split("://", 1)[0].lower()
@@ -51,12 +55,23 @@ def connect(url: str, *, clock: Clock | None = None, read_only: bool = False) ->
             from apportion.store._etcd import open_etcd  # type: ignore[import-not-found,unused-ignore]
 
             return open_etcd(url)  # type: ignore[no-any-return,unused-ignore]
+        if scheme in ("postgresql", "postgres"):
+            try:
+                from apportion.store._postgres import open_postgres  # type: ignore[import-not-found,unused-ignore]
+            except ImportError as exc:
+                raise InvalidRequest(
+                    "url", f"a {scheme}:// store needs psycopg: pip install 'apportion[postgres]' ({exc})"
+                ) from exc
+            return open_postgres(url, read_only=read_only)  # type: ignore[no-any-return,unused-ignore]
     except ApportionError as exc:
         redacted = _redacted(exc, url)
         if redacted is exc:
             raise
         raise redacted from exc.__cause__  # not from exc: its message holds the password
-    raise InvalidRequest("url", f"unknown store scheme {scheme!r} (use memory://, sqlite:///path or etcd://host:port)")
+    raise InvalidRequest(
+        "url",
+        f"unknown store scheme {scheme!r} (use memory://, sqlite:///path, etcd://host:port or postgresql://user@host:port/database)",
+    )
 
 
 def default_ttl_s(url: str) -> float | None:

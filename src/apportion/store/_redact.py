@@ -1,10 +1,11 @@
 """Make store URLs printable: one place that knows where a URL keeps its password.
 
-A URL may carry ``user:password@``. :func:`redact_url` is the one function that makes a URL printable (the password
-becomes ``***``, also in malformed URLs such as ``etcd://root:PW@`` or ``etcd:/root:PW@h:p``); :func:`redact` does
-the same for every URL inside a text (an error message, a log line), and :func:`url_secrets` names what must never be
-printed. ``connect`` raises its errors already redacted, backends show only redacted URLs, and the CLI, the runner and
-the dashboard pass everything they print about a store through these.
+A URL may carry ``user:password@``, and a libpq URL (``postgresql://``) its password as a query parameter too
+(``?password=...``, any case, anywhere in the query). :func:`redact_url` is the one function that makes a URL
+printable (the password becomes ``***``, also in malformed URLs such as ``etcd://root:PW@`` or ``etcd:/root:PW@h:p``);
+:func:`redact` does the same for every URL inside a text (an error message, a log line), and :func:`url_secrets`
+names what must never be printed. ``connect`` raises its errors already redacted, backends show only redacted URLs,
+and the CLI, the runner and the dashboard pass everything they print about a store through these.
 
 Its own module (not ``_connect``'s): the backends that ``connect`` imports use it too, and a backend importing
 ``_connect`` was the store package's one import circle.
@@ -24,6 +25,8 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:/*")
 # bounded number of times, so a hostile text (100,000 ':' or 'a:') costs linear time. One pattern that also
 # matched the password made re try every start position against the rest of the token: quadratic (issue 28).
 _TOKEN = re.compile(r"(?<![^\s'\"])[^\s'\"]*@[^\s'\"]*")
+# libpq's query-parameter password: linear (no nested repetition), applied to whole texts as well as URLs.
+_QUERY_PASSWORD = re.compile(r"([?&]password=)([^&#\s'\"]*)", re.IGNORECASE)
 _HEAD = re.compile(r"(?<![A-Za-z0-9+.\-])[0-9+.\-]*[A-Za-z][A-Za-z0-9+.\-]*:/*[^\s:/?#@'\"]*:")
 
 
@@ -45,27 +48,37 @@ def _split_userinfo(url: str) -> tuple[str, str, str, str] | None:
 def redact_url(url: str) -> str:
     """``url`` with the password of its ``user:password@`` replaced by ``***`` (malformed URLs too)."""
     parts = _split_userinfo(url)
-    if parts is None:
-        return url
-    head, user, _, rest = parts
-    return f"{head}{user}:{MASK}@{rest}"
+    if parts is not None:
+        head, user, _, rest = parts
+        url = f"{head}{user}:{MASK}@{rest}"
+    return _mask_query_passwords(url)
 
 
 def url_secrets(url: str) -> tuple[str, ...]:
     """The password of ``url`` as written and percent-decoded (empty when it has none): what must never be printed."""
     parts = _split_userinfo(url)
-    if parts is None or not parts[2]:
-        return ()
-    return tuple(dict.fromkeys((parts[2], unquote(parts[2]))))
+    found = [parts[2], unquote(parts[2])] if parts is not None and parts[2] else []
+    for match in _QUERY_PASSWORD.finditer(url):
+        if match.group(2):
+            found += [match.group(2), unquote(match.group(2).replace("+", " "))]
+    return tuple(dict.fromkeys(found))
 
 
 def redact(text: str, secrets: tuple[str, ...] | list[str] = ()) -> str:
     """``text`` with the password of every ``scheme://user:password@`` in it, and every given secret, masked."""
     text = _TOKEN.sub(_mask_token, text) if "@" in text else text
+    text = _mask_query_passwords(text)
     for secret in sorted(secrets, key=len, reverse=True):
         if len(secret) >= 3:  # shorter ones would mask ordinary words; the pattern above still catches them in URLs
             text = text.replace(secret, MASK)
     return text
+
+
+def _mask_query_passwords(text: str) -> str:
+    """Every ``?password=...`` / ``&password=...`` of ``text`` masked."""
+    if "password=" not in text.lower():
+        return text
+    return _QUERY_PASSWORD.sub(lambda m: f"{m.group(1)}{MASK}", text)
 
 
 def _mask_token(match: re.Match[str]) -> str:
