@@ -63,14 +63,19 @@ def assert_per_key_offset_order(table: pa.Table) -> None:
         last[(p, k)] = o
 
 
-def test_two_workers_in_one_process_process_every_record_once_across_a_rebalance(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("store_kind", ["memory", "postgres"])  # postgres: issue 32's exactly-once on a real server
+def test_two_workers_in_one_process_process_every_record_once_across_a_rebalance(
+    spark: Any, tmp_path: Path, store_kind: str, request: pytest.FixtureRequest
+) -> None:
     from pyspark.testing import assertDataFrameEqual
 
     log = PartitionedLog(tmp_path / "log")
     log.create("r", 4)
     with Producer(log, "r", batch_records=700) as producer:
         producer.send_many((f"k{i % 37}", f"v{i}") for i in range(6000))
-    store = connect(f"memory://{uuid.uuid4().hex}")
+    url = request.getfixturevalue("postgres_url") if store_kind == "postgres" else f"memory://{uuid.uuid4().hex}"
+    store = connect(url)
+    request.addfinalizer(store.close)
     group = Group(store, "g", partitions=4, settle_s=0.2, min_interval_s=0.4, ttl_s=3.0)
     out = tmp_path / "out"
     first = Pipeline(spark, log, out, "r", batch_records=400, worker_id="a")
