@@ -60,7 +60,7 @@ from apportion.errors import ApportionError, StoreUnavailable
 from apportion.fleet import Fleet, worker_args
 from apportion.group import GroupConfig, Keys
 from apportion.store import connect
-from scale_probe import Phase, Probe, cpu_s, failover_timeline, read_owners, say, start_staggered
+from scale_probe import Phase, Probe, cpu_s, failover_timeline, last_apply_s, read_owners, say, start_staggered
 
 GROUP = "scale"
 STORES = ("sqlite", "etcd-1", "etcd-3")
@@ -256,17 +256,19 @@ def committing_run(
             out["failover"] = failover.to_json()
             out["failover"]["survivors_lost_events"] = sum(fleet[m].log.count("lost") for m in survivors) - lost_before
             out["failover"]["timeline"] = timeline = failover_timeline(store, GROUP, killed_wall)
+            timeline["last_apply_s"] = last_apply_s(fleet, survivors, killed_wall) if failover.seconds else None
             say(f"{label}: kill -9 timeline (s after the kill): {timeline}")
             say(f"{label}: kill -9 failover: {failover.text()} (goal {goal_s:g} s)")
             if failover.seconds is not None:
                 joiner = f"w{workers:02d}"
                 fleet.start(joiner)
-                joined = time.monotonic()
+                joined, joined_wall = time.monotonic(), time.time()
                 members = [*survivors, joiner]
                 join = probe.until_converged(
                     "join", members, args.join_timeout, since=joined, poll_s=args.poll, progress=progress
                 )
                 out["join"] = join.to_json()
+                out["join"]["last_apply_s"] = last_apply_s(fleet, members, joined_wall) if join.seconds else None
                 say(f"{label}: join: {join.text()}")
         everyone = list(fleet.logs)
         out["run_events"] = _counts(fleet, everyone)
@@ -370,8 +372,9 @@ def table(results: Sequence[dict[str, Any]]) -> str:
 def timeline_table(results: Sequence[dict[str, Any]]) -> str:
     """Where each kill -9 failover's seconds went (``failover_timeline``; runs saved before it have none)."""
     lines = [
-        "| store | N x P | kill → round opened | round closed | first claim | last claim (claims) | converged (seen) |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| store | N x P | kill → round opened | round closed | first claim | last claim (claims) | last apply | "
+        "converged (seen) | join: last apply / seen |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         failover = r.get("failover") or {}
@@ -382,7 +385,8 @@ def timeline_table(results: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['store']} | {r['workers']} x {r['partitions']:,} | {shown(t['round_opened_s'])} | "
             f"{shown(t['round_closed_s'])} | {shown(t['first_claim_s'])} | {shown(t['last_claim_s'])} "
-            f"({t['claims']:,}) | {failover['text']} |"
+            f"({t['claims']:,}) | {shown(t.get('last_apply_s'))} | {failover['text']} | "
+            f"{shown((r.get('join') or {}).get('last_apply_s'))} / {_phase(r.get('join'))} |"
         )
     return "\n".join(lines)
 

@@ -17,7 +17,10 @@ nobody processes it yet.
 - ``start_staggered`` starts workers as a Deployment's pods start: the same command line, a fixed gap apart;
 - ``cpu_s``: a process's utime + stime from /proc;
 - ``failover_timeline``: from the group's history, when the first round after a kill opened and closed and the
-  survivors' first and last claims came (seconds after the kill): where a failover's seconds go.
+  survivors' first and last claims came (seconds after the kill): where a failover's seconds go;
+- ``last_apply_s``: when the last member applied a change (its ``assigned``/``revoked``/``lost`` line) after an
+  instant: the moment a converged fleet became so, without the probe's own look (~0.4 s to read 16,384 owner records
+  at load) and poll interval, which ``Phase.seconds`` includes.
 
 Why here and not in ``src/apportion``: the verdict and its timing exist to measure and to test the protocol; a user
 asks the store whether a group is at rest (``apportion.group.settled``, ``apportion status``). What a worker's event
@@ -348,3 +351,15 @@ def failover_timeline(store: Store, group: str, killed_at: float) -> dict[str, f
         "last_claim_s": round(claims[-1], 2) if claims else None,
         "claims": len(claims),
     }
+
+
+def last_apply_s(fleet: Fleet, members: Collection[str], since_wall: float) -> float | None:
+    """Seconds from ``since_wall`` (wall clock, as event lines carry) to the last ``assigned``, ``revoked`` or
+    ``lost`` line of ``members`` after it; None when none came."""
+    times = [
+        float(e["time"])
+        for m in members
+        for e in fleet[m].events
+        if e.get("event") in ("assigned", "revoked", "lost") and float(e["time"]) >= since_wall
+    ]
+    return round(max(times) - since_wall, 2) if times else None
