@@ -18,7 +18,7 @@ Threads and who runs what::
                        (run_coroutine_threadsafe) and waits for its result: the member is blocked in that callback
                        exactly as it is in a sync callback that takes as long
     keepalive thread:  the sync Worker's lease renewal, unchanged
-    executor threads:  start, commit, commit_many, checkpoint, stop (asyncio.to_thread): every blocking store call
+    executor threads:  commit, commit_many, checkpoint, stop (asyncio.to_thread): every blocking store call
 
 Why it cannot deadlock: the loop never waits for a thread synchronously; it awaits a future, so it is free to run a
 callback while ``stop()`` (in an executor thread) waits for the worker thread that waits for that callback. The
@@ -208,7 +208,7 @@ class AsyncWorker:
             raise InvalidRequest("start", f"worker {self.id} was started already")
         self._loop = asyncio.get_running_loop()
         self._started = True
-        await asyncio.to_thread(self._worker.start)
+        self._worker.start()  # starts its two threads, no store call: nothing to cancel half-way
         return self
 
     async def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> int:

@@ -245,3 +245,28 @@ def test_stop_inside_a_callback_asks_for_the_leave_without_waiting_for_itself() 
             assert w1.error is None and w1.owned == []
 
     run(main)
+
+
+def test_a_loop_that_ends_under_a_callback_fails_the_worker_and_frees_its_partitions() -> None:
+    """``asyncio.run`` ended without ``stop()`` while a callback was pending: the worker thread does not hang on it;
+    the worker fails (as after a callback error) and revokes its lease, so its partitions are free at once."""
+    url = f"memory://aio-{uuid.uuid4().hex}"
+    with apportion.connect(url) as store:
+        group = apportion.Group(store, "g", partitions=2, **FAST)
+        workers: list[AsyncWorker] = []
+
+        async def main() -> None:
+            called = asyncio.Event()
+
+            async def forever(parts: list[int]) -> None:
+                called.set()
+                await asyncio.Event().wait()
+
+            w1 = await AsyncWorker(group, "w1", on_assigned=forever).start()
+            workers.append(w1)
+            await asyncio.wait_for(called.wait(), LIMIT_S)  # then return without stopping it
+
+        run(main)
+        assert workers[0].worker.wait(LIMIT_S), "the worker thread hangs on a callback of a loop that has ended"
+        assert workers[0].error is not None
+        assert set(apportion.group.owners(store, "g").values()) == {None}
