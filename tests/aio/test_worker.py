@@ -270,3 +270,38 @@ def test_a_loop_that_ends_under_a_callback_fails_the_worker_and_frees_its_partit
         assert workers[0].worker.wait(LIMIT_S), "the worker thread hangs on a callback of a loop that has ended"
         assert workers[0].error is not None
         assert set(apportion.group.owners(store, "g").values()) == {None}
+
+
+def test_a_second_cancellation_during_the_leave_still_waits_for_the_graceful_leave() -> None:
+    async def main() -> None:
+        revoking, gate = asyncio.Event(), asyncio.Event()
+        revoked: list[int] = []
+        joined: asyncio.Future[AsyncWorker] = asyncio.get_running_loop().create_future()
+
+        async def on_revoked(parts: list[int]) -> None:
+            revoking.set()
+            await gate.wait()
+            revoked.extend(parts)
+
+        async def serve() -> None:
+            async with AsyncWorker(group, "w1", on_revoked=on_revoked) as w1:
+                joined.set_result(w1)
+                await asyncio.Event().wait()
+
+        with apportion.connect(f"memory://aio-{uuid.uuid4().hex}") as store:
+            group = apportion.Group(store, "g", partitions=4, **FAST)
+            async with AsyncWorker(group, "w2") as w2:
+                task = asyncio.create_task(serve())
+                w1 = await asyncio.wait_for(joined, LIMIT_S)
+                await settled(w1, w2)
+                held = set(w1.owned)
+                task.cancel()
+                await asyncio.wait_for(revoking.wait(), LIMIT_S)
+                task.cancel()  # again, while the leave waits for on_revoked
+                gate.set()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                assert w1.stopped and set(revoked) == held
+                await holding(w2, set(range(4)))
+
+    run(main)
