@@ -24,9 +24,11 @@ Why it cannot deadlock: the loop never waits for a thread synchronously; it awai
 callback while ``stop()`` (in an executor thread) waits for the worker thread that waits for that callback. The
 cycles left are a callback that waits for the worker itself: ``stop()`` called inside a callback only asks for the
 stop (the leave follows once the callback returns), and ``wait_until_stable`` inside a callback returns False at its
-timeout (nothing settles while the member waits for a callback). A loop that stops while the worker thread waits for
-a callback (``asyncio.run`` ended without ``stop()``) is seen within ``LOOP_CHECK_S``: the worker fails with
-``RuntimeError`` and gives its lease back (``Worker``'s FAILED), as after a callback error.
+timeout (nothing settles while the member waits for a callback). A loop that ends while the worker thread waits for
+a callback does not hang it: ``asyncio.run`` ended without ``stop()`` cancels the callback, a loop stopped or closed
+otherwise is seen within ``LOOP_CHECK_S`` (``RuntimeError``); either way the worker fails and gives its lease back
+(``Worker``'s FAILED), as after a callback error. ``Group(...)`` reads the store when it is made: from a running
+loop, make it in a thread (``await asyncio.to_thread(apportion.Group, store, ...)``).
 
 Callbacks (``on_assigned``, ``on_revoked``, ``on_lost``) take the sorted partition ids and are awaited when they
 return an awaitable (a plain function runs on the loop too). Their semantics are the sync Worker's: ``on_revoked``
@@ -39,7 +41,9 @@ that raises stops the worker with that error (``stop()`` and the ``async with`` 
 ``changes()`` is an async iterator of :class:`Change` values: what this worker holds at the call (one ``assigned``
 change, when it holds anything), then every ``assigned``, ``revoked`` and ``lost`` change as it happens (a change is
 sent when the member traces it: ``assigned`` just before ``on_assigned`` runs, ``revoked`` once ``on_revoked`` has
-returned, ``lost`` just before ``on_lost``); it ends when the worker stops.
+returned, ``lost`` just before ``on_lost``); it ends when the worker stops. Its queue keeps what the subscriber has
+not read yet: leave the ``async for`` (or ``aclose()`` it) when no longer reading. ``owned`` is a property here (the
+sync Worker's ``owned()`` is a method).
 
 States of an AsyncWorker (those of the sync Worker, plus NEW)::
 
