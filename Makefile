@@ -29,8 +29,8 @@ bench: $(STAMP) check-java
 	$(PY) bench/run_all.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff format --check src tests bench examples
 	$(VENV)/bin/mypy
 
 clean:

@@ -90,9 +90,13 @@ class Worker:
         restored: Restored | None = None,
         replace: bool = False,
         subscriptions: Sequence[str] | None = None,
+        on_wake: Callable[[], None] | None = None,
     ) -> None:
         self.group = group
         self._tracer = tracer
+        # called on the worker's threads whenever ``wait_until_stable``'s condition may have changed (after each
+        # step, at the end): how ``apportion.aio`` wakes its waiters on the event loop; keep it quick, never raise
+        self._on_wake = on_wake
         self.id = worker_id
         self._clock = group.clock
         self._stop = threading.Event()
@@ -328,6 +332,11 @@ class Worker:
     def _member_wake(self) -> None:
         with self._changed:
             self._changed.notify_all()
+        if self._on_wake is not None:
+            try:
+                self._on_wake()
+            except Exception as exc:  # an observer never stops the worker
+                log.warning("worker %s wake-up hook failed: %r", self.id, exc)
 
     def _log(self, kind: TraceKind, fields: Mapping[str, Any]) -> None:
         if self._tracer is not None:
