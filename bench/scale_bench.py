@@ -1,7 +1,8 @@
 """Live scale (issue 27): N real `apportion worker` processes started together with identical arguments, as the pods
-of one Deployment, on SQLite, a 1-node etcd and a 3-node etcd cluster.
+of one Deployment, on SQLite, a 1-node etcd, a 3-node etcd cluster and a PostgreSQL server (``postgres``: one started
+for the run by ``tests/postgres_server.py``, fsync on).
 
-    PYTHONPATH=src:. .venv/bin/python bench/scale_bench.py [--stores sqlite,etcd-1,etcd-3] [--sizes 16x1024,...]
+    PYTHONPATH=src:. .venv/bin/python bench/scale_bench.py [--stores sqlite,etcd-1,etcd-3,postgres] [--sizes ...]
         [--commit-every 5] [--stagger 0.1] [--window 20] [--idle-window 10] [--no-idle]
         [--ttl S] [--settle S] [--min-interval S] [--heartbeat S] [--converge-timeout 120] [--keep]
 
@@ -53,7 +54,7 @@ import httpx
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # for tests.etcd_server (real etcd servers)
 
-from tests.conftest import etcd_binary
+from tests.conftest import etcd_binary, postgres_bin
 from tests.etcd_server import EtcdServer
 
 from apportion.errors import ApportionError, StoreUnavailable
@@ -63,7 +64,7 @@ from apportion.store import connect
 from scale_probe import Phase, Probe, cpu_s, failover_timeline, last_apply_s, read_owners, say, start_staggered
 
 GROUP = "scale"
-STORES = ("sqlite", "etcd-1", "etcd-3")
+STORES = ("sqlite", "etcd-1", "etcd-3", "postgres")
 ISSUE_SIZES = ((16, 1024), (32, 16384), (64, 100_000))
 COUNTED = ("commit", "fenced", "commit_failed")  # one line per partition and batch: counted, not kept
 KINDS = ("commit", "fenced", "commit_failed", "lost")
@@ -76,14 +77,24 @@ ETCD_SIZES = ("etcd_mvcc_db_total_size_in_bytes", "etcd_mvcc_db_total_size_in_us
 class StoreHandle:
     """A store under test: its URL, the bytes it takes and its server processes (none for SQLite)."""
 
-    def __init__(self, kind: str, url: str, path: Path | None = None, nodes: Sequence[EtcdServer] = ()) -> None:
+    def __init__(
+        self, kind: str, url: str, path: Path | None = None, nodes: Sequence[EtcdServer] = (), server: Any = None
+    ) -> None:
         self.kind = kind
         self.url = url
         self.path = path
         self.nodes = list(nodes)
+        self.server = server  # a tests.postgres_server.PostgresServer
 
     def sizes(self) -> dict[str, int]:
-        """SQLite: ``file`` (db + wal); etcd: ``db_total`` and ``db_in_use`` (the largest over the nodes)."""
+        """SQLite: ``file`` (db + wal); etcd: ``db_total`` and ``db_in_use`` (the largest over the nodes);
+        PostgreSQL: ``file`` (its data directory, WAL included)."""
+        if self.server is not None:
+            total = 0
+            for p in Path(self.server.data_dir).rglob("*"):
+                with contextlib.suppress(OSError):  # a WAL segment recycled under the walk
+                    total += p.stat().st_size if p.is_file() else 0
+            return {"file": total}
         if self.path is not None:
             total = 0
             for suffix in ("", "-wal"):
@@ -104,6 +115,8 @@ class StoreHandle:
         return found
 
     def pids(self) -> list[int]:
+        if self.server is not None and self.server.process is not None:
+            return [self.server.process.pid]  # the postmaster (its backends are processes of their own)
         return [node.process.pid for node in self.nodes if node.process is not None]
 
 
@@ -113,6 +126,15 @@ def store_server(kind: str, directory: Path) -> Iterator[StoreHandle]:
     if kind == "sqlite":
         path = directory / "scale.db"
         yield StoreHandle(kind, f"sqlite:///{path}", path=path)
+        return
+    if kind == "postgres":  # a fresh server with fsync on (tests/postgres_server.py), one database
+        from tests.postgres_server import PostgresServer
+
+        bin_dir = postgres_bin()
+        if bin_dir is None:
+            raise SystemExit("PostgreSQL is not installed: run scripts/ensure-test-tools.sh, or pass --stores sqlite")
+        with PostgresServer.start_new(bin_dir, durable=True) as server:
+            yield StoreHandle(kind, server.url(server.create_database("scale")), server=server)
         return
     binary = etcd_binary()
     if binary is None:
