@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from tests.processes import file_tail
+
 READY_DEADLINE_S = 20.0
 RAFT_ARGS = ("--heartbeat-interval", "50", "--election-timeout", "500", "--snapshot-count", "100000")
 
@@ -233,10 +235,7 @@ class EtcdServer:
             self.call("/v3/maintenance/alarm", {"action": "DEACTIVATE", **alarm})
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return file_tail(self.log_path, lines)
 
     # -- factories -----------------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import psycopg
 
 from tests.etcd_server import free_port
+from tests.processes import descendants, file_tail, running
 
 READY_DEADLINE_S = 30.0
 SUPERUSER = "apportion"
@@ -56,15 +57,6 @@ def _run_as() -> pwd.struct_passwd | None:
         with contextlib.suppress(KeyError):
             return pwd.getpwnam(name)
     raise RuntimeError("running as root and neither a 'postgres' nor a 'nobody' user exists to run PostgreSQL as")
-
-
-def _alive(pid: int) -> bool:
-    """``pid`` exists and is not a zombie (a killed child waits for init to reap it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 class PostgresServer:
@@ -162,23 +154,14 @@ class PostgresServer:
             self._signal_all(signal.SIGKILL)
             self.process.wait(10)
             deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+            while time.monotonic() < deadline and any(running(pid) for pid in children):
                 time.sleep(0.01)
 
     def _children(self) -> list[int]:
-        """The pids whose parent is the postmaster (backends, checkpointer, WAL writer...), from /proc."""
+        """The postmaster's processes (backends, checkpointer, WAL writer...): they call setsid, so a process group
+        signal misses them."""
         assert self.process is not None
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == self.process.pid:
-                found.append(int(entry.name))
-        return found
+        return [pid for pid, _ in descendants(self.process.pid)]
 
     def _signal_all(self, signum: int) -> None:
         """``signum`` to the postmaster first (it forks no new child after a stop or a kill), then its children."""
@@ -216,10 +199,7 @@ class PostgresServer:
             self.kill()
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return file_tail(self.log_path, lines)
 
     @classmethod
     @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""What a test sees of the processes it starts, from /proc: a process's descendants, and whether a pid still runs."""
+"""What a test sees of the processes it starts, from /proc: a process's descendants, whether a pid still runs, and
+the end of a server's log."""
 
 from __future__ import annotations
 
@@ -33,3 +34,11 @@ def running(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
+
+
+def file_tail(path: Path, lines: int = 20) -> str:
+    """The last ``lines`` lines of a server's log file, or ``(no log)``."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
