@@ -66,8 +66,11 @@ def exit_code(exc: KeyboardInterrupt) -> int:
 
 _installed = False
 _raised = False  # an Interrupted was raised: the command is cleaning up
-_in_hook = False  # _lost_interrupt runs
+_raising = _thread.RLock()  # _raised and a signal sent again change under it (re-entrant: handlers may nest)
 _previous_hook = sys.unraisablehook
+_main_thread = _thread.get_ident()  # replaced by install()'s caller, the main thread
+_RESEND_EVERY_S = 0.05
+_RESEND_FOR_S = 10.0
 
 
 def _exit_now(signum: int, frame: FrameType | None) -> None:
@@ -76,36 +79,58 @@ def _exit_now(signum: int, frame: FrameType | None) -> None:
 
 def _raise(signum: int, frame: FrameType | None) -> None:
     global _raised
-    if _in_hook:
-        _send_again(signum)  # raised here, it would be swallowed again
-        return
-    if _raised:
-        return  # a second signal while the first one's clean-up runs: let it finish
-    _raised = True
+    if _within(frame, _lost_interrupt):
+        return  # raised here, it would be swallowed again: the hook's own delivery sends it on
+    with _raising:
+        if _raised:
+            return  # a second signal while the first one's clean-up runs: let it finish
+        _raised = True
     raise Interrupted(signum)
 
 
-def _send_again(signum: int) -> None:
-    """Deliver ``signum`` to this process again, from a thread of its own: a handler run by the sender itself
-    (``raise_signal``, ``interrupt_main``, ``os.kill`` of oneself all run it at once) would run it right here."""
-    _thread.start_new_thread(os.kill, (os.getpid(), signum))
+def _within(frame: FrameType | None, function: Callable[..., object]) -> bool:
+    """Whether ``frame`` is ``function``'s or one of its callees'."""
+    while frame is not None:
+        if frame.f_code is function.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _deliver(signum: int) -> None:
+    """Send ``signum`` to the main thread until :func:`_raise` has raised it (for ``_RESEND_FOR_S`` at most).
+
+    From a thread of its own: a handler run by the sender itself (``raise_signal``, ``interrupt_main``, ``os.kill``
+    of oneself all run it at once) would run it right here. To the main thread by name: a process-wide signal taken
+    by another thread would leave the main thread asleep. Again and again: a signal that lands after the main
+    thread's last check and before it blocks (a lock's wait, a sleep) interrupts nothing, and is seen only when the
+    wait ends, for ever for a wait with no timeout; this thread takes the GIL exactly when the main thread lets it go
+    to block, so the first send lands in that gap about 1 time in 30 (seen in CI beside a CPU hog)."""
+    deadline = time.monotonic() + _RESEND_FOR_S
+    while time.monotonic() < deadline:
+        with _raising:
+            if _raised:
+                return
+            signal.pthread_kill(_main_thread, signum)
+        time.sleep(_RESEND_EVERY_S)
 
 
 def _lost_interrupt(unraisable: sys.UnraisableHookArgs) -> None:
     """``sys.unraisablehook`` from :func:`install` on. An Interrupted raised where Python cannot raise it (a weakref
     callback, such as importlib's module-lock clean-up at the end of every import, a ``__del__``, a GC callback) is
     swallowed with an "Exception ignored in" traceback, and the command would run on, deaf to the signal (seen: a
-    dashboard signalled during its imports served on). Such an Interrupted is sent again instead, to be raised at
-    the main thread's next step (should it land in this hook, :func:`_raise` sends it again); anything else goes to
-    the hook that was there before."""
-    global _raised, _in_hook
+    dashboard signalled during its imports served on). Such an Interrupted is delivered again instead
+    (:func:`_deliver`), to be raised at one of the main thread's next steps; anything else goes to the hook that was
+    there before. The signal delivered again may be handled at any step of this hook, its last one included (an
+    exception leaving the hook is swallowed too): :func:`_raise` tells so from the interrupted frame and leaves it
+    to the next delivery."""
+    global _raised
     if not isinstance(unraisable.exc_value, Interrupted):
         _previous_hook(unraisable)
         return
-    _in_hook = True
-    _raised = False
-    _send_again(unraisable.exc_value.signum)
-    _in_hook = False
+    with _raising:
+        _raised = False
+    _thread.start_new_thread(_deliver, (unraisable.exc_value.signum,))
 
 
 def _handle(handler: Callable[[int, FrameType | None], None]) -> None:
@@ -115,7 +140,8 @@ def _handle(handler: Callable[[int, FrameType | None], None]) -> None:
 
 def install() -> None:
     """The STARTING phase: a signal exits at once (call it first thing, from the main thread)."""
-    global _installed, _previous_hook
+    global _installed, _previous_hook, _main_thread
+    _main_thread = _thread.get_ident()
     _handle(_exit_now)
     _previous_hook, sys.unraisablehook = sys.unraisablehook, _lost_interrupt
     _installed = True
