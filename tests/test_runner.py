@@ -7,16 +7,20 @@ import threading
 import uuid
 from typing import Any
 
-from apportion.group import GroupConfig
+import pytest
+
+from apportion.errors import InvalidRequest
+from apportion.group import GroupConfig, TraceKind
 from apportion.runner import Cadence, run_worker
 from apportion.waiting import wait_for
-from apportion.worker import Worker
+from apportion.worker import JoinOptions, Worker
 
 
 def test_run_worker_emits_its_assignment_and_commits_until_the_caller_stops_it() -> None:
     events: list[tuple[str, dict[str, Any]]] = []
     lock = threading.Lock()
     started: list[Worker] = []
+    traced: list[TraceKind] = []
 
     def emit(event: str, **fields: Any) -> None:
         with lock:
@@ -26,7 +30,12 @@ def test_run_worker_emits_its_assignment_and_commits_until_the_caller_stops_it()
     thread = threading.Thread(
         target=run_worker,
         args=(url, "g", "w1", GroupConfig(partitions=4, settle_s=0.05)),
-        kwargs={"emit": emit, "commit_every_s": 0.05, "on_started": started.append},
+        kwargs={
+            "emit": emit,
+            "commit_every_s": 0.05,
+            "on_started": started.append,
+            "options": JoinOptions(tracer=lambda kind, fields: traced.append(kind), capacity=2.5),
+        },
         daemon=True,
     )
     thread.start()
@@ -51,6 +60,15 @@ def test_run_worker_emits_its_assignment_and_commits_until_the_caller_stops_it()
     first_batch = [f["partitions"][0] for f in commits if f["revision"] == revisions[0]]
     assert first_batch == [0, 1, 2, 3], f"a batch is one transaction (commit_many), one line per partition: {commits}"
     assert committed in {f["checkpoint"] for f in commits}
+    assert TraceKind.REGISTERED in traced  # the member options travelled whole, through the start-up's own tracer
+
+
+def test_run_worker_refuses_a_tracer_of_its_own_beside_the_metrics_tracer() -> None:
+    with pytest.raises(InvalidRequest, match="metrics"):
+        run_worker(
+            "memory://runner-refused", "g", "w1", GroupConfig(partitions=4), emit=lambda event, **fields: None,
+            options=JoinOptions(tracer=lambda kind, fields: None), metrics_port=0,
+        )  # fmt: skip
 
 
 def test_the_committer_starts_a_batch_every_period_from_the_start_whatever_a_commit_takes() -> None:

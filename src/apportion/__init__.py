@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     from apportion.group import Router
     from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
     from apportion.store import Store, connect
-    from apportion.worker import CommitResult, Group, PartitionLease, Worker
+    from apportion.worker import CommitResult, Group, JoinOptions, PartitionLease, Worker
 
 __version__ = "0.1.0"
 
@@ -41,7 +41,7 @@ _LAZY = {
         "apportion.group": "Router",
         "apportion.model": "AssignRequest Member Move Partition Plan PlanStats Resource",
         "apportion.store": "Store connect",
-        "apportion.worker": "CommitResult Group PartitionLease Worker",
+        "apportion.worker": "CommitResult Group JoinOptions PartitionLease Worker",
     }.items()
     for name in names.split()
 }
@@ -62,6 +62,7 @@ __all__ = [
     "Fenced",
     "Group",
     "InvalidRequest",
+    "JoinOptions",
     "PartitionLease",
     "LeaseNotFound",
     "Member",

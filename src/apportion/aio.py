@@ -53,7 +53,7 @@ States of an AsyncWorker (those of the sync Worker, plus NEW)::
             for it too) --> STOPPED; CancelledError is raised again
 
 There is no ``Group.join_async``: the group layer (``worker.py``) does not import the layers above it, and
-``AsyncWorker(group, ...)`` takes ``Group.join``'s parameters.
+``AsyncWorker(group, ...)`` takes ``Group.join``'s parameters (its :class:`apportion.JoinOptions` among them).
 """
 
 from __future__ import annotations
@@ -64,26 +64,21 @@ import contextlib
 import contextvars
 import enum
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 from apportion.errors import InvalidRequest
 from apportion.group import (
-    DEFAULT_RETENTION_S,
     Callback,
     CommitResult,
     GroupConfig,
     PartitionId,
     PartitionLease,
-    ReplicaLags,
-    ReplicasCallback,
-    Restored,
     TraceKind,
-    Tracer,
 )
-from apportion.worker import Group, Worker
+from apportion.worker import Group, JoinOptions, Worker
 
 AsyncCallback = Callable[[list[Any]], Awaitable[None] | None]
 """A callback of an AsyncWorker: ``callback(partitions)``, awaited when it returns an awaitable."""
@@ -131,20 +126,10 @@ class AsyncWorker:
         on_assigned: AsyncCallback | None = None,
         on_revoked: AsyncCallback | None = None,
         on_lost: AsyncCallback | None = None,
-        *,
-        capacity: float = 1.0,
-        rack: str | None = None,
-        revoke_timeout_s: float = 10.0,
-        history_retention_s: float = DEFAULT_RETENTION_S,
-        tracer: Tracer | None = None,
-        replica_lags: ReplicaLags | None = None,
-        on_replicas: ReplicasCallback | None = None,
-        restored: Restored | None = None,
-        replace: bool = False,
-        subscriptions: Sequence[str] | None = None,
+        **options: Unpack[JoinOptions],
     ) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._user_tracer = tracer
+        self._user_tracer = options.get("tracer")
         self._wake = asyncio.Event()  # set on the loop whenever the worker may have changed (stable, stopped)
         self._queues: set[asyncio.Queue[Change | None]] = set()
         self._held: dict[PartitionId, int] = {}  # what the changes sent so far say this worker holds (loop thread)
@@ -156,16 +141,7 @@ class AsyncWorker:
             on_assigned=self._bridge(on_assigned),
             on_revoked=self._bridge(on_revoked),
             on_lost=self._bridge(on_lost),
-            capacity=capacity,
-            rack=rack,
-            revoke_timeout_s=revoke_timeout_s,
-            history_retention_s=history_retention_s,
-            tracer=self._trace,
-            replica_lags=replica_lags,
-            on_replicas=on_replicas,
-            restored=restored,
-            replace=replace,
-            subscriptions=subscriptions,
+            options={**options, "tracer": self._trace},
             on_wake=self._wake_from_thread,
         )
 

@@ -32,13 +32,13 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from apportion.errors import Fenced, InvalidRequest, StoreFull, StoreUnavailable
-from apportion.group import DEFAULT_RETENTION_S, GroupConfig, Mode, PartitionId, TraceKind, sorted_pids
+from apportion.group import GroupConfig, Mode, PartitionId, TraceKind, sorted_pids
 from apportion.store import Store, connect, redact_url
-from apportion.worker import Group, Tracer, Worker
+from apportion.worker import Group, JoinOptions, Tracer, Worker
 
 if TYPE_CHECKING:
     from apportion.metrics import MetricsTracer
@@ -64,27 +64,28 @@ def run_worker(
     emit: Emit,
     ordinal: int | None = None,
     update: bool = False,
-    capacity: float = 1.0,
+    options: JoinOptions | None = None,
     commit_every_s: float = 0.0,
-    replace: bool = False,
-    history_retention_s: float = DEFAULT_RETENTION_S,
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
     on_started: Callable[[Worker], None] | None = None,
-    subscriptions: Sequence[str] | None = None,
 ) -> None:
     """Run worker ``worker_id`` of ``group`` on the store at ``store_url`` until SIGINT/SIGTERM (graceful leave).
 
     ``requested`` is the group's definition as this worker asks for it (:meth:`apportion.Group.of`): a whole
     ``GroupConfig``, or only its mode (join the stored definition); ``ordinal`` a static member's, ``update``
-    writes ``requested`` over the stored definition. Both values are checked when they are made, so a mistyped
+    writes ``requested`` over the stored definition; ``options`` are the member's (:class:`apportion.JoinOptions`:
+    capacity, replace, history retention, subscriptions, ...; with ``metrics_port`` the metrics are the tracer, and
+    a tracer of the caller's is refused). Both values are checked when they are made, so a mistyped
     option never creates a store file; a mismatch with the stored definition (another mode, other partitions) is
     refused before the worker starts (exit 2). The store is waited for up to
     ``connect_timeout_s`` (:class:`StartUp`); ``metrics_port`` serves Prometheus metrics and the probes
     ``/healthz``, ``/readyz`` (the metrics extra). ``on_started(worker)`` hears the running
     :class:`apportion.Worker` (``worker.stop()`` ends the run as a signal does)."""
 
+    if metrics_port is not None and options is not None and options.get("tracer") is not None:
+        raise InvalidRequest("metrics_port", "the metrics are the member's tracer: give no tracer with it")
     startup = StartUp(store_url, worker_id, connect_timeout_s)
     store = startup.attempt(lambda: connect(store_url))
     try:
@@ -94,26 +95,25 @@ def run_worker(
             return Group.of(store, group, requested, ordinal=ordinal, update=update)
 
         defined = startup.attempt(open_group, store)
-        tracer = None if metrics_port is None else serve_metrics(defined, worker_id, metrics_port, metrics_host)
+        metrics = None if metrics_port is None else serve_metrics(defined, worker_id, metrics_port, metrics_host)
 
         def started(worker: Worker) -> None:
-            if tracer is not None:  # the probes answer for this worker from now on
-                tracer.set_probes(live=worker.liveness, ready=worker.readiness)
+            if metrics is not None:  # the probes answer for this worker from now on
+                metrics.set_probes(live=worker.liveness, ready=worker.readiness)
             if on_started is not None:
                 on_started(worker)
 
+        member_options = JoinOptions(**(options or {}))
+        if metrics is not None:
+            member_options["tracer"] = metrics
         run_member(
             defined,
             worker_id,
             emit=emit,
-            capacity=capacity,
             commit_every_s=commit_every_s,
-            tracer=tracer,
-            history_retention_s=history_retention_s,
-            replace=replace,
             startup=startup,
             on_started=started,
-            subscriptions=subscriptions,
+            options=member_options,
         )
     finally:
         store.close()
@@ -262,18 +262,18 @@ def run_member(
     worker_id: str,
     *,
     emit: Emit,
-    capacity: float = 1.0,
     commit_every_s: float = 0.0,
-    tracer: Tracer | None = None,
-    history_retention_s: float = DEFAULT_RETENTION_S,
-    replace: bool = False,
     startup: StartUp | None = None,
     on_started: Callable[[Worker], None] | None = None,
-    subscriptions: Sequence[str] | None = None,
+    options: JoinOptions | None = None,
 ) -> None:
-    """Join ``group`` as ``worker_id`` and block until SIGINT/SIGTERM (``Group.run``), emitting every change; with
-    ``commit_every_s`` > 0 a committer thread stands in for a pipeline (see :func:`_committer`). ``on_started``:
-    as in :func:`run_worker`; ``startup`` watches the member's registration (:func:`run_worker` passes its own)."""
+    """Join ``group`` as ``worker_id`` with ``options`` and block until SIGINT/SIGTERM (``Group.run``), emitting
+    every change; with ``commit_every_s`` > 0 a committer thread stands in for a pipeline (see :func:`_committer`).
+    ``on_started``: as in :func:`run_worker`; ``startup`` watches the member's registration (:func:`run_worker`
+    passes its own)."""
+    member_options = JoinOptions(**(options or {}))
+    if startup is not None:
+        member_options["tracer"] = startup.tracer(member_options.get("tracer"))
     stopping = threading.Event()
     holder: list[Worker] = []
 
@@ -299,12 +299,8 @@ def run_member(
             callback("assigned"),
             callback("revoked"),
             callback("lost"),
-            capacity=capacity,
             on_started=started,
-            tracer=tracer if startup is None else startup.tracer(tracer),
-            history_retention_s=history_retention_s,
-            replace=replace,
-            subscriptions=subscriptions,
+            **member_options,
         )
         if startup is not None and startup.error is not None:
             raise startup.error

@@ -32,7 +32,7 @@ import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from apportion.clock import SYSTEM_CLOCK, Clock, clock_text
 from apportion.errors import CorruptRecord, InvalidRequest, StoreUnavailable
@@ -69,6 +69,31 @@ _MAX_WAIT_S = 0.1
 _RETRY_S = 0.1
 
 
+class JoinOptions(TypedDict, total=False):
+    """How one worker takes part in its group: everything :meth:`Group.join` takes beside the worker's id and
+    callbacks, as one value that travels whole from the CLI (``apportion.runner``), the Spark worker and
+    ``apportion.aio`` to :class:`Worker` (the one place that applies the defaults, written here).
+
+    ``capacity`` (1.0) and ``rack`` (None): the worker's weight and failure domain for the strategies that use them.
+    ``revoke_timeout_s`` (10 s): how long ``on_revoked`` may run before the lease is let go. ``history_retention_s``
+    (one hour; 0 records none): how long the group's history keeps events. ``tracer(kind, fields)`` (None): observes
+    every protocol event (e.g. :class:`apportion.metrics.MetricsTracer`). ``replica_lags``, ``on_replicas``
+    (None): a stateful group's standby and learner replicas, rounds mode. ``restored`` (None): a coordinator
+    member's migration acks. ``replace`` (False): fence a live worker with the same id and take its place.
+    ``subscriptions`` (None: every resource): the resources this worker consumes. :meth:`Group.join` says more."""
+
+    capacity: float
+    rack: str | None
+    revoke_timeout_s: float
+    history_retention_s: float
+    tracer: Tracer | None
+    replica_lags: ReplicaLags | None
+    on_replicas: ReplicasCallback | None
+    restored: Restored | None
+    replace: bool
+    subscriptions: Sequence[str] | None
+
+
 class Worker:
     """One running member of a group. Create with :meth:`Group.join`; use as a context manager."""
 
@@ -80,20 +105,11 @@ class Worker:
         on_assigned: Callback | None,
         on_revoked: Callback | None,
         on_lost: Callback | None,
-        capacity: float,
-        rack: str | None,
-        revoke_timeout_s: float,
-        history_retention_s: float,
-        tracer: Tracer | None = None,
-        replica_lags: ReplicaLags | None = None,
-        on_replicas: ReplicasCallback | None = None,
-        restored: Restored | None = None,
-        replace: bool = False,
-        subscriptions: Sequence[str] | None = None,
+        options: JoinOptions,
         on_wake: Callable[[], None] | None = None,
     ) -> None:
         self.group = group
-        self._tracer = tracer
+        self._tracer = options.get("tracer")
         # called on the worker's threads whenever ``wait_until_stable``'s condition may have changed (after each
         # step, at the end): how ``apportion.aio`` wakes its waiters on the event loop; keep it quick, never raise
         self._on_wake = on_wake
@@ -110,22 +126,22 @@ class Worker:
             worker_id,
             group.requested,
             ordinal=group.ordinal,
-            subscriptions=subscriptions,
-            capacity=capacity,
-            rack=rack,
-            replica_lags=replica_lags,
-            on_replicas=on_replicas,
-            restored=restored,
+            subscriptions=options.get("subscriptions"),
+            capacity=options.get("capacity", 1.0),
+            rack=options.get("rack"),
+            replica_lags=options.get("replica_lags"),
+            on_replicas=options.get("on_replicas"),
+            restored=options.get("restored"),
             clock=group.clock,
             on_assigned=on_assigned,
             on_revoked=on_revoked,
             on_lost=on_lost,
             update=group.update,
             partitions_given=group.partitions_given,
-            revoke_timeout_s=revoke_timeout_s,
-            history_retention_s=history_retention_s,
+            revoke_timeout_s=options.get("revoke_timeout_s", 10.0),
+            history_retention_s=options.get("history_retention_s", DEFAULT_RETENTION_S),
             tracer=self._log,
-            replace=replace,
+            replace=options.get("replace", False),
         )
         self._thread = threading.Thread(target=self._run, name=f"apportion-worker-{worker_id}", daemon=True)
         self._keeper = threading.Thread(target=self._keepalive, name=f"apportion-keepalive-{worker_id}", daemon=True)
@@ -509,21 +525,11 @@ class Group:
         on_assigned: Callback | None = None,
         on_revoked: Callback | None = None,
         on_lost: Callback | None = None,
-        *,
-        capacity: float = 1.0,
-        rack: str | None = None,
-        revoke_timeout_s: float = 10.0,
-        history_retention_s: float = DEFAULT_RETENTION_S,
-        tracer: Tracer | None = None,
-        replica_lags: ReplicaLags | None = None,
-        on_replicas: ReplicasCallback | None = None,
-        restored: Restored | None = None,
-        replace: bool = False,
-        subscriptions: Sequence[str] | None = None,
+        **options: Unpack[JoinOptions],
     ) -> Worker:
-        """Start a worker (its threads run until ``stop()`` or the end of the ``with`` block). ``tracer(kind,
-        fields)`` observes every protocol event (e.g. :class:`apportion.metrics.MetricsTracer`).
-        ``history_retention_s``: how long the group's history keeps events (default one hour; 0 records none).
+        """Start a worker (its threads run until ``stop()`` or the end of the ``with`` block); ``options`` are
+        :class:`JoinOptions` (capacity, rack, revoke_timeout_s, history_retention_s, tracer, replica_lags,
+        on_replicas, restored, replace, subscriptions), checked by mypy at the call as keywords are.
 
         Stateful groups (``high_availability``): ``on_replicas(standby, learners)`` hears the replicas the plan
         gives this worker to keep warm, and ``replica_lags()`` reports how far behind each of them is (partition ->
@@ -539,21 +545,7 @@ class Group:
         ``subscriptions``: the resources this worker consumes, in a group over named resources (None: all of them);
         it never gets a partition of another (``Worker.subscribe`` changes them while it runs); rounds mode."""
         worker = Worker(
-            self,
-            worker_id,
-            on_assigned=on_assigned,
-            on_revoked=on_revoked,
-            on_lost=on_lost,
-            capacity=capacity,
-            rack=rack,
-            revoke_timeout_s=revoke_timeout_s,
-            history_retention_s=history_retention_s,
-            tracer=tracer,
-            replica_lags=replica_lags,
-            on_replicas=on_replicas,
-            restored=restored,
-            replace=replace,
-            subscriptions=subscriptions,
+            self, worker_id, on_assigned=on_assigned, on_revoked=on_revoked, on_lost=on_lost, options=options
         )
         return worker.start()
 
@@ -565,11 +557,11 @@ class Group:
         on_lost: Callback | None = None,
         *,
         on_started: Callable[[Worker], None] | None = None,
-        **kwargs: Any,
+        **options: Unpack[JoinOptions],
     ) -> None:
-        """Join and block until SIGINT/SIGTERM (graceful leave) or until the worker stops; re-raise its error.
-        ``kwargs`` go to :meth:`join`; ``on_started(worker)`` is called once the worker runs."""
-        worker = self.join(worker_id, on_assigned, on_revoked, on_lost, **kwargs)
+        """Join (:meth:`join`, with ``options``) and block until SIGINT/SIGTERM (graceful leave) or until the worker
+        stops; re-raise its error. ``on_started(worker)`` is called once the worker runs."""
+        worker = self.join(worker_id, on_assigned, on_revoked, on_lost, **options)
         if on_started is not None:
             on_started(worker)
         previous: dict[signal.Signals, Any] = {}
@@ -590,4 +582,4 @@ class Group:
             worker.stop()
 
 
-__all__ = ["CommitResult", "Group", "PartitionLease", "Tracer", "Worker"]
+__all__ = ["CommitResult", "Group", "JoinOptions", "PartitionLease", "Tracer", "Worker"]

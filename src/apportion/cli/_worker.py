@@ -33,6 +33,7 @@ from apportion.cli._options import resource_names
 from apportion.errors import InvalidRequest
 from apportion.group import DEFAULT_RETENTION_S, MAX_SECONDS, Static
 from apportion.runner import DEFAULT_CONNECT_TIMEOUT_S, run_worker
+from apportion.worker import JoinOptions
 
 if TYPE_CHECKING:
     from apportion.kube import ReplicasFollower
@@ -231,14 +232,16 @@ def worker(
         ordinal=mode.ordinal,
         update=update,
         emit=events.emit,
-        capacity=capacity,
+        options=JoinOptions(
+            capacity=capacity,
+            replace=replace,
+            history_retention_s=history_retention_s,
+            subscriptions=None if subscriptions is None else resource_names(subscriptions, "subscribe"),
+        ),
         commit_every_s=commit_every,
-        replace=replace,
-        history_retention_s=history_retention_s,
         connect_timeout_s=connect_timeout_s,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
-        subscriptions=None if subscriptions is None else resource_names(subscriptions, "subscribe"),
         on_started=None if follower is None else follower.start,
     )
 

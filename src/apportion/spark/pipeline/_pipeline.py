@@ -95,7 +95,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -121,7 +121,7 @@ from apportion.spark.pipeline._stateful import Staged, StatefulPartitions
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from apportion.worker import Group
+    from apportion.worker import Group, JoinOptions, Worker
 
 log = logging.getLogger("apportion.pipeline")
 
@@ -711,7 +711,7 @@ def run_batches(
 
 
 @contextlib.contextmanager
-def joined(group: Group, worker_id: str, pipeline: Pipeline, **join_kwargs: Any) -> Iterator[Any]:
+def joined(group: Group, worker_id: str, pipeline: Pipeline, **options: Unpack[JoinOptions]) -> Iterator[Worker]:
     """Join ``group`` with the pipeline's callbacks and attach the worker; leave gracefully at the end. A stateful
     pipeline keeps replicas warm in the rounds mode (``on_replicas``, ``replica_lags``) and holds a coordinator's
     migration acks until its state is restored (``restored``); in the static mode it restores on claim, before its
@@ -719,11 +719,11 @@ def joined(group: Group, worker_id: str, pipeline: Pipeline, **join_kwargs: Any)
     if pipeline.state is not None:
         mode = group.mode.name
         if mode == "rounds":
-            join_kwargs.setdefault("replica_lags", pipeline.replica_lags)
-            join_kwargs.setdefault("on_replicas", pipeline.on_replicas)
+            options.setdefault("replica_lags", pipeline.replica_lags)
+            options.setdefault("on_replicas", pipeline.on_replicas)
         elif mode == "coordinator":
-            join_kwargs.setdefault("restored", pipeline.restored)
-    worker = group.join(worker_id, pipeline.on_assigned, pipeline.on_revoked, pipeline.on_lost, **join_kwargs)
+            options.setdefault("restored", pipeline.restored)
+    worker = group.join(worker_id, pipeline.on_assigned, pipeline.on_revoked, pipeline.on_lost, **options)
     pipeline.attach(worker)
     try:
         yield worker

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar, Unpack
 
 from apportion.group import CommitResult, PartitionId, PartitionLease
 from apportion.model import Partition, index_of, partition_name
 from apportion.spark.pipeline._pipeline import Committer, Pipeline
-from apportion.worker import Group, Worker
+from apportion.worker import Group, JoinOptions, Worker
 
 V = TypeVar("V")
 
@@ -99,7 +99,7 @@ class Resources:
 
 @contextlib.contextmanager
 def joined_resources(
-    group: Group, worker_id: str, pipelines: Mapping[str, Pipeline], **join_kwargs: Any
+    group: Group, worker_id: str, pipelines: Mapping[str, Pipeline], **options: Unpack[JoinOptions]
 ) -> Iterator[Worker]:
     """Join ``group`` (over named resources) with the pipelines' callbacks, subscribed to exactly their resources,
     and attach each pipeline to its view of the worker; leave gracefully at the end."""
@@ -109,8 +109,7 @@ def joined_resources(
         split_callbacks.on_assigned,
         split_callbacks.on_revoked,
         split_callbacks.on_lost,
-        subscriptions=sorted(pipelines),
-        **join_kwargs,
+        **JoinOptions(**options, subscriptions=sorted(pipelines)),
     )
     for name, pipeline in pipelines.items():
         pipeline.attach(ResourceView(worker, name))
