@@ -21,7 +21,7 @@ files its task was given (Spark packs them by size), so the bench reports whethe
 per-key order (``order_kept``) rather than failing the run.
 
     PYTHONPATH=src .venv/bin/python bench/streaming_bench.py [--records 2000000] [--partitions 8] [--runs 3]
-        [--engines local,connect] [--batch-records 10000]
+        [--engines local,connect] [--batch-records N (default: none, the pipeline's adaptive size)]
 
 Prints a Markdown table (and ``--json FILE`` writes every run).
 """
@@ -74,7 +74,7 @@ def check(table: pa.Table, records: int, order_chunks: list[pa.Table]) -> str | 
 
 
 def run_apportion(
-    work: Path, run: str, engine: list[str], batch_records: int, src: Path | None = None
+    work: Path, run: str, engine: list[str], batch_records: int | None, src: Path | None = None
 ) -> dict[str, Any]:
     from apportion.fleet import Fleet, pipeline_args
     from apportion.spark import read_committed_arrow
@@ -82,9 +82,9 @@ def run_apportion(
 
     store = work / f"store-{run}.db"
     out = work / f"out-{run}"
-    args = pipeline_args(f"sqlite:///{store}", "g", work / "log", out, RESOURCE, *engine,
-                         "--batch-records", str(batch_records), "--idle", "0.1", "--exit-when-idle", "1",
-                         "--settle", "0.2", "--min-interval", "0.4")  # fmt: skip
+    size = [] if batch_records is None else ["--batch-records", str(batch_records)]  # none: the default, adaptive
+    args = pipeline_args(f"sqlite:///{store}", "g", work / "log", out, RESOURCE, *engine, *size, "--idle", "0.1",
+                         "--exit-when-idle", "1", "--settle", "0.2", "--min-interval", "0.4")  # fmt: skip
     env = None if src is None else {"PYTHONPATH": str(src)}
     with Fleet(work / f"logs-{run}", args, env=env) as fleet:
         spawned = time.time()
@@ -142,7 +142,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--engines", default="local,connect")
-    parser.add_argument("--batch-records", type=int, default=10_000)
+    parser.add_argument("--batch-records", type=int, default=None, help="Fixed (default: the pipeline's, adaptive).")
     parser.add_argument("--port", type=int, default=15031)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--against", default=None, help="Also run apportion at this commit (side 'before').")
@@ -201,7 +201,8 @@ def main() -> None:
             server.__exit__(None, None, None)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2))
-    print(f"{args.records:,} records in {args.partitions} partitions, --batch-records {args.batch_records:,}, "
+    size = "adaptive" if args.batch_records is None else f"{args.batch_records:,}"
+    print(f"{args.records:,} records in {args.partitions} partitions, --batch-records {size}, "
           f"{args.runs} alternating runs; load average {min(r['load'] for r in rows)}-{max(r['load'] for r in rows)}"
           " on 2 cores\n")  # fmt: skip
     print("| engine | apportion records/s (median) | Structured Streaming records/s (median) | apportion / SS per run "

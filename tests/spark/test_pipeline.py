@@ -115,6 +115,32 @@ def test_two_workers_in_one_process_process_every_record_once_across_a_rebalance
     assertDataFrameEqual(actual, expected_output(spark, log, "r"))
 
 
+def test_an_adaptive_batch_grows_fourfold_while_batches_are_quick_and_commits_every_record_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    log = PartitionedLog(tmp_path / "log")
+    log.create("r", 2)
+    with Producer(log, "r", batch_records=500) as producer:
+        producer.send_many((f"k{i % 11}", f"v{i}") for i in range(12_000))
+    events: list[tuple[str, dict[str, Any]]] = []
+    with connect(f"memory://{uuid.uuid4().hex}") as store:
+        group = Group(store, "g", partitions=2, settle_s=0.05, min_interval_s=0.1)
+        out = tmp_path / "out"
+        pipeline = Pipeline(spark, log, out, "r", batch_records=100, batch_seconds=600.0, worker_id="a",
+                            emit=lambda event, **fields: events.append((event, fields)))  # fmt: skip
+        with joined(group, "a", pipeline) as a:
+            assert a.wait_until_stable(10), "worker a did not settle"
+            while pipeline.run_once() is not None:
+                pass
+        report = verify(store, "g", log, "r", out)
+    assert report.ok, report
+    taken = [max(end - start for start, end, _ in f["ranges"].values()) for e, f in events if e == "batch"]
+    following = [f["next_records"] for e, f in events if e == "batch_done"]
+    assert following[:3] == [400, 1_600, 6_400], following  # every batch far under its 600 s: x4 each time
+    assert taken[:3] == [100, 400, 1_600], taken
+    assert len(taken) == 4 and taken[3] < 6_400, taken  # the log's end cut the fourth one short
+
+
 # -- real processes ------------------------------------------------------------------------------------------
 
 RECORDS, PARTITIONS, BATCH = 200_000, 8, 10_000

@@ -138,7 +138,19 @@ def _names(text: str) -> list[str]:
 )
 @click.option("--subscribe", "subscriptions", default=None, help="With --resources: those this worker processes.")
 @strategy_option()
-@click.option("--batch-records", type=int, default=10_000, help="Max records per partition per micro-batch.")
+@click.option(
+    "--batch-records",
+    type=int,
+    default=None,
+    help="Records per partition per micro-batch, fixed (default: 10,000 at first, then chosen by --batch-seconds).",
+)
+@click.option(
+    "--batch-seconds",
+    type=seconds(),
+    default=None,
+    help="Target time of one micro-batch (s): the size grows while batches take less and shrinks when they take "
+    "more (default 5 without --batch-records; below --revoke-timeout: a revocation waits for the batch in flight).",
+)
 @click.option("--transform", "transform_spec", default=None, help="module:function replacing the default transform.")
 @spark_options("local[1]")
 @click.option("--driver-memory", default="1g", help="Spark driver memory.")
@@ -186,7 +198,8 @@ def run(
     resources: str | None,
     subscriptions: str | None,
     strategy: str | None,
-    batch_records: int,
+    batch_records: int | None,
+    batch_seconds: float | None,
     transform_spec: str | None,
     master: str | None,
     spark_url: str | None,
@@ -226,6 +239,7 @@ def run(
         heartbeat_s=heartbeat_s,
         ttl_s=ttl_s,
         batch_records=batch_records,
+        batch_seconds=batch_seconds,
         transform=transform_spec or None,
         master=spark_master(master, spark_url, "local[1]"),
         driver_memory=driver_memory,

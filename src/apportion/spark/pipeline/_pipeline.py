@@ -17,8 +17,9 @@ One micro-batch (``Pipeline.run_once``)
    revocation waits for the batch in flight and the next owner starts from its commit);
 2. per partition: ``epoch`` = the lease epoch now; ``start`` = the committed checkpoint's offset (read from the
    store once per epoch, then cached: nobody else can commit while we hold the epoch); ``end = min(log end,
-   start + batch_records)``. On a new epoch, delete the partition's output files of OLDER epochs that the checkpoint
-   does not list (their writers are fenced forever: epochs only grow);
+   start + size)``, the size fixed (``batch_records``) or chosen by records and time (``batch_seconds``;
+   ``apportion.spark.pipeline._sizing``). On a new epoch, delete the partition's output files of OLDER epochs that
+   the checkpoint does not list (their writers are fenced forever: epochs only grow);
 3. ONE Spark job for all partitions, run by Spark's executors (``write_batch``): ``spark.read.parquet(segments)``
    filtered to ``[start, end)`` per partition, with a ``partition`` column, through ``transform(df)``, then
    repartitioned by partition, sorted by offset and written with ``partitionBy`` into one directory per partition,
@@ -116,6 +117,7 @@ from apportion.spark.pipeline._output import (
     read_output,
     remove_output,
 )
+from apportion.spark.pipeline._sizing import BatchSize
 from apportion.spark.pipeline._stateful import Staged, StatefulPartitions
 
 if TYPE_CHECKING:
@@ -390,7 +392,8 @@ class Pipeline:
         output_dir: str | Path,
         resource: str,
         *,
-        batch_records: int = 10_000,
+        batch_records: int | None = None,
+        batch_seconds: float | None = None,
         transform: Transform = transform,
         emit: Emit = emit_log,
         worker_id: str = "",
@@ -399,14 +402,12 @@ class Pipeline:
         state: StatefulPartitions | None = None,
         fault: FaultHook | None = None,
     ) -> None:
-        if isinstance(batch_records, bool) or not isinstance(batch_records, int) or batch_records < 1:
-            raise InvalidRequest("batch_records", f"must be an int >= 1, got {batch_records!r}")
+        self.sizing = BatchSize(batch_records, batch_seconds)  # InvalidRequest for a bad one
         self.spark = spark
         self.log = log
         self.output_dir = Path(output_dir)
         self.resource = resource
         self.partitions = log.partitions(resource)
-        self.batch_records = batch_records
         self.transform = transform
         self.emit = emit
         self.worker_id = worker_id
@@ -523,7 +524,7 @@ class Pipeline:
         else:
             checkpoint = cached[1]
         start = checkpoint.offset
-        end = min(self.log.end_offset(self.resource, p), start + self.batch_records)
+        end = min(self.log.end_offset(self.resource, p), start + self.sizing.records)
         if end <= start:
             return None
         segments = tuple(s for s in self.log.segments(self.resource, p, start) if s.first_offset < end)
@@ -539,7 +540,7 @@ class Pipeline:
             records=records,
             ranges={t.partition: [t.start, t.end, t.epoch] for t in tasks},
         )
-        started = time.perf_counter()
+        started = batch_started = time.perf_counter()
         result = self.transform(read_tasks(self.spark, tasks))
         for column in ("partition", "offset"):
             if column not in result.columns:
@@ -606,6 +607,7 @@ class Pipeline:
             committed.append(p)
             self.emit("commit", worker=self.worker_id, partition=p, epoch=task.epoch, offset=task.end, file=rel)
         commit_s = time.perf_counter() - started
+        next_records = self.sizing.measured(max(t.records for t in tasks), time.perf_counter() - batch_started)
         self.batches = batch
         self.records += sum(t.records for t in tasks if t.partition in committed)
         stats = BatchStats(
@@ -620,6 +622,7 @@ class Pipeline:
         self.emit(
             "batch_done", worker=self.worker_id, batch=batch, records=records, committed=committed, fenced=fenced,
             spark_s=round(spark_s, 3), write_s=round(write_s, 3), commit_s=round(commit_s, 4),
+            **({"next_records": next_records} if self.sizing.adaptive else {}),
         )  # fmt: skip
         return stats
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from apportion.errors import InvalidRequest
 from apportion.group import GroupConfig, Mode, Rounds
 from apportion.spark.engine import connect_address, is_connect_url
+from apportion.spark.pipeline._sizing import BatchSize
 from apportion.store import connect
 
 if TYPE_CHECKING:
@@ -75,7 +76,8 @@ def run_pipeline_worker(
     min_interval_s: float = GroupConfig.DEFAULT_MIN_INTERVAL_S,
     heartbeat_s: float = GroupConfig.DEFAULT_HEARTBEAT_S,
     ttl_s: float | None = None,
-    batch_records: int = 10_000,
+    batch_records: int | None = None,
+    batch_seconds: float | None = None,
     transform: Transform | str | None = None,
     master: str = "local[1]",
     driver_memory: str = "1g",
@@ -107,6 +109,8 @@ def run_pipeline_worker(
     function ``f(df) -> df`` or its ``"module:function"`` name (default ``apportion.spark.transform``). ``emit``
     receives every event (default: one JSON log line on ``apportion.pipeline``). ``signals``: SIGINT and SIGTERM set
     ``stop`` (main thread only; the handlers stay installed, so a signal during the process's exit is ignored too).
+    ``batch_records`` fixes each batch's records per partition; without it the size starts at 10,000 and follows
+    ``batch_seconds`` (default 5 s; ``apportion.spark.pipeline._sizing``), which must be below ``revoke_timeout_s``.
 
     ``resources`` (several log resources, instead of ``resource``): the group is over these named resources (each
     with the log's partition count) and this worker runs one ``Pipeline`` per resource it subscribes to
@@ -119,6 +123,13 @@ def run_pipeline_worker(
     from apportion.worker import Group
 
     mode = Rounds() if mode is None else mode
+    sizing = BatchSize(batch_records, batch_seconds)  # a bad size is refused before Spark starts
+    if sizing.target_s is not None and sizing.target_s >= revoke_timeout_s:
+        raise InvalidRequest(
+            "batch_seconds",
+            f"{sizing.target_s:g} s is not below --revoke-timeout ({revoke_timeout_s:g} s): a revocation waits for the "
+            "batch in flight",
+        )
 
     def requested(partitions: int | None = None, resources: Mapping[str, int] | None = None) -> GroupConfig:
         return GroupConfig.request(
@@ -138,7 +149,8 @@ def run_pipeline_worker(
         _run_resources(
             store_url, group, worker_id, log, output_dir, counts, subscriptions, function, stop or threading.Event(),
             requested(resources=counts), ordinal,
-            dict(batch_records=batch_records, transform=function, emit=emit or emit_log, worker_id=worker_id,
+            dict(batch_records=batch_records, batch_seconds=batch_seconds, transform=function, emit=emit or emit_log,
+                 worker_id=worker_id,
                  pause_before_commit_s=pause_before_commit_s, pause_batches=pause_batches),
             master=master, driver_memory=driver_memory, signals=signals, revoke_timeout_s=revoke_timeout_s,
             idle_s=idle_s, exit_idle_s=exit_idle_s,
@@ -173,6 +185,7 @@ def run_pipeline_worker(
             output_dir,
             resource,
             batch_records=batch_records,
+            batch_seconds=batch_seconds,
             transform=function,
             emit=emit or emit_log,
             worker_id=worker_id,

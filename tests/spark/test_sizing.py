@@ -1,0 +1,87 @@
+"""The micro-batch size chosen by records and time (``apportion.spark.pipeline._sizing``): pure, no Spark."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from apportion.errors import InvalidRequest
+from apportion.spark.pipeline._sizing import (
+    DEFAULT_RECORDS,
+    DEFAULT_SECONDS,
+    GROWTH,
+    MAX_RECORDS,
+    MIN_RECORDS,
+    BatchSize,
+)
+
+sizes = st.integers(1, MAX_RECORDS)
+seconds = st.floats(0.0, 600.0, allow_nan=False)
+targets = st.floats(0.01, 60.0, allow_nan=False)
+
+
+def test_without_a_size_it_starts_at_the_default_and_adapts_to_the_default_target() -> None:
+    size = BatchSize()
+    assert (size.records, size.target_s, size.adaptive) == (DEFAULT_RECORDS, DEFAULT_SECONDS, True)
+
+
+@given(sizes, st.integers(1, MAX_RECORDS), seconds)
+def test_a_given_size_is_fixed(records: int, used: int, took: float) -> None:
+    size = BatchSize(records)
+    assert not size.adaptive
+    assert size.measured(min(used, records), took) == records
+
+
+@given(sizes, targets, st.integers(1, MAX_RECORDS), seconds)
+def test_the_next_size_stays_within_its_bounds_and_grows_at_most_fourfold(
+    records: int, target: float, used: int, took: float
+) -> None:
+    size = BatchSize(records, target)
+    used = min(used, records)
+    after = size.measured(used, took)
+    assert MIN_RECORDS <= after <= MAX_RECORDS or after == records
+    assert after <= max(records, used * GROWTH, MIN_RECORDS)
+    if took > target:  # over the target: never larger than what it used
+        assert after <= max(used, MIN_RECORDS)
+
+
+@given(st.integers(MIN_RECORDS * 2, MAX_RECORDS // 8), targets)
+def test_a_batch_that_the_log_end_cut_short_under_the_target_keeps_the_size(records: int, target: float) -> None:
+    size = BatchSize(records, target)
+    assert size.measured(records // 2, target / 2) == records
+
+
+@given(
+    fixed_s=st.floats(0.05, 2.0),
+    per_record_us=st.floats(0.5, 200.0),
+    partitions=st.integers(1, 64),
+    target=st.floats(3.0, 20.0),
+)
+def test_on_a_fixed_plus_per_record_cost_the_batches_settle_near_the_target(
+    fixed_s: float, per_record_us: float, partitions: int, target: float
+) -> None:
+    # a batch costs a fixed part (plan, job scheduling, commit) plus a part per record: the size must settle where a
+    # batch takes about the target (or at the largest size, when even that is quicker)
+    size = BatchSize(1_000, target)
+    took = 0.0
+    for _ in range(40):
+        used = size.records
+        took = fixed_s + used * partitions * per_record_us / 1e6
+        size.measured(used, took)
+    at_most = fixed_s + MAX_RECORDS * partitions * per_record_us / 1e6
+    assert took <= target * 1.05 + fixed_s or math.isclose(took, at_most)
+    assert took >= min(target, at_most) / GROWTH
+
+
+@pytest.mark.parametrize(
+    ("records", "target", "field"),
+    [(0, None, "batch_records"), (True, None, "batch_records"), (1.5, None, "batch_records"),
+     (None, 0.0, "batch_seconds"), (None, -1.0, "batch_seconds"), (None, math.inf, "batch_seconds"),
+     (None, math.nan, "batch_seconds"), (10, "5", "batch_seconds")],
+)  # fmt: skip
+def test_a_bad_size_or_target_is_refused_naming_it(records: object, target: object, field: str) -> None:
+    with pytest.raises(InvalidRequest, match=field):
+        BatchSize(records, target)  # type: ignore[arg-type]
