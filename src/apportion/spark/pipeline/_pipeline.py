@@ -20,10 +20,11 @@ One micro-batch (``Pipeline.run_once``)
    start + size)``, the size fixed (``batch_records``) or chosen by records and time (``batch_seconds``;
    ``apportion.spark.pipeline._sizing``). On a new epoch, delete the partition's output files of OLDER epochs that
    the checkpoint does not list (their writers are fenced forever: epochs only grow);
-3. ONE Spark job for all partitions, run by Spark's executors (``write_batch``): ``spark.read.parquet(segments)``
-   filtered to ``[start, end)`` per partition, with a ``partition`` column, through ``transform(df)``, then
-   repartitioned by partition, sorted by offset and written with ``partitionBy`` into one directory per partition,
-   offset range and epoch, ``<output>/<resource>/p=<p>/batch=<start>-<end>-e<epoch>/``
+3. ONE Spark job for all partitions, run by Spark's executors (``batch_frame``, ``write_batch``): per partition,
+   ``spark.read.parquet`` of exactly its segments (filtered to ``[start, end)`` only where a segment crosses the
+   range), with a literal ``partition`` column, through ``transform(df)``, in one Spark partition (no shuffle: the
+   log is already partitioned and ordered), sorted by offset, and written with ``partitionBy`` into one directory
+   per partition, offset range and epoch, ``<output>/<resource>/p=<p>/batch=<start>-<end>-e<epoch>/``
    (``apportion.spark.pipeline._output``).
    Dynamic partition overwrite: the job replaces exactly the directories it writes (a retry of the same range
    and epoch replaces its own attempt) and nothing else; Spark stages the files and renames each directory into
@@ -152,7 +153,8 @@ def transform(df: DataFrame) -> DataFrame:
     """The default processing: keep ``partition, offset, key, value`` and add ``digest`` = sha2(value, 256).
 
     A pure Spark transformation; replace it with any ``f(df) -> df`` (``--transform module:function``) that keeps
-    the ``partition`` and ``offset`` columns. Input columns: partition int, offset long, key, value, ts_ms long.
+    the ``partition`` and ``offset`` columns. Input columns: partition int, offset long, key, value, ts_ms long. It
+    is applied to each partition's rows of a micro-batch (``batch_frame``), so it sees one partition at a time.
     """
     from pyspark.sql import functions as F
 
@@ -207,27 +209,59 @@ class BatchStats:
         return self.spark_s + self.write_s + self.commit_s
 
 
-def write_batch(df: DataFrame, output_dir: Path, resource: str, tasks: Sequence[Task]) -> None:
-    """ONE Spark job, run by the executors, writes each task's rows of ``df`` (sorted by offset, one task's rows in
-    one Spark partition) into the task's own directory ``output_relpath(...)`` under ``output_dir``; dynamic
-    partition overwrite replaces exactly those directories (a retry of the same range and epoch: its own attempt).
+def batch_frame(spark: SparkSession, tasks: Sequence[Task], transform: Transform = transform) -> DataFrame:
+    """The batch's rows to write: per task, its segments read whole (an offset filter only on a segment that
+    crosses the task's range), with a literal ``partition``, through ``transform``, plus the output layout's
+    columns ``p`` and ``batch`` as literals, in ONE Spark partition (``coalesce(1)``: no shuffle); the tasks'
+    frames are unioned, so Spark partition i holds exactly task i's rows, sorted by offset.
 
-    The shuffle goes to as many Spark partitions as the batch has tasks, not to the session's shuffle partitions
-    (1 for a pipeline worker): one Spark task per apportion partition, so a cluster's executors write in parallel.
-    The sort is by (p, batch, offset): a partitioned write needs its rows ordered by its partition columns and sorts
-    them itself otherwise — an unstable sort that would lose the offset order within a directory."""
+    Why this shape: the log is already ordered and already partitioned, so the batch needs neither a shuffle to
+    bring a partition's rows together nor a per-row regex on the file path to find its partition; the sort is
+    local to one task's rows (the files of a scan are read in Spark's packing order, not offset order) and gives
+    the writer the (p, batch) order it needs, so it adds no sort of its own — an unstable one would lose the
+    offset order within a directory. ``transform`` runs on each task's rows (a transform with a shuffle of its own
+    still ends in one Spark partition per task)."""
     from pyspark.sql import functions as F
 
-    clash = {PARTITION_COLUMN, BATCH_COLUMN} & set(df.columns)
+    frames = []
+    columns: list[str] = []
+    for task in tasks:  # few calls per task: in a classic session each one is a py4j call and an analysis
+        paths = [os.path.abspath(s.path) for s in task.segments]  # through Connect the server reads them
+        df = spark.read.schema(INPUT_SCHEMA_DDL).parquet(*paths)
+        if any(s.first_offset < task.start or s.last_offset >= task.end for s in task.segments):
+            df = df.where((F.col("offset") >= task.start) & (F.col("offset") < task.end))
+        df = transform(df.select(F.lit(task.partition).alias("partition"), "offset", "key", "value", "ts_ms"))
+        if not columns:  # the same transform of the same schema: the first task's columns stand for every task's
+            columns = df.columns
+            check_columns(columns)
+        layout = (F.lit(task.partition).alias(PARTITION_COLUMN), F.lit(batch_name(task.start, task.end, task.epoch)))
+        frames.append(df.select(*columns, *layout[:1], layout[1].alias(BATCH_COLUMN)).coalesce(1))
+    union = functools.reduce(lambda a, b: a.union(b), frames)  # by position: the same columns in every frame
+    return union.sortWithinPartitions(PARTITION_COLUMN, BATCH_COLUMN, "offset")  # the writer's order + offsets
+
+
+def check_columns(columns: Sequence[str]) -> None:
+    """``InvalidRequest`` unless a transform's result keeps ``partition`` and ``offset`` and does not have the
+    output layout's columns."""
+    for column in ("partition", "offset"):
+        if column not in columns:
+            raise InvalidRequest("transform", f"its result must keep the {column!r} column: {list(columns)}")
+    clash = {PARTITION_COLUMN, BATCH_COLUMN} & set(columns)
     if clash:
         raise InvalidRequest("transform", f"its result must not have the columns {sorted(clash)} (the output layout's)")
-    names = F.create_map(*[F.lit(x) for t in tasks for x in (t.partition, batch_name(t.start, t.end, t.epoch))])
+
+
+def write_batch(df: DataFrame, output_dir: Path, resource: str) -> None:
+    """ONE Spark job, run by the executors, writes ``df`` (``batch_frame``: each task's rows sorted by offset in one
+    Spark partition) into each task's own directory ``output_relpath(...)`` under ``output_dir``; dynamic partition
+    overwrite replaces exactly those directories (a retry of the same range and epoch: its own attempt).
+
+    Dynamic overwrite stays although the epoch-named directory isolates attempts: it is also what gives each job
+    its own staging directory (``.spark-staging-<job>``). Appending to ``<output>/<resource>`` instead would put
+    the tasks' files of every worker's jobs — and of a zombie's — under the one ``_temporary`` directory of
+    Hadoop's committer, which a job deletes when it commits or aborts, under the others' feet."""
     (
-        df.withColumn(PARTITION_COLUMN, F.col("partition"))
-        .withColumn(BATCH_COLUMN, names[F.col("partition")])
-        .repartition(len(tasks), PARTITION_COLUMN)  # a task per partition (hash permitting): the cluster's cores
-        .sortWithinPartitions(PARTITION_COLUMN, BATCH_COLUMN, "offset")  # the writer's order (p, batch) + offsets
-        .write.mode("overwrite")
+        df.write.mode("overwrite")
         .option("partitionOverwriteMode", "dynamic")
         .partitionBy(PARTITION_COLUMN, BATCH_COLUMN)
         .parquet(os.path.abspath(output_dir / resource))  # absolute: through Connect the server resolves it
@@ -325,31 +359,12 @@ def clean_partition(output_dir: Path, resource: str, partition: int, checkpoint:
     return deleted
 
 
-def read_tasks(spark: SparkSession, tasks: Sequence[Task]) -> DataFrame:
-    """One DataFrame of every task's input rows (``partition`` int + the log's columns).
-
-    ONE scan over the segment files of all tasks (the partition is the name of the file's directory, read from
-    Spark's ``_metadata.file_path``) filtered to each task's offset range — cheaper to plan and run than a union
-    of one scan per partition. Row order is not guaranteed: the writer sorts each partition's rows by offset.
-    """
-    from pyspark.sql import functions as F
-
-    paths = [os.path.abspath(s.path) for t in tasks for s in t.segments]  # through Connect the server reads them
-    df = spark.read.schema(INPUT_SCHEMA_DDL).parquet(*paths)
-    partition = F.regexp_extract(F.col("_metadata.file_path"), r"/(\d+)/[^/]+$", 1).cast("int")
-    wanted = functools.reduce(
-        lambda a, b: a | b,
-        [(partition == t.partition) & (F.col("offset") >= t.start) & (F.col("offset") < t.end) for t in tasks],
-    )
-    return df.where(wanted).select(partition.alias("partition"), "offset", "key", "value", "ts_ms")
-
-
 WARM_UP_VIEW = "apportion_warm_up"
 """Prefix of the global temporary view a warm-up leaves on a Spark Connect server (``warm_up``)."""
 
 
 def warm_up(spark: SparkSession, transform: Transform = transform) -> float:
-    """Run the batch path (``read_tasks``, the transform and ``write_batch``: the partitioned write) once on a
+    """Run the batch path (``batch_frame`` with the transform, and ``write_batch``: the partitioned write) once on a
     one-record file (class loading, code generation: the first Spark job of a JVM is several times slower). Call it
     BEFORE joining the group, so a cold first batch never delays a revocation. Returns the seconds it took.
 
@@ -371,7 +386,7 @@ def warm_up(spark: SparkSession, transform: Transform = transform) -> float:
         path.parent.mkdir()
         pq.write_table(pa.table({"offset": [0], "key": ["k"], "value": ["v"], "ts_ms": [None]}, schema=SCHEMA), path)
         task = Task(0, 0, 0, 1, Checkpoint(), (Segment(str(path), 0, 0),))
-        write_batch(transform(read_tasks(spark, [task])), Path(tmp) / "out", "warm-up", [task])
+        write_batch(batch_frame(spark, [task], transform), Path(tmp) / "out", "warm-up")
     if view is not None:
         spark.range(0).createOrReplaceGlobalTempView(view)
     return time.perf_counter() - started
@@ -541,14 +556,11 @@ class Pipeline:
             ranges={t.partition: [t.start, t.end, t.epoch] for t in tasks},
         )
         started = batch_started = time.perf_counter()
-        result = self.transform(read_tasks(self.spark, tasks))
-        for column in ("partition", "offset"):
-            if column not in result.columns:
-                raise InvalidRequest("transform", f"its result must keep the {column!r} column: {result.columns}")
+        result = batch_frame(self.spark, tasks, self.transform)
         if self._fault is not None:
             for task in tasks:
                 self._fault("before_write", task, self.output_dir / self._relpath(task))
-        write_batch(result, self.output_dir, self.resource, tasks)
+        write_batch(result, self.output_dir, self.resource)
         spark_s = time.perf_counter() - started
 
         started = time.perf_counter()
@@ -742,13 +754,14 @@ __all__ = [
     "Task",
     "TaskCommits",
     "Written",
+    "batch_frame",
+    "check_columns",
     "clean_partition",
     "commit_task",
     "commit_tasks",
     "emit_log",
     "joined",
     "load_transform",
-    "read_tasks",
     "run_batches",
     "output_rows",
     "transform",
