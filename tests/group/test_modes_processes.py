@@ -1,4 +1,5 @@
-"""Real `apportion worker` processes in the static and coordinator modes on a shared store (SQLite file, real etcd)."""
+"""Real `apportion worker` processes in the static and coordinator modes on a shared store (SQLite file, real etcd,
+a fresh database on the session's real PostgreSQL server)."""
 
 from __future__ import annotations
 
@@ -27,11 +28,11 @@ PARTITIONS = 12
 TTL_S = 2.0
 
 
-@pytest.fixture(params=["sqlite", "etcd"])
+@pytest.fixture(params=["sqlite", "etcd", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "etcd":
-        etcd: str = request.getfixturevalue("etcd_url")
-        return etcd
+    if request.param in ("etcd", "postgres"):
+        server: str = request.getfixturevalue(f"{request.param}_url")
+        return server
     return f"sqlite:///{tmp_path / 'apportion.db'}"
 
 
