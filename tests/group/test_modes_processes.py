@@ -1,5 +1,5 @@
 """Real `apportion worker` processes in the static and coordinator modes on a shared store (SQLite file, real etcd,
-a fresh database on the session's real PostgreSQL server)."""
+a fresh database on the session's real PostgreSQL server: the ``url`` fixture of conftest.py)."""
 
 from __future__ import annotations
 
@@ -26,14 +26,6 @@ pytestmark = pytest.mark.slow
 
 PARTITIONS = 12
 TTL_S = 2.0
-
-
-@pytest.fixture(params=["sqlite", "etcd", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param in ("etcd", "postgres"):
-        server: str = request.getfixturevalue(f"{request.param}_url")
-        return server
-    return f"sqlite:///{tmp_path / 'apportion.db'}"
 
 
 class ModeWorkers:
