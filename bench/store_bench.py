@@ -17,9 +17,11 @@ Run: ``.venv/bin/python bench/store_bench.py [--txns N] [--watch-samples N] [--j
 
 - postgresql: a fresh PostgreSQL server (``tests/postgres_server.py``: initdb in a temp dir, fsync and synchronous
   commit ON, as in production; always stopped) when Debian's postgresql is installed (``--no-postgres`` skips it).
-  Its "x raw" columns divide by raw psycopg on the SAME server, not by raw sqlite3: ``BEGIN``; ``SELECT mod_revision
-  ... FOR UPDATE``; compare; ``UPDATE meta SET revision = revision + 1 RETURNING revision``; ``UPDATE kv``;
-  ``COMMIT`` (the raw sqlite3 loop's transaction, by hand). A third figure, one autocommit statement ``UPDATE kv ...
+  Its "x raw" columns divide by raw psycopg on the SAME server, not by raw sqlite3: ``BEGIN``; ``SELECT
+  mod_revision ... FOR UPDATE``; compare; ``UPDATE meta SET revision = revision + 1 RETURNING revision``; ``UPDATE
+  kv``; ``COMMIT`` (the raw sqlite3 loop's transaction, by hand), measured in turns with the backend (``ROUNDS``
+  turns of ``txns / ROUNDS`` each: backend, raw, backend, raw, ...; a shared disk's flush cost moves by 5x between
+  minutes, so loops measured one after the other disagree). A third figure, one autocommit statement ``UPDATE kv ...
   WHERE key = %s AND mod_revision = %s`` (a CAS without a global revision, no history), shows the floor.
 
 Adding a backend: add a function ``url_factory(directory) -> context manager yielding a URL`` to ``BACKENDS``
@@ -55,6 +57,7 @@ from apportion.store import Put, connect, mod_revision_is
 
 SPAWN = multiprocessing.get_context("spawn")
 PROCESSES = 4
+ROUNDS = 3  # postgresql: turns of the backend and raw psycopg, alternately
 
 
 @dataclass(frozen=True)
@@ -295,20 +298,51 @@ def watch_latency(url: str, samples: int, other_process: bool) -> dict[str, floa
 def measure(backend: Backend, directory: Path, txns: int, watch_samples: int) -> dict[str, Any]:
     row: dict[str, Any] = {"backend": backend.name}
     with backend.url_factory(directory) as url:
-        row["txn_per_s_1p"] = round(txns / cas_loop(url, "/bench/one", txns))
-        row["txn_per_s_4p"] = round(parallel_rate(cas_loop, url, txns)) if backend.multi_process else None
+        if backend.name == POSTGRES:  # against its raw peer, bare psycopg on the same server, in turns
+            row.update(pg_in_turns(url, txns))
+        else:
+            row["txn_per_s_1p"] = round(txns / cas_loop(url, "/bench/one", txns))
+            row["txn_per_s_4p"] = round(parallel_rate(cas_loop, url, txns)) if backend.multi_process else None
         row["watch_same_process"] = watch_latency(url, watch_samples, other_process=False)
         row["watch_other_process"] = (
             watch_latency(url, watch_samples, other_process=True) if backend.multi_process else None
         )
-        if backend.name == POSTGRES:  # its raw peer: bare psycopg on the same server
-            row["raw"] = {
-                "txn_per_s_1p": round(txns / pg_raw_cas_loop(url, "/bench/raw-one", txns)),
-                "txn_per_s_4p": round(parallel_rate(pg_raw_cas_loop, url, txns)),
-                "update_per_s_1p": round(txns / pg_raw_update_loop(url, "/bench/upd-one", txns)),
-                "update_per_s_4p": round(parallel_rate(pg_raw_update_loop, url, txns)),
-            }
     return row
+
+
+def pg_in_turns(url: str, txns: int) -> dict[str, Any]:
+    """The backend and raw psycopg's txn loop on the same server in ``ROUNDS`` turns of ``txns / ROUNDS`` each
+    (backend, raw, backend, raw, ...), so both see the same phases of a shared disk whose flush cost moves by 5x
+    between minutes; the rates are totals over the turns, with each turn's ratio beside them."""
+    per = max(1, txns // ROUNDS)
+    seconds = {"backend_1p": 0.0, "raw_1p": 0.0, "backend_4p": 0.0, "raw_4p": 0.0}
+    turns: list[dict[str, float]] = []
+    for turn in range(ROUNDS):
+        one = {
+            "backend_1p": cas_loop(url, f"/bench/one-{turn}", per),
+            "raw_1p": pg_raw_cas_loop(url, f"/bench/raw-one-{turn}", per),
+            "backend_4p": PROCESSES * per / parallel_rate(cas_loop, url, per),
+            "raw_4p": PROCESSES * per / parallel_rate(pg_raw_cas_loop, url, per),
+        }
+        for name, value in one.items():
+            seconds[name] += value
+        turns.append({
+            "ratio_1p": round(one["raw_1p"] / one["backend_1p"], 2),
+            "ratio_4p": round(one["raw_4p"] / one["backend_4p"], 2),
+        })  # fmt: skip
+    rate = {name: round((PROCESSES if name.endswith("4p") else 1) * per * ROUNDS / value)
+            for name, value in seconds.items()}  # fmt: skip
+    return {
+        "txn_per_s_1p": rate["backend_1p"],
+        "txn_per_s_4p": rate["backend_4p"],
+        "turns": turns,
+        "raw": {
+            "txn_per_s_1p": rate["raw_1p"],
+            "txn_per_s_4p": rate["raw_4p"],
+            "update_per_s_1p": round(txns / pg_raw_update_loop(url, "/bench/upd-one", txns)),
+            "update_per_s_4p": round(parallel_rate(pg_raw_update_loop, url, txns)),
+        },
+    }
 
 
 def main() -> None:
@@ -375,6 +409,8 @@ def main() -> None:
             print("| loop | txn/s 1 proc | backend / it | txn/s 4 procs | backend / it |")
             print("|---|---:|---:|---:|---:|")
             print(f"| apportion postgresql backend | {row['txn_per_s_1p']:,} | 1.00 | {row['txn_per_s_4p']:,} | 1.00 |")
+            one, four = (", ".join(str(turn[f"ratio_{n}"]) for turn in row["turns"]) for n in ("1p", "4p"))
+            print(f"| each turn: backend / raw psycopg txn | | {one} | | {four} |")
             for label, key in (("raw psycopg txn (global revision)", "txn"), ("raw psycopg one UPDATE", "update")):
                 one, four = pg[f"{key}_per_s_1p"], pg[f"{key}_per_s_4p"]
                 print(

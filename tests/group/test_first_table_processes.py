@@ -1,6 +1,6 @@
-"""Seed 1's minimum cluster size with real `apportion worker` processes on a SQLite file (issue 30.3): workers
-started a moment apart share the first table, and a group below its minimum says so in `rebalance`, `status` and
-the dashboard's feed."""
+"""Seed 1's minimum cluster size with real `apportion worker` processes on a SQLite file and a PostgreSQL database
+(issue 30.3; conftest.py's ``url``, without etcd): workers started a moment apart share the first table, and a group
+below its minimum says so in `rebalance`, `status` and the dashboard's feed (read-only opens of the store)."""
 
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ from tests.group.test_processes import balanced
 pytestmark = pytest.mark.slow
 
 
-def test_three_workers_started_0_3_s_apart_share_the_first_table_with_no_revocation(tmp_path: Path) -> None:
+@pytest.mark.parametrize("url", ["sqlite", "postgres"], indirect=True)
+def test_three_workers_started_0_3_s_apart_share_the_first_table_with_no_revocation(url: str, tmp_path: Path) -> None:
     """With --min-members 1 (the default), the first worker used to get all 30 partitions and then revoke 20 of them
     as the next two registered: the first table now waits until nobody has registered for RST. RST is 2 s here, not
     the default 0.5 s: started 0.3 s apart, the three processes *register* up to ~1 s apart on a loaded 2-core
     machine (their imports; seen in CI: w1 alone past 0.5 s, all 30 to it), which is the README's "fleets whose
     members start further apart than RST raise --settle"; what is tested is that the table waits for the settle."""
-    url = f"sqlite:///{tmp_path / 'apportion.db'}"
     args = worker_args(url, "g", "--partitions", "30", "--mode", "coordinator", "--settle", "2", "--min-interval", "2")
     with Fleet(tmp_path / "logs", args) as fleet:
         workers = []
@@ -39,8 +39,8 @@ def test_three_workers_started_0_3_s_apart_share_the_first_table_with_no_revocat
             assert not w.of("revoked") and not w.of("lost"), f"{w.id} gave partitions back: {w.tail()}"
 
 
-def test_a_group_below_its_minimum_says_waiting_in_rebalance_status_and_the_dashboard(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'apportion.db'}"
+@pytest.mark.parametrize("url", ["sqlite", "postgres"], indirect=True)
+def test_a_group_below_its_minimum_says_waiting_in_rebalance_status_and_the_dashboard(url: str, tmp_path: Path) -> None:
     args = worker_args(url, "g", "--partitions", "6", "--mode", "coordinator", "--min-members", "3")
     with Fleet(tmp_path / "logs", args) as fleet:
         first = fleet.start("w1")

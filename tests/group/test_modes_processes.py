@@ -1,4 +1,5 @@
-"""Real `apportion worker` processes in the static and coordinator modes on a shared store (SQLite file, real etcd)."""
+"""Real `apportion worker` processes in the static and coordinator modes on a shared store (SQLite file, real etcd,
+a fresh database on the session's real PostgreSQL server: the ``url`` fixture of conftest.py)."""
 
 from __future__ import annotations
 
@@ -25,14 +26,6 @@ pytestmark = pytest.mark.slow
 
 PARTITIONS = 12
 TTL_S = 2.0
-
-
-@pytest.fixture(params=["sqlite", "etcd"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "etcd":
-        etcd: str = request.getfixturevalue("etcd_url")
-        return etcd
-    return f"sqlite:///{tmp_path / 'apportion.db'}"
 
 
 class ModeWorkers:

@@ -119,6 +119,7 @@ DEFAULT_HISTORY = 200_000
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _OWN_PARAMS = {"schema", "timeout", "history", "poll_ms"}
 _PUT, _DELETE = 0, 1
+_NOTIFIED = ("revision", "compacted", "channel", "payload")  # upsert_one_finish's parameters after the put's
 
 T = TypeVar("T")
 
@@ -262,12 +263,22 @@ class _Sql:
             f" INSERT INTO {s}.events SELECT * FROM unnest(%s::int8[], %s::int4[], %s::int2[], %s::text[],"
             " %s::bytea[], %s::int8[], %s::int8[], %s::int8[])"
         )
-        # a CAS's usual end in one statement: its puts, their events, the new revision and the notification
-        self.upsert_finish = (
-            self.upsert.replace(f" INSERT INTO {s}.events SELECT", f", logged AS (INSERT INTO {s}.events SELECT")
-            + f"), bumped AS (UPDATE {s}.meta SET revision = %s, compacted = %s WHERE id = 0)"
-            " SELECT pg_notify(%s, %s)"
+        # one put (a CAS's usual write): the same with scalar parameters, named (each is sent once); psycopg dumps
+        # a list parameter element by element in Python, which cost more than the server's work for one key
+        self.upsert_one = (
+            f"WITH put AS (INSERT INTO {s}.kv ({columns}) VALUES (%(key)s, %(value)s, %(create)s::int8,"
+            " %(mod)s::int8, %(version)s::int8, %(lease)s::int8)"
+            " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, create_revision = EXCLUDED.create_revision,"
+            " mod_revision = EXCLUDED.mod_revision, version = EXCLUDED.version, lease = EXCLUDED.lease)"
+            f" INSERT INTO {s}.events VALUES (%(mod)s::int8, %(idx)s::int4, {_PUT}, %(key)s, %(value)s,"
+            " %(create)s::int8, %(version)s::int8, %(lease)s::int8)"
         )
+        # a CAS's usual end in one statement: its puts, their events, the new revision and the notification
+        logged = f", logged AS (INSERT INTO {s}.events"
+        bump = f"), bumped AS (UPDATE {s}.meta SET revision = %s, compacted = %s WHERE id = 0) SELECT pg_notify(%s, %s)"
+        self.upsert_finish = self.upsert.replace(f" INSERT INTO {s}.events", logged) + bump
+        named = bump.replace("%s", "%({})s").format(*_NOTIFIED)
+        self.upsert_one_finish = self.upsert_one.replace(f" INSERT INTO {s}.events", logged) + named
         self.log_deletes = (
             f"INSERT INTO {s}.events SELECT %s, generate_subscripts(%s::text[], 1) + %s - 1, {_DELETE},"
             " unnest(%s::text[]), ''::bytea, 0, 0, 0"
@@ -275,6 +286,7 @@ class _Sql:
         self.delete_one = f"DELETE FROM {s}.kv WHERE key = %s RETURNING key"
         self.delete_range = f"DELETE FROM {s}.kv WHERE key >= %s AND key < %s RETURNING key"
         self.leases_exist = f"SELECT id FROM {s}.leases WHERE id = ANY(%s)"
+        self.lease_exists = f"SELECT id FROM {s}.leases WHERE id = %s"
         self.end_lease = (
             f"WITH gone AS (DELETE FROM {s}.leases WHERE id = %s RETURNING id)"
             f" DELETE FROM {s}.kv WHERE lease IN (SELECT id FROM gone) RETURNING key"
@@ -325,7 +337,7 @@ class _State:
     expired: tuple[int, ...] = ()  # leases past their expiry (read-only: whose keys reads must hide)
     event_idx: int = 0
     # writes not sent yet (statement, arguments): sent before the next read of the tables, or with the COMMIT
-    queued: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+    queued: list[tuple[str, tuple[Any, ...] | dict[str, Any]]] = field(default_factory=list)
     prefetched: dict[str, KeyValue | None] | None = None  # the keys a txn named, read with the lock (None: not read)
     leases_found: set[int] | None = None  # which of the leases a txn's puts name exist (None: not read)
 
@@ -673,10 +685,13 @@ class PostgresStore(Store):
             with conn.pipeline():
                 conn.execute("BEGIN")
                 meta = conn.execute(self._sql.lock_meta, prepare=True)
-                if keys:
-                    found = conn.execute(self._sql.get_many, (list(keys),), prepare=True)
+                if keys:  # one key (a CAS): a scalar parameter, cheaper to send than a list (see upsert_one)
+                    get, key_args = (self._sql.get, keys[0]) if len(keys) == 1 else (self._sql.get_many, list(keys))
+                    found = conn.execute(get, (key_args,), prepare=True)
                 if leases:
-                    existing = conn.execute(self._sql.leases_exist, (list(leases),), prepare=True)
+                    one = len(leases) == 1
+                    exists = self._sql.lease_exists if one else self._sql.leases_exist
+                    existing = conn.execute(exists, (leases[0] if one else list(leases),), prepare=True)
             return (
                 meta.fetchone(),
                 None if found is None else found.fetchall(),
@@ -717,18 +732,20 @@ class PostgresStore(Store):
         keep = self.config.history
         if state.revision - state.compacted > keep + max(1, keep // 16):
             state.compacted = state.revision - keep
-        if (
-            len(state.queued) == 1
-            and state.queued[0][0] is self._sql.upsert
-            and state.revision != revision
-            and state.compacted == compacted
-        ):
-            args = (*state.queued[0][1], state.revision, state.compacted, self._sql.channel_name, str(state.revision))
-            with conn.pipeline():
-                conn.execute(self._sql.upsert_finish, args, prepare=True)
-                conn.execute("COMMIT")
-            state.queued.clear()
-            return
+        if len(state.queued) == 1 and state.revision != revision and state.compacted == compacted:
+            sql, args = state.queued[0]
+            finish: tuple[str, tuple[Any, ...] | dict[str, Any]] | None = None
+            notified = (state.revision, state.compacted, self._sql.channel_name, str(state.revision))
+            if isinstance(args, dict):  # upsert_one
+                finish = (self._sql.upsert_one_finish, {**args, **dict(zip(_NOTIFIED, notified, strict=True))})
+            elif sql is self._sql.upsert:
+                finish = (self._sql.upsert_finish, (*args, *notified))
+            if finish is not None:
+                with conn.pipeline():
+                    conn.execute(*finish, prepare=True)
+                    conn.execute("COMMIT")
+                state.queued.clear()
+                return
         with conn.pipeline():
             for sql, args in state.queued:
                 conn.execute(sql, args, prepare=True)
@@ -832,8 +849,17 @@ class PostgresStore(Store):
         """Queue ``pending`` puts (a key put twice keeps its last value) and their events: one statement."""
         if not pending:
             return
-        last = list({kv.key: kv for kv in pending}.values())
         first = state.event_idx
+        if len(pending) == 1:
+            kv = pending.pop()
+            state.queued.append((
+                self._sql.upsert_one,
+                {"key": kv.key, "value": kv.value, "create": kv.create_revision, "mod": kv.mod_revision,
+                 "version": kv.version, "lease": kv.lease, "idx": first},
+            ))  # fmt: skip
+            state.event_idx += 1
+            return
+        last = list({kv.key: kv for kv in pending}.values())
         state.queued.append((
             self._sql.upsert,
             (
