@@ -150,6 +150,7 @@ class PostgresServer:
         """SIGKILL the postmaster and every child and reap it; wait until the children are gone (a restart on the
         same data dir refuses to start while one of them still holds the shared memory)."""
         if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)  # stopped, it forks no child between the look and the kill
             children = self._children()
             self._signal_all(signal.SIGKILL)
             self.process.wait(10)
