@@ -130,3 +130,17 @@ def test_the_worker_log_is_read_incrementally_and_knows_when_a_freeze_landed_in_
     assert not log.frozen_in_window()
     assert log.slowest_batch_s() == pytest.approx(4.1)
     assert log.lost() == [3, 1]
+
+
+def test_the_input_stream_ends_when_the_demo_asks_for_the_rest_and_the_rest_arrives_at_once(tmp_path: Path) -> None:
+    # the zombie step needs every record in the log; it must not wait out the stream's pace (45 s of the main demo)
+    from apportion.demo._config import DemoConfig
+    from apportion.demo._source import RecordSource
+
+    config = DemoConfig(tmp_path, records=20_000, partitions=4)
+    source = RecordSource(config, tmp_path / "log")
+    source.append(config.records // 2)
+    source.stream(duration_s=3_600.0)  # a chunk every ~15 minutes: finish() must not wait for them
+    source.finish(limit_s=30.0)  # before: waited for the stream's end (WaitTimeout here)
+    assert source.produced == config.records
+    assert sum(source.log.end_offset("orders", p) for p in range(4)) == config.records

@@ -31,7 +31,11 @@ MARKER = ".apportion-demo"  # in every directory a demo writes: what --clean che
 @click.option("--workers", type=int, default=3, help="Initial pipeline workers (one more joins later).")
 @click.option("--batch-records", type=int, default=20_000, help="Max records per partition per micro-batch.")
 @click.option(
-    "--stream-seconds", type=seconds(), default=60.0, help="Seconds over which the second half of the input arrives."
+    "--stream-seconds",
+    type=seconds(),
+    default=60.0,
+    help="Pace of the second half of the input: spread over this many seconds, until the zombie step appends the "
+    "rest at once.",
 )
 @click.option("--no-report", is_flag=True, help="Skip the Spark analytics report.")
 @click.option(
