@@ -68,6 +68,9 @@ log = logging.getLogger("apportion.worker")
 _MAX_WAIT_S = 0.1
 _RETRY_S = 0.1
 
+DEFAULT_REVOKE_TIMEOUT_S = 10.0
+"""How long ``on_revoked`` may run before the lease is let go, unless ``JoinOptions.revoke_timeout_s`` says."""
+
 
 class JoinOptions(TypedDict, total=False):
     """How one worker takes part in its group: everything :meth:`Group.join` takes beside the worker's id and
@@ -75,12 +78,13 @@ class JoinOptions(TypedDict, total=False):
     ``apportion.aio`` to :class:`Worker` (the one place that applies the defaults, written here).
 
     ``capacity`` (1.0) and ``rack`` (None): the worker's weight and failure domain for the strategies that use them.
-    ``revoke_timeout_s`` (10 s): how long ``on_revoked`` may run before the lease is let go. ``history_retention_s``
-    (one hour; 0 records none): how long the group's history keeps events. ``tracer(kind, fields)`` (None): observes
-    every protocol event (e.g. :class:`apportion.metrics.MetricsTracer`). ``replica_lags``, ``on_replicas``
-    (None): a stateful group's standby and learner replicas, rounds mode. ``restored`` (None): a coordinator
-    member's migration acks. ``replace`` (False): fence a live worker with the same id and take its place.
-    ``subscriptions`` (None: every resource): the resources this worker consumes. :meth:`Group.join` says more."""
+    ``revoke_timeout_s`` (:data:`DEFAULT_REVOKE_TIMEOUT_S`, 10 s): how long ``on_revoked`` may run before the lease
+    is let go. ``history_retention_s`` (one hour; 0 records none): how long the group's history keeps events.
+    ``tracer(kind, fields)`` (None): observes every protocol event (e.g. :class:`apportion.metrics.MetricsTracer`).
+    ``replica_lags``, ``on_replicas`` (None): a stateful group's standby and learner replicas, rounds mode.
+    ``restored`` (None): a coordinator member's migration acks. ``replace`` (False): fence a live worker with the
+    same id and take its place. ``subscriptions`` (None: every resource): the resources this worker consumes.
+    :meth:`Group.join` says more."""
 
     capacity: float
     rack: str | None
@@ -138,7 +142,7 @@ class Worker:
             on_lost=on_lost,
             update=group.update,
             partitions_given=group.partitions_given,
-            revoke_timeout_s=options.get("revoke_timeout_s", 10.0),
+            revoke_timeout_s=options.get("revoke_timeout_s", DEFAULT_REVOKE_TIMEOUT_S),
             history_retention_s=options.get("history_retention_s", DEFAULT_RETENTION_S),
             tracer=self._log,
             replace=options.get("replace", False),
@@ -582,4 +586,4 @@ class Group:
             worker.stop()
 
 
-__all__ = ["CommitResult", "Group", "JoinOptions", "PartitionLease", "Tracer", "Worker"]
+__all__ = ["DEFAULT_REVOKE_TIMEOUT_S", "CommitResult", "Group", "JoinOptions", "PartitionLease", "Tracer", "Worker"]

@@ -4,7 +4,6 @@ the ones the worker's metrics server answers, on the port the worker is told to 
 
 from __future__ import annotations
 
-import inspect
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ import yaml
 
 from apportion.cli._app import app
 from apportion.metrics import MetricsTracer
-from apportion.worker import Group
+from apportion.worker import DEFAULT_REVOKE_TIMEOUT_S
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.30"
@@ -209,7 +208,7 @@ def test_probe_paths_are_the_ones_the_worker_answers() -> None:
 
 
 def test_termination_grace_outlasts_the_revoke_timeout() -> None:
-    revoke_timeout_s = inspect.signature(Group.join).parameters["revoke_timeout_s"].default
+    revoke_timeout_s = DEFAULT_REVOKE_TIMEOUT_S  # Group.join's default (JoinOptions)
     for workload, _ in worker_containers():
         grace_s = workload["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
         assert grace_s > revoke_timeout_s, f"{workload['metadata']['name']}: {grace_s} s"
