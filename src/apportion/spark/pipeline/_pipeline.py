@@ -234,8 +234,8 @@ def batch_frame(spark: SparkSession, tasks: Sequence[Task], transform: Transform
         if not columns:  # the same transform of the same schema: the first task's columns stand for every task's
             columns = df.columns
             check_columns(columns)
-        layout = (F.lit(task.partition).alias(PARTITION_COLUMN), F.lit(batch_name(task.start, task.end, task.epoch)))
-        frames.append(df.select(*columns, *layout[:1], layout[1].alias(BATCH_COLUMN)).coalesce(1))
+        directory = F.lit(batch_name(task.start, task.end, task.epoch)).alias(BATCH_COLUMN)
+        frames.append(df.select(*columns, F.lit(task.partition).alias(PARTITION_COLUMN), directory).coalesce(1))
     union = functools.reduce(lambda a, b: a.union(b), frames)  # by position: the same columns in every frame
     return union.sortWithinPartitions(PARTITION_COLUMN, BATCH_COLUMN, "offset")  # the writer's order + offsets
 
