@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +87,34 @@ def test_group_without_partitions_uses_the_stored_definition() -> None:
 def test_invalid_group_name_is_rejected() -> None:
     with pytest.raises(apportion.InvalidRequest):
         apportion.Group(fresh_store(), "bad/name", partitions=3)
+
+
+def test_a_watch_that_cannot_take_sqlites_write_lock_keeps_the_worker_running(tmp_path: Path) -> None:
+    """A SQLite watch's poll expires leases, so it takes the write lock when one has ended; another process holding
+    that lock past the store's ``timeout`` made the poll raise StoreUnavailable in the worker's wait, outside the
+    step that handles it, and the worker stopped (exit code 1 for `apportion worker`): seen at 64 members x 100,000
+    partitions committing. Now the wait hands the failure to the step: traced, retried, the worker stays."""
+    path = tmp_path / "store.db"
+    url = f"sqlite:///{path}?timeout=0.2"
+    store = apportion.connect(url)
+    group = apportion.Group(store, "g", partitions=4, settle_s=0.05, min_interval_s=0.1, ttl_s=5.0)
+    failures = threading.Semaphore(0)
+
+    def tracer(kind: object, fields: object) -> None:
+        if str(getattr(kind, "value", kind)) == "store_unavailable":
+            failures.release()
+
+    with group.join("a", tracer=tracer) as worker:
+        wait_for("a to own every partition", lambda: worker.owned() == [0, 1, 2, 3], 10)
+        apportion.connect(url).grant(0.05)  # a lease that ends at once: the next poll must expire it (a write)
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # another process's writer holds the lock
+        try:
+            for n in range(4):  # the step's reads and the wait's polls fail, one after another
+                assert failures.acquire(timeout=10), f"{n} store_unavailable traces, then none: the worker stopped?"
+            assert worker.error is None
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        wait_for("a to be stable again", lambda: worker.wait_until_stable(0.05), 10)
+        assert worker.owned() == [0, 1, 2, 3] and worker.error is None
