@@ -6,6 +6,8 @@
     members/<id>        registration (lease-bound): capacity, rack, pid, host
     current             the open round: {opened_at, opener, prev}; the round id is this key's mod_revision
     latest              {round}: the last round that has a plan
+    closing             {round, closer} (lease-bound to the closer's lease): a member is closing that round now;
+                        the others wait for it instead of closing too (``_rounds``, "Closing"); deleted by the close
     round/<R>/<id>      participation (lease-bound): owned partitions, the round they were owned in, capacity, rack,
                         subscriptions (absent: every resource)
     subscriptions/<id>  an operator's subscriptions for member <id> (``apportion subscribe``): {subscriptions};
@@ -169,6 +171,7 @@ class Keys:
     """Key names of one group."""
 
     __slots__ = (
+        "closing",
         "commits",
         "current",
         "epochs",
@@ -196,6 +199,7 @@ class Keys:
         self.resource = self.prefix + "resource"
         self.current = self.prefix + "current"
         self.latest = self.prefix + "latest"
+        self.closing = self.prefix + "closing"
         self.members = self.prefix + "members/"
         self.rounds = self.prefix + "round/"
         self.history = self.prefix + "history"
