@@ -18,6 +18,9 @@
 
 from __future__ import annotations
 
+import itertools
+import operator
+from collections.abc import Sequence
 from fractions import Fraction
 
 from apportion.assign._core import Problem, exact
@@ -25,7 +28,7 @@ from apportion.assign._hashing import BoundedLoadOptions, problem_capacity
 from apportion.assign._registry import strategy_named
 from apportion.assign._weighted import EPS, WeightedOptions, shares, unit_bands
 from apportion.errors import InvalidRequest, PlanViolation
-from apportion.model import AssignRequest, Plan, round_lower_bound
+from apportion.model import AssignRequest, PartitionColumn, Plan, round_lower_bound
 
 
 def min_moves(request: AssignRequest) -> int:
@@ -58,9 +61,11 @@ def check(request: AssignRequest, plan: Plan) -> list[str]:
         if k is None:
             out.append(f"unknown member {member!r} in the assignment")
             continue
+        counts[k] = len(parts)
+        if _mark_column(problem, k, parts, owner):
+            continue
         if list(parts) != sorted(parts):
             out.append(f"{member}: partitions not sorted")
-        counts[k] = len(parts)
         for part in parts:
             r = problem.rindex.get(part.resource)
             if r is None or not 0 <= part.index < problem.resources[r].partitions:
@@ -83,6 +88,38 @@ def check(request: AssignRequest, plan: Plan) -> list[str]:
     out += _check_balance(problem, request, plan, counts)
     out += _check_bound(problem, request, plan)
     return out
+
+
+def _mark_column(problem: Problem, k: int, parts: object, owner: dict[int, int]) -> bool:
+    """Mark a well-formed column's partitions as owned by member ``k`` from its indices (no Partition tuple made,
+    none sorted); True when done. A column that would give a violation (unknown resource, an index out of range, not
+    increasing, unsubscribed, a partition owned twice) returns False before marking anything: the general loop words
+    it. Why: at 100,000 partitions the check of a rounds close took 4-5x the plan itself (0.23 of 0.28 s), most of it
+    making each member's tuples and sorting them."""
+    if not isinstance(parts, PartitionColumn):
+        return False
+    r = problem.rindex.get(parts.resource)
+    if r is None or r not in problem.subs[k]:
+        return False
+    indices = parts.indices
+    if not indices:
+        return True
+    if isinstance(indices, range):
+        increasing = indices.step > 0
+    else:
+        increasing = all(map(operator.lt, indices, itertools.islice(indices, 1, None)))
+    if not increasing or indices[0] < 0 or indices[-1] >= problem.resources[r].partitions:
+        return False
+    base = problem.start[r]
+    keys: Sequence[int]
+    if isinstance(indices, range):
+        keys = range(base + indices.start, base + indices.stop, indices.step)
+    else:
+        keys = [base + i for i in indices]
+    if not owner.keys().isdisjoint(keys):
+        return False
+    owner.update(zip(keys, itertools.repeat(k)))
+    return True
 
 
 def _check_bound(problem: Problem, request: AssignRequest, plan: Plan) -> list[str]:

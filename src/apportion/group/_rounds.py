@@ -144,7 +144,7 @@ from apportion.group._ownership import (
 from apportion.group._subscriptions import Subscriptions
 from apportion.group._trace import TraceKind
 from apportion.group._tracked import TrackedKey
-from apportion.model import AssignRequest, Member, Partition, Plan, partition_of
+from apportion.model import AssignRequest, Member, Partition, PartitionColumn, Plan, partition_of
 from apportion.store import Delete, Event, EventType, Get, KeyValue, Op, Put, Store, absent, mod_revision_is
 
 ReplicaLags = Callable[[], Mapping[Any, int]]
@@ -913,8 +913,14 @@ def close_plan(
         """A replica table of the plan in partition ids, members with none left out."""
         return {mid: [pid(p) for p in parts] for mid, parts in table.items() if parts}
 
+    def pids(parts: Sequence[Partition]) -> list[PartitionId]:
+        """A member's partitions as ids: a one-resource group's column is its indices (no tuple made)."""
+        if isinstance(parts, PartitionColumn) and not config.resources:
+            return list(parts.indices)
+        return [pid(p) for p in parts]
+
     return planned(
-        assignment={mid: [pid(p) for p in plan.assignment.get(mid, ())] for mid in ids},
+        assignment={mid: pids(plan.assignment.get(mid, ())) for mid in ids},
         strategy=plan.strategy,
         kept=False,
         moves=plan.stats.moved,
