@@ -37,8 +37,8 @@ def test_pipeline_workers_survive_random_kills_freezes_and_stops_beside_a_cpu_ho
     tmp_path: Path, connect_server: Any, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Thin workers on one Spark Connect server (as `make demo` runs them): a killed or restarted worker costs no JVM
-    start, so the faults, not Spark's start-up, fill the run. The own-JVM path is under kill -9 and SIGSTOP in
-    tests/spark/test_pipeline.py."""
+    start, so the faults, not Spark's start-up, fill the run. A worker's own JVM is under kill -9 and SIGSTOP in
+    tests/spark/test_cluster.py (and tests/spark/test_pipeline.py's three-JVM test, `make soak`)."""
     if shutil.which("stress-ng") is None:
         message = "stress-ng is not installed (scripts/ensure-test-tools.sh: apt-get install -y stress-ng)"
         if os.environ.get("CI") == "true":
