@@ -190,10 +190,13 @@ class Entry:
         for name, member in (("owner", owner), ("target", target)):
             if member is not None and not isinstance(member, str):
                 raise CorruptRecord(key, f"{name!r} must be a member id or null, got {member!r:.80}")
-        states = {s.value: s for s in TableState}
+        states = _STATES
         if not isinstance(state, str) or state not in states:
             raise CorruptRecord(key, f"'state' must be one of {', '.join(states)}, got {state!r:.80}")
         return cls(owner, target, states[state])
+
+
+_STATES = {s.value: s for s in TableState}
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,11 +215,17 @@ def read_table(store: Store, group: str) -> dict[PartitionId, tuple[Entry, int]]
 
 
 def _table(keys: Keys, kvs: Sequence[KeyValue]) -> dict[PartitionId, tuple[Entry, int]]:
+    """The table's entries; each distinct stored value decoded once (a table of P partitions holds a few values per
+    member: the coordinator read it at every step, and decoding every entry was a third of its CPU)."""
     out: dict[PartitionId, tuple[Entry, int]] = {}
+    entries: dict[bytes, Entry] = {}
     for kv in kvs:
         p = pid_of_key(kv.key[len(keys.tables) :])
         if p is not None:
-            out[p] = (Entry.from_json(decode(kv.value, kv.key), kv.key), kv.mod_revision)
+            entry = entries.get(kv.value)
+            if entry is None:
+                entry = entries[kv.value] = Entry.from_json(decode(kv.value, kv.key), kv.key)
+            out[p] = (entry, kv.mod_revision)
     return out
 
 
