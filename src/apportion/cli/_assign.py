@@ -55,15 +55,20 @@ def render_table(result: Plan) -> Table:
     return table
 
 
-def _read_request(input_path: Path | None) -> str:
-    """The request text: UTF-8 from ``--input`` or stdin; anything else (binary, UTF-16, no stdin) is InvalidRequest."""
+def _read_request(input_path: Path | None) -> str | bytes:
+    """The request: the bytes of ``--input`` or stdin when they are ASCII (``loads_request`` reads them without a
+    decode), else their UTF-8 text; anything else (binary, UTF-16, no stdin) is InvalidRequest."""
     where = "stdin" if input_path is None else str(input_path)
     try:
         if input_path is not None:
-            return input_path.read_text(encoding="utf-8")
-        if sys.stdin is None:
+            data = input_path.read_bytes()
+        elif sys.stdin is None:
             raise InvalidRequest("input", "stdin is closed: pipe the request in or give --input FILE")
-        return sys.stdin.buffer.read().decode("utf-8") if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+        elif hasattr(sys.stdin, "buffer"):
+            data = sys.stdin.buffer.read()
+        else:
+            return sys.stdin.read()
+        return data if data.isascii() else data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidRequest("input", f"{where} is not UTF-8 text (byte {exc.start}): a JSON request is") from exc
     except OSError as exc:
