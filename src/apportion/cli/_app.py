@@ -22,7 +22,6 @@ import click
 
 from apportion.cli import _signals
 from apportion.errors import ApportionError
-from apportion.store import redact, url_secrets
 
 # optional dependency (top-level module) -> the extra that installs it
 EXTRAS = {
@@ -40,6 +39,7 @@ EXTRAS = {
 }
 
 _SECRETS: list[str] = []
+_UNREAD: list[str] = []  # values remembered whose secrets are not in _SECRETS yet (see scrub)
 # commands that start Spark: the extra is checked before they do anything (the demo would spawn workers that each
 # fail alone; report would read the store first)
 SPARK_COMMANDS = (("demo",), ("report",), ("pipeline", "run"), ("spark", "serve"))
@@ -55,7 +55,7 @@ def require_extra(extra: str) -> None:
 
 def _remember(value: object) -> None:
     if isinstance(value, str):
-        _SECRETS.extend(s for s in url_secrets(value) if s not in _SECRETS)
+        _UNREAD.append(value)
 
 
 def remember_url(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -65,7 +65,13 @@ def remember_url(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 
 
 def scrub(text: str) -> str:
-    """``text`` with every store password this command has seen masked."""
+    """``text`` with every store password this command has seen masked. The values remembered are searched for
+    passwords here, when something is first printed: a command that prints nothing but its output (`apportion
+    assign`) does not load the store layer."""
+    from apportion.store import redact, url_secrets
+
+    while _UNREAD:
+        _SECRETS.extend(s for s in url_secrets(_UNREAD.pop(0)) if s not in _SECRETS)
     return redact(text, _SECRETS)
 
 
