@@ -30,7 +30,6 @@ were too strict for (e.g. ``t-00000001``).
 from __future__ import annotations
 
 import functools
-import json
 import math
 import operator
 import re
@@ -139,6 +138,7 @@ def loads_request(text: str | bytes) -> AssignRequest:
 
 def _loads_text(text: str) -> AssignRequest:
     """:func:`loads_request` by the general path: every value decoded, every error worded."""
+    import json  # here: the raw path never needs it
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
