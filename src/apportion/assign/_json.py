@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from itertools import islice, repeat
 from types import MappingProxyType
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
@@ -71,7 +71,6 @@ _PARTITION_FORMAT = "%s-%s"  # Partition.__str__, applied to the (resource, inde
 _KEY_END = re.compile(r'"[ \t\n\r]*:')
 _KEY_END_BYTES = re.compile(rb'"[ \t\n\r]*:')
 _NO_LAG: Mapping[Partition, int] = MappingProxyType({})
-_MAX_INDEX_DIGITS = len(str(MAX_PARTITIONS))
 
 
 def _keys(obj: object) -> int:
@@ -222,6 +221,7 @@ def _members_raw(docs: Mapping[str, Any], resources: Mapping[str, Resource]) -> 
     """The members :func:`_loads_raw` decoded: those with ``owned`` (if any) in the exact form and none of the
     replica fields or subscriptions made here, field by field as :func:`_member` makes them; the others by it."""
     heads = {_ENCODER.encode(name)[1:-1]: res for name, res in resources.items()}
+    layout: list[_Layout] = []
     out: list[Member] = []
     for mid, doc in docs.items():
         if doc is None:
@@ -229,7 +229,7 @@ def _members_raw(docs: Mapping[str, Any], resources: Mapping[str, Resource]) -> 
             continue
         values = astuple(doc)
         raw, generation, capacity, rack, join_revision = values[:_OTHER]
-        owned = () if raw is UNSET else _raw_column(bytes(raw), heads)
+        owned = () if raw is UNSET else _raw_column(bytes(raw), heads, layout)
         if owned is None or not mid or values[_OTHER:] != _NO_OTHER:
             value = {name: v for name, v in zip(_DOC_FIELDS, values, strict=True) if v is not UNSET}
             if owned is None:
@@ -244,18 +244,34 @@ def _members_raw(docs: Mapping[str, Any], resources: Mapping[str, Resource]) -> 
     return tuple(out)
 
 
-def _raw_column(raw: bytes, heads: Mapping[bytes, Resource]) -> Sequence[Partition] | None:
+class _Layout(NamedTuple):
+    """How a list's text is laid out: ``["<resource>-`` before its first index, the joiner between two indices (its
+    closing quote, separator, opening quote and ``<resource>-``: ``", "t-``), and the resource."""
+
+    head: bytes
+    joiner: bytes
+    resource: Resource
+
+
+def _raw_column(raw: bytes, heads: Mapping[bytes, Resource], layout: list[_Layout]) -> Sequence[Partition] | None:
     """The partitions of an ``owned`` list given as its JSON text when that text is exactly ``["<resource>-<int>",
     ...]`` (one resource, any separators, indices distinct and in range), else None. ``heads`` maps each resource
-    name's JSON string body (``_ENCODER``'s) to it.
+    name's JSON string body (``_ENCODER``'s) to it; ``layout`` holds the previous list's :class:`_Layout`, tried
+    first (the lists of a request share one), and gets this list's.
 
     No string is made. The resource is the first string's text up to its last hyphen; the joiner is what stands
-    between two indices (``", "t-``: the separator the text uses after its first index). The proof is the way back:
-    the indices found, encoded by msgspec (digits and commas only, no sign) with each comma widened to the joiner,
-    must be the text between the first hyphen and the closing ``"]``, byte for byte. Then each string is the
-    resource name, a hyphen and an index in canonical digits: what :meth:`Partition.parse` reads as that partition.
-    The indices to try: the run from the first to the last index when the count fits (a previous plan's blocks: no
-    int decoded), else the ints msgspec decodes from the text with the joiner's other bytes deleted."""
+    between its first two indices (the separator the text uses). The proof is the way back: the indices found,
+    encoded by msgspec (digits and commas only) with each comma widened to the joiner, must be the text between the
+    head and the closing ``"]``, byte for byte (:func:`_renders`). Then each string is the resource name, a hyphen
+    and an index in canonical digits: what :meth:`Partition.parse` reads as that partition. The indices to try:
+    the run from the first to the last index (a previous plan's blocks: no int decoded, :func:`_run`), else the
+    ints msgspec decodes from the text with the joiner's other bytes deleted."""
+    if layout:
+        known = layout[0]
+        if raw.startswith(known.head) and raw.endswith(b'"]'):
+            run = _run(raw, len(known.head), known.joiner, known.resource.partitions)
+            if run is not None:
+                return PartitionColumn(known.resource.name, run)
     if raw == b"[]":
         return ()
     end = raw.find(b'"', 2)  # the first string's closing quote (a quote escaped in it: no resource found below)
@@ -263,7 +279,7 @@ def _raw_column(raw: bytes, heads: Mapping[bytes, Resource]) -> Sequence[Partiti
     res = heads.get(raw[2:cut]) if cut > 2 and raw.startswith(b'["') and raw.endswith(b'"]') else None
     if res is None:
         return None
-    if end == len(raw) - 2:  # one string: any joiner with a quote, which no digits hold
+    if end == len(raw) - 2:  # one string: a joiner without white space (the proof holds with any)
         joiner = b'",' + raw[1 : cut + 1]
     else:
         after = raw.find(b'"', end + 1)
@@ -271,13 +287,10 @@ def _raw_column(raw: bytes, heads: Mapping[bytes, Resource]) -> Sequence[Partiti
             return None
         joiner = raw[end:after] + raw[1 : cut + 1]  # b'", "t-'
     start = cut + 1  # the indices and joiners: raw[start:-2]
-    first, last = raw[start:end], raw[raw.rfind(b"-") + 1 : -2]
-    if first.isdigit() and last.isdigit() and len(first) <= _MAX_INDEX_DIGITS >= len(last):  # ASCII digits, int()'s
-        low, high = int(first), int(last)
-        if high - low == raw.count(b",", start) and high < res.partitions:
-            run = range(low, high + 1)
-            if _renders(list(run), joiner, raw, start):
-                return PartitionColumn(res.name, run)
+    layout[:] = [_Layout(raw[:start], joiner, res)]
+    run = _run(raw, start, joiner, res.partitions)
+    if run is not None:
+        return PartitionColumn(res.name, run)
     others = _joiner_bytes(joiner)
     try:  # the head and the tail are the joiner's bytes, the brackets and a quote: deleted, the brackets are left
         text = raw.translate(None, others) if others else b"[" + raw[start:-2].replace(joiner, b",") + b"]"
@@ -287,10 +300,23 @@ def _raw_column(raw: bytes, heads: Mapping[bytes, Resource]) -> Sequence[Partiti
     return _column(res, ints) if _renders(ints, joiner, raw, start) and (not ints or min(ints) >= 0) else None
 
 
+def _run(raw: bytes, start: int, joiner: bytes, partitions: int) -> range | None:
+    """The indices of ``raw[start:-2]`` when they are one increasing run below ``partitions`` joined by ``joiner``
+    (:func:`_renders`): the run from its first to its last index, if any."""
+    try:  # more digits than int() reads, or none: no run
+        low, high = int(raw[start : raw.find(b'"', start)]), int(raw[raw.rfind(b"-") + 1 : -2])
+    except ValueError:
+        return None
+    if not 0 <= low <= high < partitions or (high - low) * len(joiner) > len(raw):  # its joiners would not fit
+        return None
+    run = range(low, high + 1)
+    return run if _renders(list(run), joiner, raw, start) else None
+
+
 def _renders(ints: list[int], joiner: bytes, raw: bytes, start: int) -> bool:
-    """Whether ``raw[start:-2]`` is ``ints`` encoded with each comma widened to ``joiner`` (no copy of ``raw``)."""
+    """Whether ``raw[start:-2]`` is ``ints`` encoded with each comma widened to ``joiner``."""
     text = _ENCODER.encode(ints).replace(b",", joiner)
-    return len(text) == len(raw) - start and raw.startswith(memoryview(text)[1:-1], start)
+    return len(text) == len(raw) - start and raw.startswith(text[1:-1], start)
 
 
 @functools.cache
@@ -580,16 +606,25 @@ def _raw_names(parts: Sequence[Partition]) -> msgspec.Raw:
     comma then widened to ``","<resource>-``; a :class:`PartitionColumn` gives its indices without a Partition made."""
     if isinstance(parts, PartitionColumn):
         if not parts:
-            return msgspec.Raw(b"[]")
+            return _EMPTY_LIST
         resource, indices = parts.resource, parts.indices
     elif len(set(map(_first, parts))) != 1:
         return msgspec.Raw(_ENCODER.encode(_names(parts)))
     else:
         resource, indices = parts[0][0], list(map(_second, parts))
+    head, joiner = _list_affixes(resource)
+    text = _ENCODER.encode(indices if isinstance(indices, list) else list(indices)).replace(b",", joiner)
+    return msgspec.Raw(b"".join((head, text[1:-1], b'"]')))
+
+
+_EMPTY_LIST = msgspec.Raw(b"[]")
+
+
+@functools.cache
+def _list_affixes(resource: str) -> tuple[bytes, bytes]:
+    """What :func:`_raw_names` puts before a list's first index (``["t-``) and between two (``","t-``)."""
     quoted = _ENCODER.encode(f"{resource}-")[:-1]  # b'"t-'
-    listed = indices if isinstance(indices, list) else list(indices)
-    text = _ENCODER.encode(listed)[1:-1].replace(b",", b'",' + quoted)
-    return msgspec.Raw(b"[" + quoted + text + b'"]')
+    return b"[" + quoted, b'",' + quoted
 
 
 def plan_to_json(plan: Plan, names: Callable[[Sequence[Partition]], object] = _names) -> dict[str, Any]:
