@@ -1,16 +1,17 @@
-"""`apportion assign` — the dry run of any strategy: a JSON request in (stdin or --input), the plan out."""
+"""`apportion assign` — the dry run of any strategy: a JSON request in (stdin or --input), the plan out.
+
+The plain command line (JSON out) runs without click: ``apportion.cli._assign_io``."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import click
 
-from apportion.assign import dumps_plan, gc_paused, loads_request, plan
-from apportion.cli._app import app, keep_until_exit
-from apportion.errors import InvalidRequest
+from apportion.assign import gc_paused
+from apportion.cli._app import app
+from apportion.cli._assign_io import planned, write_json
 from apportion.model import Partition, Plan
 
 if TYPE_CHECKING:
@@ -54,27 +55,6 @@ def render_table(result: Plan) -> Table:
     return table
 
 
-def _read_request(input_path: str | None) -> str | bytes:
-    """The request: the bytes of ``--input`` or stdin when they are ASCII (``loads_request`` reads them without a
-    decode), else their UTF-8 text; anything else (binary, UTF-16, no stdin) is InvalidRequest."""
-    where = "stdin" if input_path is None else input_path
-    try:
-        if input_path is not None:
-            with open(input_path, "rb") as file:  # not pathlib: its import is ~3 % of the command at a million
-                data = file.read()
-        elif sys.stdin is None:
-            raise InvalidRequest("input", "stdin is closed: pipe the request in or give --input FILE")
-        elif hasattr(sys.stdin, "buffer"):
-            data = sys.stdin.buffer.read()
-        else:
-            return sys.stdin.read()
-        return data if data.isascii() else data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidRequest("input", f"{where} is not UTF-8 text (byte {exc.start}): a JSON request is") from exc
-    except OSError as exc:
-        raise InvalidRequest("input", f"cannot read {where}: {exc.strerror or exc}") from exc
-
-
 @app.command()
 @click.option("--input", "input_path", type=click.Path(dir_okay=False), help="Request file (default: stdin).")
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json", help="Output format.")
@@ -85,18 +65,10 @@ def assign(input_path: str | None, fmt: str) -> None:
 
 
 def _assign(input_path: str | None, fmt: str) -> None:
-    request = loads_request(_read_request(input_path))
-    result = plan(request)
-    keep_until_exit(request, result)  # not freed one by one when this is the whole process
+    result = planned(input_path)
     if fmt == "table":
         from rich.console import Console
 
         Console().print(render_table(result))
         return
-    out = dumps_plan(result)
-    buffer = getattr(sys.stdout, "buffer", None)
-    if buffer is not None:
-        buffer.write(out)
-        buffer.write(b"\n")  # apart: adding it to `out` would copy the whole plan (11 MB at a million)
-    else:  # a text-only stdout (tests capture it so)
-        sys.stdout.write(out.decode() + "\n")
+    write_json(result)
