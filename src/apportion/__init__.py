@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from apportion._lazy import lazy_names
+from apportion._lazy import by_module, lazy_names
 
 if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     from apportion.errors import (
@@ -33,18 +33,16 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
 __version__ = "0.1.0"
 
 # every public name -> the module it loads from
-_LAZY = {
-    name: module
-    for module, names in {
+_LAZY = by_module(
+    {
         "apportion.errors": "ApportionError Compacted Conflict Fenced InvalidRequest LeaseNotFound NotEnoughMembers "
         "PlanViolation StoreUnavailable",
         "apportion.group": "Router",
         "apportion.model": "AssignRequest Member Move Partition Plan PlanStats Resource",
         "apportion.store": "Store connect",
         "apportion.worker": "CommitResult Group JoinOptions PartitionLease Worker",
-    }.items()
-    for name in names.split()
-}
+    }
+)
 
 __getattr__ = lazy_names(__name__, _LAZY)
 

@@ -22,3 +22,8 @@ def lazy_names(face: str, names: Mapping[str, str]) -> Callable[[str], Any]:
         return value
 
     return load
+
+
+def by_module(modules: Mapping[str, str]) -> dict[str, str]:
+    """``{module: "name name ..."}`` (a face's table, module by module) as ``{name: module}`` for :func:`lazy_names`."""
+    return {name: module for module, names in modules.items() for name in names.split()}

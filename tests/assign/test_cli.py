@@ -169,8 +169,60 @@ def test_a_process_ends_without_teardown_only_after_the_whole_plan_is_written() 
     version = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True, text=True, timeout=60)
     assert version.returncode == 0 and version.stderr == "teardown ran\n", "a command that kept nothing exits normally"
 
-    from apportion.cli import _app
+    from apportion.cli import _outcome
     from tests.cli.run import cli
 
     assert cli("assign", stdin=json.dumps(request)).code == 0
-    assert _app._KEPT == [], "main() in process must free what the command kept"
+    assert _outcome._KEPT == [], "main() in process must free what the command kept"
+
+
+def run_args(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "apportion.cli", *args], input=stdin, capture_output=True, timeout=60
+    )
+
+
+def imported_click(proc: subprocess.CompletedProcess[bytes]) -> bool:
+    return any(line.rsplit(b"|", 1)[-1].strip() == b"click" for line in proc.stderr.splitlines())
+
+
+def error_lines(proc: subprocess.CompletedProcess[bytes]) -> list[bytes]:
+    return [line for line in proc.stderr.splitlines() if not line.startswith(b"import time:")]
+
+
+PAYLOADS = [
+    json.dumps(EXAMPLE).encode(),
+    b"{not json",
+    json.dumps({**EXAMPLE, "members": {"C0": {"owned": ["t1-0", "t1-99"]}}}).encode(),
+    b'{"strategy": "sticky", "resources": {"t": 1}, "members": {"a": {}, "a": {}}}',
+    b'{"strategy": "sticky", "rack": "\xff"}',
+    b"",
+]
+
+
+@pytest.mark.parametrize("payload", PAYLOADS, ids=["valid", "syntax", "range", "duplicate", "binary", "empty"])
+def test_the_plain_command_line_runs_without_click_and_answers_as_click_does(tmp_path: Path, payload: bytes) -> None:
+    path = tmp_path / "request.json"
+    path.write_bytes(payload)
+    through_click = run_args("assign", "--format", "json", "--input", str(path))
+    assert imported_click(through_click)
+    for proc in (run_args("assign", "--input", str(path)), run_args("assign", f"--input={path}")):
+        assert not imported_click(proc)
+        assert (proc.returncode, proc.stdout, error_lines(proc)) == (
+            through_click.returncode, through_click.stdout, error_lines(through_click),
+        )  # fmt: skip
+    from_stdin, click_stdin = run_args("assign", stdin=payload), run_args("assign", "--format", "json", stdin=payload)
+    assert not imported_click(from_stdin) and imported_click(click_stdin)
+    assert (from_stdin.returncode, from_stdin.stdout, error_lines(from_stdin)) == (
+        click_stdin.returncode, click_stdin.stdout, error_lines(click_stdin),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("assign", "--input", "-x"), ("assign", "--input", "."), ("assign", "--bogus"), ("assign", "--help")],
+)
+def test_any_other_assign_command_line_goes_through_click(args: tuple[str, ...]) -> None:
+    proc = run_args(*args)
+    assert imported_click(proc)
+    assert proc.returncode == (0 if "--help" in args else 2)

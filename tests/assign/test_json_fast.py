@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from apportion.assign import dumps_plan, loads_request, parse_request, plan, plan_to_json
 from apportion.assign._json import _columnar, _decode_fast, _walk
 from apportion.errors import InvalidRequest
-from apportion.model import Partition, Resource
+from apportion.model import Partition, PartitionColumn, Resource
 
 BIG = 20_000
 RESOURCES = {"t": Resource("t", BIG), "t-x": Resource("t-x", 5), "u\n": Resource("u\n", 3), 'é"': Resource('é"', 4)}
@@ -23,7 +23,7 @@ def big_request(owned: list[Any]) -> str:
     return json.dumps({"strategy": "sticky", "resources": {"t": BIG, "u": 3}, "members": {"C0": {"owned": owned}}})
 
 
-def error_of(text: str) -> str:
+def error_of(text: str | bytes) -> str:
     with pytest.raises(InvalidRequest) as caught:
         loads_request(text)
     return str(caught.value)
@@ -216,3 +216,105 @@ def test_every_members_list_checked_together_parses_as_each_list_alone(indices: 
 def test_a_duplicate_key_with_whitespace_before_its_colon_is_refused(colon: str) -> None:
     text = '{"strategy": "sticky", "resources": {"t": 3}, "members": {"a": {}, "a' + colon + ' {"rack": "x\\":"}}}'
     assert error_of(text) == "a: duplicate key (ids must be unique)"
+
+
+# The raw path (issue 31 item 4): members' `owned` lists read from their JSON text, no string made per partition.
+
+RAW_RESOURCES = {"t": 40, "t-x": 5, 'é"': 4, "u1": 12}
+separators = st.sampled_from([", ", ",", " ,", ",\n  ", "\t,\t"])
+list_texts = st.one_of(
+    st.lists(st.integers(0, 45), max_size=8),  # in range or not, repeated or not, in any order
+    st.integers(0, 30).flatmap(lambda low: st.integers(low, low + 9).map(lambda high: list(range(low, high + 1)))),
+).flatmap(
+    lambda indices: st.tuples(
+        st.just(indices),
+        st.sampled_from(sorted(RAW_RESOURCES)),
+        separators,
+        st.sampled_from(["plain", "zero", "escape", "space", "other", "number"]),
+        st.integers(0, 8),
+    )
+)
+
+
+def list_text(indices: list[int], resource: str, sep: str, twist: str, at: int) -> str:
+    """A JSON list of ``<resource>-<index>`` strings in the layout given, with one twist at position ``at``."""
+    items = [json.dumps(f"{resource}-{i}", ensure_ascii=False) for i in indices]
+    if items and at < len(items):
+        index = indices[at]
+        items[at] = {
+            "plain": items[at],
+            "zero": json.dumps(f"{resource}-0{index}", ensure_ascii=False),  # the walk accepts it, the raw path not
+            "escape": json.dumps(f"{resource}-{index}"),  # é as \u00e9
+            "space": json.dumps(f"{resource}- {index}"),
+            "other": json.dumps(f"t-x-{index}"),
+            "number": str(index),
+        }[twist]
+    return "[" + sep.join(items) + "]"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(list_texts, max_size=4), separators)
+def test_the_raw_path_gives_the_general_result_or_steps_aside(lists: list[Any], sep: str) -> None:
+    from apportion.assign._json import _loads_raw, _loads_text
+
+    members = sep.join(f'"m{k}": {{"owned": {list_text(*spec)}, "generation": 1}}' for k, spec in enumerate(lists))
+    resources = json.dumps(RAW_RESOURCES, ensure_ascii=False)
+    text = f'{{"strategy": "sticky", "resources": {resources}, "members": {{{members}}}}}'
+    try:
+        general = _loads_text(text)
+    except InvalidRequest as exc:
+        assert error_of(text) == str(exc)  # the same one-line error, whichever path read it first
+        return
+    try:
+        raw = _loads_raw(text.encode())
+    except InvalidRequest:
+        raw = None
+    assert raw is None or raw == general
+    assert loads_request(text) == general == loads_request(text.encode())
+    if all(twist == "plain" and len(set(indices)) == len(indices) and max(indices, default=0) < RAW_RESOURCES[name]
+           for indices, name, _, twist, _ in lists):  # fmt: skip
+        assert raw is not None  # every list in the exact form: the raw path read it
+
+
+@pytest.mark.parametrize("separators", [(", ", ": "), (",", ":")])
+def test_a_big_request_of_blocks_and_shuffled_lists_takes_the_raw_path(separators: tuple[str, str]) -> None:
+    from apportion.assign._json import _loads_raw, _loads_text
+
+    shuffled = [f"t-{(i * 7919) % BIG}" for i in range(500)]
+    blocks = [[f"t-{i}" for i in range(k * 100, (k + 1) * 100)] for k in range(50)]
+    members = {f"m{k}": {"owned": block, "generation": 3} for k, block in enumerate(blocks)}
+    members |= {"s": {"owned": shuffled, "capacity": 2, "rack": "a"}, "e": {"owned": []}, "n": {}, "z": None}
+    text = json.dumps({"strategy": "sticky", "resources": {"t": BIG}, "members": members}, separators=separators)
+    raw = _loads_raw(text.encode())
+    assert raw is not None and raw == _loads_text(text)
+    assert raw.members[0].owned == tuple(Partition("t", i) for i in range(100))
+    assert isinstance(raw.members[0].owned, PartitionColumn) and isinstance(raw.members[0].owned.indices, range)
+
+
+@pytest.mark.parametrize(
+    ("member", "message"),
+    [
+        ('{"owned": ["t-1", "t-1"]}', "members.m.owned[1]: 't-1' is listed twice"),
+        ('{"owned": ["t-1", "t-20000"]}', "members.m.owned[1]: 't-20000' is out of range (t has 20000 partitions)"),
+        ('{"owned": ["t-1"], "generation": -1}', "members.m.generation: must be an integer >= 0, got -1"),
+        ('{"owned": ["t-1"], "capacity": true}', "members.m.capacity: must be a positive number, got True"),
+        ('{"owned": ["t-1"], "owned": ["t-2"]}', "owned: duplicate key (ids must be unique)"),
+        ('{"owned": [{"a": 1, "a": 2}]}', "a: duplicate key (ids must be unique)"),
+        ('{"owned": ["t-1"], "colour": 1}', "members.m.colour: unknown field (expected one of"),
+        ('{"owned": "t-1"}', "members.m.owned: must be a list of '<resource>-<index>' strings"),
+    ],
+)
+def test_an_error_the_raw_path_meets_is_worded_as_the_general_path_words_it(member: str, message: str) -> None:
+    text = f'{{"strategy": "sticky", "resources": {{"t": {BIG}}}, "members": {{"k": {{}}, "m": {member}}}}}'
+    assert error_of(text).startswith(message)
+    assert error_of(text.encode()).startswith(message)
+
+
+def test_an_index_of_more_digits_than_int_reads_is_worded_not_raised() -> None:
+    for owned in ([f"t-{'1' * 5000}"], ["t-1", f"t-{'1' * 5000}"], [f"t-{'1' * 5000}", "t-1"]):
+        message = error_of(big_request(owned))
+        assert "index above the maximum" in message and len(message) < 300
+
+
+def test_bytes_that_are_not_utf8_are_refused_as_input() -> None:
+    assert error_of(b'{"strategy": "\xff"}') == "input: not UTF-8 text (byte 14): a JSON request is"

@@ -11,16 +11,43 @@ violations of the strategy's invariants; ``parse_request``/``plan_to_json`` are 
 
 from __future__ import annotations
 
-from apportion.assign._check import check, check_or_raise, min_moves
-from apportion.assign._core import gc_paused
-from apportion.assign._hashing import BoundedLoadOptions, stable_hash
-from apportion.assign._high_availability import HighAvailabilityOptions, replica_tags, tags
-from apportion.assign._json import dumps_plan, loads_request, parse_request, plan_to_json
-from apportion.assign._options import StrategyOptions
+from typing import TYPE_CHECKING
+
+from apportion._lazy import by_module, lazy_names
 from apportion.assign._registry import STRATEGIES, Strategy, strategy_named, validate_options
-from apportion.assign._simple import range_block
-from apportion.assign._weighted import WeightedOptions
 from apportion.model import AssignRequest, Plan
+
+if TYPE_CHECKING:  # the same names, eagerly, for type checkers
+    from apportion.assign._check import check, check_or_raise, min_moves
+    from apportion.assign._core import gc_paused
+    from apportion.assign._hashing import BoundedLoadOptions, stable_hash
+    from apportion.assign._high_availability import HighAvailabilityOptions, replica_tags, tags
+    from apportion.assign._json import dumps_plan, loads_request, parse_request, plan_to_json
+    from apportion.assign._options import StrategyOptions
+    from apportion.assign._simple import range_block
+    from apportion.assign._weighted import WeightedOptions
+
+# every other public name -> the module it loads from, on first use (PEP 562): `apportion assign` with one
+# strategy loads that strategy's module, not the others nor the checker
+_LAZY = by_module(
+    {
+        "apportion.assign._check": "check check_or_raise min_moves",
+        "apportion.assign._core": "gc_paused",
+        "apportion.assign._hashing": "BoundedLoadOptions stable_hash",
+        "apportion.assign._high_availability": "HighAvailabilityOptions replica_tags tags",
+        "apportion.assign._json": "dumps_plan loads_request parse_request plan_to_json",
+        "apportion.assign._options": "StrategyOptions",
+        "apportion.assign._simple": "range_block",
+        "apportion.assign._weighted": "WeightedOptions",
+    }
+)
+
+__getattr__ = lazy_names(__name__, _LAZY)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 STRATEGY_NAMES: tuple[str, ...] = tuple(sorted(STRATEGIES))
 

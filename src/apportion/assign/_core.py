@@ -36,14 +36,16 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from fractions import Fraction
 from itertools import chain, pairwise, repeat, zip_longest
 from operator import itemgetter, sub
 from types import MappingProxyType
-from typing import NamedTuple, overload
+from typing import TYPE_CHECKING, NamedTuple, overload
 
 from apportion.errors import InvalidRequest
 from apportion.model import AssignRequest, Member, Move, Partition, PartitionColumn, Plan, PlanStats, Resource
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 _new_tuple = tuple.__new__
 _first = itemgetter(0)
@@ -74,6 +76,8 @@ def gc_paused() -> Iterator[None]:
 
 def exact(value: float) -> Fraction:
     """A float as the decimal the user most likely meant (0.2 -> 1/5), so bands do not round the wrong way."""
+    from fractions import Fraction  # imported here: the count-balanced strategies never ask (fractions loads decimal)
+
     return Fraction(repr(float(value)))
 
 

@@ -23,9 +23,14 @@ def run() -> NoReturn:
     """Console entry point (``apportion``, ``python -m apportion.cli``): a SIGINT or SIGTERM from here on ends the
     process quietly (see ``apportion.cli._signals``), even during the imports that follow; then the command
     (``apportion.cli._app.run``)."""
+    import sys
+
     from apportion.cli._signals import install
 
     install()
+    from apportion.cli._assign_io import run_plain
+
+    run_plain(sys.argv[1:])  # `apportion assign [--input FILE]`: run and ended here, before click is imported
     from apportion.cli._app import run as run_command
 
     run_command()

@@ -1,17 +1,17 @@
-"""`apportion assign` — the dry run of any strategy: a JSON request in (stdin or --input), the plan out."""
+"""`apportion assign` — the dry run of any strategy: a JSON request in (stdin or --input), the plan out.
+
+The plain command line (JSON out) runs without click: ``apportion.cli._assign_io``."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from apportion.assign import dumps_plan, gc_paused, loads_request, plan
-from apportion.cli._app import app, keep_until_exit
-from apportion.errors import InvalidRequest
+from apportion.assign import gc_paused
+from apportion.cli._app import app
+from apportion.cli._assign_io import planned, write_json
 from apportion.model import Partition, Plan
 
 if TYPE_CHECKING:
@@ -55,44 +55,20 @@ def render_table(result: Plan) -> Table:
     return table
 
 
-def _read_request(input_path: Path | None) -> str:
-    """The request text: UTF-8 from ``--input`` or stdin; anything else (binary, UTF-16, no stdin) is InvalidRequest."""
-    where = "stdin" if input_path is None else str(input_path)
-    try:
-        if input_path is not None:
-            return input_path.read_text(encoding="utf-8")
-        if sys.stdin is None:
-            raise InvalidRequest("input", "stdin is closed: pipe the request in or give --input FILE")
-        return sys.stdin.buffer.read().decode("utf-8") if hasattr(sys.stdin, "buffer") else sys.stdin.read()
-    except UnicodeDecodeError as exc:
-        raise InvalidRequest("input", f"{where} is not UTF-8 text (byte {exc.start}): a JSON request is") from exc
-    except OSError as exc:
-        raise InvalidRequest("input", f"cannot read {where}: {exc.strerror or exc}") from exc
-
-
 @app.command()
-@click.option(
-    "--input", "input_path", type=click.Path(dir_okay=False, path_type=Path), help="Request file (default: stdin)."
-)
+@click.option("--input", "input_path", type=click.Path(dir_okay=False), help="Request file (default: stdin).")
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json", help="Output format.")
-def assign(input_path: Path | None, fmt: str) -> None:
+def assign(input_path: str | None, fmt: str) -> None:
     """Plan an assignment from a JSON request (a dry run of any strategy); print the plan."""
     with gc_paused():  # the cyclic GC would rescan the millions of acyclic tuples of a big request again and again
         _assign(input_path, fmt)  # which frees them (by reference counts) before the GC runs again
 
 
-def _assign(input_path: Path | None, fmt: str) -> None:
-    request = loads_request(_read_request(input_path))
-    result = plan(request)
-    keep_until_exit(request, result)  # not freed one by one when this is the whole process
+def _assign(input_path: str | None, fmt: str) -> None:
+    result = planned(input_path)
     if fmt == "table":
         from rich.console import Console
 
         Console().print(render_table(result))
         return
-    out = dumps_plan(result) + b"\n"
-    buffer = getattr(sys.stdout, "buffer", None)
-    if buffer is not None:
-        buffer.write(out)
-    else:  # a text-only stdout (tests capture it so)
-        sys.stdout.write(out.decode())
+    write_json(result)
