@@ -615,3 +615,22 @@ def test_the_lower_bound_counts_only_partitions_that_had_an_owner() -> None:
     members = (Member("a", owned=parts("t", 0, 1, 2, 3)), Member("b"))  # t-4 .. t-7 had no owner
     plan = high_availability(request((Resource("t", 8),), members))
     assert plan.stats.min_moves == 0 and plan.stats.moved == 0  # b takes the four unowned partitions
+
+
+def test_the_bound_counts_a_partition_given_back_to_its_only_subscriber_as_kept() -> None:
+    """Found by hypothesis: m0 holds all five partitions of r0 (1) and r1 (4), m1 subscribes to r0 alone, equal
+    capacities, no imbalance. One move (r0-0 to m1) reaches the balance; the target kept r1-0 with m0 through the
+    last resort of its placement (m0 is r1's only subscriber) without counting it, so min_moves said 2 and the
+    checker refused a plan that deferred the one move to a learner."""
+    own = (Partition("r0", 0), *(Partition("r1", i) for i in range(4)))
+    req = AssignRequest(
+        "high_availability",
+        (Resource("r0", 1, None, True), Resource("r1", 4, None, True)),
+        (Member("m0", None, own, 1, 0.5), Member("m1", frozenset({"r0"}), (), 1, 0.5)),
+        MappingProxyType(
+            {"num_standby_replicas": 0, "max_warmup_replicas": 1, "acceptable_recovery_lag": 10000, "imbalance": 0.0}
+        ),
+    )
+    result = high_availability(req)
+    assert result.stats.min_moves == 1 and result.stats.deferred == 1
+    assert check(req, result) == []

@@ -269,7 +269,7 @@ def _target(inp: _Input, parts: list[Partition], x: Fraction) -> _Target:
         for p in mine[m][len(mine[m]) - keep[m] :]:
             owner[p] = m
         count[m] = keep[m]
-    kept = len(owner)
+    kept = len(owner)  # the sticky phase's (``pool`` counts it); the target's own count is returned below
 
     pending = [p for p in placeable if p not in owner]
     deficit = sum(max(0, bands[m][0] - count[m]) for m in members)
@@ -315,7 +315,11 @@ def _target(inp: _Input, parts: list[Partition], x: Fraction) -> _Target:
             return inp.category(m, p), (count[m] + 1) / inp.capacity[m], not holds, m
 
         place(p, min(pool(p.resource), key=preference))
-    return _Target(owner, kept)
+    # every partition the target leaves with its previous owner, not only those the sticky phase kept: with uneven
+    # subscriptions the last resort of ``pool`` gives a partition back to its only subscriber (hypothesis found m1
+    # subscribing r0 alone beside m0 holding all five: 3 kept here, 4 kept in fact, so min_moves 2 where 1 move
+    # reaches the balance, and the checker refused the plan)
+    return _Target(owner, sum(1 for p, m in owner.items() if inp.owner.get(p) == m))
 
 
 def _targets(
