@@ -676,18 +676,21 @@ class RoundsMember(FencedMember):
         lease = self._lease
         if lease is None:
             return False
-        marker = encode({"round": rnd, "closer": self.id})
-        take = self.store.txn(
-            [mod_revision_is(self.keys.closing, self._closing_rev)],
-            [Put(self.keys.closing, marker, lease.id), Get(self.keys.rounds, prefix=True)],
-            [Get(self.keys.closing)],
-        )
+        # held already (a close that waits for a participant, or lost a race, tries again): the compare alone says
+        # nobody took it over; written again it would be one more write and an event to every member per retry
+        held = self._closing
+        take_ops: list[Op] = [Get(self.keys.rounds, prefix=True)]
+        if held is None or held[:2] != (rnd, self.id):
+            take_ops.insert(0, Put(self.keys.closing, encode({"round": rnd, "closer": self.id}), lease.id))
+        compare = [mod_revision_is(self.keys.closing, self._closing_rev)]
+        take = self.store.txn(compare, take_ops, [Get(self.keys.closing)])
         if not take.succeeded:
-            held = take.responses[0]
-            self._on_closing(held[0] if isinstance(held, list) and held else None)
+            found = take.responses[0]
+            self._on_closing(found[0] if isinstance(found, list) and found else None)
             return False
-        self._closing, self._closing_rev = (rnd, self.id, now), take.revision
-        round_kvs = take.responses[1]
+        if len(take_ops) == 2:
+            self._closing, self._closing_rev = (rnd, self.id, now), take.revision
+        round_kvs = take.responses[-1]
         assert isinstance(round_kvs, list)
         records: dict[str, KeyValue] = {}  # decoded only once the round can close
         joined_rev = 0
