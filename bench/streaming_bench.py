@@ -14,6 +14,15 @@ server, ``local[2]``, warmed by one untimed run of each side). The sides alterna
 so both see the same load; the ratio apportion / Structured Streaming is taken within each run, and the median ratio
 is reported.
 
+``--stateful``: both sides also keep a running aggregate per key (count and characters of value): apportion with
+``--state-dir`` (each partition's state in a local SQLite file, every batch's new values appended to the fenced
+changelog: ``apportion pipeline run``'s stateful partitions), Structured Streaming with its stateful aggregation
+(``groupBy(partition, key).agg(count, sum(length(value)))``, the HDFS-backed state store, update mode, each
+batch's updated aggregates appended as Parquet by ``foreachBatch``). apportion still writes every record's row
+(``sha2``) besides its state; Structured Streaming writes only the aggregates. Checked: apportion's output as above
+and its state rebuilt from the changelog (``verify_state``); Structured Streaming's last aggregate of every key equal
+to a one-pass aggregate of the log.
+
 Every run is checked before it counts: every input record is in the output, no (partition, offset) twice, and the
 per-key offset order is kept in the committed output's checkpoint order (apportion: a run that breaks it fails).
 Structured Streaming promises no order: its file sink writes a file per task, whose rows come in the order of the
@@ -21,7 +30,7 @@ files its task was given (Spark packs them by size), so the bench reports whethe
 per-key order (``order_kept``) rather than failing the run.
 
     PYTHONPATH=src .venv/bin/python bench/streaming_bench.py [--records 2000000] [--partitions 8] [--runs 3]
-        [--engines local,connect] [--batch-records N (default: none, the pipeline's adaptive size)]
+        [--engines local,connect] [--batch-records N (default: none, the pipeline's adaptive size)] [--stateful]
 
 Prints a Markdown table (and ``--json FILE`` writes every run).
 """
@@ -74,7 +83,7 @@ def check(table: pa.Table, records: int, order_chunks: list[pa.Table]) -> str | 
 
 
 def run_apportion(
-    work: Path, run: str, engine: list[str], batch_records: int | None, src: Path | None = None
+    work: Path, run: str, engine: list[str], batch_records: int | None, src: Path | None = None, stateful: bool = False
 ) -> dict[str, Any]:
     from apportion.fleet import Fleet, pipeline_args
     from apportion.spark import read_committed_arrow
@@ -83,8 +92,9 @@ def run_apportion(
     store = work / f"store-{run}.db"
     out = work / f"out-{run}"
     size = [] if batch_records is None else ["--batch-records", str(batch_records)]  # none: the default, adaptive
-    args = pipeline_args(f"sqlite:///{store}", "g", work / "log", out, RESOURCE, *engine, *size, "--idle", "0.1",
-                         "--exit-when-idle", "1", "--settle", "0.2", "--min-interval", "0.4")  # fmt: skip
+    state = ["--state-dir", str(work / f"state-{run}")] if stateful else []
+    args = pipeline_args(f"sqlite:///{store}", "g", work / "log", out, RESOURCE, *engine, *size, *state, "--idle",
+                         "0.1", "--exit-when-idle", "1", "--settle", "0.2", "--min-interval", "0.4")  # fmt: skip
     env = None if src is None else {"PYTHONPATH": str(src)}
     with Fleet(work / f"logs-{run}", args, env=env) as fleet:
         spawned = time.time()
@@ -95,6 +105,13 @@ def run_apportion(
         done, started = worker.of("batch_done"), worker.of("started")
     with connect(f"sqlite:///{store}") as client:
         table = read_committed_arrow(client, "g", out, RESOURCE)
+        if stateful:
+            from apportion.log import PartitionedLog
+            from apportion.spark import verify_state
+
+            report = verify_state(client, "g", PartitionedLog(work / "log"), RESOURCE)
+            if not report.ok:
+                raise SystemExit(f"apportion {run}: state differs from the input's aggregate: {report.to_json()}")
     return {
         "seconds": float(done[-1]["time"]) - spawned,
         "batches": len(done),
@@ -121,16 +138,64 @@ print(json.dumps({"ended": time.time()}))
 """
 
 
-def run_streaming(work: Path, run: str, master: str) -> dict[str, Any]:
+STATEFUL_CHILD = r"""
+import json, sys, time
+from apportion.spark import spark_session
+from pyspark.sql import functions as F
+master, log, out = sys.argv[1:4]
+spark = spark_session(master, "1g", "streaming-bench")
+df = spark.readStream.schema("offset long, key string, value string, ts_ms long").parquet(log + "/*/*.parquet")
+partition = F.regexp_extract(F.col("_metadata.file_path"), r"/(\d+)/[^/]+$", 1).cast("int")
+aggregate = df.groupBy(partition.alias("partition"), "key").agg(
+    F.count(F.lit(1)).alias("count"), F.sum(F.length("value")).alias("total"))
+def append(batch, batch_id):
+    batch.withColumn("batch", F.lit(batch_id)).write.mode("append").parquet(out + "/data")
+query = (aggregate.writeStream.outputMode("update").foreachBatch(append)
+         .option("checkpointLocation", out + "/_checkpoint").trigger(availableNow=True).start())
+query.awaitTermination()
+print(json.dumps({"ended": time.time()}))
+"""
+
+
+def reference_aggregate(work: Path) -> dict[tuple[int, str], tuple[int, int]]:
+    """(partition, key) -> (count, characters of value) of the whole log, in one pass."""
+    from apportion.log import PartitionedLog
+    from apportion.spark.state import fold
+
+    log = PartitionedLog(work / "log")
+    return {
+        (p, key): (a.count, a.total)
+        for p in range(log.partitions(RESOURCE))
+        for key, a in fold(log.read(RESOURCE, p, 0, None)).items()
+    }
+
+
+def check_aggregate(table: pa.Table, reference: dict[tuple[int, str], tuple[int, int]]) -> str | None:
+    """None when the last aggregate of every (partition, key) in ``table`` equals ``reference``'s."""
+    last: dict[tuple[int, str], tuple[int, int, int]] = {}
+    columns = (table.column(c).to_pylist() for c in ("partition", "key", "count", "total", "batch"))
+    for p, key, count, total, batch in zip(*columns, strict=True):
+        if (p, key) not in last or batch >= last[(p, key)][0]:
+            last[(p, key)] = (batch, count, total)
+    got = {k: (v[1], v[2]) for k, v in last.items()}
+    wrong = sum(1 for k in reference.keys() | got.keys() if reference.get(k) != got.get(k))
+    return None if wrong == 0 else f"{wrong:,} keys' aggregates differ from the log's"
+
+
+def run_streaming(work: Path, run: str, master: str, stateful: bool = False) -> dict[str, Any]:
     out = work / f"out-{run}"
     spawned = time.time()
     proc = subprocess.run(
-        [sys.executable, "-c", STREAMING_CHILD, master, str(work / "log" / RESOURCE), str(out)],
+        [sys.executable, "-c", STATEFUL_CHILD if stateful else STREAMING_CHILD, master, str(work / "log" / RESOURCE),
+         str(out)],
         capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"streaming {run} exited with {proc.returncode}:\n{proc.stderr[-3000:]}")
     ended = json.loads(proc.stdout.strip().splitlines()[-1])["ended"]
+    if stateful:
+        table = pq.read_table(out / "data")
+        return {"seconds": ended - spawned, "table": table, "chunks": [], "aggregates": table.num_rows}
     files = sorted((out / "data").glob("*.parquet"))
     chunks = [pq.read_table(f) for f in files]
     return {"seconds": ended - spawned, "table": pa.concat_tables(chunks), "chunks": chunks}
@@ -146,11 +211,13 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=15031)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--against", default=None, help="Also run apportion at this commit (side 'before').")
+    parser.add_argument("--stateful", action="store_true", help="Both sides keep a running aggregate per key.")
     args = parser.parse_args()
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
 
     work = Path(tempfile.mkdtemp(prefix="apportion-streaming-bench-"))
     produce(work, args.records, args.partitions)
+    reference = reference_aggregate(work) if args.stateful else {}
     before = None
     if args.against is not None:
         before = work / "before"
@@ -166,8 +233,8 @@ def main() -> None:
         server.__enter__()
         server.check_session()
         # untimed: the first job of each kind on a fresh server is cold, whichever side would run it first
-        run_apportion(work, "warm-a", ["--spark", server.url], args.batch_records)
-        run_streaming(work, "warm-s", server.url)
+        run_apportion(work, "warm-a", ["--spark", server.url], args.batch_records, stateful=args.stateful)
+        run_streaming(work, "warm-s", server.url, args.stateful)
     rows: list[dict[str, Any]] = []
     try:
         for n in range(args.runs):
@@ -180,14 +247,18 @@ def main() -> None:
                     if side != "streaming":
                         spec = ["--master", "local[1]"] if engine == "local" else ["--spark", server.url]  # type: ignore[union-attr]
                         src = before if side == "before" else None
-                        result = run_apportion(work, run, spec, args.batch_records, src)
+                        result = run_apportion(work, run, spec, args.batch_records, src, args.stateful)
                     else:
-                        result = run_streaming(work, run, "local[1]" if engine == "local" else server.url)  # type: ignore[union-attr]
+                        master = "local[1]" if engine == "local" else server.url  # type: ignore[union-attr]
+                        result = run_streaming(work, run, master, args.stateful)
                     table, chunks = result.pop("table"), result.pop("chunks")
-                    problem = check(table, args.records, [])
+                    if side == "streaming" and args.stateful:
+                        problem = check_aggregate(table, reference)
+                    else:
+                        problem = check(table, args.records, [])
                     if problem is not None:
                         raise SystemExit(f"{run}: {problem}")
-                    order = check(table, args.records, chunks)
+                    order = None if side == "streaming" and args.stateful else check(table, args.records, chunks)
                     if order is not None and side != "streaming":
                         raise SystemExit(f"{run}: {order}")
                     result["order_kept"] = order is None
@@ -203,6 +274,7 @@ def main() -> None:
         args.json.write_text(json.dumps(rows, indent=2))
     size = "adaptive" if args.batch_records is None else f"{args.batch_records:,}"
     print(f"{args.records:,} records in {args.partitions} partitions, --batch-records {size}, "
+          f"{'stateful (a running aggregate per key), ' if args.stateful else ''}"
           f"{args.runs} alternating runs; load average {min(r['load'] for r in rows)}-{max(r['load'] for r in rows)}"
           " on 2 cores\n")  # fmt: skip
     print("| engine | apportion records/s (median) | Structured Streaming records/s (median) | apportion / SS per run "

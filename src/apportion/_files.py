@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,12 +74,41 @@ def read_parquet(path: str | os.PathLike[str], remedy: str, schema: pa.Schema | 
     try:
         return pq.read_table(path, schema=schema)
     except (OSError, pa.ArrowException) as exc:
-        bad, error = _culprit(Path(path), exc, schema)
-        if isinstance(error, FileNotFoundError):
-            raise CorruptFile(bad, "missing", remedy) from exc
-        if isinstance(error, OSError) and (error.errno is not None or "errno" in str(error).lower()):
-            raise ApportionError(f"cannot read {bad}: {_arrow_reason(error)} (a disk fault?)") from exc
-        raise CorruptFile(bad, f"not a whole Parquet file ({_arrow_reason(error)})", remedy) from exc
+        raise _read_error(Path(path), exc, remedy, schema) from exc
+
+
+def read_parquet_chunks(
+    path: str | os.PathLike[str], remedy: str, columns: Sequence[str], rows: int
+) -> Iterator[pa.Table]:
+    """``read_parquet`` of ``columns`` in tables of at most ``rows`` rows (file by file, in name order): what it
+    holds in memory at once is bounded by ``rows``, not by the file or the directory. The same errors."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = Path(path)
+    try:
+        files = (
+            [f for f in sorted(root.iterdir()) if not f.name.startswith((".", "_")) and f.is_file()]
+            if root.is_dir()
+            else [root]
+        )
+        for file in files:
+            with pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20) as parquet:  # streamed by pages
+                for batch in parquet.iter_batches(batch_size=rows, columns=list(columns)):
+                    yield pa.Table.from_batches([batch])
+    except (OSError, pa.ArrowException) as exc:
+        raise _read_error(root, exc, remedy, None) from exc
+
+
+def _read_error(path: Path, exc: BaseException, remedy: str, schema: pa.Schema | None) -> ApportionError:
+    """What a failed read of ``path`` (a file or a directory of them) is: ``CorruptFile`` naming the bad file, or
+    ``ApportionError`` for a disk fault."""
+    bad, error = _culprit(path, exc, schema)
+    if isinstance(error, FileNotFoundError):
+        return CorruptFile(bad, "missing", remedy)
+    if isinstance(error, OSError) and (error.errno is not None or "errno" in str(error).lower()):
+        return ApportionError(f"cannot read {bad}: {_arrow_reason(error)} (a disk fault?)")
+    return CorruptFile(bad, f"not a whole Parquet file ({_arrow_reason(error)})", remedy)
 
 
 def _culprit(path: Path, exc: BaseException, schema: pa.Schema | None) -> tuple[Path, BaseException]:
@@ -105,4 +135,4 @@ def _arrow_reason(exc: BaseException) -> str:
     return reason if len(reason) <= 160 else reason[:157] + "..."
 
 
-__all__ = ["inside", "plain_relpath", "read_json", "read_parquet"]
+__all__ = ["inside", "plain_relpath", "read_json", "read_parquet", "read_parquet_chunks"]

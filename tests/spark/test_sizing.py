@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -15,6 +16,7 @@ from apportion.spark.pipeline._sizing import (
     GROWTH,
     MAX_RECORDS,
     MIN_RECORDS,
+    STATEFUL_MAX_RECORDS,
     BatchSize,
 )
 
@@ -35,14 +37,15 @@ def test_a_given_size_is_fixed(records: int, used: int, took: float) -> None:
     assert size.measured(min(used, records), took) == records
 
 
-@given(sizes, targets, st.integers(1, MAX_RECORDS), seconds)
+@given(sizes, targets, st.integers(1, MAX_RECORDS), seconds, st.sampled_from([None, STATEFUL_MAX_RECORDS]))
 def test_the_next_size_stays_within_its_bounds_and_grows_at_most_fourfold(
-    records: int, target: float, used: int, took: float
+    records: int, target: float, used: int, took: float, most: int | None
 ) -> None:
-    size = BatchSize(records, target)
+    records = records if most is None else min(records, most)
+    size = BatchSize(records, target, most=most)
     used = min(used, records)
     after = size.measured(used, took)
-    assert MIN_RECORDS <= after <= MAX_RECORDS or after == records
+    assert MIN_RECORDS <= after <= (most or MAX_RECORDS) or after == records
     assert after <= max(records, used * GROWTH, MIN_RECORDS)
     if took > target:  # over the target: never larger than what it used
         assert after <= max(used, MIN_RECORDS)
@@ -74,6 +77,36 @@ def test_on_a_fixed_plus_per_record_cost_the_batches_settle_near_the_target(
     at_most = fixed_s + MAX_RECORDS * partitions * per_record_us / 1e6
     assert took <= target * 1.05 + fixed_s or math.isclose(took, at_most)
     assert took >= min(target, at_most) / GROWTH
+
+
+@given(st.lists(st.tuples(st.integers(1, MAX_RECORDS), seconds), min_size=1, max_size=30))
+def test_a_stateful_size_never_grows_past_its_cap(batches: list[tuple[int, float]]) -> None:
+    # the worker folds a stateful batch's rows: however quick the batches, the size stays at most the cap
+    size = BatchSize(most=STATEFUL_MAX_RECORDS)
+    assert size.records <= STATEFUL_MAX_RECORDS
+    for used, took in batches:
+        assert size.measured(min(used, size.records), took) <= STATEFUL_MAX_RECORDS
+
+
+def test_a_stateful_pipeline_caps_its_adaptive_size_and_refuses_a_larger_fixed_one(tmp_path: Path) -> None:
+    from apportion.log import PartitionedLog
+    from apportion.spark.pipeline._pipeline import Pipeline
+    from apportion.spark.pipeline._stateful import StatefulPartitions
+
+    log = PartitionedLog(tmp_path / "log")
+    log.create("r", 2)
+    state = StatefulPartitions(log, "r", tmp_path / "state", emit=lambda *a, **k: None)
+    pipeline = Pipeline(None, log, tmp_path / "out", "r", state=state)  # type: ignore[arg-type]  # no batch runs
+    for _ in range(20):  # batches far under the target: the size grows x4 each time, up to the cap
+        pipeline.sizing.measured(pipeline.sizing.records, 0.01)
+    assert pipeline.sizing.records == STATEFUL_MAX_RECORDS
+    stateless = Pipeline(None, log, tmp_path / "out", "r")  # type: ignore[arg-type]
+    for _ in range(20):
+        stateless.sizing.measured(stateless.sizing.records, 0.01)
+    assert stateless.sizing.records == MAX_RECORDS
+    with pytest.raises(InvalidRequest, match="batch_records"):
+        Pipeline(None, log, tmp_path / "out", "r", batch_records=STATEFUL_MAX_RECORDS + 1, state=state)  # type: ignore[arg-type]
+    state.close()
 
 
 @pytest.mark.parametrize(

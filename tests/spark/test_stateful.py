@@ -304,3 +304,34 @@ def test_handoffs_measure_the_gap_from_the_old_owners_revocation_to_the_new_owne
     ]
     found = {(h["partition"], h["source"], h["target"]): h["gap_s"] for h in handoffs(reversed(events))}
     assert found == {(1, "a", "b"): 0.5, (0, "a", "c"): 2.0}
+
+
+def test_a_batch_is_staged_from_its_output_in_bounded_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker reads a stateful batch's rows back in chunks of at most ``STAGE_CHUNK_ROWS`` rows (key and value
+    only), never the whole batch at once, and stages the same new values as a fold of the whole batch."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from apportion.spark.pipeline import _stateful
+    from apportion.spark.state import fold
+
+    monkeypatch.setattr(_stateful, "STAGE_CHUNK_ROWS", 7)
+    seen: list[int] = []
+    monkeypatch.setattr(_stateful, "fold", lambda rows: seen.append(rows.num_rows) or fold(rows))
+    log = PartitionedLog(tmp_path / "log")
+    log.create("r", 1)
+    directory = tmp_path / "out" / "batch"
+    directory.mkdir(parents=True)
+    parts = [(0, 30), (30, 45)]  # two part files, as Spark may write for one task
+    for first, end in parts:
+        offsets = range(first, end)
+        rows = pa.table({"offset": list(offsets), "key": [f"k{o % 4}" for o in offsets],
+                         "value": ["x" * (o % 5) for o in offsets], "digest": ["d"] * len(offsets)})  # fmt: skip
+        pq.write_table(rows, directory / f"part-{first:05d}.parquet")
+    state = StatefulPartitions(log, "r", tmp_path / "state", emit=Events())
+    count, staged = state.stage_output(0, directory, Checkpoint())
+    whole = fold(pa.concat_tables(pq.read_table(f) for f in sorted(directory.iterdir())))
+    assert count == 45 and max(seen) <= 7 and sum(seen) == 45
+    assert dict(staged.updates) == whole
+    assert state.stage_output(0, tmp_path / "out" / "absent", Checkpoint())[0] == 0  # no row written: nothing staged
+    state.close()

@@ -109,16 +109,14 @@ from apportion.log import SCHEMA, PartitionedLog, Segment, segment_name
 from apportion.spark.pipeline._output import (
     BATCH_COLUMN,
     OUTPUT_BATCH,
-    OUTPUT_SCHEMA,
     PARTITION_COLUMN,
     Checkpoint,
     batch_name,
     output_relpath,
     partition_dir,
-    read_output,
     remove_output,
 )
-from apportion.spark.pipeline._sizing import BatchSize
+from apportion.spark.pipeline._sizing import STATEFUL_MAX_RECORDS, BatchSize
 from apportion.spark.pipeline._stateful import Staged, StatefulPartitions
 
 if TYPE_CHECKING:
@@ -417,7 +415,8 @@ class Pipeline:
         state: StatefulPartitions | None = None,
         fault: FaultHook | None = None,
     ) -> None:
-        self.sizing = BatchSize(batch_records, batch_seconds)  # InvalidRequest for a bad one
+        most = None if state is None else STATEFUL_MAX_RECORDS  # a stateful batch is folded in the worker
+        self.sizing = BatchSize(batch_records, batch_seconds, most=most)  # InvalidRequest for a bad one
         self.spark = spark
         self.log = log
         self.output_dir = Path(output_dir)
@@ -570,10 +569,8 @@ class Pipeline:
             staged = None
             if self.state is None:
                 rows = output_rows(path)
-            else:  # the stateful fold needs the rows: read back what the executors wrote (a local read)
-                table = read_output(path) if path.is_dir() else OUTPUT_SCHEMA.empty_table()
-                rows = table.num_rows
-                staged = self.state.stage(task.partition, table, task.checkpoint)
+            else:  # the stateful fold needs the rows: read back what the executors wrote (a local read, in chunks)
+                rows, staged = self.state.stage_output(task.partition, path, task.checkpoint)
             rel = self._relpath(task) if rows > 0 else None  # no row written: the offsets commit alone
             written.append((task, rel, staged))
             self.emit(

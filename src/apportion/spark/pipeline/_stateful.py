@@ -37,16 +37,17 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
 
+from apportion._files import read_parquet_chunks
 from apportion.errors import InvalidRequest
 from apportion.log import PartitionedLog
-from apportion.spark.pipeline._output import Checkpoint, committed_checkpoints
+from apportion.spark.pipeline._output import OUTPUT_REMEDY, Checkpoint, committed_checkpoints
 from apportion.spark.state import (
     Aggregate,
     PartitionState,
@@ -61,6 +62,8 @@ from apportion.spark.state import (
 from apportion.store import Store
 
 Emit = Callable[..., None]
+STAGE_CHUNK_ROWS = 65_536
+"""Rows of a batch's output the worker reads back and folds at a time (``StatefulPartitions.stage_output``)."""
 
 
 class CheckpointReader(Protocol):
@@ -134,12 +137,32 @@ class StatefulPartitions:
             committed=lag(checkpoint.changelog, 0), seconds=round(time.perf_counter() - started, 4), keys=len(state),
         )  # fmt: skip
 
-    def stage(self, partition: int, rows: pa.Table, checkpoint: Checkpoint) -> Staged:
-        """Fold ``rows`` into new absolute values and append them to the changelog (before the fenced commit)."""
-        delta = fold(rows)
+    def stage(self, partition: int, rows: pa.Table | Iterable[pa.Table], checkpoint: Checkpoint) -> Staged:
+        """Fold ``rows`` (a table, or chunks of one: ``stage_output`` reads a batch's output in chunks) into new
+        absolute values and append them to the changelog (before the fenced commit)."""
+        delta: dict[str, Aggregate] = {}
+        for chunk in [rows] if isinstance(rows, pa.Table) else rows:
+            delta.update(merge(delta, fold(chunk)))  # what the keys of the chunk add up to so far
         updates = merge(self.store(partition).get(delta), delta)
         first, end = append_changelog(self.log, self.resource, partition, updates)
         return Staged(updates, add_range(checkpoint.changelog, first, end))
+
+    def stage_output(self, partition: int, path: Path, checkpoint: Checkpoint) -> tuple[int, Staged]:
+        """``stage`` of the rows a batch wrote into ``path`` (its output directory; absent: no row), read back in
+        chunks of at most :data:`STAGE_CHUNK_ROWS` rows of ``key`` and ``value`` only. Returns the rows and the stage.
+        The worker holds one chunk and the batch's keys at a time, never the batch: the batch itself is bounded by
+        :data:`~apportion.spark.pipeline._sizing.STATEFUL_MAX_RECORDS` per partition."""
+        counted = [0]
+
+        def chunks() -> Iterator[pa.Table]:
+            if not path.is_dir():
+                return
+            for chunk in read_parquet_chunks(path, OUTPUT_REMEDY, ("key", "value"), STAGE_CHUNK_ROWS):
+                counted[0] += chunk.num_rows
+                yield chunk
+
+        staged = self.stage(partition, chunks(), checkpoint)
+        return counted[0], staged
 
     def committed(self, partition: int, staged: Staged) -> None:
         """The commit that listed ``staged.changelog`` succeeded: apply it to the local file."""

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from apportion.errors import InvalidRequest
 from apportion.group import GroupConfig, Mode, Rounds
 from apportion.spark.engine import connect_address, is_connect_url
-from apportion.spark.pipeline._sizing import BatchSize
+from apportion.spark.pipeline._sizing import STATEFUL_MAX_RECORDS, BatchSize
 from apportion.store import connect
 
 if TYPE_CHECKING:
@@ -123,7 +123,8 @@ def run_pipeline_worker(
     from apportion.worker import Group
 
     mode = Rounds() if mode is None else mode
-    sizing = BatchSize(batch_records, batch_seconds)  # a bad size is refused before Spark starts
+    most = None if state_dir is None else STATEFUL_MAX_RECORDS
+    sizing = BatchSize(batch_records, batch_seconds, most=most)  # a bad size is refused before Spark starts
     if sizing.target_s is not None and sizing.target_s >= revoke_timeout_s:
         raise InvalidRequest(
             "batch_seconds",
