@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from apportion._lazy import by_module, lazy_names
+from apportion._lazy import by_module, lazy_dir, lazy_names
 
 if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     from apportion.errors import (
@@ -45,10 +45,7 @@ _LAZY = by_module(
 )
 
 __getattr__ = lazy_names(__name__, _LAZY)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__dir__ = lazy_dir(__name__, _LAZY)
 
 
 __all__ = [

@@ -24,6 +24,15 @@ def lazy_names(face: str, names: Mapping[str, str]) -> Callable[[str], Any]:
     return load
 
 
+def lazy_dir(face: str, names: Mapping[str, str]) -> Callable[[], list[str]]:
+    """The module ``__dir__`` of package ``face``: its loaded attributes and the lazy ``names`` not loaded yet."""
+
+    def listing() -> list[str]:
+        return sorted({*vars(sys.modules[face]), *names})
+
+    return listing
+
+
 def by_module(modules: Mapping[str, str]) -> dict[str, str]:
     """``{module: "name name ..."}`` (a face's table, module by module) as ``{name: module}`` for :func:`lazy_names`."""
     return {name: module for module, names in modules.items() for name in names.split()}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from apportion._lazy import by_module, lazy_names
+from apportion._lazy import by_module, lazy_dir, lazy_names
 from apportion.assign._registry import STRATEGIES, Strategy, strategy_named, validate_options
 from apportion.model import AssignRequest, Plan
 
@@ -43,10 +43,7 @@ _LAZY = by_module(
 )
 
 __getattr__ = lazy_names(__name__, _LAZY)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__dir__ = lazy_dir(__name__, _LAZY)
 
 
 STRATEGY_NAMES: tuple[str, ...] = tuple(sorted(STRATEGIES))

@@ -149,7 +149,8 @@ def _names(text: str) -> list[str]:
     type=seconds(),
     default=None,
     help="Target time of one micro-batch (s): the size grows while batches take less and shrinks when they take "
-    "more (default 5 without --batch-records; below --revoke-timeout: a revocation waits for the batch in flight).",
+    "more (default 10, at most a third of --revoke-timeout, without --batch-records; below --revoke-timeout: a "
+    "revocation waits for the batch in flight).",
 )
 @click.option("--transform", "transform_spec", default=None, help="module:function replacing the default transform.")
 @spark_options("local[1]")

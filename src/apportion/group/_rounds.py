@@ -679,8 +679,9 @@ class RoundsMember(FencedMember):
         # held already (a close that waits for a participant, or lost a race, tries again): the compare alone says
         # nobody took it over; written again it would be one more write and an event to every member per retry
         held = self._closing
+        writes_closing = held is None or held[:2] != (rnd, self.id)
         take_ops: list[Op] = [Get(self.keys.rounds, prefix=True)]
-        if held is None or held[:2] != (rnd, self.id):
+        if writes_closing:
             take_ops.insert(0, Put(self.keys.closing, encode({"round": rnd, "closer": self.id}), lease.id))
         compare = [mod_revision_is(self.keys.closing, self._closing_rev)]
         take = self.store.txn(compare, take_ops, [Get(self.keys.closing)])
@@ -688,7 +689,7 @@ class RoundsMember(FencedMember):
             found = take.responses[0]
             self._on_closing(found[0] if isinstance(found, list) and found else None)
             return False
-        if len(take_ops) == 2:
+        if writes_closing:
             self._closing, self._closing_rev = (rnd, self.id, now), take.revision
         round_kvs = take.responses[-1]
         assert isinstance(round_kvs, list)

@@ -1,19 +1,31 @@
 """How many records per partition the next micro-batch takes: fixed, or chosen by records and time.
 
 A batch has a fixed cost whatever its size (planning, a Spark job's scheduling, one directory per partition, one
-commit transaction: 0.5-1.5 s on one core) and a cost per record. Small batches pay the fixed cost again and again
-(10,000 records per partition: ~25 % of a run on one core, `bench/README.md`); large ones hold their partitions'
-locks longer, and a revocation waits for the batch in flight (``on_revoked``), so a handoff waits longer. The size
-therefore follows a time target::
+commit transaction: 1-3 s on one own core, `bench/README.md`) and a cost per record. Small batches pay the fixed cost
+again and again; large ones hold their partitions' locks longer, and a revocation waits for the batch in flight
+(``on_revoked``), so a handoff waits longer. The size therefore follows a time target, on a cost model
+``seconds = fixed + per_record x used`` fitted to the last two batches::
 
-    next = clamp(used x min(GROWTH, target / seconds))   after a batch that was full (some partition took ``size``)
-    next = clamp(used x target / seconds)                after one over the target, full or not
-    next = size                                          after one under the target that the log's end cut short
+    next = clamp(min(ideal, used x GROWTH, used x LIMIT x target / seconds))   after a full batch (some partition
+                                                                                took ``size``) or one over the target
+    next = size                                         after one under the target that the log's end cut short
+    ideal = used x (target - fixed) / (seconds - fixed)  (the size whose modelled time is the target)
 
 ``used``: the most records one partition took in that batch; ``seconds``: the batch from its plan to its commit;
-``clamp`` to ``[MIN_RECORDS, most]`` (``MAX_RECORDS``; ``STATEFUL_MAX_RECORDS`` for a stateful pipeline).
-Growth is bounded (x4 per batch) because the cost per record is not constant: the first large batch may spill, or
-meet a cold code path. With no target the size stays as given.
+``clamp`` to ``[MIN_RECORDS, most]`` (``MAX_RECORDS``; ``STATEFUL_MAX_RECORDS`` for a stateful pipeline), and never
+above ``used`` after a batch over the target. ``fixed`` is the intercept of the line through this batch and the one
+before when their sizes differ by a fifth or more; the last such estimate otherwise; before any, the whole of a first
+batch under the target (mostly fixed cost and a cold start) and none of one over it. A larger batch that was not
+slower says the cost is all fixed: the size then grows by the bounds. Over the target with nothing fitted, or with a
+fixed cost above the target, the size shrinks as if the cost were all per record.
+
+Why a model with a fixed part: measured on one own core, batches of 80,000 to 527,000 records all took 3.2-4.0 s;
+a rule that assumes time proportional to records grows such a size by only target / seconds (x1.3 per batch here),
+so a 2,000,000-record backlog took 8 batches where 4 do. The bounds keep the model's errors cheap: growth is at most
+x4 per batch (the cost per record is not constant: the first large batch may spill, or meet a cold code path), and
+at most ``LIMIT x target / seconds``, so that even if the cost were all per record a batch would take at most
+``LIMIT`` x the target (20 s at the default 10 s, inside ``--revoke-timeout``'s 30 s). With no target the size stays
+as given.
 
 Pure: the pipeline feeds it each batch's measure (``Pipeline._process``) and reads ``records``.
 """
@@ -27,9 +39,13 @@ from apportion.errors import InvalidRequest
 DEFAULT_RECORDS = 10_000
 """Records per partition of the first batch, when none is given."""
 
-DEFAULT_SECONDS = 5.0
-"""The target of one batch when the size is not fixed: well inside ``--revoke-timeout``'s 30 s (a revocation
-waits for the batch in flight), long enough that the fixed cost is under a quarter of the batch."""
+DEFAULT_SECONDS = 10.0
+"""The target of one batch when the size is not fixed: a third of ``--revoke-timeout``'s default 30 s (a revocation
+waits for the batch in flight; the worker takes a third of a shorter one, ``target_for``), long enough that the
+fixed cost is a small share of the batch (1-3 s on one own core). 5 s before: 2,000,000 records took 6-8 batches."""
+REVOKE_SHARE = 3.0
+"""Without ``--batch-seconds`` the target is at most ``revoke timeout / REVOKE_SHARE``: with ``LIMIT`` a batch takes
+at most two thirds of the revoke timeout even if its cost were all per record."""
 
 MIN_RECORDS = 100
 MAX_RECORDS = 1_000_000  # per partition: a batch is bounded by the cluster, but a plan this large is a typo
@@ -38,12 +54,16 @@ STATEFUL_MAX_RECORDS = 100_000
 partition's rows of the batch and holds the batch's keys and new values (``StatefulPartitions.stage_output``), so
 the batch is bounded by the worker's memory, not only by the cluster's."""
 GROWTH = 4.0
+LIMIT = 2.0
+"""A batch sized for the target takes at most ``LIMIT`` x the target were its cost all per record (module doc)."""
+SPREAD = 1.2
+"""Two batches fit the cost line only when the larger is at least ``SPREAD`` x the smaller (else noise decides)."""
 
 
 class BatchSize:
     """The next batch's records per partition (``records``); ``target_s`` None: fixed at ``records``."""
 
-    __slots__ = ("most", "records", "target_s")
+    __slots__ = ("_fixed_s", "_previous", "most", "records", "target_s")
 
     def __init__(self, records: int | None = None, target_s: float | None = None, *, most: int | None = None) -> None:
         """``records`` None: :data:`DEFAULT_RECORDS`, adapting to ``target_s`` (default :data:`DEFAULT_SECONDS`);
@@ -64,6 +84,19 @@ class BatchSize:
         self.most = MAX_RECORDS if most is None else max(MIN_RECORDS, most)
         self.records = min(DEFAULT_RECORDS, self.most) if records is None else records
         self.target_s = DEFAULT_SECONDS if records is None and target_s is None else target_s
+        self._fixed_s: float | None = None  # the fixed cost of a batch, as last fitted
+        self._previous: tuple[int, float] | None = None  # (used, seconds) of the batch before
+
+    @classmethod
+    def target_for(cls, records: int | None, target_s: float | None, revoke_timeout_s: float) -> float | None:
+        """The target a worker gives :class:`BatchSize` when a revocation may wait ``revoke_timeout_s`` for the batch
+        in flight: ``target_s`` as given; None for a fixed size; else :data:`DEFAULT_SECONDS`, at most a
+        :data:`REVOKE_SHARE` of the revoke timeout."""
+        if target_s is not None or records is not None:
+            return target_s
+        if not revoke_timeout_s > 0:  # refused where the revoke timeout is checked, not blamed on the target
+            return DEFAULT_SECONDS
+        return min(DEFAULT_SECONDS, revoke_timeout_s / REVOKE_SHARE)
 
     @property
     def adaptive(self) -> bool:
@@ -74,20 +107,46 @@ class BatchSize:
         target = self.target_s
         if target is None or used < 1:
             return self.records
+        fixed = self._fit(used, seconds)
         full = used >= self.records
         if seconds <= target and not full:
             return self.records  # the log's end cut it short: nothing says a larger batch would fit
-        factor = GROWTH if seconds <= 0 else min(GROWTH, target / seconds)
-        self.records = max(MIN_RECORDS, min(self.most, int(used * factor)))
+        if seconds <= 0:
+            ideal = used * GROWTH
+        elif seconds > target and (fixed is None or fixed >= target):
+            ideal = used * target / seconds  # nothing fitted yet, or no size meets the target: as if proportional
+        else:
+            fixed = seconds if fixed is None else min(fixed, seconds)  # the first batch: taken as all fixed cost
+            per_record = (seconds - fixed) / used
+            ideal = used * GROWTH if per_record <= 0 else (target - fixed) / per_record
+            ideal = min(ideal, used * LIMIT * target / seconds)
+        ideal = min(ideal, used * GROWTH)
+        if seconds > target:
+            ideal = min(ideal, used)  # over the target: never larger than what it used
+        self.records = max(MIN_RECORDS, min(self.most, int(ideal)))
         return self.records
+
+    def _fit(self, used: int, seconds: float) -> float | None:
+        """The fixed cost of a batch (None until fitted), refitted on this batch and the one before when their sizes
+        are apart enough (:data:`SPREAD`): the intercept of the line through them, within ``[0, seconds]``."""
+        previous, self._previous = self._previous, (used, seconds)
+        if previous is not None:
+            used_before, seconds_before = previous
+            if max(used, used_before) >= SPREAD * min(used, used_before):
+                slope = (seconds - seconds_before) / (used - used_before)
+                self._fixed_s = seconds if slope <= 0 else min(seconds, max(0.0, seconds - slope * used))
+        return self._fixed_s
 
 
 __all__ = [
     "DEFAULT_RECORDS",
     "DEFAULT_SECONDS",
     "GROWTH",
+    "LIMIT",
     "MAX_RECORDS",
     "MIN_RECORDS",
+    "REVOKE_SHARE",
+    "SPREAD",
     "STATEFUL_MAX_RECORDS",
     "BatchSize",
 ]

@@ -110,7 +110,8 @@ def run_pipeline_worker(
     receives every event (default: one JSON log line on ``apportion.pipeline``). ``signals``: SIGINT and SIGTERM set
     ``stop`` (main thread only; the handlers stay installed, so a signal during the process's exit is ignored too).
     ``batch_records`` fixes each batch's records per partition; without it the size starts at 10,000 and follows
-    ``batch_seconds`` (default 5 s; ``apportion.spark.pipeline._sizing``), which must be below ``revoke_timeout_s``.
+    ``batch_seconds`` (default 10 s, at most a third of ``revoke_timeout_s``; ``apportion.spark.pipeline._sizing``),
+    which must be below ``revoke_timeout_s``.
 
     ``resources`` (several log resources, instead of ``resource``): the group is over these named resources (each
     with the log's partition count) and this worker runs one ``Pipeline`` per resource it subscribes to
@@ -124,6 +125,7 @@ def run_pipeline_worker(
 
     mode = Rounds() if mode is None else mode
     most = None if state_dir is None else STATEFUL_MAX_RECORDS
+    batch_seconds = BatchSize.target_for(batch_records, batch_seconds, revoke_timeout_s)
     sizing = BatchSize(batch_records, batch_seconds, most=most)  # a bad size is refused before Spark starts
     if sizing.target_s is not None and sizing.target_s >= revoke_timeout_s:
         raise InvalidRequest(
