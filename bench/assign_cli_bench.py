@@ -78,27 +78,41 @@ PYCACHE = tempfile.mkdtemp(prefix="assign-cli-bench-pycache-")
 LAST_CPU = [0.0]  # the CPU seconds (user + sys, from wait4) of the last run_rss child
 
 
+GNU_TIME = "/usr/bin/time"
+
+
 def run_rss(argv: list[str], pythonpath: str) -> tuple[float, float, bytes]:
-    """Wall seconds, the child's own peak RSS (MiB, from wait4) and its stdout; ``apportion`` from ``pythonpath``.
+    """Wall seconds, the child's own peak RSS (MiB) and its stdout; ``apportion`` from ``pythonpath``.
     Bytecode is cached (in a temporary prefix) as an installed package has it, whatever PYTHONDONTWRITEBYTECODE says:
-    compiling every module on every run would add ~0.5 s to each command."""
+    compiling every module on every run would add ~0.5 s to each command.
+
+    The peak RSS comes from GNU time (``%M``) run in between: a child spawned from this process (vfork, then exec)
+    keeps this process's high-water mark in its own ``ru_maxrss`` (Linux carries it across exec), so wait4's figure
+    would be the bench's, hundreds of MiB; time's child is forked from a 2 MiB process. Without GNU time: wait4's."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env |= {"PYTHONPATH": pythonpath, "PYTHONPYCACHEPREFIX": PYCACHE}
-    t = time.perf_counter()
-    with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
-        pid = os.posix_spawn(argv[0], argv, env, file_actions=[
+    timed = os.access(GNU_TIME, os.X_OK)
+    with (
+        tempfile.NamedTemporaryFile() as rss_file,
+        tempfile.TemporaryFile() as out_file,
+        tempfile.TemporaryFile() as err_file,
+    ):
+        command = [GNU_TIME, "-f", "%M", "-o", rss_file.name, *argv] if timed else argv
+        t = time.perf_counter()
+        pid = os.posix_spawn(command[0], command, env, file_actions=[
             (os.POSIX_SPAWN_DUP2, out_file.fileno(), 1),
             (os.POSIX_SPAWN_DUP2, err_file.fileno(), 2),
         ])  # fmt: skip
-        _, status, usage = os.wait4(pid, 0)
+        _, status, usage = os.wait4(pid, 0)  # its CPU includes time's child, waited for by time
         wall = time.perf_counter() - t
         LAST_CPU[0] = usage.ru_utime + usage.ru_stime
         out_file.seek(0)
         err_file.seek(0)
         out, err = out_file.read(), err_file.read()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{argv} failed: {err.decode()[-2000:]}")
-    return wall, usage.ru_maxrss / 1024, out
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"{argv} failed: {err.decode()[-2000:]}")
+        rss_kib = float(rss_file.read().split()[-1]) if timed else usage.ru_maxrss
+    return wall, rss_kib / 1024, out
 
 
 def libraries(path: Path, repeat: int) -> None:
