@@ -437,7 +437,8 @@ def test_an_unreachable_etcd_is_exactly_one_stderr_line(command: list[str]) -> N
     [(["--batch-seconds", "40"], "40 s is not below --revoke-timeout (30 s)"),
      (["--batch-seconds", "5", "--revoke-timeout", "5"], "5 s is not below --revoke-timeout (5 s)"),
      (["--batch-records", "0"], "batch_records: must be an int >= 1, got 0"),
-     (["--batch-seconds", "0"], "batch_seconds: must be a number of seconds > 0, got 0.0")],
+     (["--batch-seconds", "0"], "batch_seconds: must be a number of seconds > 0, got 0.0"),
+     (["--revoke-timeout", "0"], "'--revoke-timeout': 0.0 is not in the range 0.0<x<=86400.0")],
 )  # fmt: skip
 def test_pipeline_batch_sizes_that_cannot_work_are_one_line(args: list[str], expected: str, tmp_path: Path) -> None:
     result = cli("pipeline", "run", "--store", "memory://", "--group", "g", "--id", "w", "--input", str(tmp_path),

@@ -183,3 +183,14 @@ def test_without_a_target_a_worker_aims_at_a_third_of_its_revoke_timeout_at_most
     # target is the user's (checked against the revoke timeout by the worker), a fixed size has none
     assert BatchSize.target_for(records, target, revoke_timeout) == expected
     assert DEFAULT_SECONDS * LIMIT < 30.0  # the default revoke timeout
+
+
+@pytest.mark.parametrize("revoke_timeout", [0.0, -1.0, math.nan, True])
+def test_a_worker_refuses_a_revoke_timeout_that_is_not_a_positive_number_naming_it(
+    revoke_timeout: float, tmp_path: Path
+) -> None:
+    # before Spark starts, and not blamed on the batch target the user never gave
+    from apportion.spark.pipeline._worker import run_pipeline_worker
+
+    with pytest.raises(InvalidRequest, match="revoke_timeout"):
+        run_pipeline_worker("memory://", "g", "w", tmp_path, tmp_path / "out", revoke_timeout_s=revoke_timeout)

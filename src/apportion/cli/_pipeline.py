@@ -160,7 +160,7 @@ def _names(text: str) -> list[str]:
 @click.option(
     "--revoke-timeout",
     "revoke_timeout_s",
-    type=seconds(),
+    type=seconds(positive=True),
     default=30.0,
     help="Max wait of a revocation for "
     "the batch in flight (s); beyond it the lease lapses and every partition is lost.",
