@@ -24,8 +24,9 @@ a rule that assumes time proportional to records grows such a size by only targe
 so a 2,000,000-record backlog took 8 batches where 4 do. The bounds keep the model's errors cheap: growth is at most
 x4 per batch (the cost per record is not constant: the first large batch may spill, or meet a cold code path), and
 at most ``LIMIT x target / seconds``, so that even if the cost were all per record a batch would take at most
-``LIMIT`` x the target (20 s at the default 10 s, inside ``--revoke-timeout``'s 30 s). With no target the size stays
-as given.
+``LIMIT`` x the target (20 s at the default 10 s, inside ``--revoke-timeout``'s 30 s; a given ``--batch-seconds``
+above half the revoke timeout gives up that margin, and a revocation that outlasts the timeout lets the lease lapse:
+a liveness cost, never a safety one). With no target the size stays as given.
 
 Pure: the pipeline feeds it each batch's measure (``Pipeline._process``) and reads ``records``.
 """
