@@ -172,17 +172,39 @@ def test_a_bad_size_or_target_is_refused_naming_it(records: object, target: obje
 
 @pytest.mark.parametrize(
     ("records", "target", "revoke_timeout", "expected"),
-    [(None, None, 30.0, DEFAULT_SECONDS), (None, None, 6.0, 2.0), (None, 7.5, 30.0, 7.5), (None, 20.0, 6.0, 20.0),
-     (500, None, 30.0, None), (500, 4.0, 30.0, 4.0), (None, None, 0.0, DEFAULT_SECONDS),
-     (None, None, math.nan, DEFAULT_SECONDS)],
+    [(None, None, 30.0, DEFAULT_SECONDS), (None, None, 6.0, 2.0), (None, None, 10.0, 10.0 / 3),
+     (None, 7.5, 30.0, 7.5), (None, 20.0, 6.0, 20.0), (500, None, 30.0, None), (500, 4.0, 30.0, 4.0),
+     (None, None, 0.0, DEFAULT_SECONDS), (None, None, math.nan, DEFAULT_SECONDS)],
 )  # fmt: skip
-def test_without_a_target_a_worker_aims_at_a_third_of_its_revoke_timeout_at_most(
+def test_a_default_target_is_at_most_a_third_of_the_revoke_timeout_a_given_one_stays(
     records: int | None, target: float | None, revoke_timeout: float, expected: float | None
 ) -> None:
     # a revocation waits for the batch in flight: the default target leaves room for LIMIT x itself; a given
     # target is the user's (checked against the revoke timeout by the worker), a fixed size has none
-    assert BatchSize.target_for(records, target, revoke_timeout) == expected
-    assert DEFAULT_SECONDS * LIMIT < 30.0  # the default revoke timeout
+    size = BatchSize(records, target)
+    size.within(revoke_timeout)
+    assert size.target_s == (pytest.approx(expected) if expected is not None else None)
+    assert DEFAULT_SECONDS * LIMIT < 30.0  # the default --revoke-timeout
+
+
+@pytest.mark.parametrize(("options", "expected"), [({}, 10.0 / 3), ({"revoke_timeout_s": 30.0}, DEFAULT_SECONDS)])
+def test_a_pipeline_joined_aims_its_default_batches_at_a_third_of_the_revoke_timeout_it_joins_with(
+    options: dict[str, float], expected: float, tmp_path: Path
+) -> None:
+    # the library's Group.join waits DEFAULT_REVOKE_TIMEOUT_S (10 s) for a revocation unless told: a pipeline made
+    # without a target must not plan 10 s batches into it
+    from apportion.log import PartitionedLog
+    from apportion.spark.pipeline._pipeline import Pipeline, joined
+    from apportion.store import connect
+    from apportion.worker import DEFAULT_REVOKE_TIMEOUT_S, Group
+
+    assert DEFAULT_REVOKE_TIMEOUT_S == 10.0
+    log = PartitionedLog(tmp_path / "log")
+    log.create("r", 2)
+    pipeline = Pipeline(None, log, tmp_path / "out", "r")  # type: ignore[arg-type]  # joins, runs no batch
+    assert pipeline.sizing.target_s == DEFAULT_SECONDS
+    with connect("memory://") as store, joined(Group(store, "g", partitions=2), "w", pipeline, **options):  # type: ignore[arg-type]
+        assert pipeline.sizing.target_s == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("revoke_timeout", [0.0, -1.0, math.nan, True])

@@ -94,7 +94,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Unpack
@@ -722,6 +722,16 @@ def run_batches(
         stop.wait(idle_s)
 
 
+def batches_within_revocation(pipelines: Iterable[Pipeline], options: JoinOptions) -> None:
+    """Before joining with ``options``: each pipeline's default batch target follows the revoke timeout it joins
+    with (a revocation waits for the batch in flight; ``BatchSize.within``)."""
+    from apportion.worker import DEFAULT_REVOKE_TIMEOUT_S
+
+    revoke_timeout_s = options.get("revoke_timeout_s", DEFAULT_REVOKE_TIMEOUT_S)
+    for pipeline in pipelines:
+        pipeline.sizing.within(revoke_timeout_s)
+
+
 @contextlib.contextmanager
 def joined(group: Group, worker_id: str, pipeline: Pipeline, **options: Unpack[JoinOptions]) -> Iterator[Worker]:
     """Join ``group`` with the pipeline's callbacks and attach the worker; leave gracefully at the end. A stateful
@@ -735,6 +745,7 @@ def joined(group: Group, worker_id: str, pipeline: Pipeline, **options: Unpack[J
             options.setdefault("on_replicas", pipeline.on_replicas)
         elif mode == "coordinator":
             options.setdefault("restored", pipeline.restored)
+    batches_within_revocation([pipeline], options)
     worker = group.join(worker_id, pipeline.on_assigned, pipeline.on_revoked, pipeline.on_lost, **options)
     pipeline.attach(worker)
     try:
@@ -752,6 +763,7 @@ __all__ = [
     "TaskCommits",
     "Written",
     "batch_frame",
+    "batches_within_revocation",
     "check_columns",
     "clean_partition",
     "commit_task",

@@ -17,7 +17,7 @@ from typing import TypeVar, Unpack
 
 from apportion.group import CommitResult, PartitionId, PartitionLease
 from apportion.model import Partition, index_of, partition_name
-from apportion.spark.pipeline._pipeline import Committer, Pipeline
+from apportion.spark.pipeline._pipeline import Committer, Pipeline, batches_within_revocation
 from apportion.worker import Group, JoinOptions, Worker
 
 V = TypeVar("V")
@@ -103,6 +103,7 @@ def joined_resources(
 ) -> Iterator[Worker]:
     """Join ``group`` (over named resources) with the pipelines' callbacks, subscribed to exactly their resources,
     and attach each pipeline to its view of the worker; leave gracefully at the end."""
+    batches_within_revocation(pipelines.values(), options)
     split_callbacks = Resources(pipelines)
     worker = group.join(
         worker_id,

@@ -42,8 +42,9 @@ DEFAULT_RECORDS = 10_000
 
 DEFAULT_SECONDS = 10.0
 """The target of one batch when the size is not fixed: a third of ``--revoke-timeout``'s default 30 s (a revocation
-waits for the batch in flight; the worker takes a third of a shorter one, ``target_for``), long enough that the
-fixed cost is a small share of the batch (1-3 s on one own core). 5 s before: 2,000,000 records took 6-8 batches."""
+waits for the batch in flight; joined with a shorter one, a pipeline aims at a third of it: ``within``), long enough
+that the fixed cost is a small share of the batch (1-3 s on one own core). 5 s before: 2,000,000 records took 6-8
+batches."""
 REVOKE_SHARE = 3.0
 """Without ``--batch-seconds`` the target is at most ``revoke timeout / REVOKE_SHARE``: with ``LIMIT`` a batch takes
 at most two thirds of the revoke timeout even if its cost were all per record."""
@@ -64,7 +65,7 @@ SPREAD = 1.2
 class BatchSize:
     """The next batch's records per partition (``records``); ``target_s`` None: fixed at ``records``."""
 
-    __slots__ = ("_fixed_s", "_previous", "most", "records", "target_s")
+    __slots__ = ("_fixed_s", "_given_target", "_previous", "most", "records", "target_s")
 
     def __init__(self, records: int | None = None, target_s: float | None = None, *, most: int | None = None) -> None:
         """``records`` None: :data:`DEFAULT_RECORDS`, adapting to ``target_s`` (default :data:`DEFAULT_SECONDS`);
@@ -85,19 +86,16 @@ class BatchSize:
         self.most = MAX_RECORDS if most is None else max(MIN_RECORDS, most)
         self.records = min(DEFAULT_RECORDS, self.most) if records is None else records
         self.target_s = DEFAULT_SECONDS if records is None and target_s is None else target_s
+        self._given_target = target_s is not None
         self._fixed_s: float | None = None  # the fixed cost of a batch, as last fitted
         self._previous: tuple[int, float] | None = None  # (used, seconds) of the batch before
 
-    @classmethod
-    def target_for(cls, records: int | None, target_s: float | None, revoke_timeout_s: float) -> float | None:
-        """The target a worker gives :class:`BatchSize` when a revocation may wait ``revoke_timeout_s`` for the batch
-        in flight: ``target_s`` as given; None for a fixed size; else :data:`DEFAULT_SECONDS`, at most a
-        :data:`REVOKE_SHARE` of the revoke timeout."""
-        if target_s is not None or records is not None:
-            return target_s
-        if not revoke_timeout_s > 0:  # refused where the revoke timeout is checked, not blamed on the target
-            return DEFAULT_SECONDS
-        return min(DEFAULT_SECONDS, revoke_timeout_s / REVOKE_SHARE)
+    def within(self, revoke_timeout_s: float) -> None:
+        """A revocation will wait up to ``revoke_timeout_s`` for the batch in flight (the pipeline joins its group so):
+        a default target becomes :data:`DEFAULT_SECONDS`, at most a :data:`REVOKE_SHARE` of it. A given target is the
+        user's (``run_pipeline_worker`` refuses one not below the timeout); a fixed size has none."""
+        if self.target_s is not None and not self._given_target and revoke_timeout_s > 0:
+            self.target_s = min(DEFAULT_SECONDS, revoke_timeout_s / REVOKE_SHARE)
 
     @property
     def adaptive(self) -> bool:

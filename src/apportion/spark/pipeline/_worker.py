@@ -127,12 +127,11 @@ def run_pipeline_worker(
     most = None if state_dir is None else STATEFUL_MAX_RECORDS
     if isinstance(revoke_timeout_s, bool) or not isinstance(revoke_timeout_s, int | float) or not revoke_timeout_s > 0:
         raise InvalidRequest("revoke_timeout", f"must be a number of seconds > 0, got {revoke_timeout_s!r}")
-    batch_seconds = BatchSize.target_for(batch_records, batch_seconds, revoke_timeout_s)
-    sizing = BatchSize(batch_records, batch_seconds, most=most)  # a bad size is refused before Spark starts
-    if sizing.target_s is not None and sizing.target_s >= revoke_timeout_s:
+    BatchSize(batch_records, batch_seconds, most=most)  # a bad size is refused before Spark starts
+    if batch_seconds is not None and batch_seconds >= revoke_timeout_s:  # a default one follows it (``joined``)
         raise InvalidRequest(
             "batch_seconds",
-            f"{sizing.target_s:g} s is not below --revoke-timeout ({revoke_timeout_s:g} s): a revocation waits for the "
+            f"{batch_seconds:g} s is not below --revoke-timeout ({revoke_timeout_s:g} s): a revocation waits for the "
             "batch in flight",
         )
 
