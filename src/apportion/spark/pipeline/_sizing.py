@@ -43,7 +43,7 @@ DEFAULT_RECORDS = 10_000
 DEFAULT_SECONDS = 10.0
 """The target of one batch when the size is not fixed: a third of ``--revoke-timeout``'s default 30 s (a revocation
 waits for the batch in flight; joined with a shorter one, a pipeline aims at a third of it: ``within``), long enough
-that the fixed cost is a small share of the batch (1-3 s on one own core). 5 s before: 2,000,000 records took 6-8
+that the fixed cost is a small share of the batch (1-3 s on one own core). 5 s before: 2,000,000 records took 5-9
 batches."""
 REVOKE_SHARE = 3.0
 """Without ``--batch-seconds`` the target is at most ``revoke timeout / REVOKE_SHARE``: with ``LIMIT`` a batch takes
@@ -62,6 +62,13 @@ SPREAD = 1.2
 """Two batches fit the cost line only when the larger is at least ``SPREAD`` x the smaller (else noise decides)."""
 
 
+def positive_seconds(name: str, value: object) -> float:
+    """``value`` if it is a finite number of seconds > 0 (not a bool); ``InvalidRequest`` naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise InvalidRequest(name, f"must be a number of seconds > 0, got {value!r}")
+    return float(value)
+
+
 class BatchSize:
     """The next batch's records per partition (``records``); ``target_s`` None: fixed at ``records``."""
 
@@ -76,13 +83,8 @@ class BatchSize:
             raise InvalidRequest("batch_records", f"must be an int >= 1, got {records!r}")
         if most is not None and records is not None and records > most:
             raise InvalidRequest("batch_records", f"must be at most {most:,} per partition here, got {records:,}")
-        if target_s is not None and (
-            isinstance(target_s, bool)
-            or not isinstance(target_s, int | float)
-            or not math.isfinite(target_s)
-            or target_s <= 0
-        ):
-            raise InvalidRequest("batch_seconds", f"must be a number of seconds > 0, got {target_s!r}")
+        if target_s is not None:
+            positive_seconds("batch_seconds", target_s)
         self.most = MAX_RECORDS if most is None else max(MIN_RECORDS, most)
         self.records = min(DEFAULT_RECORDS, self.most) if records is None else records
         self.target_s = DEFAULT_SECONDS if records is None and target_s is None else target_s
@@ -148,4 +150,5 @@ __all__ = [
     "SPREAD",
     "STATEFUL_MAX_RECORDS",
     "BatchSize",
+    "positive_seconds",
 ]

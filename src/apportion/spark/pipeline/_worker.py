@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from apportion.errors import InvalidRequest
 from apportion.group import GroupConfig, Mode, Rounds
 from apportion.spark.engine import connect_address, is_connect_url
-from apportion.spark.pipeline._sizing import STATEFUL_MAX_RECORDS, BatchSize
+from apportion.spark.pipeline._sizing import STATEFUL_MAX_RECORDS, BatchSize, positive_seconds
 from apportion.store import connect
 
 if TYPE_CHECKING:
@@ -125,8 +125,7 @@ def run_pipeline_worker(
 
     mode = Rounds() if mode is None else mode
     most = None if state_dir is None else STATEFUL_MAX_RECORDS
-    if isinstance(revoke_timeout_s, bool) or not isinstance(revoke_timeout_s, int | float) or not revoke_timeout_s > 0:
-        raise InvalidRequest("revoke_timeout", f"must be a number of seconds > 0, got {revoke_timeout_s!r}")
+    positive_seconds("revoke_timeout", revoke_timeout_s)
     BatchSize(batch_records, batch_seconds, most=most)  # a bad size is refused before Spark starts
     if batch_seconds is not None and batch_seconds >= revoke_timeout_s:  # a default one follows it (``joined``)
         raise InvalidRequest(
