@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[spark,etcd,postgres,metrics,dashboard,rabbitmq,kubernetes,dev]'
+	$(PY) -m pip install -q -e '.[spark,etcd,postgres,metrics,dashboard,rabbitmq,kafka,kubernetes,dev]'
 	@touch $(STAMP)
 
 check-java:

@@ -15,6 +15,8 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || command -v rabbitmq-server >/dev/null 2>&1 || missing+=(rabbitmq-server)
 { command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; } || missing+=(chromium)
+# Apache Kafka's broker (KRaft) comes from Maven Central, not Debian: resolved once into Maven's cache
+bash "$(dirname "$0")/ensure-kafka.sh" >/dev/null || { [ "${CI:-}" = "true" ] && exit 1; }
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "apportion: installing ${missing[*]} for the tests (apt-get)..."

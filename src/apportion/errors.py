@@ -11,8 +11,10 @@ pyspark) are mapped at the boundary with ``raise ... from exc``.
 - ``StoreReplaced``    — (a ``StoreUnavailable``) a read-only SQLite store's file was deleted or replaced since it was
                          opened: reopen the store to read the file there now.
 - ``SparkUnavailable`` — Spark cannot be started (no Java) or its Connect server cannot be reached.
-- ``BrokerUnavailable`` — RabbitMQ (``apportion.rabbitmq``) cannot be reached, closed the connection or refused a
-                         message.
+- ``BrokerUnavailable`` — RabbitMQ (``apportion.rabbitmq``) or Kafka (``apportion.kafka``) cannot be reached, refused
+                         the credentials, closed the connection or refused a message.
+- ``TopicUnavailable`` — (a ``BrokerUnavailable``) a Kafka topic does not exist, or has fewer partitions than the
+                         group stored (deleted and created again).
 - ``CorruptRecord``    — a record in the store is not what apportion writes there (names the key); the CLI exits 2.
 - ``CorruptFile``      — a file apportion wrote is not what it wrote (truncated, emptied, deleted, tampered with):
                          names the path and what to do; the CLI exits 2.
@@ -74,7 +76,13 @@ class SparkUnavailable(ApportionError):
 
 
 class BrokerUnavailable(ApportionError):
-    """RabbitMQ cannot be reached, closed the connection or channel, or refused a published message."""
+    """RabbitMQ or Kafka cannot be reached, refused the credentials, closed the connection or channel, or refused a
+    published message."""
+
+
+class TopicUnavailable(BrokerUnavailable):
+    """A Kafka topic does not exist, or has fewer partitions than the group stored (a topic cannot shrink: it was
+    deleted and created again). Exit 1, as for a broker: a supervisor's restart may find it created."""
 
 
 class CorruptRecord(ApportionError):
@@ -175,6 +183,7 @@ __all__ = [
     "StoreFull",
     "StoreReplaced",
     "StoreUnavailable",
+    "TopicUnavailable",
     "TimedOut",
     "WorkerExited",
 ]
