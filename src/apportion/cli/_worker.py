@@ -29,6 +29,7 @@ from apportion.cli._common import (
     strategy_option,
     timing_options,
 )
+from apportion.cli._kafka_options import KafkaTopics, kafka_options
 from apportion.cli._options import resource_names
 from apportion.errors import InvalidRequest
 from apportion.group import DEFAULT_RETENTION_S, MAX_SECONDS, Static
@@ -36,6 +37,7 @@ from apportion.runner import DEFAULT_CONNECT_TIMEOUT_S, run_worker
 from apportion.worker import JoinOptions
 
 if TYPE_CHECKING:
+    from apportion.kafka import TopicWatcher
     from apportion.kube import ReplicasFollower
 
 FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
@@ -181,6 +183,7 @@ def _toml_kind(value: object) -> str:
     help="static: follow the replica count of this pod's StatefulSet (spec.replicas, read through the API with the "
     "pod's service account; the kubernetes extra), as `apportion scale` sets it.",
 )
+@kafka_options()
 def worker(
     store_url: str,
     group_name: str,
@@ -203,6 +206,7 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     replicas_from: str | None,
+    kafka: KafkaTopics | None,
 ) -> None:
     """Run a worker until SIGINT/SIGTERM. Each change is one JSON line on stdout
     ({"event": "assigned"|"revoked"|"lost"|"commit"|"fenced"|"commit_failed", "partitions": [...], "time": t}; a
@@ -211,7 +215,11 @@ def worker(
     Every option can also come from the environment (APPORTION_STORE, APPORTION_GROUP, APPORTION_ID, ...) or from
     --config FILE.toml; precedence: command line > environment > file > defaults."""
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
-
+    watcher = None
+    if kafka is not None:
+        if partitions is not None or resources is not None:
+            raise InvalidRequest("topic", "the topics are the group's resources: give no --partitions or --resources")
+        watcher, resources = _topics_watcher(kafka.within(connect_timeout_s), store_url, group_name)
     requested = requested_definition(
         store_url,
         mode.mode,
@@ -242,8 +250,39 @@ def worker(
         connect_timeout_s=connect_timeout_s,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
-        on_started=None if follower is None else follower.start,
+        on_started=_both(follower, watcher),
     )
+    if watcher is not None and watcher.error is not None:
+        raise watcher.error  # a topic deleted (or the broker gone for good) while the worker ran: exit 1
+
+
+def _topics_watcher(kafka: KafkaTopics, store_url: str, group_name: str) -> tuple[TopicWatcher, str]:
+    """``--kafka``/``--topic``: the topics' partition counts read from the broker, the stored definition grown to
+    them (a topic that grew while the group was down), and the watcher that follows them while the worker runs; and
+    the topics as ``--resources``. An unreachable broker, refused credentials or an unknown topic: one line, exit 1."""
+    from apportion.kafka import TopicWatcher, resources_text, sync_definition, topic_partitions
+    from apportion.store import connect
+
+    counts = topic_partitions(kafka.config, kafka.topics)
+    store = connect(store_url)
+    click.get_current_context().call_on_close(store.close)
+    sync_definition(store, group_name, counts)
+    watcher = TopicWatcher(kafka.config, kafka.topics, store, group_name)
+    click.get_current_context().call_on_close(watcher.stop)
+    return watcher, resources_text(counts)
+
+
+def _both(follower: ReplicasFollower | None, watcher: TopicWatcher | None) -> Callable[[Any], None] | None:
+    """One ``on_started`` for the replicas follower and the topic watcher, either of which may be absent."""
+    starts = [part.start for part in (follower, watcher) if part is not None]
+    if not starts:
+        return None
+
+    def started(worker: Any) -> None:
+        for start in starts:
+            start(worker)
+
+    return started
 
 
 def _replicas_follower(

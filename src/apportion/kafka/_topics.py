@@ -90,7 +90,7 @@ class TopicWatcher:
         store: Store,
         group: str,
         *,
-        period_s: float = MAX_PERIOD_S,
+        period_s: float | None = None,
         grace_s: float | None = None,
         on_grown: Callable[[dict[str, tuple[int, int]]], None] | None = None,
     ) -> None:
@@ -118,6 +118,10 @@ class TopicWatcher:
         return sync_definition(self.store, self.group, counts)
 
     def start(self, worker: Worker) -> None:
+        """Follow the topics beside ``worker`` (its ``on_started``); every ``period_s``, by default half the group's
+        heartbeat (at most :data:`MAX_PERIOD_S`)."""
+        if self.period_s is None:
+            self.period_s = self.period_for(worker.effective.heartbeat_s)
         self._thread = threading.Thread(target=self._run, args=(worker,), name="apportion-topics", daemon=True)
         self._thread.start()
 
@@ -128,6 +132,7 @@ class TopicWatcher:
 
     def _run(self, worker: Worker) -> None:
         unreachable_since: float | None = None
+        assert self.period_s is not None
         while not self._stop.wait(self.period_s):
             try:
                 grown = self.check()
