@@ -6,13 +6,14 @@ line and exit 1, nothing else lost (the partitions are released as in a graceful
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from apportion.errors import BrokerUnavailable, TopicUnavailable
 from apportion.fleet import Fleet, worker_args
@@ -26,6 +27,7 @@ from tests.kafka_server import SASL_USERS, KafkaCluster
 pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group("kafka")]
 
 HEARTBEAT_S = 2.0
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def create_topic(kafka: KafkaCluster, name: str, partitions: int) -> None:
@@ -184,3 +186,52 @@ def _absent(kafka: KafkaCluster, topic: str) -> bool:
     except BrokerUnavailable:
         return True
     return False
+
+
+def readme_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- examples/kafka_topics.py -->\n```python\n(.*?)```", text, flags=re.S)
+    assert block is not None, "the README lost its Kafka topics example"
+    return block.group(1)
+
+
+def test_the_readme_example_is_examples_kafka_topics_py() -> None:
+    assert readme_example() == (ROOT / "examples" / "kafka_topics.py").read_text()
+
+
+def test_the_python_example_shares_and_follows_a_growing_topic(kafka: KafkaCluster, topic: str, tmp_path: Path) -> None:
+    """Two processes of examples/kafka_topics.py (the README's) share a topic's partitions; grown, the new ones are
+    dealt out; SIGTERM leaves (exit 0)."""
+    create_topic(kafka, topic, 4)
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    command = [sys.executable, str(ROOT / "examples" / "kafka_topics.py"), url, kafka.bootstrap, topic]
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    procs = [subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=tmp_path) for log in logs]
+    try:
+
+        def held() -> list[set[str]]:
+            out = []
+            for log in logs:
+                mine: set[str] = set()
+                for line in log.read_text().splitlines():
+                    if line.startswith("gained "):
+                        mine |= set(line.split()[1:])
+                    elif line.startswith("gave up "):
+                        mine -= set(line.split()[2:])
+                out.append(mine)
+            return out
+
+        def dealt(n: int) -> bool:
+            a, b = held()
+            return a | b == {f"{topic}-{i}" for i in range(n)} and not a & b and abs(len(a) - len(b)) <= 1
+
+        wait_for("the 4 partitions shared", lambda: dealt(4), 60)
+        grow = AdminClient({"bootstrap.servers": kafka.bootstrap, "log_level": 0})
+        for future in grow.create_partitions([NewPartitions(topic, 6)]).values():
+            future.result(60)
+        wait_for("the 6 partitions shared", lambda: dealt(6), 30)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        codes = [proc.wait(30) for proc in procs]
+    assert codes == [0, 0], [log.read_text() for log in logs]
