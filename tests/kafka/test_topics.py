@@ -34,7 +34,7 @@ def create_topic(kafka: KafkaCluster, name: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap, "log_level": 0})
     for future in admin.create_topics([NewTopic(name, partitions)], operation_timeout=30).values():
         future.result(60)
-    wait_for("topic", lambda: topic_partitions(KafkaConfig(kafka.bootstrap), [name]) == {name: partitions}, 30)
+    wait_for("topic", lambda: _counts(kafka, name) == {name: partitions}, 30)
 
 
 def delete_topic(kafka: KafkaCluster, name: str) -> None:
@@ -180,12 +180,16 @@ def test_a_topic_with_fewer_partitions_than_the_group_stored(kafka: KafkaCluster
         store.close()
 
 
-def _absent(kafka: KafkaCluster, topic: str) -> bool:
+def _counts(kafka: KafkaCluster, topic: str) -> dict[str, int] | None:
+    """The topic's partition count as the broker's metadata has it now; None while it does not exist."""
     try:
-        topic_partitions(KafkaConfig(kafka.bootstrap), [topic])
+        return topic_partitions(KafkaConfig(kafka.bootstrap), [topic])
     except BrokerUnavailable:
-        return True
-    return False
+        return None
+
+
+def _absent(kafka: KafkaCluster, topic: str) -> bool:
+    return _counts(kafka, topic) is None
 
 
 def readme_example() -> str:
