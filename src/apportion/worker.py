@@ -423,12 +423,12 @@ class Group:
 
     ``ttl_s`` (the member lease) defaults to the store's ``default_ttl_s`` (5 s on etcd, so that a leader election
     costs no partition), else GroupConfig's (3 s). ``mode`` picks the protocol (``apportion.group``): ``Rounds()``
-    (seed 0, the default), ``Coordinator(min_members, rebalance, max_in_flight)`` (seed 1) or ``Static(replicas)``
-    (seed 3: ``replicas`` is the count a group starts with when it has none yet; afterwards :meth:`scale` changes
-    it), stored with the definition (with ``partitions=None`` and no ``mode``: the stored one's); a static member also
-    needs its ``ordinal``. ``strategy`` defaults to "sticky", or "round_robin" in coordinator mode (as in seed 1).
-    :meth:`of` takes the whole definition as one :class:`GroupConfig` (or only a mode: "join the stored
-    definition").
+    (seed 0, the default), ``Coordinator(min_members, rebalance, max_in_flight, first_settle_s)`` (seed 1) or
+    ``Static(replicas)`` (seed 3: ``replicas`` is the count a group starts with when it has none yet; afterwards
+    :meth:`scale` changes it), stored with the definition (with ``partitions=None`` and no ``mode``: the stored
+    one's); a static member also needs its ``ordinal``. ``strategy`` defaults to "sticky", or "round_robin" in
+    coordinator mode (as in seed 1). :meth:`of` takes the whole definition as one :class:`GroupConfig` (or only a
+    mode: "join the stored definition").
 
     ``requested`` is the definition asked for (with ``partitions=None``: the stored one); the members follow the
     stored one (``Worker.effective``). Another mode than the stored one, or other partitions without ``update``, is

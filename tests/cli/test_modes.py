@@ -40,6 +40,7 @@ WRONG = [
     (["--mode", "static", "--ordinal", "0", "--min-members", "2"], "--min-members: only with --mode coordinator"),
     (["--rebalance", "manual"], "--rebalance: only with --mode coordinator (this is --mode rounds)"),
     (["--mode", "static", "--ordinal", "0", "--max-in-flight", "4"], "--max-in-flight: only with --mode coordinator"),
+    (["--first-settle", "5"], "--first-settle: only with --mode coordinator (this is --mode rounds)"),
     (["--mode", "static"], "static mode needs --ordinal, --hostname name-<ordinal> or --ordinal-from-hostname"),
     (["--mode", "static", "--hostname", "consumer"], "does not look like a StatefulSet pod name"),
     (["--mode", "static", "--hostname", "c-1", "--ordinal", "1"], "give one of --ordinal, --hostname"),
@@ -101,6 +102,8 @@ def simulated(*args: str) -> dict[str, object]:
         (["--mode", "coordinator", "--max-in-flight", "1"], {"mode": "coordinator", "strategy": "round_robin",
                                                              "max_in_flight": 1}),
         (["--mode", "coordinator", "--strategy", "sticky"], {"mode": "coordinator", "strategy": "sticky"}),
+        (["--mode", "coordinator", "--first-settle", "2", "--start-gap", "0.6"], {"mode": "coordinator",
+            "strategy": "round_robin", "first_settle_s": 2.0, "start_gap_s": 0.6}),  # issue 45.2
         (["--mode", "static"], {"mode": "static", "strategy": "sticky"}),
     ],
 )  # fmt: skip
@@ -123,6 +126,7 @@ def test_simulate_runs_the_mode_it_is_given_as_the_python_simulator_does(
         (["--mode", "coordinator", "--min-members", "0"], "min_members: must be an integer >= 1"),
         (["--replicas", "3"], "--replicas: only with --mode static (this is --mode rounds)"),
         (["--mode", "static", "--rebalance", "manual"], "--rebalance: only with --mode coordinator"),
+        (["--mode", "coordinator", "--first-settle", "0"], "--first-settle"),
     ],
 )
 def test_simulate_refuses_a_mode_option_it_cannot_honour_in_one_line(args: list[str], message: str) -> None:

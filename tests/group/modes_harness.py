@@ -45,9 +45,12 @@ class ModeHarness(Harness):
         return member
 
     def add_coordinated(self, member_id: str, **kwargs: Any) -> CoordinatorMember:
-        """``min_members``, ``rebalance``, ``max_in_flight``: the group's ``Coordinator`` mode (the first member to
-        start stores it); anything else goes to the member."""
-        settings = {name: kwargs.pop(name) for name in ("min_members", "rebalance", "max_in_flight") if name in kwargs}
+        """``min_members``, ``rebalance``, ``max_in_flight``, ``first_settle_s``: the group's ``Coordinator`` mode (the
+        first member to start stores it); anything else goes to the member. ``first_settle_s`` is the group's RST
+        unless given (None: the default rule, 10 s without a minimum): these members start together, and most tests
+        are about what follows the first table."""
+        names = ("min_members", "rebalance", "max_in_flight", "first_settle_s")
+        settings = {"first_settle_s": self.config.settle_s, **{n: kwargs.pop(n) for n in names if n in kwargs}}
         config = dataclasses.replace(self.config, mode=Coordinator(**settings))
         member = CoordinatorMember(
             self.store, self.group, member_id, config, clock=self.clock, **self._callbacks(member_id), **kwargs

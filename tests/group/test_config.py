@@ -68,8 +68,11 @@ def test_defaults_are_class_constants_not_fields() -> None:
 
 @pytest.mark.parametrize(
     "mode",
-    [Rounds(), Coordinator(), Coordinator(min_members=2, rebalance="manual", max_in_flight=1), Static(), Static(3)],
-)
+    [
+        Rounds(), Coordinator(), Coordinator(min_members=2, rebalance="manual", max_in_flight=1),
+        Coordinator(first_settle_s=2.5), Static(), Static(3),
+    ],
+)  # fmt: skip
 def test_the_mode_is_stored_with_the_definition_and_read_back_whole(mode: Mode) -> None:
     config = GroupConfig(partitions=4, strategy=GroupConfig.default_strategy(mode), mode=mode)
     assert config.to_json()["mode"]["name"] == mode.name
@@ -82,6 +85,8 @@ def test_the_mode_is_stored_with_the_definition_and_read_back_whole(mode: Mode) 
         (lambda: Coordinator(min_members=0), "min_members: must be an integer >= 1"),
         (lambda: Coordinator(rebalance="sometimes"), "rebalance: 'sometimes' is not one of automatic, manual"),
         (lambda: Coordinator(max_in_flight=True), "max_in_flight: must be an integer >= 1"),
+        (lambda: Coordinator(first_settle_s=0), "first_settle_s: must be a positive number of seconds"),
+        (lambda: Coordinator(first_settle_s=float("nan")), "first_settle_s: must be a positive number of seconds"),
         (lambda: Static(0), "replicas: must be an integer >= 1"),
         (lambda: Static(MAX_REPLICAS + 1), "replicas: must be at most 1,000,000"),
         (lambda: GroupConfig(partitions=4, mode="static"), "mode: must be Rounds(), Coordinator(...) or Static(...)"),
@@ -97,6 +102,10 @@ def test_each_modes_defaults_are_written_once() -> None:
         Coordinator.DEFAULT_MIN_MEMBERS, Coordinator.DEFAULT_REBALANCE, Coordinator.DEFAULT_MAX_IN_FLIGHT
     )
     assert SimConfig().max_in_flight == Coordinator.DEFAULT_MAX_IN_FLIGHT
+    # the first table's settle (issue 45.2): 10 s, RST with a declared minimum, the option when given
+    assert Coordinator().first_table_settle_s(0.5) == Coordinator.DEFAULT_FIRST_SETTLE_S == 10.0
+    assert Coordinator(min_members=3).first_table_settle_s(0.5) == 0.5
+    assert Coordinator(min_members=3, first_settle_s=4.0).first_table_settle_s(0.5) == 4.0
     assert GroupConfig.default_strategy(Coordinator()) == "round_robin" == GroupConfig.default_strategy("coordinator")
     assert GroupConfig(partitions=1).mode == Rounds()
 

@@ -10,6 +10,7 @@ import pytest
 
 from apportion.errors import InvalidRequest
 from apportion.group import (
+    Coordinator,
     CoordinatorMember,
     Entry,
     GroupConfig,
@@ -56,16 +57,19 @@ def test_minimum_cluster_size_holds_assignment_back() -> None:
     assert all(m.stable() for m in h.members.values())
 
 
-def test_members_starting_within_the_settle_time_share_the_first_table_and_nobody_revokes() -> None:
+def test_members_starting_seconds_apart_share_the_first_table_and_nobody_revokes() -> None:
     """Issue 30.3: with the default min_members (1), three members registering 0.3 s apart got a first table that
-    gave every partition to the first, which then revoked most of them. The first table now waits until no member
-    has registered for the group's settle_s (0.5 s), so it is laid out once, over all three."""
+    gave every partition to the first, which then revoked most of them; a wait of RST fixed 0.3 s, not the seconds
+    a Deployment's pods start apart (issue 45.2). The first table now waits until no member has registered for the
+    default first-table settle time (10 s), so it is laid out once, over all three started 2 s apart."""
     h = ModeHarness(dataclasses.replace(RR, partitions=30))
     for mid in ("a", "b", "c"):
-        h.add_coordinated(mid)
-        h.run(0.3)
+        h.add_coordinated(mid, first_settle_s=None)
+        h.run(2.0)
         assert table(h) == {}, "the first table waits for the members to stop arriving"
-    h.run(1.0)
+    h.run(Coordinator.DEFAULT_FIRST_SETTLE_S - 2.0 - 0.1)
+    assert table(h) == {}, "10 s after the last registration, not before"
+    h.run(0.5)
     assert sorted(len(p) for p in h.assignment().values()) == [10, 10, 10]
     assert h.assignment()["a"] == list(range(0, 30, 3))  # the seed's round robin, laid out once
     assert not [c for c in h.log.calls if c[0] in ("revoked", "lost")], "nobody gave anything back"

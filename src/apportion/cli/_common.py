@@ -149,6 +149,15 @@ def min_members_option(*, env: bool = False) -> Callable[[FC], FC]:
     )  # fmt: skip
 
 
+def first_settle_option(*, env: bool = False) -> Callable[[FC], FC]:
+    """``--first-settle SECONDS`` (coordinator mode): the first table's settle time (``Coordinator.first_settle_s``)."""
+    return option(
+        "--first-settle", "first_settle_s", env=env, type=seconds(positive=True), default=None,
+        help=f"coordinator: lay out the first table once no member has registered for this long (s); default "
+        f"{Coordinator.DEFAULT_FIRST_SETTLE_S:g}, or --settle when --min-members is above 1.",
+    )  # fmt: skip
+
+
 def rebalance_option(*, env: bool = False) -> Callable[[FC], FC]:
     """``--rebalance automatic|manual`` (coordinator mode)."""
     return option(
@@ -200,12 +209,14 @@ _MODE_PARAMETERS = (
     ("min_members", "--min-members", "coordinator"),
     ("rebalance", "--rebalance", "coordinator"),
     ("max_in_flight", "--max-in-flight", "coordinator"),
+    ("first_settle_s", "--first-settle", "coordinator"),
 )
 
 
 def member_mode_options(*, env: bool = False) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """``--mode`` and every mode's options (static: ``--ordinal``, ``--hostname``, ``--ordinal-from-hostname``,
-    ``--replicas``; coordinator: ``--min-members``, ``--rebalance``, ``--max-in-flight``). The command receives them
+    ``--replicas``; coordinator: ``--min-members``, ``--rebalance``, ``--max-in-flight``, ``--first-settle``). The
+    command receives them
     as one ``mode: MemberMode`` argument, checked by :func:`member_mode`."""
     decorators: list[Callable[[Any], Any]] = [
         mode_option(env=env),
@@ -225,6 +236,7 @@ def member_mode_options(*, env: bool = False) -> Callable[[Callable[..., R]], Ca
         min_members_option(env=env),
         rebalance_option(env=env),
         max_in_flight_option(env=env),
+        first_settle_option(env=env),
     ]  # fmt: skip
 
     def apply(f: Callable[..., R]) -> Callable[..., R]:
@@ -250,6 +262,7 @@ def member_mode(
     min_members: int,
     rebalance: str,
     max_in_flight: int,
+    first_settle_s: float | None,
 ) -> MemberMode:
     """The options of :func:`member_mode_options` as a :class:`MemberMode`. InvalidRequest (exit 2) for a mode's
     option given (command line, environment or config file) with another ``--mode``, static mode without an
@@ -264,7 +277,7 @@ def member_mode(
             )
         return MemberMode(Static(replicas), validate_ordinal(ordinal), hostname)
     if mode == "coordinator":
-        return MemberMode(Coordinator(min_members, rebalance, max_in_flight), None, None)
+        return MemberMode(Coordinator(min_members, rebalance, max_in_flight, first_settle_s), None, None)
     return MemberMode(mode_named(mode), None, None)
 
 
@@ -361,6 +374,7 @@ __all__ = [
     "MemberMode",
     "Number",
     "directory_url",
+    "first_settle_option",
     "group_option",
     "max_in_flight_option",
     "member_id",

@@ -10,11 +10,13 @@ import click
 
 from apportion.cli._app import app
 from apportion.cli._common import (
+    first_settle_option,
     max_in_flight_option,
     min_members_option,
     mode_option,
     rebalance_option,
     refuse_other_modes_options,
+    seconds,
     spark_master,
     spark_options,
     strategy_option,
@@ -47,6 +49,14 @@ MAX_EVENTS = 100_000
 @max_in_flight_option()
 @min_members_option()
 @rebalance_option()
+@first_settle_option()
+@click.option(
+    "--start-gap",
+    "start_gap_s",
+    type=seconds(),
+    default=0.0,
+    help="Start the members this many seconds apart (a Deployment's pods), not at once.",
+)
 @click.option(
     "--replicas",
     type=click.IntRange(1, MAX_MEMBERS),
@@ -78,6 +88,8 @@ def simulate(
     max_in_flight: int,
     min_members: int,
     rebalance: str,
+    first_settle_s: float | None,
+    start_gap_s: float,
     replicas: int | None,
     no_faults: bool,
     stateful: bool,
@@ -92,7 +104,8 @@ def simulate(
     per change (the start, each churn or fault event) the plans it caused, their moves, the lower bound and the
     time until ownership stopped changing. --mode runs the members in that protocol (static: ordinals
     0..members-1, --replicas the count, default --members; coordinator: --min-members, --rebalance, manual meaning
-    that a simulated operator runs `apportion rebalance` after each change, --max-in-flight).
+    that a simulated operator runs `apportion rebalance` after each change, --max-in-flight, --first-settle);
+    --start-gap starts the members that far apart (the start's moves then say what arriving one by one cost).
     With --grid: every scenario of the grid as a Spark task, one comparison table and chart in --out."""
     refuse_other_modes_options(click.get_current_context(), mode)
     if grid_file is not None:
@@ -115,6 +128,8 @@ def simulate(
         max_in_flight=max_in_flight,
         min_members=min_members,
         rebalance=rebalance,
+        first_settle_s=first_settle_s,
+        start_gap_s=start_gap_s,
         replicas=replicas,
         faults=not no_faults,
         stateful=stateful,

@@ -62,6 +62,7 @@ from apportion.assign import validate_options
 from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.group._keys import LAYOUT, LEGACY_LAYOUT, Keys, PartitionId, decode, encode, valid_name
 from apportion.group._mode import (
+    MAX_SECONDS,
     MODES,
     NO_STATIC_SUBSCRIPTIONS,
     Mode,
@@ -70,19 +71,10 @@ from apportion.group._mode import (
     mode_from_json,
     mode_named,
     mode_to_json,
+    positive_seconds,
 )
 from apportion.model import MAX_PARTITIONS, Partition, Resource, partition_name, partition_of
 from apportion.store import KeyValue, Store, default_ttl_s
-
-MAX_SECONDS = 86_400.0
-
-
-def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise InvalidRequest(name, f"must be a positive number of seconds, got {value!r}")
-    if value > MAX_SECONDS:
-        raise InvalidRequest(name, f"must be at most {MAX_SECONDS:,.0f} s (a day), got {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +116,7 @@ class GroupConfig:
             )
         validate_options(self.strategy, self.options)  # the strategy's name, then its own options
         for name in ("settle_s", "min_interval_s", "heartbeat_s", "ttl_s"):
-            object.__setattr__(self, name, _positive(name, getattr(self, name)))
+            object.__setattr__(self, name, positive_seconds(name, getattr(self, name)))
         if self.min_interval_s < self.settle_s:
             raise InvalidRequest("min_interval_s", f"must be >= settle_s ({self.settle_s}), got {self.min_interval_s}")
         if self.heartbeat_s < self.min_interval_s:

@@ -38,16 +38,20 @@ An owner that claims again a partition the table already has ONLINE for it (afte
 its pipeline restores the (short) tail it lacks before its first batch of the new epoch, as in every mode.
 
 The first table (seed 1: "it might map partitions too early until the cluster reaches a stable state"): the
-coordinator lays it out once ``min_members`` are live AND the live members have not changed for the group's
-``settle_s`` (RST, 0.5 s by default, the rounds mode's settle time): each registration restarts the wait, which
-ends at the latest ``FIRST_TABLE_MAX_SETTLES`` RSTs after ``min_members`` were first live. Why: with the default
-``min_members`` of 1 the first member to register got every partition and the next ones took most of them back
-(three workers started 0.3 s apart: 30 partitions mapped to the first, then 20 revoked and migrated), which is the
-over-eager mapping the seed's minimum cluster size exists to prevent; a minimum the group cannot know (how many
-workers a deployment starts) is no default, a settle time is. It costs the first table ``settle_s`` once in the
-group's life (the table stays in the store across restarts). Fleets whose members start further apart than RST
-raise ``--settle`` or set ``--min-members``. While held back the coordinator traces ``waiting_for_members`` (below
-the minimum) or ``settling``, and ``status`` says ``waiting for N members (have M)`` or ``settling``.
+coordinator lays it out once ``min_members`` are live AND the live members have not changed for the first table's
+settle time (``Coordinator.first_table_settle_s``): ``--first-settle`` when given; RST (``settle_s``) when
+``--min-members`` above 1 declares the fleet's size; else 10 s. Each registration restarts the wait, which ends at
+the latest ``FIRST_TABLE_MAX_SETTLES`` of those settle times after ``min_members`` were first live. Why: with the
+default ``min_members`` of 1 the first member to register got every partition and the next ones took most of them
+back, which is the over-eager mapping the seed's minimum cluster size exists to prevent. A wait of RST (0.5 s)
+protected members started 0.3 s apart but not a Deployment's pods, which start seconds apart: three members started
+0.6 s apart moved 25 of 30 partitions after the first table, six moved 43 (issue 45.2;
+``tests/sim/test_first_table_simulator.py`` measures 0, 0.6, 2 and 5 s apart). A minimum the group cannot know (how
+many workers a deployment starts) is no default, a settle time is; where the operator declares it (``--min-members
+N``) the table waits for N and then only RST. It costs the first table 10 s once in the group's life (the table
+stays in the store across restarts). Fleets whose members start further apart raise ``--first-settle`` or set
+``--min-members``. While held back the coordinator traces ``waiting_for_members`` (below the minimum) or
+``settling``, and ``status`` says ``waiting for N members (have M)`` or ``settling``.
 
 A member M holds p when the entry says so: ``owner == M`` and state ONLINE or ASSIGNED, or ``target == M`` and state
 MIGRATING (or ASSIGNED with no owner). It revokes anything else it holds, claims what it should hold once the owner
@@ -135,8 +139,9 @@ from apportion.store import (
 log = logging.getLogger(__name__)
 
 FIRST_TABLE_MAX_SETTLES = 10
-"""The first table waits at most this many RSTs (``settle_s``) after ``min_members`` are first live, however often
-members keep registering (a crash-looping member must not hold the group back for good): 5 s with the defaults."""
+"""The first table waits at most this many of its settle times (``Coordinator.first_table_settle_s``) after
+``min_members`` are first live, however often members keep registering (a crash-looping member must not hold the
+group back for good): 100 s with the defaults, 5 s with ``--min-members`` above 1 and the default RST."""
 
 FAILED_RETENTION_S = 3600.0
 """How long ``failed/<id>`` records stay (the lease they are bound to): an hour, the history's default retention, so
@@ -420,7 +425,10 @@ def waiting(config: GroupConfig, live: int, has_table: bool) -> dict[str, Any] |
     if live < mode.min_members:
         reason = f"waiting for {mode.min_members} members (have {live})"
     elif not has_table:
-        reason = f"settling: the first table follows once no member has joined for {config.settle_s:g} s"
+        reason = (
+            "settling: the first table follows once no member has joined for "
+            f"{mode.first_table_settle_s(config.settle_s):g} s"
+        )
     else:
         return None
     return {"min_members": mode.min_members, "live": live, "reason": reason}
@@ -696,8 +704,9 @@ class CoordinatorMember(FencedMember):
 
     def _first_table_due(self, now: float, live: Sequence[str]) -> bool:
         """Whether the coordinator may lay out the first table now (see "The first table" in the module docstring):
-        at least ``min_members`` live, and no member registered or went for the group's ``settle_s`` (RST), or
-        ``FIRST_TABLE_MAX_SETTLES`` RSTs passed since ``min_members`` were first live. Traces ``waiting_for_members``
+        at least ``min_members`` live, and no member registered or went for the first table's settle time
+        (``Coordinator.first_table_settle_s``), or ``FIRST_TABLE_MAX_SETTLES`` of them passed since ``min_members``
+        were first live. Traces ``waiting_for_members``
         or ``settling`` when the table is held back, each once per change of the live members."""
         roster = tuple(sorted(live))
         if len(roster) < self.min_members:
@@ -705,7 +714,7 @@ class CoordinatorMember(FencedMember):
                 self._trace(TraceKind.WAITING_FOR_MEMBERS, live=len(roster), min_members=self.min_members)
             self._quiet = (roster, now, math.inf)
             return False
-        settle = self.config.settle_s
+        settle = self.settings.first_table_settle_s(self.config.settle_s)
         if self._quiet is None or self._quiet[0] != roster:
             first = now if self._quiet is None or self._quiet[2] == math.inf else self._quiet[2]
             self._quiet = (roster, now, first)

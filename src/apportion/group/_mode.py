@@ -1,6 +1,6 @@
 """A group's mode: which protocol its members run, with that protocol's own settings, as one value.
 
-``Rounds()`` (seed 0, ``_rounds``), ``Coordinator(min_members, rebalance, max_in_flight)`` (seed 1,
+``Rounds()`` (seed 0, ``_rounds``), ``Coordinator(min_members, rebalance, max_in_flight, first_settle_s)`` (seed 1,
 ``_coordinator``) or ``Static(replicas)`` (seed 3, ``_static``): frozen values, validated on construction
 (``InvalidRequest`` naming the field), each default written here once. The mode is part of the group's definition
 (``GroupConfig.mode``) and stored with it in the ``resource`` record as ``"mode": {"name": ..., <settings>}``
@@ -14,6 +14,7 @@ part of it. ``Static.replicas`` is the replica count a static group *starts* wit
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -25,6 +26,19 @@ MODES = ("rounds", "coordinator", "static")
 POLICIES = ("automatic", "manual")
 
 NO_STATIC_SUBSCRIPTIONS = "static mode has no subscriptions: each ordinal consumes every resource"
+
+MAX_SECONDS = 86_400.0
+"""The longest duration a group's timing may be (one day: a longer one would overflow the waits it is added to)."""
+
+
+def positive_seconds(name: str, value: object) -> float:
+    """A duration: a finite number of seconds above 0 and at most ``MAX_SECONDS``; InvalidRequest naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise InvalidRequest(name, f"must be a positive number of seconds, got {value!r}")
+    if value > MAX_SECONDS:
+        raise InvalidRequest(name, f"must be at most {MAX_SECONDS:,.0f} s (a day), got {value!r}")
+    return float(value)
+
 
 MAX_REPLICAS = MAX_PARTITIONS
 """The most replicas a static group may count (and so the highest ordinal is ``MAX_REPLICAS - 1``): a pod beyond
@@ -60,25 +74,40 @@ class Rounds:
 
 @dataclass(frozen=True, slots=True)
 class Coordinator:
-    """Seed 1's elected coordinator: the table is created once ``min_members`` are live; ``rebalance``
-    ``"automatic"`` re-plans on every membership change, ``"manual"`` on `apportion rebalance`; at most
-    ``max_in_flight`` migrations at once."""
+    """Seed 1's elected coordinator: the table is created once ``min_members`` are live and no member has registered
+    for ``first_table_settle_s`` (below); ``rebalance`` ``"automatic"`` re-plans on every membership change,
+    ``"manual"`` on `apportion rebalance`; at most ``max_in_flight`` migrations at once."""
 
     name: ClassVar[str] = "coordinator"
     default_strategy: ClassVar[str] = "round_robin"  # seed 1's table
     DEFAULT_MIN_MEMBERS: ClassVar[int] = 1
     DEFAULT_REBALANCE: ClassVar[str] = "automatic"
     DEFAULT_MAX_IN_FLIGHT: ClassVar[int] = 4
+    DEFAULT_FIRST_SETTLE_S: ClassVar[float] = 10.0
 
     min_members: int = DEFAULT_MIN_MEMBERS
     rebalance: str = DEFAULT_REBALANCE
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    first_settle_s: float | None = None
 
     def __post_init__(self) -> None:
         _integer("min_members", self.min_members, 1)
         if not isinstance(self.rebalance, str) or self.rebalance not in POLICIES:
             raise InvalidRequest("rebalance", f"{self.rebalance!r} is not one of {', '.join(POLICIES)}")
         _integer("max_in_flight", self.max_in_flight, 1)
+        if self.first_settle_s is not None:
+            object.__setattr__(self, "first_settle_s", positive_seconds("first_settle_s", self.first_settle_s))
+
+    def first_table_settle_s(self, settle_s: float) -> float:
+        """How long no member may have registered before the first table is laid out (the group's ``settle_s`` is
+        RST): ``first_settle_s`` when given; else RST when ``min_members`` declares the fleet's size (above 1: the
+        table waits for that many, then RST, as seed 1's minimum cluster size); else ``DEFAULT_FIRST_SETTLE_S``
+        (10 s), so that a fleet whose members start up to a few seconds apart (a Deployment's pods) shares the first
+        table instead of the first member getting every partition and giving most of them back
+        (``_coordinator``'s "The first table")."""
+        if self.first_settle_s is not None:
+            return self.first_settle_s
+        return settle_s if self.min_members > 1 else self.DEFAULT_FIRST_SETTLE_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +144,8 @@ def mode_to_json(mode: Mode) -> dict[str, Any]:
         settings: dict[str, Any] = {
             "min_members": mode.min_members, "rebalance": mode.rebalance, "max_in_flight": mode.max_in_flight,
         }  # fmt: skip
+        if mode.first_settle_s is not None:
+            settings["first_settle_s"] = mode.first_settle_s
     elif isinstance(mode, Static):
         settings = {} if mode.replicas is None else {"replicas": mode.replicas}
     else:
@@ -134,6 +165,7 @@ def mode_from_json(value: object, key: str | None = None) -> Mode:
                 value.get("min_members", Coordinator.DEFAULT_MIN_MEMBERS),
                 value.get("rebalance", Coordinator.DEFAULT_REBALANCE),
                 value.get("max_in_flight", Coordinator.DEFAULT_MAX_IN_FLIGHT),
+                value.get("first_settle_s"),
             )
         if isinstance(base, Static):
             return Static(value.get("replicas"))
@@ -144,6 +176,7 @@ def mode_from_json(value: object, key: str | None = None) -> Mode:
 
 __all__ = [
     "MAX_REPLICAS",
+    "MAX_SECONDS",
     "MODES",
     "NO_STATIC_SUBSCRIPTIONS",
     "POLICIES",
@@ -154,6 +187,7 @@ __all__ = [
     "mode_from_json",
     "mode_named",
     "mode_to_json",
+    "positive_seconds",
     "validate_ordinal",
     "validate_replicas",
 ]

@@ -15,7 +15,10 @@ Moves and their bound are the one definition of ``_core`` (a partition that had 
 move). A **change** is what the scenario did (the start, each churn or fault event); each plan belongs to the last
 change before it, and a change's ``settle_s`` is the time from it to the last ownership change (``assigned``,
 ``revoked``, ``lost``) before the next change: exact for a change the group had time to absorb, a lower bound for
-one the next change interrupted.
+one the next change interrupted. A change's lower bound is the sum of its plans' bounds, except the **start**'s,
+which is 0: nothing was owned before it, so a plan laid out over the whole fleet moves nothing, and every move of a
+fleet's start (``SimConfig.start_gap_s``: members arriving one by one) is one a plan laid out too early made
+necessary (issue 45.2: the coordinator's first table).
 """
 
 from __future__ import annotations
@@ -122,10 +125,10 @@ def per_change(
             "kind": r.kind,
             "plans": r.plans,
             "moves": r.moves,
-            "moves_lower_bound": r.bound,
+            "moves_lower_bound": 0 if i == 0 and r.kind == "start" else r.bound,
             "settle_s": round(r.last - r.at, 3),
         }
-        for r in rows
+        for i, r in enumerate(rows)
     ]
 
 

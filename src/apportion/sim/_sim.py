@@ -20,6 +20,10 @@ Everything random comes from one ``random.Random(seed)``; members are stepped fr
 (virtual time, seeded tie-break, sequence); no wall clock and no threads. The same seed gives the same trace, so a
 failing seed replays exactly (``apportion simulate --seed N``).
 
+The fleet starts at once, or (``start_gap_s``) one member every ``start_gap_s`` seconds, as a Deployment's pods
+start seconds apart; churn begins once the fleet has arrived (in coordinator mode: after the first table's settle
+time too), and everything before it is the ``start`` change (``_measure``).
+
 Events: ``step`` (a member's protocol step, scheduled at the deadline it returned or when a watched key it acts on
 changed: a broadcast key, a registration's deletion, or, for a member waiting to claim a partition, that partition's
 owner record deleted; a registration's PUT reaches every inbox without a step in the rounds mode, where it changes
@@ -151,6 +155,10 @@ class SimConfig:
     script: tuple[tuple[float, str] | tuple[float, str, float], ...] = ()
     # a group over named resources ("orders:6,payments:4"; ``partitions`` is then ignored) with random subscriptions
     resources: str = ""
+    # the fleet's start: member k starts k * start_gap_s after the first (a Deployment's pods start seconds apart);
+    # 0 starts them at once and changes no trace
+    start_gap_s: float = 0.0
+    first_settle_s: float | None = None  # coordinator mode's --first-settle (None: Coordinator's default rule)
 
     def group_config(self) -> GroupConfig:
         """The group's definition, its mode included (static: ``members`` is the pod template's replica count);
@@ -158,7 +166,7 @@ class SimConfig:
         and learner replicas exist only there)."""
         mode = mode_named(self.mode)
         if isinstance(mode, Coordinator):
-            mode = Coordinator(self.min_members, self.rebalance, self.max_in_flight)
+            mode = Coordinator(self.min_members, self.rebalance, self.max_in_flight, self.first_settle_s)
         elif isinstance(mode, Static):
             mode = Static(replicas=self.replicas or self.members or 1)
         if self.replicas is not None and (self.mode != "static" or self.replicas < self.members):
@@ -169,6 +177,8 @@ class SimConfig:
             raise InvalidRequest("stateful", "standby and learner replicas exist only in the rounds mode")
         if not 0.0 <= self.planned_leave <= 1.0:
             raise InvalidRequest("planned_leave", "must be a share in [0, 1]")
+        if not (math.isfinite(self.start_gap_s) and self.start_gap_s >= 0):
+            raise InvalidRequest("start_gap_s", f"must be a finite number of seconds >= 0, got {self.start_gap_s!r}")
         if self.resources and self.mode == "static":
             raise InvalidRequest(
                 "resources", "the simulator's groups over named resources run the rounds or coordinator mode"
@@ -185,6 +195,15 @@ class SimConfig:
             stateful=self.stateful,
             mode=mode,
         )
+
+    def arrival_s(self) -> float:
+        """Virtual seconds from the first member's start to the end of the fleet's start: the last member's start,
+        plus, in coordinator mode, the first table's settle time (it is laid out that long after the last arrival)."""
+        arrival = max(0, self.members - 1) * self.start_gap_s
+        mode = self.group_config().mode
+        if isinstance(mode, Coordinator):
+            arrival += mode.first_table_settle_s(self.settle_s)
+        return arrival
 
     def convergence_s(self) -> float:
         """Extra virtual time a stateful group may need after the last event: its probing rounds (seed 2)."""
@@ -248,6 +267,7 @@ class SimResult:
             "partitions": self.config.group_config().partitions if self.config.resources else self.config.partitions,
             **({"resources": self.config.resources} if self.config.resources else {}),
             "events": self.config.events,
+            **({"start_gap_s": self.config.start_gap_s} if self.config.start_gap_s else {}),
             "strategy": self.config.strategy,
             "rounds": self.rounds,
             "plans": self.plans,
@@ -447,11 +467,14 @@ class Simulation:
 
     def run(self) -> SimResult:
         cfg = self.config
-        for _ in range(cfg.members):
-            self._add_member()
         start = self.clock.now()
+        for k in range(cfg.members):
+            if k and cfg.start_gap_s:
+                self._push(start + k * cfg.start_gap_s, "spawn")
+            else:
+                self._add_member()
         self.changes.append((start, "start"))
-        t = start + 2.0 * (cfg.settle_s + cfg.min_interval_s)
+        t = start + cfg.arrival_s() + 2.0 * (cfg.settle_s + cfg.min_interval_s)
         last_effect = t
         for entry in cfg.script:
             at, kind, length = entry[0], entry[1], float(entry[2]) if len(entry) > 2 else 0.0
@@ -497,6 +520,9 @@ class Simulation:
                 break
             if kind == "rebalance":
                 self._operator_rebalance(end)
+                continue
+            if kind == "spawn":  # a member of the fleet's start (``start_gap_s``): part of the "start" change
+                self._add_member()
                 continue
             if kind.startswith("churn:"):
                 self._churn(kind[6:], arg)
