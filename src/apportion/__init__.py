@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     from apportion.store import Store, connect
     from apportion.worker import CommitResult, Group, JoinOptions, PartitionLease, Worker
 
-__version__ = "0.1.0"
+    __version__: str  # read from the installed distribution on first use (``__getattr__``)
 
 # every public name -> the module it loads from
 _LAZY = by_module(
@@ -44,7 +44,25 @@ _LAZY = by_module(
     }
 )
 
-__getattr__ = lazy_names(__name__, _LAZY)
+_load = lazy_names(__name__, _LAZY)
+
+
+def __getattr__(name: str) -> object:
+    """A public name, loaded on first use; ``__version__``: the installed distribution's version (its metadata,
+    written from the git tag at install: ``[tool.hatch.version]``), read on first use (``importlib.metadata`` costs
+    ~0.1 s, which ``import apportion`` does not pay)."""
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("apportion")
+        except PackageNotFoundError:  # a source tree on sys.path, never installed
+            found = "0.0.0+unknown"
+        globals()["__version__"] = found
+        return found
+    return _load(name)
+
+
 __dir__ = lazy_dir(__name__, _LAZY)
 
 
