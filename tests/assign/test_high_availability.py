@@ -484,7 +484,10 @@ def test_new_member_gets_learners_while_actives_stay_then_takes_them_when_ready(
     assert third.probe_after_s is None
 
 
-def test_orphan_goes_to_a_ready_standby_before_an_unready_learner() -> None:
+def test_an_orphans_active_goes_to_a_ready_standby_and_its_unready_learner_keeps_learning_it() -> None:
+    """Issue 45.3, seed 2's "keep existing learner tasks' assignment unchanged": b's ready standby takes the active
+    (it can run now), and a, the previous target, keeps its learner. Before, b's ready standby replaced a as the
+    target and a's warm-up was dropped, although the README said the learner is kept."""
     p = Partition("s", 0)
     members = (
         Member("a", learners=(p,), lag=MappingProxyType({p: 50_000})),
@@ -492,6 +495,49 @@ def test_orphan_goes_to_a_ready_standby_before_an_unready_learner() -> None:
     )
     plan = high_availability(request((Resource("s", 1, stateful=True),), members))
     assert plan.owner_of() == {p: "b"}
+    assert plan.learners["a"] == (p,) and plan.stats.deferred == 1, "the learner is kept, its move deferred"
+
+
+@PROPERTY
+@given(
+    others=st.integers(0, 3),
+    k=st.integers(1, 3),
+    learner_lag=st.integers(ACCEPTABLE + 1, 100_000),
+    standby_lag=st.integers(0, ACCEPTABLE),
+    noise=st.lists(st.sampled_from(LAGS), min_size=8, max_size=8),
+    warmups=st.integers(1, 3),
+)
+def test_an_unready_learner_stays_the_target_while_its_member_has_room_whatever_ready_standbys_exist(
+    others: int, k: int, learner_lag: int, standby_lag: int, noise: list[int | None], warmups: int
+) -> None:
+    """Issue 45.3: L and S each own k - 1 of the n * k partitions, the others k each; p and q lost their owner. L
+    learns p (unready), S holds a caught-up standby of p, the others standbys of p and q with any lags. Both L and S
+    have room for one: the seed keeps L's learner, so p's target stays L (S takes p's active meanwhile, q goes to S's
+    target) — before, the ready standby won p's target and L's learner was dropped."""
+    ids = ["L", "S", *(f"o{i}" for i in range(others))]
+    n = len(ids)
+    everything = list(parts("s", *range(n * k)))
+    p, q = everything[-2:]
+    rest = iter(everything[:-2])
+    owned = {m: tuple(next(rest) for _ in range(k - 1 if m in ("L", "S") else k)) for m in ids}
+    lags = {"L": {p: learner_lag}, "S": {p: standby_lag}}
+    standby: dict[str, tuple[Partition, ...]] = {"L": (), "S": ()}
+    draws = iter(noise)
+    for m in ids[2:]:
+        standby[m] = (p, q)
+        lags[m] = {x: lag for x in (p, q) if (lag := next(draws)) is not None}
+    members = tuple(
+        Member(
+            m, owned=owned[m], standby=(p,) if m == "S" else standby[m], learners=(p,) if m == "L" else (),
+            lag=MappingProxyType(lags[m]),
+        )
+        for m in ids
+    )  # fmt: skip
+    plan = high_availability(
+        request((Resource("s", n * k, stateful=True),), members, num_standby_replicas=1, max_warmup_replicas=warmups)
+    )
+    assert p in plan.learners["L"], f"L's learner of {p} was dropped: {plan.learners}"
+    assert plan.owner_of()[p] != "L"  # unready: the active waits with a ready member
 
 
 def test_an_orphan_goes_to_a_ready_standby_before_its_unready_target_learner_then_follows_the_learner() -> None:

@@ -12,9 +12,13 @@ A pure function of the request, in three steps. Ties are always broken by member
    is waiting is the one released in every round. An overloaded member releases first the partitions whose move is
    cheapest or already under way: a ready learner elsewhere, then any learner elsewhere (seed 2: "keep existing
    learner tasks' assignment unchanged"; a learner is the previous plan's target), then a ready standby. Released
-   and unowned partitions are placed where the lower bounds still can be met, preferring a ready learner, then a
-   ready replica (standby), then the member already learning it, then the least loaded member relative to capacity
-   (new members first, standby holders on ties). Partition weights are not used: the band is on partition counts.
+   and unowned partitions are placed where the lower bounds still can be met, preferring a ready learner, then the
+   member already learning it (the seed's "keep existing learner tasks' assignment unchanged": a learner stays the
+   target, however far behind, while its member's band has room), then a ready replica (standby), then the least
+   loaded member relative to capacity (new members first, standby holders on ties). Before issue 45.3 a ready
+   standby came before an unready learner here, so it replaced the learner as the target and the learner's warm-up
+   was dropped; now the ready standby takes the *active* meanwhile (step 2) and the learner keeps warming up.
+   Partition weights are not used: the band is on partition counts.
 2. **Actives** (the seed's main function) — stateless partitions go to their target at once. A stateful partition's
    active goes to its target when the target is ready (its lag <= ``acceptable_recovery_lag``; that covers the ready
    learner and the previous owner). Otherwise it stays with a ready member: the previous owner, else a ready learner,
@@ -87,8 +91,10 @@ NAME = "high_availability"
 
 P = TypeVar("P", bound=Any)  # a partition id: ``Partition``, or a stored plan's int / ``<resource>-<index>``
 
-# preference categories of a member for a partition (smaller is better)
+# preference categories of a member for a partition's active (smaller is better)
 _READY_LEARNER, _READY, _LEARNER, _OTHER = 0, 1, 2, 3
+# ... and for its target: an existing learner before a ready standby (seed 2 keeps learners; module docstring)
+_TARGET_RANK = {_READY_LEARNER: 0, _LEARNER: 1, _READY: 2, _OTHER: 3}
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +195,10 @@ class _Input:
         if self.ready(m, p):
             return _READY_LEARNER if learner else _READY
         return _LEARNER if learner else _OTHER
+
+    def target_rank(self, m: str, p: Partition) -> int:
+        """How well ``m`` suits as the target of ``p``: ready learner, learner, ready replica, anyone else."""
+        return _TARGET_RANK[self.category(m, p)]
 
 
 def _check_member(m: Member, seen: Mapping[str, Fraction]) -> None:
@@ -301,7 +311,7 @@ def _target(inp: _Input, parts: list[Partition], x: Fraction) -> _Target:
             allowed = pools.setdefault(p.resource, pool(p.resource))
             for m in hs:
                 if m in allowed:
-                    key = (inp.category(m, p), (count[m] + 1) / inp.capacity[m], m, p)
+                    key = (inp.target_rank(m, p), (count[m] + 1) / inp.capacity[m], m, p)
                     best = key if best is None or key < best else best
         if best is None:
             break
@@ -312,7 +322,7 @@ def _target(inp: _Input, parts: list[Partition], x: Fraction) -> _Target:
 
         def preference(m: str, p: Partition = p) -> tuple[int, Fraction, bool, str]:
             holds = inp.lag(m, p) is not None or m in inp.lags.get(p, {})
-            return inp.category(m, p), (count[m] + 1) / inp.capacity[m], not holds, m
+            return inp.target_rank(m, p), (count[m] + 1) / inp.capacity[m], not holds, m
 
         place(p, min(pool(p.resource), key=preference))
     # every partition the target leaves with its previous owner, not only those the sticky phase kept: with uneven
