@@ -48,18 +48,11 @@ _load = lazy_names(__name__, _LAZY)
 
 
 def __getattr__(name: str) -> object:
-    """A public name, loaded on first use; ``__version__``: the installed distribution's version (its metadata,
-    written from the git tag at install: ``[tool.hatch.version]``), read on first use (``importlib.metadata`` costs
-    ~0.1 s, which ``import apportion`` does not pay)."""
+    """A public name, loaded on first use; ``__version__``: the installed distribution's version (``_version``)."""
     if name == "__version__":
-        from importlib.metadata import PackageNotFoundError, version
+        from apportion._version import version
 
-        try:
-            found = version("apportion")
-        except PackageNotFoundError:  # a source tree on sys.path, never installed
-            found = "0.0.0+unknown"
-        globals()["__version__"] = found
-        return found
+        return version()
     return _load(name)
 
 

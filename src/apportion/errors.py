@@ -16,6 +16,8 @@ pyspark) are mapped at the boundary with ``raise ... from exc``.
 - ``TopicUnavailable`` — (a ``BrokerUnavailable``) a Kafka topic does not exist, or has fewer partitions than the
                          group stored (deleted and created again).
 - ``CorruptRecord``    — a record in the store is not what apportion writes there (names the key); the CLI exits 2.
+- ``NewerFormat``      — a group is stored in a format newer than this version reads (a newer apportion wrote it): the
+                         member leaves (on_lost, lease revoked) and writes nothing; the CLI exits 2.
 - ``CorruptFile``      — a file apportion wrote is not what it wrote (truncated, emptied, deleted, tampered with):
                          names the path and what to do; the CLI exits 2.
 - ``Conflict``         — a compare-and-set lost a race that the caller cannot retry on its own.
@@ -103,6 +105,23 @@ class CorruptRecord(ApportionError):
         self.reason = reason
 
 
+class NewerFormat(ApportionError):
+    """The group's stored format (its definition's ``layout``, ``apportion.group._keys``: "Versions") is newer than
+    this version of apportion reads: a newer release wrote it, and this one cannot tell which of the group's records
+    mean what. It writes nothing to the group: a starting member stops before registering, a running one gives up
+    what it holds (``on_lost``) and revokes its lease (README, "Compatibility: which versions run together").
+    Exit 2, like ``CorruptRecord``: retrying cannot help, a deployment of a newer apportion does."""
+
+    exit_code = 2
+
+    def __init__(self, key: str, found: int, reads: tuple[int, ...], version: str) -> None:
+        super().__init__(
+            f"{key} is format {found}, written by a newer apportion; this one ({version}) reads formats "
+            f"{min(reads)}-{max(reads)}: upgrade it"
+        )
+        self.key, self.found, self.reads = key, found, reads
+
+
 class CorruptFile(ApportionError):
     """A file apportion wrote and now reads back as input (a log manifest or segment, ``_resource.json``, a committed
     output) is not what it wrote: truncated, emptied, deleted or edited by hand, lost in a copy.
@@ -175,6 +194,7 @@ __all__ = [
     "Fenced",
     "InvalidRequest",
     "LeaseNotFound",
+    "NewerFormat",
     "NoSuchStore",
     "NotEnoughMembers",
     "OverlapFound",
@@ -183,7 +203,7 @@ __all__ = [
     "StoreFull",
     "StoreReplaced",
     "StoreUnavailable",
-    "TopicUnavailable",
     "TimedOut",
+    "TopicUnavailable",
     "WorkerExited",
 ]

@@ -35,7 +35,7 @@ from types import FrameType, TracebackType
 from typing import Any, TypedDict, Unpack
 
 from apportion.clock import SYSTEM_CLOCK, Clock, clock_text
-from apportion.errors import CorruptRecord, InvalidRequest, StoreUnavailable
+from apportion.errors import CorruptRecord, InvalidRequest, NewerFormat, StoreUnavailable
 from apportion.group import (
     DEFAULT_RETENTION_S,
     NO_STATIC_SUBSCRIPTIONS,
@@ -311,6 +311,9 @@ class Worker:
                 if wait > 0:
                     member.wait_events(wait)
             member.leave()
+        except NewerFormat as exc:  # a newer release's format: give up what it holds, write nothing, say it once
+            self.error = exc
+            member.give_up("the group's format is newer than this apportion reads")
         except BaseException as exc:  # a callback error stops the worker with that error
             self.error = exc
             log.error("worker %s stopped by an error: %r", self.id, exc)

@@ -57,10 +57,11 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from apportion._version import version
 from apportion.assign import STRATEGY_NAMES as STRATEGIES
 from apportion.assign import validate_options
-from apportion.errors import CorruptRecord, InvalidRequest
-from apportion.group._keys import LAYOUT, LEGACY_LAYOUT, Keys, PartitionId, decode, encode, valid_name
+from apportion.errors import CorruptRecord, InvalidRequest, NewerFormat
+from apportion.group._keys import FORMATS, LAYOUT, LEGACY_LAYOUT, Keys, PartitionId, decode, encode, valid_name
 from apportion.group._mode import (
     MAX_SECONDS,
     MODES,
@@ -346,15 +347,16 @@ class GroupConfig:
     @classmethod
     def from_record(cls, kv: KeyValue) -> GroupConfig:
         """The definition stored in ``kv`` (the group's ``resource`` key, :meth:`record`'s form), validated;
-        CorruptRecord naming it."""
+        CorruptRecord naming it; NewerFormat when a newer release wrote it in a format this one does not read
+        (``_keys``, "Versions"): checked before anything else in the record, which that format may mean otherwise."""
         value = decode(kv.value, kv.key)
         if "layout" not in value:  # written by a version before layouts: layout 1
             return replace(cls.from_json(value, kv.key), layout=LEGACY_LAYOUT)
         layout = value["layout"]
         if isinstance(layout, bool) or not isinstance(layout, int) or layout < LAYOUT:
             raise CorruptRecord(kv.key, f"'layout' must be an integer >= {LAYOUT}, got {layout!r}")
-        if layout > LAYOUT:
-            raise CorruptRecord(kv.key, f"written by a newer apportion (layout {layout}): upgrade this one")
+        if layout > LAYOUT:  # a newer release's format: stop, whatever else the record says (``_keys``, "Versions")
+            raise NewerFormat(kv.key, layout, FORMATS, version())
         return replace(cls.from_json(value.get("definition"), kv.key), layout=layout)
 
     @classmethod

@@ -65,9 +65,21 @@ mod_revision; ``_commits.latest_commits``). Why reading both rather than a migra
 every record in one step that no running worker can interleave with (or stop the fleet first), and a crash halfway
 leaves both layouts anyway; reading both needs no step at all, costs one more Get in the same read (a txn of two
 Gets, one round trip), and a store upgraded in place keeps every checkpoint. The last-written rule (rather than
-"new first") stays right even if a worker of the earlier version commits after a current one. Mixed versions in one
-group are still not supported: an earlier version reads only the legacy key and would miss checkpoints written
-since; upgrade a group's workers together. Legacy records are left in place; the next commit of p supersedes one.
+"new first") stays right even if a worker of the earlier version commits after a current one. (An untagged build
+from before these records read only the legacy key; every release, from 0.9.0 on, reads both.) Legacy records are
+left in place; the next commit of p supersedes one.
+
+Versions. Everything a group stores (where its records live, the definition's form, each record's fields) is
+versioned by ONE number, the group's *format*: its definition's ``layout`` (``GroupConfig.record``), 1 or 2 today
+(``FORMATS``: the formats this version reads; ``LAYOUT``: the one it creates groups in). A release reads every
+format in ``FORMATS`` and writes the format the group's definition names, never another; it meets a newer one
+(``layout`` above ``LAYOUT``) only in the definition, and there it stops: ``NewerFormat``, one line, nothing
+written (``GroupConfig.from_record``; a running member gives up its partitions and revokes its lease). Within a
+format a record may gain a field that an older release ignores without harm (readers ignore unknown
+fields); a change an older release would misread (a field's meaning, a record's place, a
+field it would drop when rewriting the record) is a new format. A new format ships in two releases: the first reads
+it and still writes the old one (a group may run it beside the release before); the second writes it, and may join
+only a group whose members all run the first (README, "Compatibility: which versions run together").
 
 Decoding: every value read back goes through :func:`decode` (a JSON object), :func:`decode_epoch` or
 :func:`decode_owner`, which raise :class:`~apportion.errors.CorruptRecord` naming the key when a record is not what
@@ -101,6 +113,7 @@ COMMIT_ROOT = ROOT + ".commit/"
 OWN_ROOT = ROOT + ".own/"
 LEGACY_LAYOUT = 1  # owner and epoch records under the group's prefix
 LAYOUT = 2  # owner and epoch records under OWN_ROOT: the layout of every group created now
+FORMATS = (LEGACY_LAYOUT, LAYOUT)  # the group formats (layouts) this version reads: module doc, "Versions"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 RESERVED_IDS = ("joined", "plan")
 
@@ -459,6 +472,7 @@ def owner_value(member_id: str, epoch: int) -> bytes:
 
 
 __all__ = [
+    "FORMATS",
     "LAYOUT",
     "LEGACY_LAYOUT",
     "OWN_ROOT",

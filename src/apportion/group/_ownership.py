@@ -898,6 +898,16 @@ class FencedMember:
         finally:
             self._stop()
 
+    def give_up(self, reason: str) -> None:
+        """Stop at once and write nothing to the group (it is in a format this version cannot read: ``NewerFormat``):
+        ``on_lost`` for everything held (stop processing, do not commit), then the leases revoked (best effort: a
+        revocation deletes this member's own records, whatever format the group is in)."""
+        try:
+            if not self._stopped:
+                self._lapse(self._clock.now(), reason)
+        finally:
+            self.abandon()
+
     def abandon(self) -> None:
         """Stop without callbacks (after a callback error): beliefs end, the leases are revoked (best effort)."""
         leases = [*self._dead_leases, *([self._lease] if self._lease is not None else [])]
