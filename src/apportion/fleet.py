@@ -239,9 +239,10 @@ class Fleet:
             self.logs[worker_id] = WorkerLog(self.log_dir / f"{worker_id}.log", self.count_only)
         return self.logs[worker_id]
 
-    def start(self, worker_id: str, *extra: str) -> WorkerProcess:
-        """Start (or restart) ``worker_id`` with the fleet's command line and ``extra`` options. A restart must
-        follow the previous process's exit (its events end where the new one's begin)."""
+    def start(self, worker_id: str, *extra: str, command: Sequence[str] | None = None) -> WorkerProcess:
+        """Start (or restart) ``worker_id`` with the fleet's command line (or ``command``: another version's, say,
+        in a rolling upgrade) and ``extra`` options. A restart must follow the previous process's exit (its events
+        end where the new one's begin)."""
         log = self.log(worker_id)
         first = len(log.refresh())
         previous = self.workers.get(worker_id)
@@ -249,7 +250,7 @@ class Fleet:
             previous.end_event = first
         with open(self.log_dir / f"{worker_id}.log", "ab") as out:
             proc = subprocess.Popen(
-                [*self.args, "--id", worker_id, *extra],
+                [*(self.args if command is None else command), "--id", worker_id, *extra],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,

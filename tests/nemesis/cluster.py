@@ -38,6 +38,7 @@ from apportion.store import connect
 from apportion.waiting import wait_for
 from tests.etcd_server import EtcdServer
 from tests.nemesis.checker import read_jsonl
+from tests.nemesis.history import dump_store_history
 from tests.nemesis.netns import Host, Network
 
 PARTITIONS = 12
@@ -271,36 +272,8 @@ class Deployment:
             return found
 
     def dump_store_history(self) -> Path:
-        """Write every change under the group's prefix and to its commit records since revision 1 to
-        ``history/store.jsonl`` (one watch of ``/apportion/``: one stream in revision order; the history's events
-        are left out)."""
-        path = self.directory / "history" / "store.jsonl"
-        root, prefix = "/apportion/", f"/apportion/{self.group}/"
-        commits, own = f"{root}.commit/{self.group}/", f"{root}.own/{self.group}/"
-        with connect(self.store_url) as store, store.watch(root, start_revision=1) as watch, path.open("w") as out:
-            last = store.revision()  # the watch may end below it: the last writes may lie outside the prefix
-            seen, idle_since = 0, time.monotonic()
-            while seen < last and time.monotonic() - idle_since < 5.0:
-                events = watch.wait(1.0)
-                if events:
-                    idle_since = time.monotonic()
-                for event in events:
-                    seen = max(seen, event.revision)
-                    key = event.kv.key
-                    if key.startswith(prefix):
-                        key = key[len(prefix) :]
-                    elif key.startswith(own):
-                        key = key[len(own) :]
-                    elif key.startswith(commits):
-                        key = key[len(root) :]
-                    else:
-                        continue
-                    record = {
-                        "revision": event.revision, "type": event.type.value, "key": key,
-                        "value": event.kv.value.decode(errors="replace"), "lease": event.kv.lease,
-                    }  # fmt: skip
-                    out.write(json.dumps(record) + "\n")
-        return path
+        """Write the group's store history to ``history/store.jsonl`` (``tests/nemesis/history.py``)."""
+        return dump_store_history(self.store_url, self.group, self.directory / "history" / "store.jsonl")
 
     def close(self) -> None:
         self.network.heal_all()
