@@ -110,3 +110,16 @@ def test_close_plan_keeps_what_the_checker_finds_wrong_and_leaves_corrupt_record
     plan = close_plan(records, None, CONFIG, **CLOSING, checker=lambda request, plan: ["unbalanced"])  # type: ignore[arg-type]
     assert plan is not None and plan.participants == ("a", "b") and plan.violations == ("unbalanced",)
     assert close_plan({"c": records["c"]}, None, CONFIG, **CLOSING) is None  # type: ignore[arg-type]
+
+
+def test_close_plan_counts_the_partitions_of_a_member_that_left_the_cut_as_moves_and_in_the_bound() -> None:
+    """Issue 45.5: b held 2 and 3 in the previous plan and is not in this cut (it left or crashed); the strategy
+    sees them unowned (a placement, 0 moves), but they change hands: 2 moves, and no plan could make fewer."""
+    previous = PlanRecord.from_json(
+        {"participants": ["a", "b"], "assignment": {"a": [0, 1], "b": [2, 3]}, "resource_revision": 3, "round": 7}
+    )
+    records = {"a": KeyValue("/apportion/g/round/9/a", encode({"owned": [0, 1]}), 10, 10, 1)}
+    sticky = GroupConfig(partitions=4, strategy="sticky")
+    plan = close_plan(records, previous, sticky, **CLOSING)  # type: ignore[arg-type]
+    assert plan is not None and plan.assignment == {"a": [0, 1, 2, 3]}
+    assert (plan.moves, plan.min_moves) == (2, 2)

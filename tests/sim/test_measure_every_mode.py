@@ -33,6 +33,28 @@ def test_seed_one_s_join_moves_seven_partitions_the_lower_bound_in_the_coordinat
         assert join["settle_s"] >= result.config.settle_s + result.config.min_interval_s
 
 
+@pytest.mark.parametrize(
+    ("mode", "settings"),
+    [
+        ("rounds", {}),
+        ("rounds", {"planned_leave": 1.0}),  # a leave planned first (what a stopping Worker does)
+        ("coordinator", {"strategy": "round_robin"}),
+        ("coordinator", {"strategy": "round_robin", "rebalance": "manual"}),
+    ],
+)
+@pytest.mark.parametrize("kind", ["leave", "crash"])
+def test_a_leave_or_a_crash_moves_exactly_the_leavers_partitions_and_the_simulator_counts_them(
+    mode: str, settings: dict[str, object], kind: str
+) -> None:
+    """Issue 45.5: the leaver is not in the plan's input, so its 4 partitions (12 over 3 members) were counted as
+    placements: 0 moves, bound 0, contradicting ``_sticky``'s "one leave moves exactly the leaver's partitions"."""
+    config = SimConfig(members=3, partitions=12, mode=mode, faults=False, script=((0.0, kind),), **settings)  # type: ignore[arg-type]
+    result = simulate(config)
+    assert result.ok, result.violations
+    change = result.summary()["changes"][-1]
+    assert (change["kind"], change["moves"], change["moves_lower_bound"]) == (kind, 4, 4), change
+
+
 def test_the_rounds_mode_moves_the_same_seven_and_says_how_long_the_round_took() -> None:
     result = simulate(seed_one("rounds", strategy="sticky"))
     join = result.summary()["changes"][-1]

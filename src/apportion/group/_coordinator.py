@@ -109,6 +109,7 @@ from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.group._config import GroupConfig
 from apportion.group._keys import Keys, PartitionId, decode, encode, pid_of_key, sorted_pids, subscribed
 from apportion.group._mode import Coordinator
+from apportion.group._moves import departed_moves
 from apportion.group._ownership import (
     FencedMember,
     MemberOptions,
@@ -324,9 +325,10 @@ def plan_table(
     subscriptions: SubscriptionsOf | None = None,
     checker: Checker | None = None,
 ) -> TablePlan:
-    """A full strategy run (holders as ``owned``; ``replan_strategy``), or, when not ``full``, the current holders
-    with only the partitions of dead members (or of members that no longer subscribe to their resource) moved to the
-    least loaded live holders that subscribe to it (no moves). A partition nobody subscribes to gets no holder.
+    """A full strategy run (holders as ``owned``; ``replan_strategy``), or, when not ``full``, the current holders with
+    only the partitions of dead members (or of members that no longer subscribe to their resource) moved to the least
+    loaded live holders that subscribe to it. Either way the moves and their bound count the partitions of dead holders
+    that get a live one (``_moves``: a strategy sees them as unowned). A partition nobody subscribes to gets no holder.
     ``checker`` (the coordinator's: ``assign.check``) checks a full run's plan; a violation is logged and returned
     in ``TablePlan.violations`` (never expected: the strategies are property-tested against it)."""
     live = sorted(set(members))
@@ -341,7 +343,8 @@ def plan_table(
         if violations:
             log.error("group %s: the table's plan breaks its strategy's invariants: %s", group, "; ".join(violations))
         placed = {config.pid(p): mid for mid, parts in sorted(plan.assignment.items()) for p in parts}
-        return TablePlan(placed, plan.stats.moved, plan.stats.min_moves, violations)
+        gone = _gone(holders, live, placed)
+        return TablePlan(placed, plan.stats.moved + gone, plan.stats.min_moves + gone, violations)
     desired: dict[PartitionId, str] = {}
     load: dict[str, int] = {}
     ids = config.partition_ids()
@@ -358,7 +361,18 @@ def plan_table(
                 pick = min(able, key=lambda m: (load.get(m, 0), m))
                 desired[p] = pick
                 load[pick] = load.get(pick, 0) + 1
-    return TablePlan(desired, 0, 0)
+    gone = _gone(holders, live, desired)
+    return TablePlan(desired, gone, gone)
+
+
+def _gone(holders: Mapping[PartitionId, str | None], live: Sequence[str], placed: Mapping[PartitionId, str]) -> int:
+    """The partitions whose table holder is not live any more and that ``placed`` gives to someone: moves the
+    strategy does not count (its request has no such member; ``_moves``)."""
+    previous: dict[str, list[PartitionId]] = {}
+    for p, h in holders.items():
+        if h is not None:
+            previous.setdefault(h, []).append(p)
+    return departed_moves(previous, set(live), (), placed)
 
 
 def table_changes(

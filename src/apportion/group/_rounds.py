@@ -132,6 +132,7 @@ from apportion.group._keys import (
     validate_member_id,
 )
 from apportion.group._mode import Rounds
+from apportion.group._moves import departed_moves
 from apportion.group._ownership import (
     INF,
     FencedMember,
@@ -862,7 +863,8 @@ def close_plan(
     the previous plan's and it wants no probing round; otherwise ``planner`` plans the cut (each member's holdings
     and lags from its record, the replicas the previous plan found ready) and ``checker`` checks the plan (a violation
     is logged and kept in the record, never expected). A participation record that is not JSON is left out of the cut
-    with a warning; None when none is left."""
+    with a warning; None when none is left. The plan's ``moves`` and ``min_moves`` add the partitions the previous plan
+    gave members that are not in the cut (they left or crashed) and that this plan places (``_moves``)."""
     participants: dict[str, dict[str, Any]] = {}
     for name, record in records.items():
         try:
@@ -923,12 +925,18 @@ def close_plan(
             return list(parts.indices)
         return [pid(p) for p in parts]
 
+    assignment = {mid: pids(plan.assignment.get(mid, ())) for mid in ids}
+    gone = 0  # the partitions of previous participants that are not in this cut (left, crashed): moves too
+    if previous is not None:
+        held = {p for mid in ids for p in participants[mid].get("owned", ())}
+        placed = {p for parts in assignment.values() for p in parts}
+        gone = departed_moves(previous.assignment, participants, held, placed)
     return planned(
-        assignment={mid: pids(plan.assignment.get(mid, ())) for mid in ids},
+        assignment=assignment,
         strategy=plan.strategy,
         kept=False,
-        moves=plan.stats.moved,
-        min_moves=plan.stats.min_moves,
+        moves=plan.stats.moved + gone,
+        min_moves=plan.stats.min_moves + gone,
         deferred=plan.stats.deferred,
         standby=ids_of(plan.standby),
         learners=ids_of(plan.learners),

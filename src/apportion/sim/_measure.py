@@ -3,21 +3,23 @@
 A **plan** is one decision of the mode's protocol, read from its records:
 
     rounds       a ``round_closed``: its ``moves``, and ``round_lower_bound(min_moves, deferred)``
-    coordinator  a full re-plan of the table (``table`` with ``full``): its ``moves`` and ``min_moves``; the writes
-                 that only carry a plan on (throttled migrations, a dead member's partitions placed) move nothing
+    coordinator  a full re-plan of the table (``table`` with ``full``), or a write that places a dead member's
+                 partitions (manual policy): its ``moves`` and ``min_moves``; the writes that only carry a plan on
+                 (throttled migrations) move nothing
     static       a change of the replica count (a ``scale`` record, the operator's or a pod's that raised it): the
                  range blocks under the old count against those under the new one, measured as the ``range``
                  strategy measures them (``moved``: partitions whose block changes owner; ``min_moves``: the fewest
                  moves of any balanced assignment from the old blocks) — the static formula's price, which its
                  fixed blocks pay on every count change
 
-Moves and their bound are the one definition of ``_core`` (a partition that had an owner and gets another is a
-move). A **change** is what the scenario did (the start, each churn or fault event); each plan belongs to the last
-change before it, and a change's ``settle_s`` is the time from it to the last ownership change (``assigned``,
-``revoked``, ``lost``) before the next change: exact for a change the group had time to absorb, a lower bound for
-one the next change interrupted. A change's lower bound is the sum of its plans' bounds, except the **start**'s,
-which is 0: nothing was owned before it, so a plan laid out over the whole fleet moves nothing, and every move of a
-fleet's start (``SimConfig.start_gap_s``: members arriving one by one) is one a plan laid out too early made
+Moves and their bound are the one definition of ``_core`` (a partition that had an owner and gets another is a move; a
+partition whose holder left or crashed counts too, in the moves and in the bound: issue 45.5,
+``apportion.group._moves``). A **change** is what the scenario did (the start, each churn or fault event); each plan
+belongs to the last change before it, and a change's ``settle_s`` is the time from it to the last ownership change
+(``assigned``, ``revoked``, ``lost``) before the next change: exact for a change the group had time to absorb, a lower
+bound for one the next change interrupted. A change's lower bound is the sum of its plans' bounds, except the
+**start**'s, which is 0: nothing was owned before it, so a plan laid out over the whole fleet moves nothing, and every
+move of a fleet's start (``SimConfig.start_gap_s``: members arriving one by one) is one a plan laid out too early made
 necessary (issue 45.2: the coordinator's first table).
 """
 
@@ -54,7 +56,7 @@ def plans(records: Sequence[Record], config: GroupConfig, group: str, replicas: 
         if kind == TraceKind.ROUND_CLOSED:
             bound = round_lower_bound(int(fields.get("min_moves", 0)), int(fields.get("deferred", 0)))
             found.append(PlanMoves(t, int(fields.get("moves", 0)), bound))
-        elif kind == TraceKind.TABLE and fields.get("full"):
+        elif kind == TraceKind.TABLE and (fields.get("full") or fields.get("moves")):
             found.append(PlanMoves(t, int(fields.get("moves", 0)), int(fields.get("min_moves", 0))))
         elif kind == TraceKind.SCALE and int(fields["replicas"]) != count:
             moves, bound = static_moves(config, group, count, int(fields["replicas"]))
