@@ -70,6 +70,7 @@ COMMANDS = {
     "demo": "apportion.cli._demo",
     "demo-strategies": "apportion.cli._strategies_demo",
     "explain": "apportion.cli._explain",
+    "kafka": "apportion.cli._kafka",
     "pipeline": "apportion.cli._pipeline",
     "rabbitmq": "apportion.cli._rabbitmq",
     "rebalance": "apportion.cli._rebalance",
