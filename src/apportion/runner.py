@@ -12,6 +12,7 @@ Start-up and a store that cannot be reached (:class:`StartUp`)::
     OPENING      connect(url), first request, read the group's definition; each attempt bounded by
                  min(1 s, what is left of connect_timeout_s)
       --StoreUnavailable--> log "waiting for store <url>: <reason>", pause (0.1 s doubling to 2 s), OPENING again
+      --StoreFull (an SQLite store on a full disk)--> FAILED at once, as below
     REGISTERING  the member's steps until FencedMember._start has registered it (trace "registered"); a step that
                  meets StoreUnavailable is retried by the member itself, logged here like an attempt
     STARTED      from then on the member's lease logic applies: renewal failures, on_lost, registering again; each
@@ -150,6 +151,8 @@ class StartUp:
                     return call()
                 with store.time_limit(min(_ATTEMPT_S, max(self._left(), 0.001))):
                     return call()
+            except StoreFull:  # space comes back by an operator's hand: fail now (module docstring), exit 1
+                raise
             except StoreUnavailable as exc:
                 pause = self._failed(str(exc))
                 if self._left() <= 0:

@@ -67,6 +67,7 @@ log = logging.getLogger("apportion.worker")
 
 _MAX_WAIT_S = 0.1
 _RETRY_S = 0.1
+REFUSAL_REPEAT_S = 60.0  # a store that refuses writes is said again this often while it lasts (_note_refusal)
 
 DEFAULT_REVOKE_TIMEOUT_S = 10.0
 """How long ``on_revoked`` may run before the lease is let go, unless ``JoinOptions.revoke_timeout_s`` says."""
@@ -124,6 +125,7 @@ class Worker:
         self._changed = threading.Condition()
         self.error: BaseException | None = None
         self._refusing: str | None = None  # the store's refusal of writes last logged (StoreFull), None: none
+        self._refusal_since = self._refusal_said_at = 0.0  # when the refusal began, when its line was last written
         self._member = new_member(
             group.store,
             group.name,
@@ -339,14 +341,22 @@ class Worker:
             self._note_refusal()
 
     def _note_refusal(self) -> None:
-        """Trace ``store_full`` when the store starts refusing writes (StoreFull: etcd's NOSPACE alarm) and
-        ``store_writes`` when it takes them again: one log line each per outage, whichever write was refused (a
-        commit, a step). Checked at every renewal; renewals still work under the alarm, so the lease and the
-        partitions are kept meanwhile, and commits raise StoreFull (not applied: commit again later)."""
+        """Trace ``store_full`` when the store starts refusing writes (StoreFull: etcd's NOSPACE alarm, a full disk
+        under SQLite) and ``store_writes`` when it takes them again: one log line each per outage, whichever write
+        was refused (a commit, a step), the first repeated every ``REFUSAL_REPEAT_S`` while it lasts (so the end of a
+        log says why a worker is idle). Checked at every renewal. Under etcd's alarm renewals still work, so the
+        lease and the partitions are kept meanwhile, and commits raise StoreFull (not applied: commit again later);
+        under SQLite a renewal is a write: the partitions are lost at the deadline, and the member registers again
+        once the disk has space."""
         why = self.group.store.refusing_writes()
+        now = self._clock.now()
         if (why is None) == (self._refusing is None):
+            if why is not None and now - self._refusal_said_at >= REFUSAL_REPEAT_S:  # a long outage: say it rarely
+                self._refusal_said_at = now
+                log.warning("worker %s: %s (for %.0f s now)", self.id, why, now - self._refusal_since)
             return
         self._refusing = why
+        self._refusal_since = self._refusal_said_at = now
         if why is not None:
             self._log(TraceKind.STORE_FULL, {"reason": why})
         else:

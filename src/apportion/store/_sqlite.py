@@ -39,6 +39,12 @@ How the contract is kept:
   revisions) it raises ``Compacted`` instead of skipping events.
 - **Compaction.** ``compact(revision)`` deletes events at or below ``revision``; a write also compacts on its own
   once more than ``history`` revisions or events (plus 1/16 slack) are kept (events: checked every 256 revisions).
+- **Space.** A write that meets a full file system (``SQLITE_FULL``: the WAL or the database cannot grow) is rolled
+  back by SQLite and raised as ``StoreFull`` (a ``StoreUnavailable``) naming the file; ``refusing_writes()`` holds
+  that message until a write is taken again. Unlike etcd's NOSPACE alarm, a lease renewal is a write here, so a
+  running member cannot keep its partitions: its belief ends at its deadline (``on_lost``), it says once that the
+  disk is full (``Worker``: repeated every ``REFUSAL_REPEAT_S`` while it lasts), waits, and registers again once
+  space is freed. Reads go on working.
 - **Durability.** ``synchronous=NORMAL`` (default): a commit is written to the WAL in the OS page cache before it is
   acknowledged, so an acknowledged transaction survives the crash or SIGKILL of any process. A power loss or OS
   crash may lose the transactions acknowledged since the WAL was last synced (at the latest checkpoint, i.e. within
@@ -83,6 +89,7 @@ from apportion.errors import (
     InvalidRequest,
     LeaseNotFound,
     NoSuchStore,
+    StoreFull,
     StoreReplaced,
     StoreUnavailable,
 )
@@ -310,6 +317,7 @@ class SqliteStore(Store):
         self._notifier = _notifier(config.path)
         self._watches: list[_SqliteWatch] = []
         self._identity: tuple[int, int] | None = None  # read-only: (st_dev, st_ino) of the file opened
+        self._refusing: str | None = None  # the StoreFull message since a write met a full disk (refusing_writes)
         if read_only:
             self._check_schema()
         else:
@@ -441,7 +449,30 @@ class SqliteStore(Store):
         return self._unavailable("cannot open the store", exc)
 
     def _unavailable(self, what: str, exc: BaseException) -> StoreUnavailable:
+        if isinstance(exc, sqlite3.Error) and self._disk_full(exc):
+            # the file system is full: every write fails until space is freed ("Space" in the module docstring)
+            self._refusing = (
+                f"SQLite store {self.config.path} is out of space: writes are refused until space is freed on its "
+                "file system"
+            )
+            return StoreFull(self._refusing)
         return StoreUnavailable(f"{self.url}: {what}: {exc}")
+
+    def refusing_writes(self) -> str | None:
+        return self._refusing
+
+    def _disk_full(self, exc: sqlite3.Error) -> bool:
+        """SQLITE_FULL; or an I/O error while the file system holding the store has no free block left (opening a
+        store on a full disk fails to size the WAL index, ``-shm``, and SQLite says only "disk I/O error")."""
+        code = _primary_code(exc)
+        if code == sqlite3.SQLITE_FULL:
+            return True
+        if code != sqlite3.SQLITE_IOERR:
+            return False
+        try:
+            return os.statvfs(Path(self.config.path).parent).f_bavail == 0
+        except OSError:
+            return False
 
     def _init_schema(self) -> None:
         parent = Path(self.config.path).parent
@@ -571,6 +602,7 @@ class SqliteStore(Store):
                 self._finish(conn, state, revision, compacted)
                 raise
             self._finish(conn, state, revision, compacted)
+            self._refusing = None  # a write was taken: space again, if there was none
             return result
         except sqlite3.Error as exc:
             self._rollback(conn)
