@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -142,3 +143,61 @@ def test_the_readme_documents_the_mode_of_every_command_that_runs_members() -> N
     for command in ("apportion worker", "apportion pipeline produce / run / verify", "apportion simulate"):
         row = re.search(rf"^\| `{re.escape(command)}[^|]*\| .*$", text, flags=re.M)
         assert row is not None and "--mode rounds|coordinator|static" in row.group(0), command
+
+
+def _pattern(node: ast.expr) -> str:
+    """A regex for the text an expression of the demo's source prints: literal parts as they are (rich's markup
+    tags removed), every value it formats as any text."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return re.escape(re.sub(r"\[/?[a-z ]*\]", "", node.value))
+    if isinstance(node, ast.JoinedStr):
+        return "".join(_pattern(value) for value in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _pattern(node.left) + _pattern(node.right)
+    if isinstance(node, ast.IfExp):
+        return f"(?:{_pattern(node.body)}|{_pattern(node.orelse)})"
+    return ".+?"
+
+
+def demo_lines() -> tuple[list[re.Pattern[str]], set[str]]:
+    """What `make demo` can print: a pattern per line its source writes (``step(...)``, ``console.print(...)``), and
+    the names of its checks (``Check("name", ...)``)."""
+    patterns, checks = [], set()
+    for path in sorted((ROOT / "src" / "apportion" / "demo").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in ("step", "print"):
+                patterns.append(re.compile(_pattern(node.args[0]) + "$"))
+            elif name == "Check" and isinstance(node.args[0], ast.Constant):
+                checks.add(str(node.args[0].value))
+    return patterns, checks
+
+
+def test_the_quick_start_sample_is_in_the_shape_the_demo_prints() -> None:
+    """Each line of the README's sample run is one the demo's source prints (a timed step, the closing lines), and
+    each row of its checks table names a check the demo makes: a changed wording fails here, not in a reader's eyes."""
+    text = (ROOT / "README.md").read_text()
+    sample = re.search(r"What you will see[^\n]*\n(?:[^\n]+\n)*?\n```\n(.*?)```", text, flags=re.S)
+    assert sample is not None, "the Quick start lost its sample run"
+    patterns, checks = demo_lines()
+    rows: list[str] = []
+    timed = 0
+    for line in sample.group(1).splitlines():
+        if line.startswith("│"):  # a row of the checks table, or the continuation of a wrapped one
+            cells = [cell.strip() for cell in line.strip("│").split("│")]
+            if cells[1]:
+                rows.append(cells[0])
+            else:
+                rows[-1] = f"{rows[-1]} {cells[0]}".strip()
+            continue
+        if line[:1] in "┏┃┡└" or line.strip() == "apportion demo: checks":
+            continue
+        step = re.match(r"\[\s*\d+\.\d+s\] (.*)$", line)
+        timed += step is not None
+        shown = step.group(1) if step else line
+        assert any(p.match(shown) for p in patterns), f"the demo prints no line like this one: {line!r}"
+    assert timed >= 15, "the sample should show the demo's run, step by step"
+    assert rows and set(rows) <= checks, f"checks the demo does not make: {set(rows) - checks}"
+    assert len(rows) == len(checks), f"the sample's table leaves out checks: {checks - set(rows)}"
