@@ -43,6 +43,16 @@ def _prefix_option() -> Callable[[FC], FC]:
     return option("--prefix", env=True, required=True, help="Queue prefix: partition p is the queue <prefix>.<p>.")
 
 
+def _queue_name_option() -> Callable[[FC], FC]:
+    """``--queue-name TEMPLATE``: the queue of partition p (producer and consumers must agree); None: the default
+    of ``apportion.rabbitmq`` (``DEFAULT_QUEUE_NAME``, read when the command runs: pika is imported only then)."""
+    return option(
+        "--queue-name", "queue_template", env=True, default=None,
+        help="The queue of a partition, from {prefix} and {partition} (default {prefix}.{partition}); "
+        "'{prefix}-P{partition}' is seed 3's OrderEvents-P<p>.",
+    )  # fmt: skip
+
+
 def quiet_pika() -> None:
     """pika logs every connection attempt, and a failed one with a traceback: its errors reach the user as one
     ``BrokerUnavailable`` line (``apportion.rabbitmq._queues.broker_errors``), so they are not logged again."""
@@ -57,18 +67,20 @@ def rabbitmq() -> None:
 @rabbitmq.command()
 @_amqp_option()
 @_prefix_option()
+@_queue_name_option()
 @click.option(
     "--partitions", type=click.IntRange(1, MAX_PARTITIONS), required=True, help="Partition (queue) count."
 )  # bounded as a group's: a count per queue is allocated up front
 @click.option("--key", "key_field", default="key", show_default=True, help="The field of each JSON line to route by.")
-def produce(amqp_url: str, prefix: str, partitions: int, key_field: str) -> None:
-    """Publish each JSON line of stdin (its bytes, unchanged) to <prefix>.<partition_for(line[KEY], partitions)>,
-    waiting for the broker's confirm; prints one summary line (messages per partition) at the end."""
-    from apportion.rabbitmq import Producer
+def produce(amqp_url: str, prefix: str, queue_template: str | None, partitions: int, key_field: str) -> None:
+    """Publish each JSON line of stdin (its bytes, unchanged) to the queue of partition_for(line[KEY], partitions)
+    (<prefix>.<p>, or --queue-name's), waiting for the broker's confirm; prints one summary line (messages per
+    partition) at the end."""
+    from apportion.rabbitmq import DEFAULT_QUEUE_NAME, Producer
 
     quiet_pika()
     counts = [0] * partitions
-    with Producer(amqp_url, prefix, partitions) as producer:
+    with Producer(amqp_url, prefix, partitions, queue_template=queue_template or DEFAULT_QUEUE_NAME) as producer:
         for number, raw in enumerate(sys.stdin.buffer, start=1):
             line = raw.rstrip(b"\r\n")
             if not line.strip():
@@ -86,6 +98,7 @@ def produce(amqp_url: str, prefix: str, partitions: int, key_field: str) -> None
 @rabbitmq.command()
 @_amqp_option()
 @_prefix_option()
+@_queue_name_option()
 @store_option(env=True)
 @group_option(env=True)
 @option("--id", "worker_id", env=True, default=None, help="This consumer's id (default: --hostname).")
@@ -106,6 +119,7 @@ def produce(amqp_url: str, prefix: str, partitions: int, key_field: str) -> None
 def consume(
     amqp_url: str,
     prefix: str,
+    queue_template: str | None,
     store_url: str,
     group_name: str,
     worker_id: str | None,
@@ -124,7 +138,7 @@ def consume(
     """Consume the queues of the partitions this member owns until SIGINT/SIGTERM (a graceful leave: each queue is
     cancelled, and what was handled acked, before its partition is released). Messages are acked after the handler
     returns, by one fenced commit per batch; where the epoch no longer matches they are requeued instead."""
-    from apportion.rabbitmq import load_handler, run_consumer
+    from apportion.rabbitmq import DEFAULT_QUEUE_NAME, load_handler, run_consumer
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
     quiet_pika()
@@ -152,4 +166,5 @@ def consume(
         prefetch=prefetch,
         batch=batch,
         ack_delay_s=ack_delay_s,
+        queue_template=queue_template or DEFAULT_QUEUE_NAME,
     )

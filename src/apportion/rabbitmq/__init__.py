@@ -1,5 +1,6 @@
-"""Seed 3 on RabbitMQ: partitioned queues ``<prefix>.<p>``, a producer that routes by THE routing hash, and a group
-member that consumes exactly the queues of the partitions it owns (the ``rabbitmq`` extra: pika).
+"""Seed 3 on RabbitMQ: partitioned queues ``<prefix>.<p>`` (or a name template: seed 3's ``{prefix}-P{partition}``), a
+producer that routes by THE routing hash, and a group member that consumes exactly the queues of the partitions it
+owns (the ``rabbitmq`` extra: pika).
 
 - :class:`Producer` — publishes each keyed message to ``<prefix>.<partition_for(key, n)>`` (durable queues with
   ``x-single-active-consumer``; publisher confirms) (``_producer.py``);
@@ -19,13 +20,14 @@ from apportion.rabbitmq._consumer import (
     QueueConsumer,
 )
 from apportion.rabbitmq._producer import Producer
-from apportion.rabbitmq._queues import QUEUE_ARGUMENTS, declare_queue, queue_name
+from apportion.rabbitmq._queues import DEFAULT_QUEUE_NAME, QUEUE_ARGUMENTS, declare_queue, queue_name
 from apportion.rabbitmq._run import echo, load_handler, run_consumer
 
 __all__ = [
     "DEFAULT_ACK_DELAY_S",
     "DEFAULT_BATCH",
     "DEFAULT_PREFETCH",
+    "DEFAULT_QUEUE_NAME",
     "QUEUE_ARGUMENTS",
     "Emit",
     "Handle",

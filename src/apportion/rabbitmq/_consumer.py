@@ -3,7 +3,8 @@
 ``QueueConsumer(url, prefix, handle)`` gives a :class:`apportion.Worker` its three callbacks (``on_assigned``,
 ``on_revoked``, ``on_lost``) and runs one AMQP thread that alone touches the connection (pika's connections are not
 thread-safe): the callbacks, which run on the worker thread, post a command to it and wait until it is done. Each
-owned partition is one channel (prefetch ``prefetch``) with one consumer on ``<prefix>.<p>``, so its acks and
+owned partition is one channel (prefetch ``prefetch``) with one consumer on its queue (``<prefix>.<p>``, or what
+``queue_template`` names: ``_queues``), so its acks and
 requeues (``multiple``) never touch another partition's deliveries.
 
 One queue's states (the AMQP thread moves them; the worker thread's callbacks trigger them)::
@@ -50,7 +51,15 @@ from typing import Any
 
 from apportion.errors import BrokerUnavailable, Fenced, InvalidRequest
 from apportion.group import PartitionId, sorted_pids
-from apportion.rabbitmq._queues import broker_errors, connect_broker, declare_queue, queue_name, validate_prefix
+from apportion.rabbitmq._queues import (
+    DEFAULT_QUEUE_NAME,
+    broker_errors,
+    connect_broker,
+    declare_queue,
+    queue_name,
+    validate_prefix,
+    validate_queue_name,
+)
 from apportion.worker import Worker
 
 log = logging.getLogger("apportion.rabbitmq")
@@ -113,6 +122,7 @@ class QueueConsumer:
         batch: int = DEFAULT_BATCH,
         ack_delay_s: float = DEFAULT_ACK_DELAY_S,
         emit: Emit | None = None,
+        queue_template: str = DEFAULT_QUEUE_NAME,
     ) -> None:
         if prefetch < 1 or prefetch > 65535:
             raise InvalidRequest("prefetch", f"must be 1..65535, got {prefetch}")
@@ -122,6 +132,7 @@ class QueueConsumer:
             raise InvalidRequest("ack-delay", f"must be 0..60 s, got {ack_delay_s}")
         self.url = url
         self.prefix = validate_prefix(prefix)
+        self.queue_template = validate_queue_name(queue_template, self.prefix)
         self.handle = handle
         self.prefetch = prefetch
         self.batch = batch
@@ -279,7 +290,7 @@ class QueueConsumer:
             acked = int(worker.checkpoint(partition) or 0)
         except ValueError:
             acked = 0  # a checkpoint this consumer did not write: count from 0
-        name = queue_name(self.prefix, partition)
+        name = queue_name(self.prefix, partition, self.queue_template)
         channel = self._connection.channel()
         channel.basic_qos(prefetch_count=self.prefetch)
         declare_queue(channel, name)

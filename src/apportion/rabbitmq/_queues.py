@@ -1,14 +1,19 @@
 """What the producer and the consumer agree on: the queue of a partition, how it is declared, how to connect.
 
-Partition ``p`` of a resource is the queue ``<prefix>.<p>`` (seed 3's ``OrderEvents-P<p>``), declared durable with
-``x-single-active-consumer: true`` by whichever side comes first (the declaration is idempotent; the same
-arguments on both sides, or RabbitMQ refuses the second with PRECONDITION_FAILED). pika's exceptions are mapped to
-:class:`apportion.errors.BrokerUnavailable` here, at the boundary (``broker_errors``).
+Partition ``p`` is the queue the name template gives: ``{prefix}.{partition}`` by default (``orders.7``), or any
+template of ``{prefix}`` and ``{partition}`` (``--queue-name``): seed 3's producers name their queues
+``OrderEvents-P<p>``, which ``{prefix}-P{partition}`` gives, so they and apportion's consumers share queues (issue
+45.4: the two names used to be called the same thing here, and were not). Producer and consumer must use the same
+template. A queue is declared durable with ``x-single-active-consumer: true`` by whichever side comes first (the
+declaration is idempotent; the same arguments on both sides, or RabbitMQ refuses the second with
+PRECONDITION_FAILED). pika's exceptions are mapped to :class:`apportion.errors.BrokerUnavailable` here, at the
+boundary (``broker_errors``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import string
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -22,9 +27,43 @@ QUEUE_ARGUMENTS = {"x-single-active-consumer": True}
 """The arguments every partition queue is declared with: RabbitMQ delivers to one consumer of it at a time."""
 
 
-def queue_name(prefix: str, partition: int | str) -> str:
-    """The queue of ``partition``: ``<prefix>.<partition>`` (``orders.7``)."""
-    return f"{prefix}.{partition}"
+DEFAULT_QUEUE_NAME = "{prefix}.{partition}"
+"""The default queue name template: ``orders.7``."""
+
+MAX_QUEUE_NAME_BYTES = 255  # AMQP's short string
+_FIELDS = frozenset(("prefix", "partition"))
+_WIDEST_PARTITION = "999999"  # the highest partition of a group (MAX_PARTITIONS - 1): the longest name's
+
+
+def queue_name(prefix: str, partition: int | str, template: str = DEFAULT_QUEUE_NAME) -> str:
+    """The queue of ``partition``: ``template`` (checked by :func:`validate_queue_name`) with its fields filled in;
+    ``<prefix>.<partition>`` by default (``orders.7``), ``{prefix}-P{partition}`` gives seed 3's ``orders-P7``."""
+    return template.format(prefix=prefix, partition=partition)
+
+
+def validate_queue_name(template: str, prefix: str) -> str:
+    """A queue name template: text with ``{partition}`` exactly once (so each partition has its own queue) and
+    ``{prefix}`` at most once, no other field, conversion or format spec (``{{`` and ``}}`` are literal braces); and
+    with ``prefix`` and the widest partition filled in, at most AMQP's 255 bytes. InvalidRequest naming
+    ``queue-name`` otherwise."""
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise InvalidRequest("queue-name", f"{template!r:.80} is not a template: {exc}") from None
+    fields = [name for _, name, _, _ in parts if name is not None]
+    wrong = [name for name in fields if name not in _FIELDS]
+    if wrong:
+        raise InvalidRequest("queue-name", f"unknown field {{{wrong[0]}}}: only {{prefix}} and {{partition}}")
+    if any((spec or conversion) for _, name, spec, conversion in parts if name is not None):
+        raise InvalidRequest("queue-name", "a field takes no conversion or format spec: {prefix}, {partition}")
+    if fields.count("partition") != 1 or fields.count("prefix") > 1:
+        raise InvalidRequest(
+            "queue-name", f"needs {{partition}} exactly once (and {{prefix}} at most once), got {template!r:.80}"
+        )
+    widest = queue_name(prefix, _WIDEST_PARTITION, template)
+    if len(widest.encode()) > MAX_QUEUE_NAME_BYTES:
+        raise InvalidRequest("queue-name", f"a queue name is at most {MAX_QUEUE_NAME_BYTES} bytes: {widest!r:.80}...")
+    return template
 
 
 def validate_prefix(prefix: str) -> str:
@@ -71,4 +110,13 @@ def broker_errors(what: str) -> Iterator[None]:
         raise BrokerUnavailable(f"{what}: {exc.strerror or exc}") from exc
 
 
-__all__ = ["QUEUE_ARGUMENTS", "broker_errors", "connect_broker", "declare_queue", "queue_name", "validate_prefix"]
+__all__ = [
+    "DEFAULT_QUEUE_NAME",
+    "QUEUE_ARGUMENTS",
+    "broker_errors",
+    "connect_broker",
+    "declare_queue",
+    "queue_name",
+    "validate_prefix",
+    "validate_queue_name",
+]

@@ -23,6 +23,7 @@ from apportion.rabbitmq._consumer import (
     Handle,
     QueueConsumer,
 )
+from apportion.rabbitmq._queues import DEFAULT_QUEUE_NAME
 from apportion.runner import DEFAULT_CONNECT_TIMEOUT_S, StartUp
 from apportion.store import Store, connect
 from apportion.worker import Group, Worker
@@ -66,6 +67,7 @@ def run_consumer(
     prefetch: int = DEFAULT_PREFETCH,
     batch: int = DEFAULT_BATCH,
     ack_delay_s: float = DEFAULT_ACK_DELAY_S,
+    queue_template: str = DEFAULT_QUEUE_NAME,
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     revoke_timeout_s: float = 10.0,
 ) -> None:
@@ -73,8 +75,9 @@ def run_consumer(
     ``revoked``, ``lost`` (as ``apportion worker``), ``consuming``, ``acked``, ``cancelled``, ``requeued`` and
     ``commit_failed`` (the consumer's), then ``stopped``."""
     consumer = QueueConsumer(
-        amqp_url, prefix, handle, prefetch=prefetch, batch=batch, ack_delay_s=ack_delay_s, emit=emit
-    )
+        amqp_url, prefix, handle, prefetch=prefetch, batch=batch, ack_delay_s=ack_delay_s, emit=emit,
+        queue_template=queue_template,
+    )  # fmt: skip
     startup = StartUp(store_url, worker_id, connect_timeout_s)
     store: Store = startup.attempt(lambda: connect(store_url))
     try:
