@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,11 +174,11 @@ class Run:
         worker.kill()
         self.killed[worker.proc.pid] = time.time()
 
-    def consuming(self) -> dict[str, set[str]]:
-        """Partition -> the live consumers whose event lines say they read it now."""
+    def consuming(self, ignore: Collection[str] = ()) -> dict[str, set[str]]:
+        """Partition -> the live consumers (but ``ignore``'s) whose event lines say they read it now."""
         found: dict[str, set[str]] = defaultdict(set)
         for worker in self.fleet.workers.values():
-            if not worker.alive():
+            if not worker.alive() or worker.id in ignore:
                 continue
             now: set[str] = set()
             for e in worker.own_events():
@@ -190,11 +190,14 @@ class Run:
                 found[p].add(worker.id)
         return found
 
-    def wait_consumed(self, what: str, counts: dict[str, int], timeout_s: float = 60.0) -> None:
-        """Until every partition is read by exactly one live consumer, consumer ``id`` reading ``counts[id]``."""
+    def wait_consumed(
+        self, what: str, counts: dict[str, int], timeout_s: float = 60.0, ignore: Collection[str] = ()
+    ) -> None:
+        """Until every partition is read by exactly one live consumer (but ``ignore``'s: a frozen one's lines are
+        out of date), consumer ``id`` reading ``counts[id]``."""
 
         def done() -> bool:
-            now = self.consuming()
+            now = self.consuming(ignore)
             if any(len(now.get(f"{self.topic}-{p}", ())) != 1 for p in range(self.partitions)):
                 return False
             return Counter(w for ws in now.values() for w in ws) == Counter(counts)
@@ -319,6 +322,9 @@ class Run:
             for e in groups.history(store, GROUP):
                 if e.get("type") == "claim":
                     claimed[e["partition"]] = (int(e["epoch"]), str(e["member"]))
+                elif e.get("type") in ("release", "lost", "fenced") and "partition" in e:
+                    if claimed.get(e["partition"]) == (int(e.get("epoch", -1)), str(e["member"])):
+                        del claimed[e["partition"]]  # that claim's commits end here (not a later owner's)
                 elif e.get("type") == "commit":
                     holder = claimed.get(e["partition"])
                     if holder != (int(e["epoch"]), str(e["member"])):

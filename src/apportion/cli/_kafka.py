@@ -52,7 +52,7 @@ def produce(kafka: KafkaTopics | None, key_field: str, connect_timeout_s: float)
     until the broker has acknowledged all; prints one summary line (records per partition) at the end."""
     from apportion.kafka._producer import Producer
 
-    assert kafka is not None  # require=True
+    assert kafka is not None  # require=True: kafka_topics refused a missing --kafka
     if len(kafka.topics) != 1:
         raise InvalidRequest("topic", f"give one --topic to send to, got {len(kafka.topics)}")
     topic = kafka.topics[0]
@@ -118,7 +118,7 @@ def consume(
     per batch, then also to Kafka under the group's name for Kafka's tools (the store's offsets win)."""
     from apportion.kafka._run import load_handler, run_consumer
 
-    assert kafka is not None  # require=True
+    assert kafka is not None  # require=True: kafka_topics refused a missing --kafka
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
     handle = load_handler(handler)
 

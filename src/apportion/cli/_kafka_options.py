@@ -87,6 +87,8 @@ def kafka_topics(
 ) -> KafkaTopics | None:
     """The checked value of the options (InvalidRequest naming the option that is wrong)."""
     if kafka_bootstrap is None:
+        if require:  # click 8.3+ takes required=True with default=None as given (the default None is a value)
+            raise InvalidRequest("kafka", "give --kafka HOST:PORT[,HOST:PORT...] (the broker of the topics)")
         if topics:
             raise InvalidRequest("topic", "--topic needs --kafka BOOTSTRAP (the broker the topics are on)")
         return None
