@@ -137,3 +137,44 @@ def test_status_watch_redraws_the_tables_and_shows_json_offsets(tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     assert "partitions" in done.stdout and "offset" in done.stdout and "1234" in done.stdout
     assert "updated" in done.stdout
+
+
+def test_rack_reaches_the_strategy_high_availability_puts_standbys_on_another_rack(tmp_path: Path) -> None:
+    """Issue 45.6: ``rack`` is what high_availability's standby placement compares, and `apportion worker` had no
+    option for it. w1 and w2 on rack a, w3 on rack b, one standby per partition: every partition active on rack a
+    has its standby on w3 (without racks they spread by load), and a blank rack is refused in one line."""
+    from apportion.fleet import Fleet, worker_args
+    from apportion.group import GroupConfig, Keys, group_status
+    from apportion.store import connect
+    from apportion.waiting import wait_for
+    from tests.cli.run import cli
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    config = GroupConfig(partitions=6, strategy="high_availability", stateful=True, options={"num_standby_replicas": 1})
+    with connect(url) as store:
+        store.put(Keys("g").resource, config.record())
+
+    def placed() -> dict[str, set[str]] | None:
+        """Each active member's standby holders, once every partition has an active and a standby."""
+        with connect(url) as store:
+            partitions = group_status(store, "g")["partitions"].values()
+        roles = [{r["role"]: m for m, r in (p.get("tags") or {}).items()} for p in partitions]
+        if len(roles) != 6 or not all({"active", "standby"} <= set(r) for r in roles):
+            return None
+        if {r["active"] for r in roles} != {"w1", "w2", "w3"}:
+            return None
+        found: dict[str, set[str]] = {}
+        for r in roles:
+            found.setdefault(r["active"], set()).add(r["standby"])
+        return found
+
+    # one first round over all three (RST 2 s: started together, they all join it), so the actives are placed at
+    # once (no learner: nothing was owned) and only the racks decide where the standbys go
+    with Fleet(tmp_path / "logs", worker_args(url, "g", "--settle", "2", "--min-interval", "2")) as fleet:
+        for wid, rack in (("w1", "a"), ("w2", "a"), ("w3", "b")):
+            fleet.start(wid, "--rack", rack)
+        wait_for("a plan with a standby for every partition", lambda: placed() is not None, 60)
+        standbys = placed()
+    assert standbys is not None and standbys["w1"] == standbys["w2"] == {"w3"}, standbys
+    blank = cli("worker", "--store", "memory://r", "--group", "g", "--id", "w", "--partitions", "2", "--rack", " ")
+    assert blank.code == 2 and "rack: a rack is a non-empty name" in blank.one_error_line()

@@ -57,6 +57,17 @@ def test_minimum_cluster_size_holds_assignment_back() -> None:
     assert all(m.stable() for m in h.members.values())
 
 
+def test_the_first_table_deals_the_members_in_the_order_they_registered_as_seed_1s_live_members_list() -> None:
+    """Issue 45.6: seed 1's round robin walks ``membership.getLiveMembers()``, a list in registration order; the
+    first table dealt in id order (a first whatever registered first). Registered c, a, b: c deals first."""
+    h = ModeHarness()
+    for mid in ("c", "a", "b"):
+        h.add_coordinated(mid)
+        h.run(0.05)  # registered before the next one starts (well within the first table's settle)
+    h.run(1.0)
+    assert h.assignment() == {"c": [0, 3, 6, 9], "a": [1, 4, 7, 10], "b": [2, 5, 8, 11]}
+
+
 def test_members_starting_seconds_apart_share_the_first_table_and_nobody_revokes() -> None:
     """Issue 30.3: with the default min_members (1), three members registering 0.3 s apart got a first table that
     gave every partition to the first, which then revoked most of them; a wait of RST fixed 0.3 s, not the seconds

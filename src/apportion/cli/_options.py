@@ -1,5 +1,5 @@
-"""``--option KEY=VALUE`` strategy options (the commands that create a group or a simulation) and ``NAME,...`` lists
-of resource names (``--subscribe``, ``apportion subscribe``)."""
+"""``--option KEY=VALUE`` strategy options (the commands that create a group or a simulation), ``NAME,...`` lists
+of resource names (``--subscribe``, ``apportion subscribe``) and a member's ``--rack``."""
 
 from __future__ import annotations
 
@@ -32,4 +32,14 @@ def resource_names(text: str, field: str) -> list[str]:
     return sorted(set(names))
 
 
-__all__ = ["parse_options", "resource_names"]
+def rack_name(text: str | None) -> str | None:
+    """``--rack NAME``: a member's failure domain as the strategies compare it (``Member.rack``), or None; refused
+    (InvalidRequest) when empty or blank, which would silently put the member on a rack of its own."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise InvalidRequest("rack", f"a rack is a non-empty name, got {text!r}")
+    return text
+
+
+__all__ = ["parse_options", "rack_name", "resource_names"]

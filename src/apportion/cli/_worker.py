@@ -30,7 +30,7 @@ from apportion.cli._common import (
     timing_options,
 )
 from apportion.cli._kafka_options import KafkaTopics, kafka_options
-from apportion.cli._options import resource_names
+from apportion.cli._options import rack_name, resource_names
 from apportion.errors import InvalidRequest
 from apportion.group import DEFAULT_RETENTION_S, MAX_SECONDS, Static
 from apportion.runner import DEFAULT_CONNECT_TIMEOUT_S, run_worker
@@ -144,6 +144,12 @@ def _toml_kind(value: object) -> str:
     default=1.0,
     help="Capacity weight of this worker.",
 )
+@_option(
+    "--rack",
+    default=None,
+    help="This worker's failure domain (a zone, a host): high_availability puts a partition's standbys on other racks "
+    "than its active.",
+)
 @_option("--update", is_flag=True, help="Overwrite the stored group definition with these settings.")
 @_option("--replace", is_flag=True, help="Fence a live member with the same --id and take its place.")
 @_option("--commit-every", type=seconds(), default=0.0, help="Commit a checkpoint for owned partitions every N s.")
@@ -197,6 +203,7 @@ def worker(
     heartbeat_s: float,
     ttl_s: float | None,
     capacity: float,
+    rack: str | None,
     update: bool,
     replace: bool,
     commit_every: float,
@@ -242,6 +249,7 @@ def worker(
         emit=events.emit,
         options=JoinOptions(
             capacity=capacity,
+            rack=rack_name(rack),
             replace=replace,
             history_retention_s=history_retention_s,
             subscriptions=None if subscriptions is None else resource_names(subscriptions, "subscribe"),

@@ -10,7 +10,8 @@ the coordinator compares its own ``coordinator`` record, so a deposed coordinato
 The partition table (``Entry`` per partition: ``owner``, ``target``, ``state``; ``TableState``)::
 
     (no table) --coordinator: live members >= min_members, then no registration for settle_s--> table created
-               with the group's strategy (round_robin by default, as in the seed): every entry
+               with the group's strategy (round_robin by default, as in the seed, dealing the members in the
+               order they registered: seed 1's live members list): every entry
                ASSIGNED(owner=None, target=m)
     ONLINE(owner=A) --member joins/dies (automatic) or `apportion rebalance` (manual) moves p to B-->
         ASSIGNED(owner=A, target=B) --coordinator, fewer than max_in_flight MIGRATING--> MIGRATING(A -> B)
@@ -244,6 +245,12 @@ def _members(keys: Keys, kvs: Sequence[KeyValue]) -> list[str]:
     return sorted(kv.key[len(keys.members) :] for kv in kvs)
 
 
+def registrations(keys: Keys, kvs: Sequence[KeyValue]) -> dict[str, int]:
+    """Each registered member's registration revision (``create_revision`` of its ``members/<id>``): the order in
+    which the live members registered, seed 1's ``membership.getLiveMembers()``."""
+    return {kv.key[len(keys.members) :]: kv.create_revision for kv in kvs}
+
+
 def live_subscriptions(keys: Keys, kvs: Sequence[KeyValue]) -> dict[str, frozenset[str] | None]:
     """Each registered member's subscriptions (None: every resource); a corrupt registration subscribes to all."""
     out: dict[str, frozenset[str] | None] = {}
@@ -271,11 +278,16 @@ def table_request(
     members: Sequence[str],
     table: Mapping[PartitionId, Entry],
     subscriptions: SubscriptionsOf | None = None,
+    registered: Mapping[str, int] | None = None,
 ) -> AssignRequest:
     """The request a full re-plan of ``table`` over the live ``members`` makes: current holders as ``owned``, each
-    member's ``subscriptions`` (from its registration; absent: every resource)."""
+    member's ``subscriptions`` (from its registration; absent: every resource) and, when ``registered`` gives every
+    member's registration revision (the ``create_revision`` of its ``members/<id>``), that revision as its
+    ``join_revision``: ``round_robin`` then deals in registration order, as seed 1's coordinator deals its live
+    members list (issue 45.6; without it, in id order)."""
     live = sorted(set(members))
     subs = subscriptions or {}
+    joined = registered if registered is not None and all(m in registered for m in live) else {}
     holders = {p: e.holder for p, e in table.items()}
     owned: dict[str, list[Partition]] = {m: [] for m in live}
     for p, h in holders.items():
@@ -285,7 +297,10 @@ def table_request(
     return AssignRequest(
         strategy,
         config.resources_of(group),
-        tuple(Member(m, subscriptions=subs.get(m), owned=tuple(sorted(owned[m]))) for m in live),
+        tuple(
+            Member(m, subscriptions=subs.get(m), owned=tuple(sorted(owned[m])), join_revision=joined.get(m))
+            for m in live
+        ),
         options,
     )
 
@@ -324,11 +339,13 @@ def plan_table(
     planner: Planner = default_planner,
     subscriptions: SubscriptionsOf | None = None,
     checker: Checker | None = None,
+    registered: Mapping[str, int] | None = None,
 ) -> TablePlan:
     """A full strategy run (holders as ``owned``; ``replan_strategy``), or, when not ``full``, the current holders with
     only the partitions of dead members (or of members that no longer subscribe to their resource) moved to the least
     loaded live holders that subscribe to it. Either way the moves and their bound count the partitions of dead holders
     that get a live one (``_moves``: a strategy sees them as unowned). A partition nobody subscribes to gets no holder.
+    ``registered`` (member -> registration revision) orders ``round_robin``'s members (``table_request``).
     ``checker`` (the coordinator's: ``assign.check``) checks a full run's plan; a violation is logged and returned
     in ``TablePlan.violations`` (never expected: the strategies are property-tested against it)."""
     live = sorted(set(members))
@@ -337,7 +354,7 @@ def plan_table(
         return TablePlan({}, 0, 0)
     holders = {p: e.holder for p, e in table.items()}
     if full or not table:
-        request = table_request(group, config, live, table, subs)
+        request = table_request(group, config, live, table, subs, registered)
         plan = planner(request)
         violations = () if checker is None else tuple(checker(request, plan)[:10])
         if violations:
@@ -419,8 +436,9 @@ def planned_moves(store: Store, group: str, planner: Planner = default_planner) 
     registered = store.range(keys.members)
     subscriptions = live_subscriptions(keys, registered)
     desired = plan_table(
-        group, config, _members(keys, registered), table, full=True, planner=planner, subscriptions=subscriptions
-    ).desired
+        group, config, _members(keys, registered), table, full=True, planner=planner, subscriptions=subscriptions,
+        registered=registrations(keys, registered),
+    ).desired  # fmt: skip
     return [
         TableMove(p, table[p].holder if p in table else None, d)
         for p, d in sorted(desired.items())
@@ -765,6 +783,7 @@ class CoordinatorMember(FencedMember):
             planner=self._planner,
             subscriptions=subscriptions,
             checker=self._checker,
+            registered=registrations(self.keys, registered),
         )
         changes = table_changes(table, planned.desired, live, self.max_in_flight)
         extra: list[Op] = []
@@ -876,6 +895,7 @@ __all__ = [
     "plan_table",
     "planned_moves",
     "read_table",
+    "registrations",
     "replan_strategy",
     "request_rebalance",
     "table_changes",
