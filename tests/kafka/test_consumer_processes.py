@@ -14,11 +14,26 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from apportion import group as groups
+from apportion.fleet import Fleet
+from apportion.kafka._partitioner import partition_for_key
 from apportion.store import connect
 from apportion.waiting import wait_for
-from tests.kafka.harness import BATCH, GROUP, TTL_S, create_topic, end_offsets, group_offsets, run
+from tests.kafka.harness import (
+    BATCH,
+    GROUP,
+    TTL_S,
+    body,
+    consume_args,
+    create_topic,
+    end_offsets,
+    env,
+    group_offsets,
+    produce,
+    run,
+)
 from tests.kafka_server import KafkaCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.xdist_group("kafka")]
@@ -123,3 +138,49 @@ def _held_at_freeze(worker: object, partition: str, resumed: float) -> bool:
         elif e.get("partition") == partition and e["event"] in ("released", "dropped"):
             held = False
     return held
+
+
+HEARTBEAT_S = 2.0
+
+
+def test_a_grown_topic_is_read_within_a_heartbeat_and_a_deleted_one_ends_the_consumer_with_one_line(
+    kafka: KafkaCluster, topic: str, store_url: str, tmp_path: Path
+) -> None:
+    """The topic grows from 2 to 4 partitions on the broker (Kafka's admin API, as kafka-topics --alter): within one
+    heartbeat the consumer reads the new partitions too; then the topic is deleted: the consumer releases every
+    partition as in a graceful leave (nothing dropped) and exits 1 with one line."""
+    create_topic(kafka, topic, 2)
+    args = [*consume_args(kafka, topic, store_url), "--heartbeat", f"{HEARTBEAT_S:g}"]
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, "log_level": 0})
+    with Fleet(tmp_path / "logs", args, env=env()) as fleet:
+        a = fleet.start("a")
+
+        def reading() -> set[str]:
+            now: set[str] = set()
+            for e in a.own_events():
+                if e["event"] == "consuming":
+                    now.add(e["partition"])
+                elif e["event"] in ("released", "dropped"):
+                    now.discard(e["partition"])
+            return now
+
+        wait_for("a reading both partitions", lambda: reading() == {f"{topic}-0", f"{topic}-1"}, 60,
+                 alive=lambda: fleet.check(["a"]))  # fmt: skip
+        for future in admin.create_partitions([NewPartitions(topic, 4)]).values():
+            future.result(30)
+        grown = time.monotonic()
+        wait_for("a reading the new partitions", lambda: len(reading()) == 4, 3 * HEARTBEAT_S + 10)
+        assert time.monotonic() - grown <= HEARTBEAT_S + 5  # polled at half the heartbeat; a round; a busy machine
+        keys = {partition_for_key(f"k{i}", 4): f"k{i}" for i in range(40)}
+        produce(kafka, topic, [(keys[p], body(keys[p], 0)) for p in (2, 3)])
+        wait_for("the new partitions' records processed", lambda: {e["partition"] for e in a.of("processed")} >= {
+            f"{topic}-2", f"{topic}-3"}, 30)  # fmt: skip
+        for future in admin.delete_topics([topic], operation_timeout=30).values():
+            future.result(60)
+        wait_for("the consumer to exit", lambda: not a.alive(), 30)
+        assert a.proc.returncode == 1
+        assert {e["partition"] for e in a.of("released")} == {f"{topic}-{p}" for p in range(4)}
+        assert not a.of("dropped") and not a.of("lost")
+        errors = [line for line in a.log.text().splitlines() if line.startswith("apportion: error:")]
+        assert errors == [f"apportion: error: topic {topic!r} does not exist on Kafka at {kafka.bootstrap}"]
+        assert "Traceback" not in a.log.text()

@@ -323,11 +323,13 @@ class TopicConsumer:
             self._fetch(0 if worked or ready else self._idle_s())
 
     def _idle_s(self) -> float:
-        """Wait for the broker at most until the oldest handled message's commit is due."""
-        waiting = [p.since for p in self._parts.values() if p.handled or p.unsaved]
-        if not waiting or not self._commands.empty():
-            return 0.0 if not self._commands.empty() else _IDLE_S
-        return max(0.0, min(_IDLE_S, min(waiting) + self.commit_delay_s - time.monotonic()))
+        """Wait for the broker at most until the next commit is due (none while a command waits)."""
+        if not self._commands.empty():
+            return 0.0
+        due = [max(p.since + self.commit_delay_s, p.retry_at) for p in self._parts.values() if p.handled or p.unsaved]
+        if not due:
+            return _IDLE_S
+        return max(0.0, min(_IDLE_S, min(due) - time.monotonic()))
 
     def _check_errors(self) -> None:
         """End the consumer on what librdkafka reported that retrying cannot heal."""
