@@ -347,6 +347,21 @@ def _since(t0: float) -> str:
     return f"seconds since the first event ({when(t0)}, local time)"
 
 
+MEMBER_PALETTE = (
+    "#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#bcbd22", "#ff7f0e", "#e377c2",
+    "#aec7e8", "#98df8a", "#b39ddb", "#9edae5", "#dbdb8d", "#ffbb78", "#f7b6d2",
+)  # fmt: skip
+"""The members' colours on the ownership timeline: matplotlib's tab20 without its reds, browns and greys (its pale lavender a shade deeper), because
+on that chart red means an overlap (two owners) and grey an unowned gap: one colour, one meaning."""
+OVERLAP_COLOUR = "red"
+GAP_COLOUR = "0.6"
+
+
+def member_colours(members: Sequence[str]) -> dict[str, str]:
+    """Each member's colour (cycling through :data:`MEMBER_PALETTE` past 14 members)."""
+    return {m: MEMBER_PALETTE[i % len(MEMBER_PALETTE)] for i, m in enumerate(members)}
+
+
 def _plot_timeline(
     path: Path,
     intervals: Table,
@@ -360,8 +375,7 @@ def _plot_timeline(
     resources (``names``: the analytics' partition numbers), else by number."""
     plt = pyplot()
     members = sorted({r["member"] for r in _records(intervals)})
-    cmap = plt.get_cmap("tab20" if len(members) > 10 else "tab10")
-    colour = {m: cmap(i % cmap.N) for i, m in enumerate(members)}
+    colour = member_colours(members)
     row_of = {p: i for i, p in enumerate(partitions)}
     height = min(40.0, max(3.0, 0.28 * len(partitions) + 1.5))
     fig, ax = plt.subplots(figsize=(12, height))
@@ -369,11 +383,14 @@ def _plot_timeline(
         y = row_of[r["partition"]]
         ax.broken_barh([(r["start_time"] - t0, r["duration_s"])], (y - 0.4, 0.8), facecolors=colour[r["member"]])
     for r in _records(gaps):
-        ax.broken_barh([(r["gap_start"] - t0, r["gap_s"])], (row_of[r["partition"]] - 0.1, 0.2), facecolors="0.6")
+        ax.broken_barh([(r["gap_start"] - t0, r["gap_s"])], (row_of[r["partition"]] - 0.1, 0.2), facecolors=GAP_COLOUR)
     for r in _records(found):
         y = row_of[r["partition"]]
         ax.broken_barh(
-            [(r["overlap_start_time"] - t0, max(r["overlap_s"], 1e-3))], (y - 0.45, 0.9), facecolors="red", alpha=0.7
+            [(r["overlap_start_time"] - t0, max(r["overlap_s"], 1e-3))],
+            (y - 0.45, 0.9),
+            facecolors=OVERLAP_COLOUR,
+            alpha=0.7,
         )
     ax.set_yticks(range(len(partitions)))
     labels = [(names or {}).get(p, str(p)) for p in partitions]
