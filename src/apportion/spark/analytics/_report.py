@@ -351,8 +351,9 @@ MEMBER_PALETTE = (
     "#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#bcbd22", "#ff7f0e", "#e377c2",
     "#aec7e8", "#98df8a", "#b39ddb", "#9edae5", "#dbdb8d", "#ffbb78", "#f7b6d2",
 )  # fmt: skip
-"""The members' colours on the ownership timeline: matplotlib's tab20 without its reds, browns and greys (its pale lavender a shade deeper), because
-on that chart red means an overlap (two owners) and grey an unowned gap: one colour, one meaning."""
+"""The members' colours on the ownership timeline: matplotlib's tab20 without its reds, browns and greys (its pale
+lavender a shade deeper), because on that chart red means an overlap (two owners) and grey an unowned gap: one
+colour, one meaning."""
 OVERLAP_COLOUR = "red"
 GAP_COLOUR = "0.6"
 
