@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test soak bench lint check-java clean
+.PHONY: demo test docs soak bench lint check-java clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[spark,etcd,postgres,metrics,dashboard,rabbitmq,kafka,kubernetes,dev]'
+	$(PY) -m pip install -q -e '.[spark,etcd,postgres,metrics,dashboard,rabbitmq,kafka,kubernetes,docs,dev]'
 	@touch $(STAMP)
 
 check-java:
@@ -21,6 +21,9 @@ demo: $(STAMP) check-java
 test: $(STAMP) check-java
 	bash scripts/ensure-test-tools.sh
 	$(PY) -m pytest -n 2 --dist loadgroup -q --durations=15 -m "not soak"
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 soak: $(STAMP)
 	APPORTION_SOAK=1 $(PY) -m pytest -q tests -m "slow or soak" -n 2
@@ -34,4 +37,4 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output site
