@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Emit = Callable[..., None]
 """``emit(event, **fields)``: one event of the run (see the module docstring)."""
+Callbacks = tuple[Callable[[list[Any]], None], Callable[[list[Any]], None], Callable[[list[Any]], None]]
+"""A member's ``(on_assigned, on_revoked, on_lost)``, each called with the partitions."""
 
 log = logging.getLogger("apportion.worker")
 
@@ -71,6 +73,8 @@ def run_worker(
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
     on_started: Callable[[Worker], None] | None = None,
+    callbacks: Callbacks | None = None,
+    stopped: Callable[[], Mapping[str, Any]] | None = None,
 ) -> None:
     """Run worker ``worker_id`` of ``group`` on the store at ``store_url`` until SIGINT/SIGTERM (graceful leave).
 
@@ -83,7 +87,10 @@ def run_worker(
     refused before the worker starts (exit 2). The store is waited for up to
     ``connect_timeout_s`` (:class:`StartUp`); ``metrics_port`` serves Prometheus metrics and the probes
     ``/healthz``, ``/readyz`` (the metrics extra). ``on_started(worker)`` hears the running
-    :class:`apportion.Worker` (``worker.stop()`` ends the run as a signal does)."""
+    :class:`apportion.Worker` (``worker.stop()`` ends the run as a signal does). ``callbacks`` are the member's
+    (``on_assigned``, ``on_revoked``, ``on_lost``) when an application handles its partitions (``apportion rabbitmq
+    consume``: a queue consumer, which emits the changes itself); by default each change is emitted. ``stopped()``
+    gives the fields of the final ``stopped`` event (a consumer's ``handled`` count)."""
 
     if metrics_port is not None and options is not None and options.get("tracer") is not None:
         raise InvalidRequest("metrics_port", "the metrics are the member's tracer: give no tracer with it")
@@ -115,6 +122,8 @@ def run_worker(
             startup=startup,
             on_started=started,
             options=member_options,
+            callbacks=callbacks,
+            stopped=stopped,
         )
     finally:
         store.close()
@@ -269,11 +278,13 @@ def run_member(
     startup: StartUp | None = None,
     on_started: Callable[[Worker], None] | None = None,
     options: JoinOptions | None = None,
+    callbacks: Callbacks | None = None,
+    stopped: Callable[[], Mapping[str, Any]] | None = None,
 ) -> None:
     """Join ``group`` as ``worker_id`` with ``options`` and block until SIGINT/SIGTERM (``Group.run``), emitting
-    every change; with ``commit_every_s`` > 0 a committer thread stands in for a pipeline (see :func:`_committer`).
-    ``on_started``: as in :func:`run_worker`; ``startup`` watches the member's registration (:func:`run_worker`
-    passes its own)."""
+    every change (or calling ``callbacks``); with ``commit_every_s`` > 0 a committer thread stands in for a pipeline
+    (see :func:`_committer`). ``on_started``, ``callbacks``, ``stopped``: as in :func:`run_worker`; ``startup``
+    watches the member's registration (:func:`run_worker` passes its own)."""
     member_options = JoinOptions(**(options or {}))
     if startup is not None:
         member_options["tracer"] = startup.tracer(member_options.get("tracer"))
@@ -297,21 +308,15 @@ def run_member(
     if commit_every_s > 0:
         thread.start()
     try:
-        group.run(
-            worker_id,
-            callback("assigned"),
-            callback("revoked"),
-            callback("lost"),
-            on_started=started,
-            **member_options,
-        )
+        on_assigned, on_revoked, on_lost = callbacks or (callback("assigned"), callback("revoked"), callback("lost"))
+        group.run(worker_id, on_assigned, on_revoked, on_lost, on_started=started, **member_options)
         if startup is not None and startup.error is not None:
             raise startup.error
     finally:
         stopping.set()
         if thread.is_alive():
             thread.join(10)  # its commit in flight ends before the store is closed
-        emit("stopped")
+        emit("stopped", **(stopped() if stopped is not None else {}))
 
 
 class Cadence:
@@ -369,4 +374,13 @@ def _committer(holder: list[Worker], worker_id: str, every_s: float, stopping: t
                 leases.setdefault(p, w.lease(p).epoch)
 
 
-__all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "Cadence", "Emit", "StartUp", "run_member", "run_worker", "serve_metrics"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT_S",
+    "Cadence",
+    "Callbacks",
+    "Emit",
+    "StartUp",
+    "run_member",
+    "run_worker",
+    "serve_metrics",
+]

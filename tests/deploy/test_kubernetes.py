@@ -1,6 +1,7 @@
-"""deploy/kubernetes/: every manifest is valid Kubernetes (the 1.30 schema, strict) and says only what
-`apportion worker` accepts: its arguments and ``APPORTION_*`` variables are the click command's own, its probe paths
-the ones the worker's metrics server answers, on the port the worker is told to serve. Offline: no cluster runs."""
+"""deploy/kubernetes/: every manifest is valid Kubernetes (the 1.30 schema, strict) and says only what the command
+it runs accepts (`apportion worker`, `apportion rabbitmq consume`): its arguments and ``APPORTION_*`` variables are
+the click command's own, its probe paths the ones the member's metrics server answers, on the port it is told to
+serve. Offline: no cluster runs."""
 
 from __future__ import annotations
 
@@ -40,31 +41,46 @@ def of_kind(kind: str) -> list[Manifest]:
     return [doc for _, doc in manifests() if doc["kind"] == kind]
 
 
+MEMBER_COMMANDS = (("worker",), ("rabbitmq", "consume"))  # the commands that run one member of a group
+
+
+def command_words(args: list[str]) -> tuple[str, ...] | None:
+    """The member command ``args`` start with (``("rabbitmq", "consume")``), or None."""
+    return next((words for words in MEMBER_COMMANDS if tuple(args[: len(words)]) == words), None)
+
+
 def worker_containers() -> Iterator[tuple[Manifest, Manifest]]:
-    """(workload, container) for every container that runs `apportion worker`."""
+    """(workload, container) for every container that runs a group member: `apportion worker` or `apportion
+    rabbitmq consume` (the same member options: ``cli/_member.py``)."""
     for workload in of_kind("StatefulSet") + of_kind("Deployment"):
         for container in workload["spec"]["template"]["spec"]["containers"]:
-            if container.get("args", [None])[0] == "worker":
+            if command_words(container.get("args", [])) is not None:
                 yield workload, container
 
 
-def worker_command() -> click.Command:
-    command = app.get_command(click.Context(app), "worker")
+def member_command(words: tuple[str, ...] = ("worker",)) -> click.Command:
+    """The click command of ``words`` (``("rabbitmq", "consume")``)."""
+    command: click.Command | None = app
+    for word in words:
+        assert isinstance(command, click.Group)
+        command = command.get_command(click.Context(command), word)
     assert command is not None
     return command
 
 
 def unaccepted(args: list[str], env: list[Manifest]) -> list[str]:
-    """What of ``args`` (``worker --opt value ...``) and ``env`` `apportion worker` does not accept: an unknown
-    subcommand, option or variable, a value its option's type refuses, an option without its value."""
-    command = worker_command()
+    """What of ``args`` (``worker --opt value ...``, ``rabbitmq consume ...``) and ``env`` that command does not
+    accept: an unknown subcommand, option or variable, a value its option's type refuses, an option without its
+    value."""
+    words = command_words(args)
+    if words is None:
+        return [f"not a member command (apportion worker, apportion rabbitmq consume): {args[:2]}"]
+    command = member_command(words)
     options = {opt: p for p in command.params if isinstance(p, click.Option) for opt in (*p.opts, *p.secondary_opts)}
     envvars = {p.envvar: p for p in command.params if isinstance(p, click.Option) and isinstance(p.envvar, str)}
     ctx = click.Context(command)
     wrong: list[str] = []
-    if args[:1] != ["worker"]:
-        wrong.append(f"not `apportion worker`: {args[:1]}")
-    rest = iter(args[1:])
+    rest = iter(args[len(words) :])
     for arg in rest:
         name, eq, inline = arg.partition("=")
         param = options.get(name)
@@ -103,7 +119,9 @@ def option_value(container: Manifest, option: str) -> str | None:
             return str(args[i + 1])
         if arg.startswith(f"{option}="):
             return str(arg.split("=", 1)[1])
-    param = next(p for p in worker_command().params if option in p.opts)
+    words = command_words(args)
+    assert words is not None
+    param = next(p for p in member_command(words).params if option in p.opts)
     assert isinstance(param, click.Option)
     return next((str(v["value"]) for v in container.get("env", []) if v["name"] == param.envvar), None)
 
@@ -129,6 +147,26 @@ def test_strict_validation_refuses_a_misspelt_field() -> None:
 def test_the_manifests_run_the_worker_in_static_and_rounds_mode() -> None:
     modes = {(w["kind"], option_value(c, "--mode")) for w, c in worker_containers()}
     assert modes == {("StatefulSet", "static"), ("Deployment", "rounds")}
+
+
+def test_a_statefulset_runs_the_rabbitmq_consumer_with_the_workers_member_options() -> None:
+    """Issue 45.1: seed 3 as shipped ran `apportion worker`, which consumes no message. The queue consumer's
+    StatefulSet takes its ordinal from its host name, its count from the StatefulSet (`kubectl scale` alone), serves
+    its probes, and names the queues as the seed's producers do (OrderEvents-P<x>); its AMQP URL comes from a
+    Secret, as the store's does."""
+    consumers = [(w, c) for w, c in worker_containers() if command_words(c["args"]) == ("rabbitmq", "consume")]
+    assert [w["kind"] for w, _ in consumers] == ["StatefulSet"]
+    consumer, container = consumers[0]
+    assert option_value(container, "--mode") == "static" and "--ordinal-from-hostname" in container["args"]
+    assert option_value(container, "--replicas-from") == "kubernetes"
+    assert option_value(container, "--queue-name") == "{prefix}-P{partition}"
+    assert option_value(container, "--metrics-port") is not None
+    amqp = [v for v in container["env"] if v["name"] == "APPORTION_AMQP"]
+    assert amqp and "secretKeyRef" in amqp[0]["valueFrom"], "the AMQP URL (a password) belongs in a Secret"
+    assert "--amqp" not in container["args"]
+    name = consumer["metadata"]["name"]
+    others = {option_value(c, "--group") for w, c in worker_containers() if w["metadata"]["name"] != name}
+    assert option_value(container, "--group") not in others, "the queue consumers need a group of their own"
 
 
 def test_every_argument_and_variable_is_one_apportion_worker_accepts() -> None:
@@ -168,6 +206,10 @@ def test_the_store_url_comes_from_the_secret() -> None:
         assert store, f"{workload['metadata']['name']}: no APPORTION_STORE"
         ref = store[0]["valueFrom"]["secretKeyRef"]
         assert ref["key"] in secrets[ref["name"]]["stringData"]
+        for var in container.get("env", []):
+            secret = var.get("valueFrom", {}).get("secretKeyRef")
+            if secret is not None:
+                assert secret["key"] in secrets[secret["name"]]["stringData"], var["name"]
 
 
 def probe_port(container: Manifest, port: int | str) -> int:

@@ -16,19 +16,8 @@ import click
 
 from apportion import events
 from apportion.cli._app import app
-from apportion.cli._common import (
-    FC,
-    MemberMode,
-    group_option,
-    member_id,
-    member_mode_options,
-    option,
-    requested_definition,
-    seconds,
-    store_option,
-    strategy_option,
-    timing_options,
-)
+from apportion.cli._common import FC, option, seconds
+from apportion.cli._member import MemberArgs, member_options
 from apportion.errors import InvalidRequest
 from apportion.model import MAX_PARTITIONS
 
@@ -99,13 +88,7 @@ def produce(amqp_url: str, prefix: str, queue_template: str | None, partitions: 
 @_amqp_option()
 @_prefix_option()
 @_queue_name_option()
-@store_option(env=True)
-@group_option(env=True)
-@option("--id", "worker_id", env=True, default=None, help="This consumer's id (default: --hostname).")
-@option("--partitions", env=True, type=int, default=None, help="Partition count (default: the stored definition).")
-@strategy_option(env=True)
-@timing_options(env=True)
-@member_mode_options(env=True)
+@member_options(id_help="This consumer's id")
 @option(
     "--handler", env=True, default=None,
     help="MODULE:FUNCTION called as function(partition, body) per message (default: print it as a JSON line).",
@@ -120,16 +103,7 @@ def consume(
     amqp_url: str,
     prefix: str,
     queue_template: str | None,
-    store_url: str,
-    group_name: str,
-    worker_id: str | None,
-    partitions: int | None,
-    strategy: str | None,
-    settle_s: float,
-    min_interval_s: float,
-    heartbeat_s: float,
-    ttl_s: float | None,
-    mode: MemberMode,
+    member: MemberArgs,
     handler: str | None,
     prefetch: int,
     batch: int,
@@ -137,28 +111,19 @@ def consume(
 ) -> None:
     """Consume the queues of the partitions this member owns until SIGINT/SIGTERM (a graceful leave: each queue is
     cancelled, and what was handled acked, before its partition is released). Messages are acked after the handler
-    returns, by one fenced commit per batch; where the epoch no longer matches they are requeued instead."""
+    returns, by one fenced commit per batch; where the epoch no longer matches they are requeued instead. The member's
+    options are `apportion worker`'s (mode, capacity, rack, --metrics-port and its probes, --replicas-from
+    kubernetes, --config, ...), each also from APPORTION_*."""
     from apportion.rabbitmq import DEFAULT_QUEUE_NAME, load_handler, run_consumer
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
     quiet_pika()
-    requested = requested_definition(
-        store_url,
-        mode.mode,
-        partitions=partitions,
-        resources=None,
-        strategy=strategy,
-        settle_s=settle_s,
-        min_interval_s=min_interval_s,
-        heartbeat_s=heartbeat_s,
-        ttl_s=ttl_s,
-    )
+    follower = member.replicas_follower()
     run_consumer(
-        store_url,
-        group_name,
-        member_id(worker_id, mode),
-        requested,
-        ordinal=mode.ordinal,
+        member.store_url,
+        member.group_name,
+        member.id,
+        member.requested(),
         amqp_url=amqp_url,
         prefix=prefix,
         handle=load_handler(handler),
@@ -167,4 +132,7 @@ def consume(
         batch=batch,
         ack_delay_s=ack_delay_s,
         queue_template=queue_template or DEFAULT_QUEUE_NAME,
+        options=member.join_options(),
+        on_started=None if follower is None else follower.start,
+        **member.process(),
     )

@@ -1,16 +1,17 @@
 """One consumer process as ``apportion rabbitmq consume`` runs it: wait for the store, join the group, consume.
 
-``run_consumer(store_url, group, worker_id, requested, amqp_url=..., prefix=..., handle=...)`` connects to the
-store as ``apportion worker`` does (``apportion.runner.StartUp``: waits up to ``connect_timeout_s``), connects to
-RabbitMQ (a broker that cannot be reached is ``BrokerUnavailable`` at once: a supervisor restarts the process),
-then runs the group's member with a :class:`QueueConsumer`'s callbacks until SIGINT/SIGTERM (a graceful leave: every
-queue is cancelled and its handled messages acked before the partitions are released). ``definition`` is
-:class:`apportion.Group`'s keyword arguments (``partitions``, ``mode``, ``ordinal``, ``replicas``, the timings).
+``run_consumer(store_url, group, worker_id, requested, amqp_url=..., prefix=..., handle=...)`` connects to RabbitMQ
+(a broker that cannot be reached is ``BrokerUnavailable`` at once: a supervisor restarts the process), then runs the
+group's member as ``apportion worker`` runs its own (:func:`apportion.runner.run_worker`: the store waited for up to
+``connect_timeout_s``, metrics and probes, ``on_started``) with a :class:`QueueConsumer`'s callbacks until
+SIGINT/SIGTERM (a graceful leave: every queue is cancelled and its handled messages acked before the partitions are
+released). ``requested`` is the group's definition as this member asks for it (a ``GroupConfig``, or only a mode).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 
 from apportion import events
 from apportion.errors import InvalidRequest
@@ -24,9 +25,8 @@ from apportion.rabbitmq._consumer import (
     QueueConsumer,
 )
 from apportion.rabbitmq._queues import DEFAULT_QUEUE_NAME
-from apportion.runner import DEFAULT_CONNECT_TIMEOUT_S, StartUp
-from apportion.store import Store, connect
-from apportion.worker import Group, Worker
+from apportion.runner import DEFAULT_CONNECT_TIMEOUT_S, run_worker
+from apportion.worker import JoinOptions, Worker
 
 
 def echo(partition: PartitionId, body: bytes) -> None:
@@ -70,43 +70,35 @@ def run_consumer(
     queue_template: str = DEFAULT_QUEUE_NAME,
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     revoke_timeout_s: float = 10.0,
+    options: JoinOptions | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+    on_started: Callable[[Worker], None] | None = None,
 ) -> None:
     """Run consumer ``worker_id`` of ``group`` until SIGINT/SIGTERM (module docstring); emits ``assigned``,
     ``revoked``, ``lost`` (as ``apportion worker``), ``consuming``, ``acked``, ``cancelled``, ``requeued`` and
-    ``commit_failed`` (the consumer's), then ``stopped``."""
+    ``commit_failed`` (the consumer's), then ``stopped``. The member is run as ``apportion worker`` runs its own
+    (:func:`apportion.runner.run_worker`): ``options`` (capacity, rack, replace, history retention), ``metrics_port``
+    (Prometheus metrics and the probes ``/healthz``, ``/readyz``) and ``on_started`` (``--replicas-from
+    kubernetes``'s follower) are the same there and here."""
     consumer = QueueConsumer(
         amqp_url, prefix, handle, prefetch=prefetch, batch=batch, ack_delay_s=ack_delay_s, emit=emit,
         queue_template=queue_template,
     )  # fmt: skip
-    startup = StartUp(store_url, worker_id, connect_timeout_s)
-    store: Store = startup.attempt(lambda: connect(store_url))
-    try:
 
-        def open_group() -> Group:
-            store.revision()  # the first request (an etcd store sends none when it is opened)
-            return Group.of(store, group, requested, ordinal=ordinal, update=update)
+    def started(worker: Worker) -> None:
+        consumer.bind(worker)
+        if on_started is not None:
+            on_started(worker)
 
-        defined = startup.attempt(open_group, store)
-
-        def started(worker: Worker) -> None:
-            consumer.bind(worker)
-            startup.watch(worker)
-
-        with consumer:
-            defined.run(
-                worker_id,
-                consumer.on_assigned,
-                consumer.on_revoked,
-                consumer.on_lost,
-                on_started=started,
-                tracer=startup.tracer(None),
-                revoke_timeout_s=revoke_timeout_s,
-            )
-        if startup.error is not None:
-            raise startup.error
-    finally:
-        emit("stopped", handled=consumer.handled)
-        store.close()
+    with consumer:  # the broker first: one that cannot be reached is BrokerUnavailable at once (exit 1)
+        run_worker(
+            store_url, group, worker_id, requested, emit=emit, ordinal=ordinal, update=update,
+            options=JoinOptions(**(options or {}), revoke_timeout_s=revoke_timeout_s),
+            connect_timeout_s=connect_timeout_s, metrics_port=metrics_port, metrics_host=metrics_host,
+            on_started=started, callbacks=(consumer.on_assigned, consumer.on_revoked, consumer.on_lost),
+            stopped=lambda: {"handled": consumer.handled},
+        )  # fmt: skip
 
 
 __all__ = ["echo", "load_handler", "run_consumer"]
