@@ -277,7 +277,8 @@ class Run:
                     open_now[e["partition"]] = Tenure(e["partition"], w.id, pid, int(e["epoch"]), float(e["time"]))
                 elif e["event"] in ("released", "dropped") and e["partition"] in open_now:
                     t = open_now.pop(e["partition"])
-                    t.end, t.graceful = float(e["time"]), e["event"] == "released"
+                    t.end = float(e["time"])
+                    t.graceful = e["event"] == "released" and not e["uncommitted"]
                     found.append(t)
             for t in open_now.values():  # killed (or still running: finish stops nothing)
                 t.end = self.killed.get(pid, float("inf"))

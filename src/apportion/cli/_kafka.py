@@ -17,23 +17,12 @@ import click
 
 from apportion import events
 from apportion.cli._app import app
-from apportion.cli._common import (
-    MemberMode,
-    group_option,
-    member_id,
-    member_mode_options,
-    option,
-    requested_definition,
-    seconds,
-    store_option,
-    strategy_option,
-    timing_options,
-)
+from apportion.cli._common import option, seconds
 from apportion.cli._kafka_options import KafkaTopics, kafka_options
+from apportion.cli._member import MemberArgs, member_options
 from apportion.errors import InvalidRequest
-from apportion.group import GroupConfig, Mode
 
-_CONNECT_HELP = "How long to wait for the broker (and, consuming, for the store) before giving up (s)."
+_CONNECT_HELP = "How long to wait for the broker before giving up (s)."
 
 
 @app.group()
@@ -74,13 +63,7 @@ def produce(kafka: KafkaTopics | None, key_field: str, connect_timeout_s: float)
 
 @kafka.command()
 @kafka_options(require=True, topics_help="A topic to consume (repeat for several): the group's resources.")
-@store_option(env=True)
-@group_option(env=True)
-@option("--id", "worker_id", env=True, default=None, help="This consumer's id (default: --hostname).")
-@strategy_option(env=True)
-@timing_options(env=True)
-@member_mode_options(env=True)
-@option("--update", env=True, is_flag=True, help="Overwrite the stored group definition with these settings.")
+@member_options(partitions=False, id_help="This consumer's id")
 @option(
     "--handler", env=True, default=None,
     help="MODULE:FUNCTION called as function(partition, key, value) per record, partition as 'topic-3', key and "
@@ -92,56 +75,40 @@ def produce(kafka: KafkaTopics | None, key_field: str, connect_timeout_s: float)
         help="Records per partition per fenced commit (the bound on the duplicates after a crash).")  # fmt: skip
 @option("--commit-delay", "commit_delay_s", env=True, type=seconds(0.0, maximum=60.0), default=0.1,
         show_default=True, help="Commit a smaller batch this long (s) after its first record.")  # fmt: skip
-@option("--connect-timeout", "connect_timeout_s", env=True, type=seconds(positive=True, maximum=3600.0),
-        default=10.0, show_default=True, help=_CONNECT_HELP)  # fmt: skip
 def consume(
     kafka: KafkaTopics | None,
-    store_url: str,
-    group_name: str,
-    worker_id: str | None,
-    strategy: str | None,
-    settle_s: float,
-    min_interval_s: float,
-    heartbeat_s: float,
-    ttl_s: float | None,
-    mode: MemberMode,
-    update: bool,
+    member: MemberArgs,
     handler: str | None,
     start: str,
     batch: int,
     commit_delay_s: float,
-    connect_timeout_s: float,
 ) -> None:
     """Consume the partitions of the topics this member owns until SIGINT/SIGTERM (a graceful leave: what was
     handled is committed before each partition is released). Each partition starts at the offset the group's store
     recorded (fenced by the owner's epoch); offsets are committed after the handler returns, by one fenced commit
-    per batch, then also to Kafka under the group's name for Kafka's tools (the store's offsets win)."""
+    per batch, then also to Kafka under the group's name for Kafka's tools (the store's offsets win). The member's
+    options are `apportion worker`'s (mode, capacity, rack, --metrics-port and its probes, --replicas-from
+    kubernetes, --config, ...), each also from APPORTION_*; --connect-timeout bounds the wait for the broker too."""
     from apportion.kafka._run import load_handler, run_consumer
 
     assert kafka is not None  # require=True: kafka_topics refused a missing --kafka
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
     handle = load_handler(handler)
-
-    def requested(resources: str) -> GroupConfig | Mode:
-        """The definition asked for, once the broker has given the topics' partition counts."""
-        return requested_definition(
-            store_url, mode.mode, partitions=None, resources=resources, strategy=strategy, settle_s=settle_s,
-            min_interval_s=min_interval_s, heartbeat_s=heartbeat_s, ttl_s=ttl_s,
-        )  # fmt: skip
-
-    requested("checked:1")  # the settings checked now (exit 2), before the store or the broker is asked anything
+    member.requested("checked:1")  # the settings checked now (exit 2), before the store or the broker is asked
+    follower = member.replicas_follower()
     run_consumer(
-        store_url,
-        group_name,
-        member_id(worker_id, mode),
-        requested,
-        kafka=kafka.within(connect_timeout_s).config,
+        member.store_url,
+        member.group_name,
+        member.id,
+        member.requested,
+        kafka=kafka.within(member.connect_timeout_s).config,
         topics=kafka.topics,
         handle=handle,
         emit=events.emit,
-        ordinal=mode.ordinal,
-        update=update,
         start=start,
         batch=batch,
         commit_delay_s=commit_delay_s,
+        options=member.join_options(),
+        on_started=None if follower is None else follower.start,
+        **member.process(),
     )

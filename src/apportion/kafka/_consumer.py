@@ -112,6 +112,7 @@ class _Partition:
     index: int
     epoch: int
     done: int | None  # the offset after the last handled message: what a commit records (None: nothing yet)
+    committed: int | None  # the store's checkpoint as this consumer last read or wrote it (None: none)
     expected: int | None  # the offset after the last message fetched: an older one is stale and skipped
     pending: deque[Any] = field(default_factory=deque)  # fetched, not handled yet, in offset order
     handled: int = 0  # handled, not committed yet
@@ -395,7 +396,7 @@ class TopicConsumer:
             previous = self._parts.get((topic, index))
             if previous is not None:  # a new epoch of a partition still read: its old messages are stale
                 self._drop(previous, "fenced")
-            part = _Partition(pid, topic, index, epoch, done=checkpoint, expected=checkpoint)
+            part = _Partition(pid, topic, index, epoch, done=checkpoint, committed=checkpoint, expected=checkpoint)
             offset: int = OFFSET_BEGINNING if checkpoint is None else checkpoint
             if checkpoint is None and self.start == "latest":
                 offset = self._end_offset(topic, index)
@@ -479,6 +480,7 @@ class TopicConsumer:
         for p in parts:
             if p.pid in result.committed:
                 self.emit("committed", partition=p.pid, epoch=p.epoch, count=p.handled, checkpoint=p.done)
+                p.committed = p.done
                 p.handled = 0
                 p.unsaved = False
                 offsets.append(self._tp(p, p.done))
@@ -514,8 +516,9 @@ class TopicConsumer:
         self._flush(due_only=False, only=parts)
         still = [p for p in parts if self._parts.get(self._key(p)) is p]  # a fenced one was dropped already
         self._unassign(still)
-        for p in still:
-            self.emit("released", partition=p.pid, epoch=p.epoch, checkpoint=p.done, skipped=len(p.pending))
+        for p in still:  # ``uncommitted``: the store did not answer the last commit (the next owner reads them again)
+            self.emit("released", partition=p.pid, epoch=p.epoch, checkpoint=p.committed, uncommitted=p.handled,
+                      skipped=len(p.pending))  # fmt: skip
 
     def _drop(self, part: _Partition, why: str) -> None:
         """The epoch no longer matches (or the consumer stops): unassign, forget what was handled and not committed

@@ -1,19 +1,20 @@
-"""One consumer process as ``apportion kafka consume`` runs it: wait for the store, read the topics, join, consume.
+"""One consumer process as ``apportion kafka consume`` runs it: read the topics, wait for the store, join, consume.
 
 ``run_consumer(store_url, group, worker_id, requested, kafka=..., topics=..., handle=...)``:
 
-1. connects to the store as ``apportion worker`` does (``apportion.runner.StartUp``: waits up to the connect
-   timeout for a store that does not answer);
-2. reads the topics' partition counts from the broker (``topic_partitions``, within ``kafka.connect_timeout_s``):
+1. reads the topics' partition counts from the broker (``topic_partitions``, within ``kafka.connect_timeout_s``):
    an unreachable broker, refused credentials or an unknown topic is one ``BrokerUnavailable`` line, exit 1 — a
    supervisor restarts the process and it may find them fixed;
-3. grows the stored definition to a topic that grew while the group was down (``sync_definition``; a topic with
-   fewer partitions than the group stored was deleted and created again: one line, exit 1, the group untouched)
-   and joins with the topics as the group's resources (``T:n``, partition ids ``T-0`` .. ``T-<n-1>``);
-4. runs the member with a :class:`TopicConsumer`'s callbacks until SIGINT/SIGTERM (a graceful leave: each
-   partition's handled messages committed before it is released), with a :class:`TopicWatcher` beside it: a topic
-   grown on the broker is a new round within one heartbeat; a topic deleted ends the member gracefully and the
-   run raises ``TopicUnavailable`` (exit 1).
+2. connects to the store, waiting for it as ``apportion worker`` does (``apportion.runner.StartUp``), and grows the
+   stored definition to a topic that grew while the group was down (``sync_definition``; a topic with fewer
+   partitions than the group stored was deleted and created again: one line, exit 1, the group untouched), so
+   that the definition this member asks for — the topics as resources, ``T:n``, partition ids ``T-0`` ..
+   ``T-<n-1>`` — is the stored one;
+3. runs the member as ``apportion worker`` runs its own (:func:`apportion.runner.run_worker`: metrics and probes,
+   ``on_started``, the ``stopped`` line) with a :class:`TopicConsumer`'s callbacks until SIGINT/SIGTERM (a graceful
+   leave: each partition's handled records committed before it is released), and a :class:`TopicWatcher` beside
+   it: a topic grown on the broker is a new round within one heartbeat; a topic deleted ends the member gracefully
+   and the run raises ``TopicUnavailable`` (exit 1); a handler that raises ends it the same way with that error.
 
 ``requested`` is the group's mode (``Rounds()``, ``Static(...)``, ``Coordinator(...)``: every other setting its
 default) or a function from the topics as ``--resources`` text (``orders:6``) to the whole requested definition
@@ -28,13 +29,13 @@ from collections.abc import Callable, Iterable
 
 from apportion import events
 from apportion.errors import InvalidRequest
-from apportion.group import GroupConfig, Mode, PartitionId
+from apportion.group import Coordinator, GroupConfig, Mode, PartitionId, Rounds, Static
 from apportion.kafka._client import KafkaConfig, topic_partitions, validate_topic
 from apportion.kafka._consumer import DEFAULT_BATCH, DEFAULT_COMMIT_DELAY_S, Emit, Handle, TopicConsumer
 from apportion.kafka._topics import TopicWatcher, resources_text, sync_definition
-from apportion.runner import StartUp
+from apportion.runner import StartUp, run_worker
 from apportion.store import Store, connect
-from apportion.worker import Group, Worker
+from apportion.worker import JoinOptions, Worker
 
 Requested = Mode | Callable[[str], GroupConfig | Mode]
 """A mode, or the topics' ``--resources`` text -> the requested definition (module docstring)."""
@@ -86,57 +87,55 @@ def run_consumer(
     connect_timeout_s: float | None = None,
     revoke_timeout_s: float = 10.0,
     watch_period_s: float | None = None,
+    options: JoinOptions | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+    on_started: Callable[[Worker], None] | None = None,
 ) -> None:
     """Run consumer ``worker_id`` of ``group`` until SIGINT/SIGTERM (module docstring). Emits ``assigned``,
     ``revoked``, ``lost`` (as ``apportion worker``), ``consuming``, ``committed``, ``fenced``, ``commit_failed``,
     ``released`` and ``dropped`` (the consumer's), then ``stopped``. ``connect_timeout_s`` bounds the wait for the
-    store (default: ``kafka.connect_timeout_s``, which bounds the broker's)."""
+    store (default: ``kafka.connect_timeout_s``, which bounds the broker's); ``options``, ``metrics_port`` and
+    ``on_started`` are :func:`apportion.runner.run_worker`'s."""
     names = sorted({validate_topic(t) for t in topics})
     consumer = TopicConsumer(
         kafka, group, names, handle, batch=batch, commit_delay_s=commit_delay_s, start=start, emit=emit
     )
-    startup = StartUp(store_url, worker_id, kafka.connect_timeout_s if connect_timeout_s is None else connect_timeout_s)
+    counts = topic_partitions(kafka, names)  # the broker first: one that cannot be reached is one line at once
+    resources = resources_text(counts)
+    definition = (
+        GroupConfig.request(store_url, requested, resources=resources)
+        if isinstance(requested, Rounds | Coordinator | Static)
+        else requested(resources)
+    )
+    wait_s = kafka.connect_timeout_s if connect_timeout_s is None else connect_timeout_s
+    startup = StartUp(store_url, worker_id, wait_s)
     store: Store = startup.attempt(lambda: connect(store_url))
     try:
-        counts = topic_partitions(kafka, names)
-        resources = resources_text(counts)
-
-        def open_group() -> Group:
-            store.revision()  # the first request (an etcd store sends none when it is opened)
-            sync_definition(store, group, counts)
-            definition = (
-                GroupConfig.request(store, requested, resources=resources)
-                if isinstance(requested, Mode)
-                else requested(resources)
-            )
-            return Group.of(store, group, definition, ordinal=ordinal, update=update)
-
-        defined = startup.attempt(open_group, store)
+        startup.attempt(lambda: sync_definition(store, group, counts), store)
         watcher = TopicWatcher(kafka, names, store, group, period_s=watch_period_s)
 
         def started(worker: Worker) -> None:
             consumer.bind(worker)
-            startup.watch(worker)
             watcher.start(worker)
+            if on_started is not None:
+                on_started(worker)
 
         try:
             with consumer:
-                defined.run(
-                    worker_id,
-                    consumer.on_assigned,
-                    consumer.on_revoked,
-                    consumer.on_lost,
-                    on_started=started,
-                    tracer=startup.tracer(None),
-                    revoke_timeout_s=revoke_timeout_s,
-                )
+                run_worker(
+                    store_url, group, worker_id, definition, emit=emit, ordinal=ordinal, update=update,
+                    options=JoinOptions(**(options or {}), revoke_timeout_s=revoke_timeout_s),
+                    connect_timeout_s=wait_s, metrics_port=metrics_port, metrics_host=metrics_host,
+                    on_started=started, callbacks=(consumer.on_assigned, consumer.on_revoked, consumer.on_lost),
+                    stopped=lambda: {"handled": consumer.handled},
+                )  # fmt: skip
         finally:
             watcher.stop()
-        for error in (consumer.error, watcher.error, startup.error):
+        for error in (consumer.error, watcher.error):  # the member left gracefully because of it
             if error is not None:
                 raise error
     finally:
-        emit("stopped", handled=consumer.handled)
         store.close()
 
 
