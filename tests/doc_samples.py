@@ -34,8 +34,9 @@ def site_pages() -> list[Path]:
 
 
 def pages() -> list[Path]:
-    """Every page whose samples the docs tests read: the site's pages (the README's are tests/test_readme.py's)."""
-    return site_pages()
+    """Every page whose samples the docs tests read: the README (its console commands are tests/test_readme.py's)
+    and the site's pages."""
+    return [README, *site_pages()]
 
 
 def page_text(relative: str) -> str:

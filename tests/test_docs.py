@@ -18,6 +18,7 @@ from apportion.group import owners
 from apportion.waiting import wait_for
 from tests.doc_samples import (
     DOCS,
+    README,
     ROOT,
     RUN_BY,
     SHELL,
@@ -85,7 +86,7 @@ def _in(tmp_path: Path, code: str) -> str:
 
 def test_the_docs_have_python_samples_that_run() -> None:
     pages = {sample.page for sample in _runnable()}
-    assert DOCS / "guides" / "library.md" in pages and len(_runnable()) >= 8
+    assert README in pages and DOCS / "guides" / "library.md" in pages and len(_runnable()) >= 8
 
 
 @pytest.mark.parametrize("sample", _runnable(), ids=lambda sample: sample.id)
@@ -189,10 +190,10 @@ def test_the_current_figures_are_each_pages_current_figures() -> None:
 
 
 def test_every_benchmark_page_opens_with_its_current_figures_and_is_listed() -> None:
-    listed = page_text("benchmarks/index.md")
+    listed = (ROOT / "bench" / "README.md").read_text() + page_text("benchmarks/index.md")
     for path in sorted((DOCS / "benchmarks").glob("*.md")):
         if path.name == "index.md":
             continue
         headings = re.findall(r"^## (.+)$", path.read_text(), re.M)
         assert headings[:1] == ["Current"], f"{path.name}: the first section is not Current"
-        assert f"]({path.name})" in listed, path.name
+        assert f"docs/benchmarks/{path.name})" in listed and f"]({path.name})" in listed, path.name

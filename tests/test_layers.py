@@ -1,4 +1,5 @@
-"""The house's map is true: the README's layer table is what the imports draw, and no package is entered through
+"""The house's map is true: the layer table (docs/ARCHITECTURE.md, "The map") is what the imports
+draw, and no package is entered through
 another package's private module (``apportion.<package>._<module>``; a package's face may open its own rooms').
 
 Read from the source with ``ast``; ruff's banned-api rule (pyproject.toml) catches the same reach-ins as they are
@@ -59,8 +60,8 @@ def test_no_module_reaches_into_another_packages_private_module() -> None:
 
 
 def _layers() -> list[tuple[str, list[str]]]:
-    """The README's layer table, top first: (layer name, the source paths its folder column names)."""
-    text = (ROOT / "README.md").read_text()
+    """The layer table of docs/ARCHITECTURE.md, top first: (layer name, the source paths its folder column names)."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     table = text.split("| layer | folder | job |", 1)[1].split("\n\n", 1)[0]
     rows = []
     for line in table.splitlines()[2:]:
@@ -87,10 +88,10 @@ def test_every_module_is_on_the_map() -> None:
     layers = _layers()
     modules = {_module_name(p) for p in (SRC / "apportion").rglob("*.py")} - {"apportion"}
     unmapped = sorted(m for m in modules if _layer_of(m, layers) < 0)
-    assert unmapped == [], f"modules the README's layer table does not place: {unmapped}"
+    assert unmapped == [], f"modules the layer table (docs/ARCHITECTURE.md) does not place: {unmapped}"
 
 
-def test_imports_point_down_the_readme_layer_table() -> None:
+def test_imports_point_down_the_layer_table() -> None:
     layers = _layers()
     upward = []
     for here, imported in _imports():
@@ -99,7 +100,7 @@ def test_imports_point_down_the_readme_layer_table() -> None:
         source, target = _layer_of(here, layers), _layer_of(imported, layers)
         if here != "apportion" and target >= 0 and source >= 0 and target < source:
             upward.append(f"{here} ({layers[source][0]}) imports {imported} ({layers[target][0]})")
-    assert upward == [], "imports that point up the README's layer table:\n" + "\n".join(sorted(set(upward)))
+    assert upward == [], "imports that point up the layer table:\n" + "\n".join(sorted(set(upward)))
 
 
 def test_ruff_bans_every_packages_private_modules_outside_the_package() -> None:

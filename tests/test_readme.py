@@ -1,4 +1,7 @@
-"""Every command the README shows in its `console` blocks runs and succeeds (a newcomer can follow it)."""
+"""Every command the README shows in its `console` blocks runs and succeeds (a newcomer can follow it); what the
+documentation says about the by-hand group, the seed map, the static mode and the demo's sample run is what the code
+does (each read from the page of the site it lives on: tests/doc_samples.py; the site's own samples run in
+tests/test_docs.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.doc_samples import ROOT, page_text, pages
 
 
 def readme_commands() -> list[str]:
@@ -37,19 +40,20 @@ def test_readme_command_runs(command: str, tmp_path: Path) -> None:
 
 
 def by_hand_block() -> list[str]:
-    """The commands of the README's "A group on one machine, by hand" block."""
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"by hand[^\n]*\n\n```\n(.*?)```", text, flags=re.S)
-    assert block is not None, "the README lost its by-hand group"
+    """The commands of the "A group on one machine, by hand" block (Getting started)."""
+    text = page_text("getting-started.md")
+    block = re.search(r"by hand[^\n]*\n\n(?:<!--[^\n]*-->\n)?```shell\n(.*?)```", text, flags=re.S)
+    assert block is not None, "Getting started lost its by-hand group"
     return [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.startswith("apportion ")]
 
 
-def test_every_sqlite_url_in_the_readme_examples_is_absolute() -> None:
-    """``sqlite:///tmp/x.db`` is tmp/x.db under the current directory: copied elsewhere it fails."""
-    text = (ROOT / "README.md").read_text()
+def test_every_sqlite_url_in_the_examples_is_absolute() -> None:
+    """``sqlite:///tmp/x.db`` is tmp/x.db under the current directory: copied elsewhere it fails (the README's
+    examples and the site's)."""
+    text = "\n".join(page.read_text() for page in pages())
     blocks = "\n".join(re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S))
     urls = re.findall(r"sqlite:///[^\s\"']*", blocks)
-    assert urls, "no sqlite URL in the README's examples"
+    assert urls, "no sqlite URL in the examples"
     assert [u for u in urls if not u.startswith("sqlite:////")] == []
 
 
@@ -85,7 +89,7 @@ def test_the_by_hand_group_works_from_another_directory(tmp_path: Path) -> None:
                         owners[info["owner"]] = owners.get(info["owner"], 0) + 1
                 if owners == {"w1": 6, "w2": 6}:
                     break
-            time.sleep(0.5)  # polling the README's own status command
+            time.sleep(0.5)  # polling the page's own status command
         assert owners == {"w1": 6, "w2": 6}, f"expected w1 and w2 to own 6 partitions each, got {owners}"
         table = subprocess.run(argv[2], cwd=elsewhere, env=env, capture_output=True, text=True)
         assert table.returncode == 0 and "w1" in table.stdout, table.stderr
@@ -102,7 +106,7 @@ def test_the_by_hand_group_works_from_another_directory(tmp_path: Path) -> None:
 
 
 def seed_map_row(seed: int) -> str:
-    text = (ROOT / "README.md").read_text()
+    text = page_text("design.md")
     row = re.search(rf"^\| {seed} \| .*$", text, flags=re.M)
     assert row is not None, f"the seed map lost seed {seed}'s row"
     return row.group(0)
@@ -113,7 +117,7 @@ def test_the_seed_map_says_how_the_static_range_formula_differs_from_seed_3() ->
     the code gives, instead of calling the balanced formula the seed's."""
     from apportion.assign import range_block
 
-    text = (ROOT / "README.md").read_text()
+    text = "\n".join(page.read_text() for page in pages())
     assert "seed 3's formula" not in text and "seed 3's ordinal formula" not in text
     balanced = ",".join(str(len(range_block(k, 4, 10))) for k in range(4))
     q, r = divmod(10, 4)
@@ -123,8 +127,8 @@ def test_the_seed_map_says_how_the_static_range_formula_differs_from_seed_3() ->
     assert (balanced, seed) == ("3,3,2,2", "2,2,2,4")
 
 
-def test_the_readme_documents_static_scaling_and_the_probes() -> None:
-    text = (ROOT / "README.md").read_text()
+def test_the_docs_document_static_scaling_and_the_probes() -> None:
+    text = page_text("guides/static.md") + page_text("guides/kubernetes.md") + page_text("guides/cli.md")
     for needed in (
         "apportion scale --store URL --group G --replicas N",
         "group.scale(n)",
@@ -133,13 +137,13 @@ def test_the_readme_documents_static_scaling_and_the_probes() -> None:
         "`/healthz`",
         "`/readyz`",
     ):
-        assert needed in text, f"the README does not say {needed!r}"
+        assert needed in text, f"the static mode's pages do not say {needed!r}"
 
 
-def test_the_readme_documents_the_mode_of_every_command_that_runs_members() -> None:
+def test_the_docs_document_the_mode_of_every_command_that_runs_members() -> None:
     """`worker`, `pipeline run` and `simulate` take `--mode` (issue 17, "every mode everywhere"): each one's row in
     the command table says so."""
-    text = (ROOT / "README.md").read_text()
+    text = page_text("guides/cli.md")
     for command in ("apportion worker", "apportion pipeline produce / run / verify", "apportion simulate"):
         row = re.search(rf"^\| `{re.escape(command)}[^|]*\| .*$", text, flags=re.M)
         assert row is not None and "--mode rounds|coordinator|static" in row.group(0), command
@@ -176,11 +180,12 @@ def demo_lines() -> tuple[list[re.Pattern[str]], set[str]]:
 
 
 def test_the_quick_start_sample_is_in_the_shape_the_demo_prints() -> None:
-    """Each line of the README's sample run is one the demo's source prints (a timed step, the closing lines), and
-    each row of its checks table names a check the demo makes: a changed wording fails here, not in a reader's eyes."""
-    text = (ROOT / "README.md").read_text()
-    sample = re.search(r"What you will see[^\n]*\n(?:[^\n]+\n)*?\n```\n(.*?)```", text, flags=re.S)
-    assert sample is not None, "the Quick start lost its sample run"
+    """Each line of the sample run in Getting started is one the demo's source prints (a timed step, the closing
+    lines), and each row of its checks table names a check the demo makes: a changed wording fails here, not in a
+    reader's eyes."""
+    text = page_text("getting-started.md")
+    sample = re.search(r"What you will see[^\n]*\n(?:[^\n]+\n)*?\n```text\n(.*?)```", text, flags=re.S)
+    assert sample is not None, "Getting started lost its sample run"
     patterns, checks = demo_lines()
     rows: list[str] = []
     timed = 0

@@ -1,11 +1,11 @@
-"""The README's asyncio service example, as written there: two instances on one SQLite file, each serving the keys
-of the partitions it owns (200) and redirecting the others to their owner (307)."""
+"""The asyncio service example of the library guide (docs/guides/library.md), as written there: two instances
+on one SQLite file, each serving the keys of the partitions it owns (200) and redirecting the others to their owner
+(307)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -18,6 +18,7 @@ from apportion import connect
 from apportion.group import owners
 from apportion.routing import partition_for
 from apportion.waiting import wait_for
+from tests.doc_samples import DOCS, marked_block
 from tests.etcd_server import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,10 +26,8 @@ PARTITIONS = 16  # the example's group
 
 
 def readme_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"<!-- examples/aio_service.py -->\n```python\n(.*?)```", text, flags=re.S)
-    assert block is not None, "the README lost its asyncio service example"
-    return block.group(1)
+    """The example as the library guide shows it (the docs' block marked ``examples/aio_service.py``)."""
+    return marked_block(DOCS / "guides" / "library.md", "examples/aio_service.py")
 
 
 def test_the_readme_example_is_examples_aio_service_py() -> None:

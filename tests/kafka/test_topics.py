@@ -6,7 +6,6 @@ line and exit 1, nothing else lost (the partitions are released as in a graceful
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from apportion.kafka import KafkaConfig, resources_text, sync_definition, topic_
 from apportion.model import Resource
 from apportion.store import MemoryStore, Store, connect
 from apportion.waiting import wait_for
+from tests.doc_samples import DOCS, marked_block
 from tests.kafka_server import SASL_USERS, KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group("kafka")]
@@ -193,10 +193,8 @@ def _absent(kafka: KafkaCluster, topic: str) -> bool:
 
 
 def readme_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"<!-- examples/kafka_topics.py -->\n```python\n(.*?)```", text, flags=re.S)
-    assert block is not None, "the README lost its Kafka topics example"
-    return block.group(1)
+    """The example as the Kafka guide shows it (the docs' block marked ``examples/kafka_topics.py``)."""
+    return marked_block(DOCS / "guides" / "kafka.md", "examples/kafka_topics.py")
 
 
 def test_the_readme_example_is_examples_kafka_topics_py() -> None:
@@ -204,7 +202,7 @@ def test_the_readme_example_is_examples_kafka_topics_py() -> None:
 
 
 def test_the_python_example_shares_and_follows_a_growing_topic(kafka: KafkaCluster, topic: str, tmp_path: Path) -> None:
-    """Two processes of examples/kafka_topics.py (the README's) share a topic's partitions; grown, the new ones are
+    """Two processes of examples/kafka_topics.py (the Kafka guide's) share a topic's partitions; grown, the new ones are
     dealt out; SIGTERM leaves (exit 0)."""
     create_topic(kafka, topic, 4)
     url = f"sqlite:///{tmp_path / 'g.db'}"
