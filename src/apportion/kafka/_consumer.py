@@ -11,14 +11,15 @@ changes, so Kafka's group coordinator never assigns anything (it only keeps the 
 
 One partition's states (the I/O thread moves them; the worker thread's callbacks trigger them)::
 
-    (none) --on_assigned: read the fenced checkpoint from the store (the next offset to read; none: the earliest
-              offset, or with start="latest" the partition's end now, recorded at the next commit),
-              incremental_assign at that offset--> CONSUMING (epoch = the lease's)
+    (none) --on_assigned: read the checkpoint the partition's owners committed (fenced) to the store: the next
+              offset to read (none: the earliest offset, or with start="latest" the partition's end now, recorded
+              at the next commit); incremental_assign at that offset--> CONSUMING (epoch = the lease's)
     CONSUMING: fetched messages wait in order; one is handed to ``handle(partition, key, value)`` only while
                ``worker.lease(p)`` still has this epoch (the local belief: a member frozen past its deadline never
                starts another message when it resumes); every ``batch`` handled messages of a partition or
                ``commit_delay_s`` after the oldest, ONE fenced ``worker.commit_many`` for every partition with
-               handled messages (checkpoint: the offset after the last handled), then per partition:
+               handled messages (checkpoint: the offset after the last handled; a partition with ``max_pending``
+               fetched messages waiting is paused meanwhile), then per partition:
                  committed --> the same offsets committed to Kafka (async, best effort; module docstring)
                  fenced    --> DROPPED (the epoch no longer matches: its handled messages are forgotten)
                  failed    --> kept, committed again later (the store did not answer); no further message of the
@@ -34,8 +35,17 @@ One partition's states (the I/O thread moves them; the worker thread's callbacks
 partition's owner record, so it succeeds only for the owner of the current epoch) and then to Kafka's
 ``__consumer_offsets`` under the group's name, only so that Kafka's tools (``kafka-consumer-groups --describe``)
 show the group's position and lag. Kafka's offset commit from a consumer that assigns partitions itself is not
-fenced (there is no generation to check), so a zombie — a member frozen past its ttl that resumes — can move
-Kafka's offset back; on assignment this consumer therefore reads only the store's checkpoint, never Kafka's.
+fenced (there is no generation to check): any client with the group's id may write it, and an old owner's commit
+still in flight — a member frozen past its ttl that resumes — can land after the new owner's and move it back. On
+assignment this consumer therefore reads only the store's checkpoint, never Kafka's (the tests move Kafka's
+offset back and check that nothing is read again).
+
+**Duplicates.** A partition never has more than ``batch`` handled, uncommitted messages (no further one is handled
+until a commit takes them), and a new owner starts at the last checkpoint the store accepted, which only the owner
+of the current epoch can write. So a tenure that ends without its final commit — a kill -9, a lost lease, a fenced
+commit, a belief that ended — makes the next owner handle again at most ``batch`` messages of that partition; a
+graceful hand-over (revoke, leave) and a broker failure make none. Each key's messages are in one partition, read in
+offset order by one owner at a time, so the first handling of each key's messages is in their order.
 
 Why a fenced commit per batch, not only the lease check before each message: the lease is this process's belief,
 right only while clocks drift by less than 20 % of the ttl; the commit is checked against the owner record by the
