@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -680,3 +681,28 @@ def test_the_bound_counts_a_partition_given_back_to_its_only_subscriber_as_kept(
     result = high_availability(req)
     assert result.stats.min_moves == 1 and result.stats.deferred == 1
     assert check(req, result) == []
+
+
+@pytest.mark.parametrize(("stateful", "warned"), [(False, True), (True, False)])
+def test_assign_says_when_the_replica_options_have_no_effect_because_no_resource_is_stateful(
+    stateful: bool, warned: bool
+) -> None:
+    """Issue 45.7: `apportion assign` with high_availability and num_standby_replicas over a resource not marked
+    stateful silently returned no standbys; it now says on stderr that the option has no effect there (the plan is
+    the same, exit 0). With a stateful resource the standbys are there and nothing is said."""
+    from tests.cli.run import cli
+
+    resource: object = {"partitions": 4, "stateful": True} if stateful else 4
+    request = {"strategy": "high_availability", "resources": {"t": resource}, "members": {"a": {}, "b": {}},
+               "options": {"num_standby_replicas": 1}}  # fmt: skip
+    result = cli("assign", stdin=json.dumps(request))
+    assert result.code == 0, result.stderr
+    standbys = sum(len(parts) for parts in json.loads(result.stdout)["standby"].values())
+    assert standbys == (4 if stateful else 0)
+    if warned:
+        assert result.stderr.splitlines() == [
+            "apportion: warning: num_standby_replicas has no effect: high_availability keeps standby and learner "
+            'replicas for stateful resources only, and none of this request\'s is ("stateful": true)'
+        ]
+    else:
+        assert result.stderr == ""

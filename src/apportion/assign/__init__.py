@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     from apportion.assign._check import check, check_or_raise, min_moves
     from apportion.assign._core import gc_paused
     from apportion.assign._hashing import BoundedLoadOptions, stable_hash
-    from apportion.assign._high_availability import HighAvailabilityOptions, replica_tags, tags
+    from apportion.assign._high_availability import HighAvailabilityOptions, ignored_options, replica_tags, tags
     from apportion.assign._json import dumps_plan, loads_request, parse_request, plan_to_json
     from apportion.assign._options import StrategyOptions
     from apportion.assign._simple import range_block
@@ -34,7 +34,7 @@ _LAZY = by_module(
         "apportion.assign._check": "check check_or_raise min_moves",
         "apportion.assign._core": "gc_paused",
         "apportion.assign._hashing": "BoundedLoadOptions stable_hash",
-        "apportion.assign._high_availability": "HighAvailabilityOptions replica_tags tags",
+        "apportion.assign._high_availability": "HighAvailabilityOptions ignored_options replica_tags tags",
         "apportion.assign._json": "dumps_plan loads_request parse_request plan_to_json",
         "apportion.assign._options": "StrategyOptions",
         "apportion.assign._simple": "range_block",
@@ -70,6 +70,7 @@ __all__ = [
     "check_or_raise",
     "dumps_plan",
     "gc_paused",
+    "ignored_options",
     "loads_request",
     "min_moves",
     "parse_request",

@@ -345,6 +345,29 @@ def _targets(
     return target, min_moves
 
 
+_REPLICA_OPTIONS = (
+    "num_standby_replicas",
+    "max_warmup_replicas",
+    "acceptable_recovery_lag",
+    "recovery_lag_band",
+    "probing_rebalance_interval_s",
+)
+
+
+def ignored_options(request: AssignRequest) -> list[str]:
+    """What ``request`` asks of ``high_availability`` that cannot change its plan, one sentence each: the replica
+    options (standbys, learners, readiness) given while no resource is stateful — replicas are kept for stateful
+    partitions only (a resource's ``"stateful": true``), so a plan of stateless ones has none (issue 45.7:
+    ``apportion assign`` returned no standbys without a word)."""
+    given = [name for name in _REPLICA_OPTIONS if name in request.options]
+    if not given or any(r.stateful for r in request.resources):
+        return []
+    return [
+        f"{', '.join(given)} {'has' if len(given) == 1 else 'have'} no effect: high_availability keeps standby and "
+        'learner replicas for stateful resources only, and none of this request\'s is ("stateful": true)'
+    ]
+
+
 def high_availability_min_moves(request: AssignRequest) -> int:
     """The lower bound of ``high_availability`` (the registry's): ``stats.min_moves`` of its plan."""
     opts = HighAvailabilityOptions.parse(request.options)
@@ -507,4 +530,11 @@ def replica_tags(
     return out
 
 
-__all__ = ["HighAvailabilityOptions", "high_availability", "high_availability_min_moves", "replica_tags", "tags"]
+__all__ = [
+    "HighAvailabilityOptions",
+    "high_availability",
+    "high_availability_min_moves",
+    "ignored_options",
+    "replica_tags",
+    "tags",
+]

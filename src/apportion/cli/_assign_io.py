@@ -44,9 +44,16 @@ def read_request(input_path: str | None) -> str | bytes:
 
 def planned(input_path: str | None) -> Plan:
     """The plan of the request read from ``input_path`` (stdin: None); the request and the plan are kept until the
-    process ends (``keep_until_exit``: not freed one by one when this is the whole process)."""
+    process ends (``keep_until_exit``: not freed one by one when this is the whole process). Options the strategy
+    cannot apply to this request (``high_availability``'s replica options with no stateful resource) are one
+    ``apportion: warning:`` line each on stderr; the plan is printed as ever, exit 0."""
     request = loads_request(read_request(input_path))
     result = plan(request)
+    if request.strategy == "high_availability":  # an option that cannot change the plan is said (issue 45.7)
+        from apportion.assign import ignored_options
+
+        for note in ignored_options(request):
+            sys.stderr.write(f"apportion: warning: {note}\n")
     keep_until_exit(request, result)
     return result
 
