@@ -39,7 +39,7 @@ def produce(kafka: KafkaTopics | None, key_field: str, connect_timeout_s: float)
     """Send each JSON line of stdin (its bytes, unchanged, as the value) with the key line[KEY] (a string as its
     UTF-8 bytes, an integer as its digits) to the partition Kafka's default partitioner gives that key, then wait
     until the broker has acknowledged all; prints one summary line (records per partition) at the end."""
-    from apportion.kafka._producer import Producer
+    from apportion.kafka import Producer
 
     assert kafka is not None  # require=True: kafka_topics refused a missing --kafka
     if len(kafka.topics) != 1:
@@ -89,7 +89,7 @@ def consume(
     per batch, then also to Kafka under the group's name for Kafka's tools (the store's offsets win). The member's
     options are `apportion worker`'s (mode, capacity, rack, --metrics-port and its probes, --replicas-from
     kubernetes, --config, ...), each also from APPORTION_*; --connect-timeout bounds the wait for the broker too."""
-    from apportion.kafka._run import load_handler, run_consumer
+    from apportion.kafka import load_handler, run_consumer
 
     assert kafka is not None  # require=True: kafka_topics refused a missing --kafka
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")

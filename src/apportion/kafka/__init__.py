@@ -3,7 +3,12 @@
 - :class:`KafkaConfig` — where the cluster is and how to log in; :func:`topic_partitions` reads topics' partition
   counts, with one clear error for an unreachable broker, refused credentials or an unknown topic (``_client.py``);
 - :func:`topic_resources`, :func:`sync_definition`, :class:`TopicWatcher` — topics as a group's resources, a topic
-  that grows on the broker a new round (``_topics.py``).
+  that grows on the broker a new round (``_topics.py``);
+- :func:`partition_for_key` — Kafka's own default partitioner (murmur2), so apportion's producer and every other
+  Kafka producer put a key in the same partition (``_partitioner.py``);
+- :class:`Producer` — keyed, idempotent records into a topic (``_producer.py``);
+- :class:`TopicConsumer`, :func:`run_consumer` — a group member that consumes exactly the partitions it owns, from
+  the store's fenced checkpoints, committing per batch (``_consumer.py``, ``_run.py``: ``apportion kafka consume``).
 """
 
 from apportion.kafka._client import (
@@ -12,13 +17,41 @@ from apportion.kafka._client import (
     topic_partitions,
     validate_topic,
 )
+from apportion.kafka._consumer import (
+    DEFAULT_BATCH,
+    DEFAULT_COMMIT_DELAY_S,
+    STARTS,
+    Emit,
+    Handle,
+    TopicConsumer,
+)
+from apportion.kafka._partitioner import MURMUR2_SEED, KafkaKey, key_bytes, murmur2, partition_for_key
+from apportion.kafka._producer import DEFAULT_DELIVERY_TIMEOUT_S, Producer
+from apportion.kafka._run import Requested, echo, load_handler, run_consumer
 from apportion.kafka._topics import TopicWatcher, resources_text, sync_definition, topic_resources
 
 __all__ = [
+    "DEFAULT_BATCH",
+    "DEFAULT_COMMIT_DELAY_S",
     "DEFAULT_CONNECT_TIMEOUT_S",
+    "DEFAULT_DELIVERY_TIMEOUT_S",
+    "MURMUR2_SEED",
+    "STARTS",
+    "Emit",
+    "Handle",
     "KafkaConfig",
+    "KafkaKey",
+    "Producer",
+    "Requested",
+    "TopicConsumer",
     "TopicWatcher",
+    "echo",
+    "key_bytes",
+    "load_handler",
+    "murmur2",
+    "partition_for_key",
     "resources_text",
+    "run_consumer",
     "sync_definition",
     "topic_partitions",
     "topic_resources",
