@@ -15,6 +15,9 @@ pyspark) are mapped at the boundary with ``raise ... from exc``.
                          the credentials, closed the connection or refused a message.
 - ``TopicUnavailable`` — (a ``BrokerUnavailable``) a Kafka topic does not exist, or has fewer partitions than the
                          group stored (deleted and created again).
+- ``RecordsLost``      — (a ``BrokerUnavailable``) a Kafka partition no longer holds records a pipeline has not
+                         processed yet (retention deleted them, or the topic was truncated or created again): names
+                         the partition and the offsets lost; never skipped.
 - ``CorruptRecord``    — a record in the store is not what apportion writes there (names the key); the CLI exits 2.
 - ``NewerFormat``      — a group is stored in a format newer than this version reads (a newer apportion wrote it): the
                          member leaves (on_lost, lease revoked) and writes nothing; the CLI exits 2.
@@ -85,6 +88,10 @@ class BrokerUnavailable(ApportionError):
 class TopicUnavailable(BrokerUnavailable):
     """A Kafka topic does not exist, or has fewer partitions than the group stored (a topic cannot shrink: it was
     deleted and created again). Exit 1, as for a broker: a supervisor's restart may find it created."""
+
+
+class RecordsLost(BrokerUnavailable):
+    """A Kafka partition no longer holds records the pipeline has not processed (names the partition and offsets)."""
 
 
 class CorruptRecord(ApportionError):

@@ -49,7 +49,7 @@ def _rows(partition: int, start: int, end: int) -> pa.Table:
 
 def _task(member: RoundsMember, p: int, start: int, end: int) -> Task:
     checkpoint = Checkpoint.parse(member.checkpoint(p), p)
-    return Task(p, member.lease(p).epoch, start, end, checkpoint, ())
+    return Task(p, member.lease(p).epoch, start, end, checkpoint)
 
 
 def _settled_pair() -> tuple[Harness, RoundsMember, RoundsMember]:
@@ -136,9 +136,9 @@ def test_a_batch_commits_its_tasks_in_one_transaction_and_discards_only_the_fenc
 
 
 def test_new_owner_cleans_only_unlisted_outputs_of_older_epochs(tmp_path: Path) -> None:
-    listed = Task(0, 1, 0, 5, Checkpoint(), ())
-    orphan = Task(0, 2, 5, 9, Checkpoint(), ())
-    mine = Task(0, 3, 5, 9, Checkpoint(), ())
+    listed = Task(0, 1, 0, 5, Checkpoint())
+    orphan = Task(0, 2, 5, 9, Checkpoint())
+    mine = Task(0, 3, 5, 9, Checkpoint())
     rel_listed = write_output(tmp_path, "r", listed, _rows(0, 0, 5))
     rel_orphan = write_output(tmp_path, "r", orphan, _rows(0, 5, 9))
     rel_mine = write_output(tmp_path, "r", mine, _rows(0, 5, 9))
@@ -198,7 +198,7 @@ def test_a_foreign_checkpoint_is_reported_not_misread() -> None:
 @pytest.mark.parametrize("output", ["../../etc", "/etc/passwd", "r/../../x", "r/p=3/../../..", "", "r//x", "./r", 5])
 def test_a_checkpoint_whose_output_is_no_plain_relative_path_is_a_corrupt_record(output: object) -> None:
     """Issue 28: ``../../etc`` in a checkpoint made verify read outside the output directory."""
-    text = json.dumps({"offset": 3, "outputs": [task_rel(Task(3, 1, 0, 3, Checkpoint(), ())), output]})
+    text = json.dumps({"offset": 3, "outputs": [task_rel(Task(3, 1, 0, 3, Checkpoint())), output]})
     with pytest.raises(CorruptRecord, match=r"checkpoint of partition 3 lists the output .*, which is not a relative"):
         Checkpoint.parse(text, 3)
 

@@ -141,7 +141,7 @@ def test_a_zombies_changelog_appends_are_never_restored(spark: Any, tmp_path: Pa
     out = tmp_path / "out"
     z_state = StatefulPartitions(log, "r", tmp_path / "z", emit=Events())
     rows = log.read("r", 0, 0, 10)
-    task = Task(0, zombie.lease(0).epoch, 0, 10, Checkpoint(), tuple(log.segments("r", 0)))
+    task = Task(0, zombie.lease(0).epoch, 0, 10, Checkpoint())
     staged = z_state.stage(0, rows, Checkpoint())
     rel = write_output(out, "r", task, rows)
     h.frozen.add("z")
@@ -152,7 +152,7 @@ def test_a_zombies_changelog_appends_are_never_restored(spark: Any, tmp_path: Pa
     assert log.end_offset(changelog_resource("r"), 0) == 3  # the zombie's three keys were appended, not committed
 
     n_state = StatefulPartitions(log, "r", tmp_path / "n", emit=Events())
-    n_task = Task(0, new_owner.lease(0).epoch, 0, 10, Checkpoint(), tuple(log.segments("r", 0)))
+    n_task = Task(0, new_owner.lease(0).epoch, 0, 10, Checkpoint())
     n_state.prepare(0, Checkpoint(), n_task.epoch)
     n_staged = n_state.stage(0, rows, Checkpoint())
     commit_task(new_owner, n_task, write_output(out, "r", n_task, rows), out, n_staged.changelog)

@@ -5,16 +5,18 @@
   worker`) with its own Spark session (``--master``, default local[1]) or a session on a
   shared Spark Connect server (``--spark sc://host:port``, ``apportion spark serve``: no JVM in the worker),
   processing the partitions it owns in fenced micro-batches (``apportion.spark.run_pipeline_worker``); several
-  processes form the group. SIGTERM/SIGINT leave gracefully.
+  processes form the group. SIGTERM/SIGINT leave gracefully. ``--kafka B --topic T`` instead of ``--input``: the
+  group's resources are the topics and each batch reads the owned partitions' offset ranges with Spark's Kafka
+  source (its connector from ``--kafka-jars``/``APPORTION_KAFKA_JARS``; ``apportion.spark.pipeline._kafka``).
   Every assignment, batch, write, commit and fenced event is one JSON line on stderr.
   With ``--state-dir`` the group is stateful, in every mode: per-key running aggregates per partition in local
   stores backed by a fenced changelog (``apportion.spark.pipeline._stateful``), restored by each new owner
   before its first batch; in rounds mode standby/learner replicas are restored between batches (seed 2: use ``--strategy
   high_availability`` and ``--option KEY=VALUE`` for its options), in coordinator mode a migration is acked (ONLINE)
   only once the new owner has restored (seed 1), in static mode a pod restores its block on claim.
-- ``verify``: the committed output vs the input (counts, checksums, duplicates, missing, per-key order) and, when
-  the resource has a changelog, the state rebuilt from it vs a one-pass reference; exit 1 on any failure; ``--json``
-  prints the report as JSON on stdout.
+- ``verify``: the committed output vs the input, the log or (``--kafka B --topic T``) the topic's records now
+  (counts, checksums, duplicates, missing, per-key order) and, when the resource has a changelog, the state rebuilt
+  from it vs a one-pass reference; exit 1 on any failure; ``--json`` prints the report as JSON on stdout.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from apportion.cli._common import (
     strategy_option,
     timing_options,
 )
+from apportion.cli._kafka_options import KafkaTopics, kafka_options
 from apportion.cli._options import parse_options, resource_names
 from apportion.errors import InvalidRequest
 from apportion.spark import readable_dir, run_pipeline_worker, writable_dir
@@ -65,6 +68,30 @@ MAX_SEGMENTS = 100_000  # Parquet segments one `pipeline produce` may write (eac
 input_option = click.option(
     "--input", "input_dir", required=True, callback=directory_url, help="Partitioned log root (path or file:// URL)."
 )
+source_option = click.option(
+    "--input",
+    "input_dir",
+    default=None,
+    callback=directory_url,
+    help="Partitioned log root (path or file:// URL); or --kafka and --topic.",
+)
+kafka_jars_option = click.option(
+    "--kafka-jars",
+    envvar="APPORTION_KAFKA_JARS",
+    show_envvar=True,
+    default=None,
+    help="Spark's Kafka connector jars, comma-separated (scripts/ensure-spark-kafka.sh prints the file listing them; "
+    "default: Spark resolves its package from Maven Central at the JVM's start).",
+)
+
+
+def source_of(input_dir: str | None, kafka: KafkaTopics | None) -> str:
+    """``--input`` or ``--kafka``, exactly one: the log root ("" with --kafka)."""
+    if (input_dir is None) == (kafka is None):
+        raise InvalidRequest("input", "give --input DIR (the partitioned log) or --kafka BOOTSTRAP --topic T, not both")
+    return input_dir or ""
+
+
 output_option = click.option(
     "--output", "output_dir", required=True, callback=directory_url, help="Output directory (path or file:// URL)."
 )
@@ -126,7 +153,9 @@ def _names(text: str) -> list[str]:
 @store_option()
 @group_option()
 @click.option("--id", "worker_id", default=None, help="This worker's id (unique in the group; default: --hostname).")
-@input_option
+@source_option
+@kafka_options(topics_help="A Kafka topic the pipeline reads (repeat for several): the group's resources.")
+@kafka_jars_option
 @output_option
 @click.option("--resource", default=None, help="Log resource to process (default: the group name).")
 @click.option("--partitions", type=int, default=None, help="Partition count (default: the log's).")
@@ -192,7 +221,9 @@ def run(
     store_url: str,
     group_name: str,
     worker_id: str | None,
-    input_dir: str,
+    input_dir: str | None,
+    kafka: KafkaTopics | None,
+    kafka_jars: str | None,
     output_dir: str,
     resource: str | None,
     partitions: int | None,
@@ -221,17 +252,21 @@ def run(
     pause_batches: int,
 ) -> None:
     """Run one pipeline worker until SIGTERM/SIGINT (graceful leave) or --exit-when-idle; --mode picks the group
-    protocol as for `apportion worker`."""
+    protocol as for `apportion worker`. The input is the partitioned log (--input) or Kafka topics (--kafka,
+    --topic: Spark's executors read each owned partition's offsets with Spark's Kafka source)."""
     configure_logging()
+    log_root = source_of(input_dir, kafka)
+    if kafka is not None and resources is not None:
+        raise InvalidRequest("resources", "with --kafka the resources are the --topic topics")
     run_pipeline_worker(
         store_url,
         group_name,
         member_id(worker_id, mode),
-        input_dir,
+        log_root,
         output_dir,
         resource=resource,
         partitions=partitions,
-        resources=None if resources is None else _names(resources),
+        resources=list(kafka.topics) if kafka is not None else None if resources is None else _names(resources),
         subscriptions=None if subscriptions is None else resource_names(subscriptions, "subscribe"),
         strategy=strategy,
         options=parse_options(strategy_options),
@@ -254,38 +289,55 @@ def run(
         pause_batches=pause_batches,
         mode=mode.mode,
         ordinal=mode.ordinal,
+        kafka=None if kafka is None else kafka.config,
+        kafka_jars=kafka_jars,
     )
 
 
 @pipeline.command()
 @store_option()
 @group_option()
-@input_option
+@source_option
+@kafka_options(topics_help="The Kafka topic the pipeline read (instead of --input and --resource).")
 @output_option
 @click.option("--resource", default=None, help="Log resource (default: the group name).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def verify(
-    store_url: str, group_name: str, input_dir: str, output_dir: str, resource: str | None, as_json: bool
+    store_url: str,
+    group_name: str,
+    input_dir: str | None,
+    kafka: KafkaTopics | None,
+    output_dir: str,
+    resource: str | None,
+    as_json: bool,
 ) -> int:
-    """Check the committed output against the input: exit 0 when every record is there exactly once, in order."""
+    """Check the committed output against the input (the log, or a Kafka topic's records now): exit 0 when every
+    record is there exactly once, in order."""
     from rich.console import Console
     from rich.table import Table
 
     from apportion.log import PartitionedLog
     from apportion.spark import verify as verify_output
-    from apportion.spark import verify_state
+    from apportion.spark import verify_kafka, verify_state
     from apportion.spark.state import changelog_resource
 
-    readable_dir(input_dir, "input")
+    root = source_of(input_dir, kafka)
     if os.path.lexists(output_dir):  # absent: nothing was committed yet, which verify reports as missing records
         readable_dir(output_dir, "output")
-    log = PartitionedLog(input_dir)
-    resource = resource or group_name
-    with connect(store_url) as store:
-        report = verify_output(store, group_name, log, resource, output_dir)
-        state = (
-            verify_state(store, group_name, log, resource) if changelog_resource(resource) in log.resources() else None
-        )
+    state = None
+    if kafka is not None:
+        if resource is not None or len(kafka.topics) != 1:
+            raise InvalidRequest("topic", "verify checks one --topic (the topic is the resource: no --resource)")
+        with connect(store_url) as store:
+            report = verify_kafka(store, group_name, kafka.config, kafka.topics[0], output_dir)
+    else:
+        readable_dir(root, "input")
+        log = PartitionedLog(root)
+        resource = resource or group_name
+        with connect(store_url) as store:
+            report = verify_output(store, group_name, log, resource, output_dir)
+            if changelog_resource(resource) in log.resources():
+                state = verify_state(store, group_name, log, resource)
     data = report.to_json()
     ok = report.ok and (state is None or state.ok)
     if state is not None:

@@ -39,17 +39,40 @@ def spark() -> None:
     default=300.0,
     help="Max wait for the server (s).",
 )
-def serve(master: str, port: int, driver_memory: str, log_path: str | None, start_timeout_s: float) -> None:
+@click.option(
+    "--kafka-connector",
+    is_flag=True,
+    help="Put Spark's Kafka connector on the server's classpath (for `pipeline run --kafka` through this server).",
+)
+@click.option(
+    "--kafka-jars",
+    envvar="APPORTION_KAFKA_JARS",
+    show_envvar=True,
+    default=None,
+    help="With --kafka-connector: its jars, comma-separated (scripts/ensure-spark-kafka.sh; default: Spark resolves "
+    "its package from Maven Central).",
+)
+def serve(
+    master: str,
+    port: int,
+    driver_memory: str,
+    log_path: str | None,
+    start_timeout_s: float,
+    kafka_connector: bool,
+    kafka_jars: str | None,
+) -> None:
     """Run a Spark Connect server until SIGTERM/SIGINT; workers use it with --spark sc://127.0.0.1:PORT."""
     from apportion.spark import ConnectServer
+    from apportion.spark.engine import kafka_connector_config
 
     stop = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
+    config = kafka_connector_config(kafka_jars) if kafka_connector else None
     server = ConnectServer(
-        master, port, driver_memory=driver_memory, log_path=log_path, start_timeout_s=start_timeout_s
+        master, port, driver_memory=driver_memory, log_path=log_path, start_timeout_s=start_timeout_s, config=config
     )
     # until the server is ready, a signal interrupts the start (apportion.cli._signals: the wait for the JVM ends at
     # once and the JVM's process group is stopped on the way out, exit 128 + signal); once it is ready, a signal is

@@ -10,7 +10,9 @@
   ``handoffs`` measures each moved partition's time without an active (``_stateful``). The local state store
   itself and its changelog are the public module ``apportion.spark.state`` (``PartitionState``, ``restore``, ...).
 - ``read_committed(spark_or_none, store, group, output_dir)`` — the ONLY correct way to read pipeline output;
-  ``verify(...)`` compares it with the input log (``_output``).
+  ``verify(...)`` compares it with the input log (``_output``), ``verify_kafka(...)`` with a Kafka topic.
+- ``KafkaSource`` — Kafka topics as a pipeline's input, read by Spark's executors (``_kafka``; the seam is
+  ``_source``).
 - Analyse: ``events_frame`` (``group.history`` → DataFrame), ``ownership_intervals``, ``unowned_gaps``, ``overlaps``,
   ``moves_per_round``, ``balance_over_time``, ``handoff_latency``, ``latency_stats`` (``_analytics``);
   ``write_report`` → ``ReportSummary`` (tables, plots, index.html with a headline of ``Verdict``s; ``_report``).
@@ -45,6 +47,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
         spark_session,
         validate_master,
     )
+    from apportion.spark.pipeline._kafka import KafkaSource, verify_kafka
     from apportion.spark.pipeline._output import (
         Checkpoint,
         VerifyReport,
@@ -63,6 +66,8 @@ _LAZY = {
     "route": "apportion.spark.pipeline._route",
     "RouteResult": "apportion.spark.pipeline._route",
     "BatchStats": "apportion.spark.pipeline._pipeline",
+    "KafkaSource": "apportion.spark.pipeline._kafka",
+    "verify_kafka": "apportion.spark.pipeline._kafka",
     "Pipeline": "apportion.spark.pipeline._pipeline",
     "transform": "apportion.spark.pipeline._pipeline",
     "joined": "apportion.spark.pipeline._pipeline",
@@ -116,6 +121,7 @@ __all__ = [
     "DEFAULT_CONNECT_PORT",
     "Grid",
     "GridResult",
+    "KafkaSource",
     "Pipeline",
     "ReportSummary",
     "Verdict",
@@ -150,6 +156,7 @@ __all__ = [
     "validate_master",
     "unowned_gaps",
     "verify",
+    "verify_kafka",
     "verify_state",
     "warm_up",
     "writable_dir",

@@ -270,11 +270,40 @@ def _checksum(rows: Iterable[tuple[int, int, str | None, str | None]]) -> tuple[
     return count, f"{total:016x}"
 
 
+@dataclass(frozen=True, slots=True)
+class InputRecords:
+    """One input partition's records as ``verify`` compares them: their offsets (ascending; Kafka's may start above
+    0 after retention and skip transaction markers), keys and values, and the offset after the last."""
+
+    offsets: list[int]
+    keys: list[str | None]
+    values: list[str | None]
+    end: int
+
+    @classmethod
+    def of(cls, table: pa.Table, first: int = 0) -> InputRecords:
+        """A log partition's records (offsets ``first``, ``first + 1``, ... in table order)."""
+        n = table.num_rows
+        return cls(list(range(first, first + n)), table.column("key").to_pylist(), table.column("value").to_pylist(),
+                   first + n)  # fmt: skip
+
+
 def verify(store: Store, group: str, log: PartitionedLog, resource: str, output_dir: str | Path) -> VerifyReport:
     """Compare the committed output of ``group`` with every committed record of ``resource`` in ``log``."""
     n = log.partitions(resource)
+    return verify_records(
+        store, group, resource, output_dir, {p: InputRecords.of(log.read(resource, p)) for p in range(n)}
+    )
+
+
+def verify_records(
+    store: Store, group: str, resource: str, output_dir: str | Path, inputs: Mapping[int, InputRecords]
+) -> VerifyReport:
+    """Compare the committed output of ``group`` (of ``resource``) with ``inputs``, every input partition's records
+    (the log's, or a Kafka topic's: ``apportion.spark.pipeline._kafka.read_topic``)."""
+    n = len(inputs)
     checkpoints = committed_checkpoints(store, group, resource)
-    unknown = [p for p in checkpoints if p >= n]
+    unknown = [p for p in checkpoints if p not in inputs]
     if unknown:
         raise InvalidRequest("resource", f"group {group!r} committed partitions {unknown} that {resource!r} lacks")
     output = read_committed_arrow(store, group, output_dir, resource)
@@ -285,28 +314,27 @@ def verify(store: Store, group: str, log: PartitionedLog, resource: str, output_
     out_o = output.column("offset").to_pylist()
     out_k = output.column("key").to_pylist()
     out_v = output.column("value").to_pylist()
-    inputs: dict[int, pa.Table] = {p: log.read(resource, p) for p in range(n)}
-    in_keys = {p: t.column("key").to_pylist() for p, t in inputs.items()}
-    in_values = {p: t.column("value").to_pylist() for p, t in inputs.items()}
+    index = {p: {o: i for i, o in enumerate(records.offsets)} for p, records in inputs.items()}
     seen: dict[tuple[int, int], int] = {}
     last_offset: dict[tuple[int, str | None], int] = {}
     unexpected = mismatched = order_violations = 0
     for p, o, k, v in zip(out_p, out_o, out_k, out_v, strict=True):
         seen[(p, o)] = seen.get((p, o), 0) + 1
-        if p not in inputs or not 0 <= o < len(in_keys[p]):
+        i = index[p].get(o) if p in index else None
+        if i is None:
             unexpected += 1
             continue
-        if in_keys[p][o] != k or in_values[p][o] != v:
+        if inputs[p].keys[i] != k or inputs[p].values[i] != v:
             mismatched += 1
         if last_offset.get((p, k), -1) >= o:
             order_violations += 1
         last_offset[(p, k)] = o
-    input_records = sum(t.num_rows for t in inputs.values())
-    missing = sum(1 for p in range(n) for o in range(len(in_keys[p])) if (p, o) not in seen)
+    input_records = sum(len(r.offsets) for r in inputs.values())
+    missing = sum(1 for p, records in inputs.items() for o in records.offsets if (p, o) not in seen)
     duplicates = sum(c - 1 for c in seen.values() if c > 1)
-    lag = sum(max(0, inputs[p].num_rows - checkpoints.get(p, Checkpoint()).offset) for p in range(n))
+    lag = sum(max(0, r.end - checkpoints.get(p, Checkpoint()).offset) for p, r in inputs.items())
     _, in_sum = _checksum(
-        (p, o, k, v) for p in range(n) for o, (k, v) in enumerate(zip(in_keys[p], in_values[p], strict=True))
+        (p, o, k, v) for p, r in inputs.items() for o, k, v in zip(r.offsets, r.keys, r.values, strict=True)
     )
     _, out_sum = _checksum(zip(out_p, out_o, out_k, out_v, strict=True))
     return VerifyReport(
@@ -339,6 +367,7 @@ __all__ = [
     "OUTPUT_SCHEMA",
     "PARTITION_COLUMN",
     "Checkpoint",
+    "InputRecords",
     "VerifyReport",
     "committed_checkpoints",
     "committed_files",
@@ -351,4 +380,5 @@ __all__ = [
     "read_output",
     "remove_output",
     "verify",
+    "verify_records",
 ]

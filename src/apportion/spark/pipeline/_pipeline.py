@@ -16,15 +16,19 @@ One micro-batch (``Pipeline.run_once``)
 1. lock every partition this worker owns and is processing (sorted order; ``on_revoked`` takes the same locks, so a
    revocation waits for the batch in flight and the next owner starts from its commit);
 2. per partition: ``epoch`` = the lease epoch now; ``start`` = the committed checkpoint's offset (read from the
-   store once per epoch, then cached: nobody else can commit while we hold the epoch); ``end = min(log end,
-   start + size)``, the size fixed (``batch_records``) or chosen by records and time (``batch_seconds``;
-   ``apportion.spark.pipeline._sizing``). On a new epoch, delete the partition's output files of OLDER epochs that
-   the checkpoint does not list (their writers are fenced forever: epochs only grow);
-3. ONE Spark job for all partitions, run by Spark's executors (``batch_frame``, ``write_batch``): per partition,
-   ``spark.read.parquet`` of exactly its segments (filtered to ``[start, end)`` only where a segment crosses the
-   range), with a literal ``partition`` column, through ``transform(df)``, in one Spark partition (no shuffle: the
-   log is already partitioned and ordered), sorted by offset, and written with ``partitionBy`` into one directory
-   per partition, offset range and epoch, ``<output>/<resource>/p=<p>/batch=<start>-<end>-e<epoch>/``
+   store once per epoch, then cached: nobody else can commit while we hold the epoch); ``end = min(source end,
+   start + size)`` (the source's ends of every planned partition in one call: ``Source.ends``, the log's end or
+   Kafka's high watermark; a source that lost records below ``start`` raises, never skips them), the size fixed
+   (``batch_records``) or chosen by records and time (``batch_seconds``; ``apportion.spark.pipeline._sizing``).
+   On a new epoch, delete the partition's output files of OLDER epochs that the checkpoint does not list (their
+   writers are fenced forever: epochs only grow);
+3. ONE Spark job for all partitions, run by Spark's executors (``batch_frame``, ``write_batch``): the source's
+   frames (``apportion.spark.pipeline._source``; the log: per partition ``spark.read.parquet`` of exactly its
+   segments, filtered to ``[start, end)`` only where a segment crosses the range; Kafka: one batch read of Spark's
+   Kafka source with every partition's ``[start, end)``), with the ``partition`` column, through ``transform(df)``,
+   one Spark partition per partition (no shuffle: the input is already partitioned and ordered), sorted by offset,
+   and written with ``partitionBy`` into one directory per partition, offset range and epoch,
+   ``<output>/<resource>/p=<p>/batch=<start>-<end>-e<epoch>/``
    (``apportion.spark.pipeline._output``).
    Dynamic partition overwrite: the job replaces exactly the directories it writes (a retry of the same range
    and epoch replaces its own attempt) and nothing else; Spark stages the files and renames each directory into
@@ -105,7 +109,7 @@ import pyarrow.parquet as pq
 from apportion import events
 from apportion.errors import ApportionError, Fenced, InvalidRequest, StoreUnavailable
 from apportion.group import CommitResult, PartitionId, PartitionLease, sorted_pids
-from apportion.log import SCHEMA, PartitionedLog, Segment, segment_name
+from apportion.log import PartitionedLog
 from apportion.spark.pipeline._output import (
     BATCH_COLUMN,
     OUTPUT_BATCH,
@@ -117,6 +121,7 @@ from apportion.spark.pipeline._output import (
     remove_output,
 )
 from apportion.spark.pipeline._sizing import STATEFUL_MAX_RECORDS, BatchSize
+from apportion.spark.pipeline._source import LogSource, Source, Task, as_source
 from apportion.spark.pipeline._stateful import Staged, StatefulPartitions
 
 if TYPE_CHECKING:
@@ -131,7 +136,6 @@ Emit = Callable[..., None]
 FaultHook = Callable[[str, "Task", Path], None]
 """``fault(point, task, path)``: the fault-injection point (tests only; see the module docstring). ``point`` is
 ``"before_write"`` or ``"before_commit"``; ``path`` is the task's output directory."""
-INPUT_SCHEMA_DDL = "offset long, key string, value string, ts_ms long"
 MAX_FAILED_BATCHES = 5
 """Spark jobs failing in a row before ``Pipeline.run`` gives up (see the module docstring)."""
 
@@ -174,22 +178,6 @@ def load_transform(spec: str) -> Transform:
 
 
 @dataclass(frozen=True, slots=True)
-class Task:
-    """One partition's share of a micro-batch: offsets ``start <= o < end`` under ``epoch``."""
-
-    partition: int
-    epoch: int
-    start: int
-    end: int
-    checkpoint: Checkpoint
-    segments: tuple[Segment, ...]
-
-    @property
-    def records(self) -> int:
-        return self.end - self.start
-
-
-@dataclass(frozen=True, slots=True)
 class BatchStats:
     """What one micro-batch did. Seconds: ``spark_s`` (Spark's job: read + transform + write by the executors),
     ``write_s`` (the worker's part before the commits: row counts, the stateful changelog), ``commit_s``."""
@@ -207,33 +195,37 @@ class BatchStats:
         return self.spark_s + self.write_s + self.commit_s
 
 
-def batch_frame(spark: SparkSession, tasks: Sequence[Task], transform: Transform = transform) -> DataFrame:
-    """The batch's rows to write: per task, its segments read whole (an offset filter only on a segment that
-    crosses the task's range), with a literal ``partition``, through ``transform``, plus the output layout's
-    columns ``p`` and ``batch`` as literals, in ONE Spark partition (``coalesce(1)``: no shuffle); the tasks'
-    frames are unioned, so Spark partition i holds exactly task i's rows, sorted by offset.
+def batch_frame(
+    spark: SparkSession, tasks: Sequence[Task], transform: Transform, source: Source, resource: str
+) -> DataFrame:
+    """The batch's rows to write: the source's frames of the tasks (``Source.frames``: the log's one per task, its
+    segments; Kafka's one for all, one Spark partition per Kafka partition), each through ``transform``, plus the
+    output layout's columns ``p`` and ``batch``; a one-task frame in ONE Spark partition (``coalesce(1)``: no
+    shuffle); the frames are unioned and sorted within their Spark partitions by (p, batch, offset).
 
-    Why this shape: the log is already ordered and already partitioned, so the batch needs neither a shuffle to
+    Why this shape: the input is already ordered and already partitioned, so the batch needs neither a shuffle to
     bring a partition's rows together nor a per-row regex on the file path to find its partition; the sort is
-    local to one task's rows (the files of a scan are read in Spark's packing order, not offset order) and gives
+    local to a Spark partition (the files of a scan are read in Spark's packing order, not offset order) and gives
     the writer the (p, batch) order it needs, so it adds no sort of its own — an unstable one would lose the
-    offset order within a directory. ``transform`` runs on each task's rows (a transform with a shuffle of its own
-    still ends in one Spark partition per task)."""
+    offset order within a directory. ``transform`` runs on each frame's rows (on the log, a transform with a shuffle
+    of its own still ends in one Spark partition per task; on Kafka it must be narrow: ``KafkaSource``)."""
     from pyspark.sql import functions as F
 
     frames = []
     columns: list[str] = []
-    for task in tasks:  # few calls per task: in a classic session each one is a py4j call and an analysis
-        paths = [os.path.abspath(s.path) for s in task.segments]  # through Connect the server reads them
-        df = spark.read.schema(INPUT_SCHEMA_DDL).parquet(*paths)
-        if any(s.first_offset < task.start or s.last_offset >= task.end for s in task.segments):
-            df = df.where((F.col("offset") >= task.start) & (F.col("offset") < task.end))
-        df = transform(df.select(F.lit(task.partition).alias("partition"), "offset", "key", "value", "ts_ms"))
-        if not columns:  # the same transform of the same schema: the first task's columns stand for every task's
+    for part, df in source.frames(spark, resource, tasks):
+        df = transform(df)
+        if not columns:  # the same transform of the same schema: the first frame's columns stand for every frame's
             columns = df.columns
             check_columns(columns)
-        directory = F.lit(batch_name(task.start, task.end, task.epoch)).alias(BATCH_COLUMN)
-        frames.append(df.select(*columns, F.lit(task.partition).alias(PARTITION_COLUMN), directory).coalesce(1))
+        if len(part) == 1:
+            task = part[0]
+            p, directory = F.lit(task.partition), F.lit(batch_name(task.start, task.end, task.epoch))
+        else:  # several partitions' rows in one frame: each row's directory by its partition
+            names = F.create_map(*[F.lit(x) for t in part for x in (t.partition, batch_name(t.start, t.end, t.epoch))])
+            p, directory = F.col("partition"), names[F.col("partition")]
+        df = df.select(*columns, p.alias(PARTITION_COLUMN), directory.alias(BATCH_COLUMN))
+        frames.append(df.coalesce(1) if len(part) == 1 else df)
     union = functools.reduce(lambda a, b: a.union(b), frames)  # by position: the same columns in every frame
     return union.sortWithinPartitions(PARTITION_COLUMN, BATCH_COLUMN, "offset")  # the writer's order + offsets
 
@@ -380,11 +372,11 @@ def warm_up(spark: SparkSession, transform: Transform = transform) -> float:
         if spark.catalog.tableExists(f"global_temp.{view}"):
             return time.perf_counter() - started
     with tempfile.TemporaryDirectory(prefix="apportion-warm-up-") as tmp:
-        path = Path(tmp) / "0" / segment_name(0, 0)  # the log's layout: <partition>/<segment>
-        path.parent.mkdir()
-        pq.write_table(pa.table({"offset": [0], "key": ["k"], "value": ["v"], "ts_ms": [None]}, schema=SCHEMA), path)
-        task = Task(0, 0, 0, 1, Checkpoint(), (Segment(str(path), 0, 0),))
-        write_batch(batch_frame(spark, [task], transform), Path(tmp) / "out", "warm-up")
+        log = PartitionedLog(Path(tmp) / "log")
+        log.create("warm-up", 1)
+        log.append("warm-up", 0, pa.table({"key": ["k"], "value": ["v"], "ts_ms": pa.array([None], pa.int64())}))
+        task = Task(0, 0, 0, 1, Checkpoint())
+        write_batch(batch_frame(spark, [task], transform, LogSource(log), "warm-up"), Path(tmp) / "out", "warm-up")
     if view is not None:
         spark.range(0).createOrReplaceGlobalTempView(view)
     return time.perf_counter() - started
@@ -401,7 +393,7 @@ class Pipeline:
     def __init__(
         self,
         spark: SparkSession,
-        log: PartitionedLog,
+        log: PartitionedLog | Source,
         output_dir: str | Path,
         resource: str,
         *,
@@ -418,10 +410,10 @@ class Pipeline:
         most = None if state is None else STATEFUL_MAX_RECORDS  # a stateful batch is folded in the worker
         self.sizing = BatchSize(batch_records, batch_seconds, most=most)  # InvalidRequest for a bad one
         self.spark = spark
-        self.log = log
+        self.source = as_source(log)  # the log, Kafka (``_source``: what a batch reads)
         self.output_dir = Path(output_dir)
         self.resource = resource
-        self.partitions = log.partitions(resource)
+        self.partitions = self.source.partitions(resource)
         self.transform = transform
         self.emit = emit
         self.worker_id = worker_id
@@ -474,7 +466,7 @@ class Pipeline:
 
     def restored(self, partition: int, epoch: int) -> bool:
         """Whether ``partition``'s state is restored under ``epoch``: its first batch of that epoch has read the
-        checkpoint and replayed the changelog it names (``_plan``: the cache is set only after ``prepare``). A
+        checkpoint and replayed the changelog it names (``_checkpoint``: the cache is set only after ``prepare``). A
         coordinator member acks a migration to this worker only then (``joined``), so the table's ONLINE means the
         new owner has the state."""
         with self._state:
@@ -511,12 +503,23 @@ class Pipeline:
         with contextlib.ExitStack() as stack:
             for p in candidates:
                 stack.enter_context(self._lock(p))
-            tasks = [t for t in (self._plan(committer, p) for p in candidates) if t is not None]
+            planned = [c for c in (self._checkpoint(committer, p) for p in candidates) if c is not None]
+            if not planned:
+                return None
+            ends = self.source.ends(self.resource, {p: checkpoint.offset for p, _, checkpoint in planned})
+            tasks = [
+                Task(p, epoch, checkpoint.offset, min(ends[p], checkpoint.offset + self.sizing.records), checkpoint)
+                for p, epoch, checkpoint in planned
+                if ends[p] > checkpoint.offset
+            ]
             if not tasks:
                 return None
             return self._process(committer, tasks)
 
-    def _plan(self, committer: Committer, p: int) -> Task | None:
+    def _checkpoint(self, committer: Committer, p: int) -> tuple[int, int, Checkpoint] | None:
+        """``(p, epoch, checkpoint)`` to plan ``p``'s task from: the lease's epoch now and the committed checkpoint
+        (read once per epoch; on a new epoch the older epochs' unlisted outputs are cleaned up and a stateful
+        partition restored first); None when ``p`` is no longer ours."""
         with self._state:
             if p not in self._active:
                 return None  # revoked or lost while we waited for the lock
@@ -537,12 +540,7 @@ class Pipeline:
                 self._cache[p] = (epoch, checkpoint)
         else:
             checkpoint = cached[1]
-        start = checkpoint.offset
-        end = min(self.log.end_offset(self.resource, p), start + self.sizing.records)
-        if end <= start:
-            return None
-        segments = tuple(s for s in self.log.segments(self.resource, p, start) if s.first_offset < end)
-        return Task(p, epoch, start, end, checkpoint, segments)
+        return p, epoch, checkpoint
 
     def _process(self, committer: Committer, tasks: list[Task]) -> BatchStats:
         batch = self.batches + 1
@@ -555,7 +553,7 @@ class Pipeline:
             ranges={t.partition: [t.start, t.end, t.epoch] for t in tasks},
         )
         started = batch_started = time.perf_counter()
-        result = batch_frame(self.spark, tasks, self.transform)
+        result = batch_frame(self.spark, tasks, self.transform, self.source, self.resource)
         if self._fault is not None:
             for task in tasks:
                 self._fault("before_write", task, self.output_dir / self._relpath(task))

@@ -37,8 +37,10 @@ from apportion.spark.pipeline._sizing import STATEFUL_MAX_RECORDS, BatchSize, po
 from apportion.store import connect
 
 if TYPE_CHECKING:
+    from apportion.kafka import KafkaConfig
     from apportion.log import PartitionedLog
     from apportion.spark.pipeline._pipeline import Transform
+    from apportion.spark.pipeline._source import Source
 
 Emit = Callable[..., None]
 
@@ -96,6 +98,8 @@ def run_pipeline_worker(
     subscriptions: Sequence[str] | None = None,
     mode: Mode | None = None,
     ordinal: int | None = None,
+    kafka: KafkaConfig | None = None,
+    kafka_jars: str | None = None,
 ) -> None:
     """Run one pipeline worker (see the module docstring) in this process and return when it has left the group.
 
@@ -115,7 +119,14 @@ def run_pipeline_worker(
 
     ``resources`` (several log resources, instead of ``resource``): the group is over these named resources (each
     with the log's partition count) and this worker runs one ``Pipeline`` per resource it subscribes to
-    (``subscriptions``, default all) in one batch loop (``apportion.spark.pipeline._resources``); not stateful."""
+    (``subscriptions``, default all) in one batch loop (``apportion.spark.pipeline._resources``); not stateful.
+
+    ``kafka`` (the pipeline on Kafka, ``input_dir`` unused): ``resources`` are Kafka topics, the group's resources
+    with the broker's partition counts (read before Spark starts: ``TopicUnavailable``, ``BrokerUnavailable``), one
+    ``Pipeline`` per topic reading it with Spark's Kafka source (``apportion.spark.pipeline._kafka``); the JVM this
+    worker starts carries Spark's Kafka connector (``kafka_jars``, else ``$APPORTION_KAFKA_JARS``, else Spark's
+    package resolution: ``apportion.spark.engine._connector``), a Connect server must have it already (checked
+    before joining). Not stateful yet."""
     from apportion.log import PartitionedLog
     from apportion.spark.engine import spark_session
     from apportion.spark.pipeline._pipeline import Pipeline, emit_log, joined, load_transform
@@ -141,6 +152,18 @@ def run_pipeline_worker(
             stateful=state_dir is not None,
         )  # fmt: skip
 
+    if kafka is not None:
+        _run_kafka(
+            store_url, group, worker_id, kafka, list(resources or ()), output_dir, subscriptions,
+            load_transform(transform) if isinstance(transform, str) else transform or default_transform,
+            stop or threading.Event(), requested, ordinal, kafka_jars,
+            dict(batch_records=batch_records, batch_seconds=batch_seconds, emit=emit or emit_log, worker_id=worker_id,
+                 pause_before_commit_s=pause_before_commit_s, pause_batches=pause_batches),
+            master=master, driver_memory=driver_memory, signals=signals, revoke_timeout_s=revoke_timeout_s,
+            idle_s=idle_s, exit_idle_s=exit_idle_s, refused=dict(resource=resource, partitions=partitions,
+                                                                 state_dir=state_dir),
+        )  # fmt: skip
+        return
     if resources is not None:
         if state_dir is not None or resource is not None or partitions is not None:
             raise InvalidRequest("resources", "several log resources take no --resource, --partitions or --state-dir")
@@ -210,11 +233,54 @@ def run_pipeline_worker(
                 spark.stop()
 
 
+def _run_kafka(
+    store_url: str,
+    group: str,
+    worker_id: str,
+    kafka: KafkaConfig,
+    topics: list[str],
+    output_dir: str | Path,
+    subscriptions: Sequence[str] | None,
+    function: Transform,
+    stop: threading.Event,
+    requested: Callable[..., GroupConfig],
+    ordinal: int | None,
+    kafka_jars: str | None,
+    settings: dict[str, Any],
+    *,
+    refused: Mapping[str, object],
+    **engine: Any,
+) -> None:
+    """``run_pipeline_worker`` on Kafka (its docstring): checked before Spark starts, then ``_run_resources``."""
+    from apportion.kafka import topic_partitions
+    from apportion.spark.engine import kafka_connector_config
+    from apportion.spark.pipeline._kafka import KafkaSource
+
+    given = [f"--{name.replace('_', '-')}" for name, value in refused.items() if value is not None]
+    if given:
+        raise InvalidRequest(
+            "kafka",
+            f"the pipeline on Kafka takes no {', '.join(given)} (its resources are the --topic topics; stateful "
+            "partitions on Kafka are not there yet)",
+        )
+    if not topics:
+        raise InvalidRequest("topic", "give at least one --topic (the topics the pipeline reads)")
+    writable_dir(output_dir, "output")
+    config = kafka_connector_config(kafka_jars)  # a jar that is not there: refused before Spark starts
+    counts = topic_partitions(kafka, topics)  # an unknown topic, a broker away: one line before Spark starts
+    source = KafkaSource(kafka)
+    _run_resources(
+        store_url, group, worker_id, source, output_dir, counts, subscriptions, function, stop,
+        requested(resources=counts), ordinal, {**settings, "transform": function}, spark_config=config,
+        check=lambda spark: source.check(spark, sorted(counts)[0]), **engine,
+    )  # fmt: skip
+
+
 def _run_resources(
     store_url: str,
     group: str,
     worker_id: str,
-    log: PartitionedLog,
+    log: PartitionedLog | Source,
     output_dir: str | Path,
     counts: dict[str, int],
     subscriptions: Sequence[str] | None,
@@ -230,8 +296,11 @@ def _run_resources(
     revoke_timeout_s: float,
     idle_s: float,
     exit_idle_s: float,
+    spark_config: Mapping[str, str] | None = None,
+    check: Callable[[Any], None] | None = None,
 ) -> None:
-    """``run_pipeline_worker`` over several log resources (its docstring)."""
+    """``run_pipeline_worker`` over several resources of a log or Kafka topics (its docstring): ``spark_config``
+    for the JVM it starts, ``check(spark)`` before joining."""
     from apportion.spark.engine import spark_session
     from apportion.spark.pipeline._pipeline import Pipeline, run_batches
     from apportion.spark.pipeline._resources import joined_resources
@@ -243,9 +312,11 @@ def _run_resources(
         raise InvalidRequest("subscribe", f"{unknown} are not among the group's resources {sorted(counts)}")
     with connect(store_url) as store:
         defined = Group.of(store, group, definition, ordinal=ordinal)  # other resources or mode: refused
-        spark = spark_session(master, driver_memory, f"apportion-pipeline-{worker_id}")
+        spark = spark_session(master, driver_memory, f"apportion-pipeline-{worker_id}", config=spark_config)
         if signals:
             _stop_on_signals(stop)
+        if check is not None:
+            check(spark)
         pipelines = {name: Pipeline(spark, log, output_dir, name, **settings) for name in mine}
         emit = pipelines[mine[0]].emit
         _started(emit, spark, function, master, worker=worker_id, group=group, mode=defined.mode.name, resources=counts,

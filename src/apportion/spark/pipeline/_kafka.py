@@ -1,0 +1,237 @@
+"""Kafka topics as a pipeline's source: Spark's executors read each owned partition's offset range.
+
+A pipeline over Kafka runs in a group whose resources are the topics (``apportion.kafka``: topic ``T``'s partitions
+are ``T-0`` .. ``T-(n-1)``); each topic's ``Pipeline`` sees its partitions by index, and :class:`KafkaSource`
+answers the batch loop's two questions (``apportion.spark.pipeline._source``):
+
+- ``ends``: each planned partition's high watermark and earliest offset, from the broker in one ListOffsets request
+  each (confluent-kafka's AdminClient: the worker reads offsets, never records). A checkpoint below the earliest
+  offset means retention (or ``kafka-delete-records``) deleted records the pipeline has not processed; a checkpoint
+  above the high watermark means the partition lost records it had (the topic created again, an unclean leader
+  election). Both are :class:`apportion.errors.RecordsLost` naming the partition and the offsets lost: the worker
+  stops with that line (exit 1), never skipping them. The broker not answering is retried for ``wait_s`` (a leader's
+  failover takes a broker session timeout, 9 s by default), then ``BrokerUnavailable``;
+- ``frames``: ONE batch read of Spark's Kafka source (``spark.read.format("kafka")``, the ``spark-sql-kafka-0-10``
+  connector: ``apportion.spark.engine._connector``) with ``assign`` of exactly the batch's partitions and their
+  ``startingOffsets``/``endingOffsets`` as JSON; the executors fetch the records, one Spark partition per Kafka
+  partition, in offset order. ``failOnDataLoss`` stays on: records deleted between ``ends`` and the read fail the
+  Spark job (the batch is retried and ``ends`` says what was lost).
+
+The rows are the log's columns (``partition``, ``offset``, ``key`` and ``value`` as UTF-8 strings, ``ts_ms`` the
+record's timestamp in ms), so the same transform and output serve both sources. The transform sees one frame with
+every partition of the batch: it must be narrow (``select``, ``where``, ``withColumn``: each Spark partition's rows
+stay in it, as the default transform does); a shuffle would mix partitions' rows before the per-partition write.
+
+The Kafka client settings Spark gets: the bootstrap servers, the security protocol and, with a username, SASL's
+JAAS line (PLAIN or SCRAM) — ``--kafka-option``'s librdkafka settings are not Java client settings and are not
+passed. Through Spark Connect the password travels in the query plan to the server (loopback only).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from apportion.errors import BrokerUnavailable, InvalidRequest, RecordsLost, SparkUnavailable
+from apportion.kafka import KafkaConfig, topic_partitions
+from apportion.spark.pipeline._output import InputRecords, VerifyReport, verify_records
+from apportion.spark.pipeline._source import Frame, Task
+from apportion.store import Store
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_WAIT_S = 20.0
+"""How long ``ends`` retries a broker that does not answer before ``BrokerUnavailable`` (and at least
+``MIN_ATTEMPTS`` times)."""
+MIN_ATTEMPTS = 3
+LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def spark_kafka_options(config: KafkaConfig) -> dict[str, str]:
+    """The ``kafka.*`` options of Spark's Kafka source for ``config`` (module docstring)."""
+    options = {"kafka.bootstrap.servers": config.bootstrap, "kafka.security.protocol": config.protocol}
+    if config.username is not None:
+        module = LOGIN_MODULES[config.sasl_mechanism]
+        options["kafka.sasl.mechanism"] = config.sasl_mechanism
+        options["kafka.sasl.jaas.config"] = (
+            f"{module} required username={json.dumps(config.username)} password={json.dumps(config.password)};"
+        )
+    return options
+
+
+def lost_records(topic: str, partition: int, checkpoint: int, earliest: int, latest: int) -> RecordsLost | None:
+    """The error for a checkpoint the partition's offsets ``[earliest, latest)`` no longer cover; None when they do."""
+    if checkpoint < earliest:
+        return RecordsLost(
+            f"partition {topic}-{partition}: offsets {checkpoint} to {earliest - 1} ({earliest - checkpoint} records) "
+            f"were deleted before the pipeline processed them (retention or delete-records; the earliest offset is "
+            f"now {earliest}): they are lost; not skipping them"
+        )
+    if checkpoint > latest:
+        return RecordsLost(
+            f"partition {topic}-{partition}: the committed checkpoint is offset {checkpoint} but the partition ends "
+            f"at {latest} (was the topic deleted and created again, or truncated by an unclean leader election?): "
+            "not reading from an offset it never had"
+        )
+    return None
+
+
+class KafkaSource:
+    """Kafka topics as a pipeline's source (module docstring); ``resource`` is the topic's name."""
+
+    def __init__(self, config: KafkaConfig, *, wait_s: float = DEFAULT_WAIT_S) -> None:
+        self.config = config
+        self.wait_s = wait_s
+        self._admin: Any = None
+
+    def partitions(self, resource: str) -> int:
+        return topic_partitions(self.config, [resource])[resource]
+
+    def ends(self, resource: str, starts: Mapping[int, int]) -> dict[int, int]:
+        if not starts:
+            return {}
+        earliest, latest = self._offsets(resource, sorted(starts))
+        for p, start in sorted(starts.items()):
+            lost = lost_records(resource, p, start, earliest[p], latest[p])
+            if lost is not None:
+                raise lost
+        return latest
+
+    def _offsets(self, topic: str, partitions: Sequence[int]) -> tuple[dict[int, int], dict[int, int]]:
+        """Each partition's earliest offset and high watermark, retried for ``wait_s`` while the broker does not
+        answer (``BrokerUnavailable`` then)."""
+        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+        deadline = time.monotonic() + self.wait_s
+        attempts = 0
+        while True:
+            admin = self._client()
+            timeout_s = max(1.0, min(self.config.connect_timeout_s, deadline - time.monotonic()))
+            attempts += 1
+            try:
+                found = []
+                for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):  # type: ignore[no-untyped-call]
+                    futures = admin.list_offsets(
+                        {TopicPartition(topic, p): spec for p in partitions}, request_timeout=timeout_s
+                    )
+                    found.append({tp.partition: f.result(timeout=timeout_s + 1).offset for tp, f in futures.items()})
+                return found[0], found[1]
+            except (KafkaException, TimeoutError) as exc:
+                error = exc
+            # by attempts too: a process frozen (SIGSTOP, a long pause) past the deadline tries again on waking
+            if time.monotonic() >= deadline and attempts >= MIN_ATTEMPTS:
+                detail = str(error.args[0]) if error.args else type(error).__name__
+                raise BrokerUnavailable(
+                    f"cannot read the offsets of topic {topic!r}: {self.config.who} did not answer within "
+                    f"{self.wait_s:g} s ({detail})"
+                ) from error
+            time.sleep(0.5)  # a failover in progress: the partitions' new leaders are elected meanwhile
+
+    def _client(self) -> Any:
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            try:
+                self._admin = AdminClient(self.config.client())
+            except Exception as exc:  # a malformed --kafka-option: librdkafka refuses the configuration
+                raise InvalidRequest("kafka-option", str(exc)) from exc
+        return self._admin
+
+    def check(self, spark: SparkSession, topic: str) -> None:
+        """Before joining: the engine has Spark's Kafka connector (an empty read of ``topic`` run as a job; through
+        Connect, the server's classpath); ``SparkUnavailable`` saying how to give it otherwise. The job also loads the
+        Kafka source's classes and client, as ``warm_up`` does for the rest of the batch path: measured, a cold first
+        Kafka batch took several times a warm one, and the adaptive size shrank the next ones accordingly."""
+        from apportion.spark.engine import JARS_ENV, is_connect
+
+        try:
+            self._reader(spark, topic, {0: (0, 0)}).load().count()
+        except Exception as exc:
+            if "DATA_SOURCE_NOT_FOUND" not in str(exc) and "Failed to find data source" not in str(exc):
+                raise
+            remedy = (
+                "start the Connect server with apportion spark serve --kafka-connector"
+                if is_connect(spark)
+                else f"set {JARS_ENV} to its jars (scripts/ensure-spark-kafka.sh) or let Spark resolve its package"
+            )
+            raise SparkUnavailable(f"Spark has no Kafka connector (spark-sql-kafka-0-10): {remedy}") from exc
+
+    def _reader(self, spark: SparkSession, topic: str, ranges: Mapping[int, tuple[int, int]]) -> Any:
+        """Spark's batch read of ``topic``'s partitions ``{p: (start, end)}`` (executors read them)."""
+        return (
+            spark.read.format("kafka")
+            .options(**spark_kafka_options(self.config))
+            .option("assign", json.dumps({topic: sorted(ranges)}))
+            .option("startingOffsets", json.dumps({topic: {str(p): r[0] for p, r in ranges.items()}}))
+            .option("endingOffsets", json.dumps({topic: {str(p): r[1] for p, r in ranges.items()}}))
+            .option("failOnDataLoss", "true")
+        )
+
+    def frames(self, spark: SparkSession, resource: str, tasks: Sequence[Task]) -> list[Frame]:
+        from pyspark.sql import functions as F
+
+        df = self._reader(spark, resource, {t.partition: (t.start, t.end) for t in tasks}).load()
+        df = df.select(
+            F.col("partition").cast("int").alias("partition"),
+            F.col("offset"),
+            F.col("key").cast("string").alias("key"),
+            F.col("value").cast("string").alias("value"),
+            F.unix_millis(F.col("timestamp")).alias("ts_ms"),
+        )
+        return [(tuple(tasks), df)]
+
+
+def read_topic(config: KafkaConfig, topic: str, *, timeout_s: float = 120.0) -> dict[int, InputRecords]:
+    """Every record of ``topic`` now, by partition (``pipeline verify``'s input: from each partition's earliest offset
+    to its high watermark, read with one confluent-kafka consumer of this process; keys and values as UTF-8).
+    ``BrokerUnavailable`` when the records do not arrive within ``timeout_s``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    n = topic_partitions(config, [topic])[topic]
+    source = KafkaSource(config)
+    earliest, latest = source._offsets(topic, range(n))
+    consumer = Consumer(config.client(**{"group.id": "apportion-verify", "enable.auto.commit": False}))
+    records = {p: InputRecords([], [], [], latest[p]) for p in range(n)}
+    try:
+        wanted = [TopicPartition(topic, p, earliest[p]) for p in range(n) if latest[p] > earliest[p]]
+        consumer.assign(wanted)
+        remaining = {tp.partition for tp in wanted}
+        deadline = time.monotonic() + timeout_s
+        while remaining:
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(f"reading topic {topic!r}: partitions {sorted(remaining)} not read to their "
+                                        f"end within {timeout_s:g} s from {config.who}")  # fmt: skip
+            for message in consumer.consume(10_000, timeout=1.0):
+                if message.error() is not None:
+                    continue  # partition EOF and transient errors: the deadline bounds the wait
+                p, offset = message.partition(), message.offset()
+                if p is None or offset is None or p not in remaining or offset >= latest[p]:
+                    continue
+                got = records[p]
+                key, value = message.key(), message.value()
+                got.offsets.append(offset)
+                got.keys.append(None if key is None else key.decode("utf-8", "replace"))
+                got.values.append(None if value is None else value.decode("utf-8", "replace"))
+                if offset + 1 >= latest[p]:
+                    remaining.discard(p)
+    finally:
+        consumer.close()
+    return records
+
+
+def verify_kafka(store: Store, group: str, config: KafkaConfig, topic: str, output_dir: str | Path) -> VerifyReport:
+    """``pipeline verify`` on Kafka: the committed output of ``group`` (resource ``topic``) against every record the
+    topic holds now (``read_topic``): each once, unchanged, in per-key offset order."""
+    return verify_records(store, group, topic, output_dir, read_topic(config, topic))
+
+
+__all__ = ["DEFAULT_WAIT_S", "KafkaSource", "lost_records", "read_topic", "spark_kafka_options", "verify_kafka"]
