@@ -8,9 +8,24 @@
   Kafka producer put a key in the same partition (``_partitioner.py``);
 - :class:`Producer` — keyed, idempotent records into a topic (``_producer.py``);
 - :class:`TopicConsumer`, :func:`run_consumer` — a group member that consumes exactly the partitions it owns, from
-  the store's fenced checkpoints, committing per batch (``_consumer.py``, ``_run.py``: ``apportion kafka consume``).
+  the store's fenced checkpoints, committing per batch (``_consumer.py``, ``_run.py``: ``apportion kafka consume``);
+- :class:`KafkaPythonStickyAssignor`, :class:`AiokafkaStickyAssignor` — seed 4's constrained sticky assignor inside
+  Kafka's own consumer groups (``_assignor.py``; it imports neither client: importing this face stays cheap).
 """
 
+from apportion.kafka._assignor import (
+    ASSIGNOR_NAME,
+    STALE_CLAIMS,
+    AiokafkaStickyAssignor,
+    Claim,
+    GroupAssignment,
+    KafkaPythonStickyAssignor,
+    StaleClaims,
+    Subscription,
+    assign_group,
+    decode_claim,
+    encode_claim,
+)
 from apportion.kafka._client import (
     DEFAULT_CONNECT_TIMEOUT_S,
     KafkaConfig,
@@ -31,6 +46,17 @@ from apportion.kafka._run import Requested, echo, load_handler, run_consumer
 from apportion.kafka._topics import TopicWatcher, resources_text, sync_definition, topic_resources
 
 __all__ = [
+    "ASSIGNOR_NAME",
+    "STALE_CLAIMS",
+    "AiokafkaStickyAssignor",
+    "Claim",
+    "GroupAssignment",
+    "KafkaPythonStickyAssignor",
+    "StaleClaims",
+    "Subscription",
+    "assign_group",
+    "decode_claim",
+    "encode_claim",
     "DEFAULT_BATCH",
     "DEFAULT_COMMIT_DELAY_S",
     "DEFAULT_CONNECT_TIMEOUT_S",
