@@ -9,8 +9,9 @@ answers the batch loop's two questions (``apportion.spark.pipeline._source``):
   offset means retention (or ``kafka-delete-records``) deleted records the pipeline has not processed; a checkpoint
   above the high watermark means the partition lost records it had (the topic created again, an unclean leader
   election). Both are :class:`apportion.errors.RecordsLost` naming the partition and the offsets lost: the worker
-  stops with that line (exit 1), never skipping them. The broker not answering is retried for ``wait_s`` (a leader's
-  failover takes a broker session timeout, 9 s by default), then ``BrokerUnavailable``;
+  stops with that line (exit 1), never skipping them. The broker not answering (a partition without a leader during
+  a failover answers no offset) fails the batch, which is planned again after a pause with the partition locks
+  released (``OffsetsUnavailable``); unanswered for ``wait_s`` (60 s), it is ``BrokerUnavailable``;
 - ``frames``: ONE batch read of Spark's Kafka source (``spark.read.format("kafka")``, the ``spark-sql-kafka-0-10``
   connector: ``apportion.spark.engine._connector``) with ``assign`` of exactly the batch's partitions and their
   ``startingOffsets``/``endingOffsets`` as JSON; the executors fetch the records, one Spark partition per Kafka
@@ -44,10 +45,21 @@ from apportion.store import Store
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-DEFAULT_WAIT_S = 20.0
-"""How long ``ends`` retries a broker that does not answer before ``BrokerUnavailable`` (and at least
-``MIN_ATTEMPTS`` times)."""
+DEFAULT_WAIT_S = 60.0
+"""How long the offsets may stay unanswered, over consecutive batches, before ``BrokerUnavailable`` (or fewer: at
+the batch loop's last allowed failure)."""
+ATTEMPT_S = 10.0
+"""How long one ``ends`` call retries (holding the batch's partition locks) before the batch fails."""
 MIN_ATTEMPTS = 3
+
+
+class OffsetsUnavailable(Exception):
+    """The broker did not give a partition's offsets this time (no leader during a failover, a timeout): the batch
+    fails and is planned again after a pause (``run_batches``), its partition locks released meanwhile. Not an
+    ``ApportionError`` on purpose (those end the batch loop) and never seen by a user: the last failure the loop
+    allows (``MAX_FAILED_BATCHES``) is ``BrokerUnavailable``."""
+
+
 LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
@@ -91,6 +103,8 @@ class KafkaSource:
         self.config = config
         self.wait_s = wait_s
         self._admin: Any = None
+        self._failing_since: float | None = None  # when the offsets stopped being answered (consecutive calls)
+        self._failures = 0  # consecutive calls that ended unanswered
 
     def partitions(self, resource: str) -> int:
         return topic_partitions(self.config, [resource])[resource]
@@ -106,12 +120,14 @@ class KafkaSource:
         return latest
 
     def _offsets(self, topic: str, partitions: Sequence[int]) -> tuple[dict[int, int], dict[int, int]]:
-        """Each partition's earliest offset and high watermark, retried for ``wait_s`` while the broker does not
-        answer (``BrokerUnavailable`` then)."""
+        """Each partition's earliest offset and high watermark, retried for :data:`ATTEMPT_S` while the broker does
+        not answer; then :class:`OffsetsUnavailable` (the batch fails and is retried), or ``BrokerUnavailable`` once
+        the offsets have gone unanswered for ``wait_s`` over consecutive calls (a leader's failover takes a broker
+        session timeout, 9 s by default, and more on a loaded machine)."""
         from confluent_kafka import KafkaException, TopicPartition
         from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
-        deadline = time.monotonic() + self.wait_s
+        deadline = time.monotonic() + min(ATTEMPT_S, self.wait_s)
         attempts = 0
         while True:
             admin = self._client()
@@ -124,15 +140,28 @@ class KafkaSource:
                         {TopicPartition(topic, p): spec for p in partitions}, request_timeout=timeout_s
                     )
                     found.append({tp.partition: f.result(timeout=timeout_s + 1).offset for tp, f in futures.items()})
-                return found[0], found[1]
+                unknown = sorted({p for offsets in found for p, offset in offsets.items() if offset < 0})
+                if not unknown:
+                    self._failing_since, self._failures = None, 0
+                    return found[0], found[1]
+                # a partition without a leader (its broker killed, the election not over) answers -1001: not an end
+                error: Exception = LookupError(f"no offsets for partitions {unknown} (leader unavailable)")
             except (KafkaException, TimeoutError) as exc:
                 error = exc
+            self._admin = None  # a new client next time: librdkafka's cached leaders may be stale (FENCED_LEADER_EPOCH)
             # by attempts too: a process frozen (SIGSTOP, a long pause) past the deadline tries again on waking
             if time.monotonic() >= deadline and attempts >= MIN_ATTEMPTS:
+                from apportion.spark.pipeline._pipeline import MAX_FAILED_BATCHES
+
+                now = time.monotonic()
+                since = self._failing_since = self._failing_since if self._failing_since is not None else now
+                self._failures += 1
                 detail = str(error.args[0]) if error.args else type(error).__name__
+                if now - since < self.wait_s and self._failures < MAX_FAILED_BATCHES:
+                    raise OffsetsUnavailable(f"offsets of topic {topic!r} from {self.config.who}: {detail}") from error
                 raise BrokerUnavailable(
-                    f"cannot read the offsets of topic {topic!r}: {self.config.who} did not answer within "
-                    f"{self.wait_s:g} s ({detail})"
+                    f"cannot read the offsets of topic {topic!r}: {self.config.who} did not answer them for "
+                    f"{now - since + ATTEMPT_S:.0f} s ({detail})"
                 ) from error
             time.sleep(0.5)  # a failover in progress: the partitions' new leaders are elected meanwhile
 
@@ -234,4 +263,12 @@ def verify_kafka(store: Store, group: str, config: KafkaConfig, topic: str, outp
     return verify_records(store, group, topic, output_dir, read_topic(config, topic))
 
 
-__all__ = ["DEFAULT_WAIT_S", "KafkaSource", "lost_records", "read_topic", "spark_kafka_options", "verify_kafka"]
+__all__ = [
+    "DEFAULT_WAIT_S",
+    "KafkaSource",
+    "OffsetsUnavailable",
+    "lost_records",
+    "read_topic",
+    "spark_kafka_options",
+    "verify_kafka",
+]
