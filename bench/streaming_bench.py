@@ -23,6 +23,13 @@ batch's updated aggregates appended as Parquet by ``foreachBatch``). apportion s
 and its state rebuilt from the changelog (``verify_state``); Structured Streaming's last aggregate of every key equal
 to a one-pass aggregate of the log.
 
+``--source kafka``: the same records in a Kafka topic (``--partitions`` partitions, keyed ``key-<n>``) on a
+single-node KRaft broker the bench starts (tests/kafka_server.py; or ``--bootstrap`` an existing one), read by both
+sides: apportion with ``pipeline run --kafka B --topic T`` (Spark's Kafka source, a batch read of each owned
+partition's offset range per micro-batch), Structured Streaming with ``readStream.format("kafka")`` from the earliest
+offsets; the same columns, transform and Parquet sink, ``Trigger.AvailableNow``. Both engines carry Spark's Kafka
+connector from ``scripts/ensure-spark-kafka.sh`` (``APPORTION_KAFKA_JARS``).
+
 Every run is checked before it counts: every input record is in the output, no (partition, offset) twice, and the
 per-key offset order is kept in the committed output's checkpoint order (apportion: a run that breaks it fails).
 Structured Streaming promises no order: its file sink writes a file per task, whose rows come in the order of the
@@ -31,6 +38,7 @@ per-key order (``order_kept``) rather than failing the run.
 
     PYTHONPATH=src .venv/bin/python bench/streaming_bench.py [--records 2000000] [--partitions 8] [--runs 3]
         [--engines local,connect] [--batch-records N (default: none, the pipeline's adaptive size)] [--stateful]
+        [--source log|kafka [--bootstrap HOST:PORT]]
 
 Prints a Markdown table (and ``--json FILE`` writes every run).
 """
@@ -38,6 +46,7 @@ Prints a Markdown table (and ``--json FILE`` writes every run).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -54,6 +63,38 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 RESOURCE = "r"
+TOPIC = "bench"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def kafka_jars() -> str:
+    """Spark's Kafka connector for both engines (scripts/ensure-spark-kafka.sh: Maven, once)."""
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "ensure-spark-kafka.sh")], check=True, capture_output=True,
+                          text=True)  # fmt: skip
+    return Path(done.stdout.strip().splitlines()[-1]).read_text().strip()
+
+
+def produce_kafka(bootstrap: str, records: int, partitions: int, keys: int = 1000) -> None:
+    """``records`` keyed records into a new topic of ``partitions`` partitions (idempotent producer)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(TOPIC, partitions, 1)]).values():
+        future.result(60)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20,
+                         "batch.size": 1_000_000, "partitioner": "murmur2_random"})  # fmt: skip
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(TOPIC, key=f"key-{i % keys}", value=f"v-{i}-{i * 7919 % 1000003:07d}")
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 50_000 == 0:
+            producer.poll(0)
+    if producer.flush(120) != 0:
+        raise SystemExit("the producer could not deliver every record")
 
 
 def produce(work: Path, records: int, partitions: int) -> None:
@@ -83,7 +124,13 @@ def check(table: pa.Table, records: int, order_chunks: list[pa.Table]) -> str | 
 
 
 def run_apportion(
-    work: Path, run: str, engine: list[str], batch_records: int | None, src: Path | None = None, stateful: bool = False
+    work: Path,
+    run: str,
+    engine: list[str],
+    batch_records: int | None,
+    src: Path | None = None,
+    stateful: bool = False,
+    bootstrap: str | None = None,
 ) -> dict[str, Any]:
     from apportion.fleet import Fleet, pipeline_args
     from apportion.spark import read_committed_arrow
@@ -93,8 +140,13 @@ def run_apportion(
     out = work / f"out-{run}"
     size = [] if batch_records is None else ["--batch-records", str(batch_records)]  # none: the default, adaptive
     state = ["--state-dir", str(work / f"state-{run}")] if stateful else []
-    args = pipeline_args(f"sqlite:///{store}", "g", work / "log", out, RESOURCE, *engine, *size, *state, "--idle",
-                         "0.1", "--exit-when-idle", "1", "--settle", "0.2", "--min-interval", "0.4")  # fmt: skip
+    timings = ["--idle", "0.1", "--exit-when-idle", "1", "--settle", "0.2", "--min-interval", "0.4"]
+    if bootstrap is None:
+        args = pipeline_args(f"sqlite:///{store}", "g", work / "log", out, RESOURCE, *engine, *size, *state, *timings)
+    else:
+        args = [sys.executable, "-m", "apportion.cli", "pipeline", "run", "--store", f"sqlite:///{store}",
+                "--group", "g", "--kafka", bootstrap, "--topic", TOPIC, "--output", str(out), *engine, *size,
+                *timings]  # fmt: skip
     env = None if src is None else {"PYTHONPATH": str(src)}
     with Fleet(work / f"logs-{run}", args, env=env) as fleet:
         spawned = time.time()
@@ -104,7 +156,7 @@ def run_apportion(
             raise SystemExit(f"apportion {run} exited with {code}:\n{worker.tail()}")
         done, started = worker.of("batch_done"), worker.of("started")
     with connect(f"sqlite:///{store}") as client:
-        table = read_committed_arrow(client, "g", out, RESOURCE)
+        table = read_committed_arrow(client, "g", out, RESOURCE if bootstrap is None else TOPIC)
         if stateful:
             from apportion.log import PartitionedLog
             from apportion.spark import verify_state
@@ -131,6 +183,25 @@ spark = spark_session(master, "1g", "streaming-bench")
 df = spark.readStream.schema("offset long, key string, value string, ts_ms long").parquet(log + "/*/*.parquet")
 partition = F.regexp_extract(F.col("_metadata.file_path"), r"/(\d+)/[^/]+$", 1).cast("int")
 df = df.select(partition.alias("partition"), "offset", "key", "value", F.sha2(F.col("value"), 256).alias("digest"))
+query = (df.writeStream.format("parquet").option("checkpointLocation", out + "/_checkpoint")
+         .trigger(availableNow=True).start(out + "/data"))
+query.awaitTermination()
+print(json.dumps({"ended": time.time()}))
+"""
+
+
+KAFKA_CHILD = r"""
+import json, sys, time
+from apportion.spark import spark_session
+from apportion.spark.engine import kafka_connector_config
+from pyspark.sql import functions as F
+master, bootstrap, out = sys.argv[1:4]
+spark = spark_session(master, "1g", "streaming-bench", config=kafka_connector_config())
+df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", "bench")
+      .option("startingOffsets", "earliest").load())
+df = df.select(F.col("partition").cast("int").alias("partition"), "offset", F.col("key").cast("string").alias("key"),
+               F.col("value").cast("string").alias("value"))
+df = df.select("partition", "offset", "key", "value", F.sha2(F.col("value"), 256).alias("digest"))
 query = (df.writeStream.format("parquet").option("checkpointLocation", out + "/_checkpoint")
          .trigger(availableNow=True).start(out + "/data"))
 query.awaitTermination()
@@ -182,12 +253,14 @@ def check_aggregate(table: pa.Table, reference: dict[tuple[int, str], tuple[int,
     return None if wrong == 0 else f"{wrong:,} keys' aggregates differ from the log's"
 
 
-def run_streaming(work: Path, run: str, master: str, stateful: bool = False) -> dict[str, Any]:
+def run_streaming(
+    work: Path, run: str, master: str, stateful: bool = False, bootstrap: str | None = None
+) -> dict[str, Any]:
     out = work / f"out-{run}"
     spawned = time.time()
+    child = KAFKA_CHILD if bootstrap is not None else STATEFUL_CHILD if stateful else STREAMING_CHILD
     proc = subprocess.run(
-        [sys.executable, "-c", STATEFUL_CHILD if stateful else STREAMING_CHILD, master, str(work / "log" / RESOURCE),
-         str(out)],
+        [sys.executable, "-c", child, master, bootstrap or str(work / "log" / RESOURCE), str(out)],
         capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     if proc.returncode != 0:
@@ -212,11 +285,35 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--against", default=None, help="Also run apportion at this commit (side 'before').")
     parser.add_argument("--stateful", action="store_true", help="Both sides keep a running aggregate per key.")
+    parser.add_argument("--source", choices=["log", "kafka"], default="log", help="The input both sides read.")
+    parser.add_argument(
+        "--bootstrap", default=None, help="With --source kafka: a broker to use (default: one started)."
+    )
     args = parser.parse_args()
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if args.source == "kafka" and (args.stateful or args.against):
+        raise SystemExit("--source kafka: neither --stateful nor --against (the pipeline on Kafka is not stateful)")
 
     work = Path(tempfile.mkdtemp(prefix="apportion-streaming-bench-"))
-    produce(work, args.records, args.partitions)
+    with contextlib.ExitStack() as stack:
+        bootstrap = None
+        if args.source == "kafka":
+            os.environ["APPORTION_KAFKA_JARS"] = kafka_jars()
+            bootstrap = args.bootstrap
+            if bootstrap is None:
+                sys.path.insert(0, str(ROOT))
+                from tests.kafka_server import KafkaCluster
+
+                bootstrap = stack.enter_context(KafkaCluster.run(work / "kafka", nodes=1)).bootstrap
+            started = time.monotonic()
+            produce_kafka(bootstrap, args.records, args.partitions)
+            print(f"produced {args.records:,} records in {time.monotonic() - started:.1f} s", file=sys.stderr)
+        else:
+            produce(work, args.records, args.partitions)
+        bench(args, engines, work, bootstrap)
+
+
+def bench(args: argparse.Namespace, engines: list[str], work: Path, bootstrap: str | None) -> None:
     reference = reference_aggregate(work) if args.stateful else {}
     before = None
     if args.against is not None:
@@ -228,13 +325,16 @@ def main() -> None:
     server = None
     if "connect" in engines:
         from apportion.spark import ConnectServer
+        from apportion.spark.engine import kafka_connector_config
 
-        server = ConnectServer("local[2]", args.port, log_path=work / "server.log")
+        config = None if bootstrap is None else kafka_connector_config()
+        server = ConnectServer("local[2]", args.port, log_path=work / "server.log", config=config)
         server.__enter__()
         server.check_session()
         # untimed: the first job of each kind on a fresh server is cold, whichever side would run it first
-        run_apportion(work, "warm-a", ["--spark", server.url], args.batch_records, stateful=args.stateful)
-        run_streaming(work, "warm-s", server.url, args.stateful)
+        run_apportion(work, "warm-a", ["--spark", server.url], args.batch_records, stateful=args.stateful,
+                      bootstrap=bootstrap)  # fmt: skip
+        run_streaming(work, "warm-s", server.url, args.stateful, bootstrap)
     rows: list[dict[str, Any]] = []
     try:
         for n in range(args.runs):
@@ -247,10 +347,10 @@ def main() -> None:
                     if side != "streaming":
                         spec = ["--master", "local[1]"] if engine == "local" else ["--spark", server.url]  # type: ignore[union-attr]
                         src = before if side == "before" else None
-                        result = run_apportion(work, run, spec, args.batch_records, src, args.stateful)
+                        result = run_apportion(work, run, spec, args.batch_records, src, args.stateful, bootstrap)
                     else:
                         master = "local[1]" if engine == "local" else server.url  # type: ignore[union-attr]
-                        result = run_streaming(work, run, master, args.stateful)
+                        result = run_streaming(work, run, master, args.stateful, bootstrap)
                     table, chunks = result.pop("table"), result.pop("chunks")
                     if side == "streaming" and args.stateful:
                         problem = check_aggregate(table, reference)
@@ -273,7 +373,7 @@ def main() -> None:
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2))
     size = "adaptive" if args.batch_records is None else f"{args.batch_records:,}"
-    print(f"{args.records:,} records in {args.partitions} partitions, --batch-records {size}, "
+    print(f"{args.records:,} records in {args.partitions} partitions ({args.source}), --batch-records {size}, "
           f"{'stateful (a running aggregate per key), ' if args.stateful else ''}"
           f"{args.runs} alternating runs; load average {min(r['load'] for r in rows)}-{max(r['load'] for r in rows)}"
           " on 2 cores\n")  # fmt: skip
