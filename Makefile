@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: demo test docs soak bench lint check-java clean
 
 $(STAMP): pyproject.toml
+	@bash scripts/ensure-release-tags.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[spark,etcd,postgres,metrics,dashboard,rabbitmq,kafka,kubernetes,docs,dev]'

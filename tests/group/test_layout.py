@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 import apportion
-from apportion.errors import CorruptRecord
+from apportion.errors import CorruptRecord, NewerFormat
 from apportion.group import LAYOUT, LEGACY_LAYOUT, GroupConfig, Keys, decode, encode, explain, group_status
 from apportion.store import EventType
 from apportion.store._types import KeyValue
@@ -72,5 +72,5 @@ def test_an_earlier_version_refuses_a_layout_2_group_rather_than_claim_where_nob
         GroupConfig.from_json(decode(record))  # what every earlier version's reading of the definition does
     assert GroupConfig.from_record(kv).layout == LAYOUT
     newer = KeyValue(kv.key, encode({"layout": 3, "definition": GroupConfig(partitions=4).to_json()}), 1, 1, 1, 0)
-    with pytest.raises(CorruptRecord, match="newer apportion"):
+    with pytest.raises(NewerFormat, match="format 3, written by a newer apportion"):
         GroupConfig.from_record(newer)

@@ -20,6 +20,7 @@ from apportion.log import PartitionedLog, Producer
 from apportion.spark import Pipeline, transform
 from apportion.spark.pipeline._output import Checkpoint, committed_checkpoints, read_committed_arrow
 from apportion.spark.pipeline._pipeline import MAX_FAILED_BATCHES, clean_partition
+from apportion.spark.pipeline._source import LogSource
 from apportion.spark.pipeline._stateful import StatefulPartitions, verify_state
 from tests.group.harness import Harness
 from tests.spark.test_stateful import Events
@@ -243,7 +244,8 @@ def test_the_zombies_state_and_output_stay_exactly_once_after_it_is_fenced(spark
     """After the fenced zombie, the new owner processes everything: output and state are exactly once."""
     h, pipeline, _, _ = _zombie_scenario(spark, tmp_path, "before_write")
     pipeline.run_once()
-    log = pipeline.log
+    assert isinstance(pipeline.source, LogSource)
+    log = pipeline.source.log
     new_owner = h.members["n"]
     events = Events()
     state = StatefulPartitions(log, "r", tmp_path / "state" / "n", emit=events, worker_id="n")

@@ -8,8 +8,8 @@
 (``SETUPTOOLS_SCM_PRETEND_VERSION``: an archive has no git metadata). A file lock lets two test processes (xdist)
 share one build; a half-built environment (a crash, a timeout) is never used: ``ready`` is written last.
 
-Without git, or without a tag, a developer's run skips; CI's (a ``git clone`` brings the tags) fails naming what
-is missing."""
+Without git, or without a tag, a developer's run skips; CI's fails naming what is missing (the Makefile recreates
+the tags a clone came without from ``RELEASES``: ``scripts/ensure-release-tags.sh``)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,9 @@ def previous_release() -> tuple[str, str]:
         commit = _git("rev-parse", f"{tag}^{{commit}}")
     except (OSError, subprocess.CalledProcessError) as exc:
         stderr = getattr(exc, "stderr", "") or str(exc)
-        _unavailable(f"no release tag to upgrade from (git describe: {stderr.strip()}): git fetch --tags")
+        _unavailable(
+            f"no release tag to upgrade from (git describe: {stderr.strip()}): run scripts/ensure-release-tags.sh"
+        )
         raise AssertionError("unreachable") from exc
     return tag, commit
 
