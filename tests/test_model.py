@@ -73,4 +73,4 @@ def test_keys_and_records_of_a_named_group_keep_the_text_old_stores_hold() -> No
     latest = decode(h.store.get(keys.latest).value)  # type: ignore[union-attr]
     plan = PlanRecord.from_json(decode(h.store.get(keys.plan(latest["round"])).value))  # type: ignore[union-attr]
     assert plan.assignment == {"a": ["eu-orders-0", "eu-orders-1", "eu-orders-2", "x-0"]}
-    assert sorted(group_status(h.store, "g")["partitions"]) == ["eu-orders-0", "eu-orders-1", "eu-orders-2", "x-0"]
+    assert sorted(group_status(h.store, "g").partitions) == ["eu-orders-0", "eu-orders-1", "eu-orders-2", "x-0"]

@@ -157,8 +157,8 @@ def test_rack_reaches_the_strategy_high_availability_puts_standbys_on_another_ra
     def placed() -> dict[str, set[str]] | None:
         """Each active member's standby holders, once every partition has an active and a standby."""
         with connect(url) as store:
-            partitions = group_status(store, "g")["partitions"].values()
-        roles = [{r["role"]: m for m, r in (p.get("tags") or {}).items()} for p in partitions]
+            partitions = group_status(store, "g").partitions.values()
+        roles = [{r["role"]: m for m, r in p.tags.items()} for p in partitions]
         if len(roles) != 6 or not all({"active", "standby"} <= set(r) for r in roles):
             return None
         if {r["active"] for r in roles} != {"w1", "w2", "w3"}:

@@ -68,8 +68,8 @@ def test_apportion_subscribe_changes_a_live_members_subscriptions_and_status_sho
             wait_for("w1 holds refunds only", lambda: _resources_held(w1) == {"refunds"}, 10)
             wait_for("settled after the change", lambda: settled(store, "g", ["w1", "w2"]), 15)
             snapshot = group_status(store, "g")
-            assert snapshot["members"]["w1"]["subscriptions"] == ["refunds"]
-            assert all(info["owner"] is None for p, info in snapshot["partitions"].items() if p.startswith("payments"))
+            assert snapshot.members["w1"].subscriptions == ("refunds",)
+            assert all(info.owner is None for p, info in snapshot.partitions.items() if p.startswith("payments"))
             shown = cli("status", "--store", url, "--group", "g")
             assert shown.code == 0 and "subscriptions" in shown.stdout and "orders (4)" in shown.stdout
             assert cli("subscribe", "--store", url, "--group", "g", "--id", "w1", "--clear").code == 0

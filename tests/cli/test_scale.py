@@ -83,7 +83,7 @@ def test_scale_of_a_group_of_another_mode_is_refused_and_changes_nothing(mode: s
     with connect(url) as store:
         assert stored_replicas(store, "g") is None
         status = group_status(store, "g")
-    assert "replicas" not in status and status["mode"] == mode
+    assert status.replicas is None and status.mode == mode
 
 
 def test_scale_of_a_group_stored_before_modes_were_works_as_before(tmp_path: Path) -> None:

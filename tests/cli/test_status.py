@@ -7,13 +7,22 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import Any
 
 import pytest
 from rich.console import Console
 
 from apportion.cli._status import SUMMARY_ABOVE, SUMMARY_ROWS, render
-from apportion.group import CoordinatorMember, GroupConfig, parse_resources
+from apportion.group import (
+    CoordinatorMember,
+    Entry,
+    GroupConfig,
+    GroupStatus,
+    MemberStatus,
+    PartitionStatus,
+    TableState,
+    parse_resources,
+)
+from apportion.group._status_records import FailedMember
 from apportion.store import connect
 from tests.cli.run import cli
 from tests.group.large_group import LargeGroup, build_group
@@ -126,22 +135,20 @@ def test_a_summary_counts_each_resource_of_a_group_over_named_resources() -> Non
 def test_a_summary_names_table_moves_and_waiting_ordinals() -> None:
     """Coordinator and static modes in a summary: the partition table's entries counted by state, a MIGRATING one
     listed with its target, an unowned one waiting for its ordinal (a snapshot as group_status gives it)."""
-    partitions: dict[str, dict[str, Any]] = {
-        str(p): {"owner": "w1", "epoch": 1, "checkpoint": None, "lapsing": False} for p in range(300)
-    }
-    partitions["7"] = {"owner": None, "epoch": 3, "checkpoint": None, "waiting_for": 2}
-    table = {str(p): {"owner": "w1", "target": None, "state": "ONLINE"} for p in range(300)}
-    table["12"] = {"owner": "w1", "target": "w2", "state": "MIGRATING"}
-    snapshot = {
-        "members": {"w1": {"alive": True, "partitions": [str(p) for p in range(300) if p != 7]}},
-        "partitions": partitions,
-        "round": 0,
-        "plan_round": 0,
-        "resource": None,
-        "table": table,
-        "failed": {"w3": {"failed_at": 1.0, "partitions": list(range(40)), "detected_by": "w1"}},
-        "coordinator": {"member": "w1"},
-    }
+    partitions = {str(p): PartitionStatus("w1", 1, None) for p in range(300)}
+    partitions["7"] = PartitionStatus(None, 3, None, waiting_for=2)
+    table = {str(p): Entry("w1", None, TableState.ONLINE) for p in range(300)}
+    table["12"] = Entry("w1", "w2", TableState.MIGRATING)
+    snapshot = GroupStatus(
+        members={"w1": MemberStatus(True, tuple(str(p) for p in range(300) if p != 7))},
+        partitions=partitions,
+        round=0,
+        plan_round=0,
+        resource=None,
+        table=table,
+        failed={"w3": FailedMember(1.0, tuple(range(40)), "w1")},
+        coordinator={"member": "w1"},
+    )
     console = Console(record=True, width=200)
     console.print(render("g", snapshot))
     text = console.export_text()

@@ -201,7 +201,7 @@ def test_a_user_whose_role_allows_only_the_apportion_prefix_can_run_a_worker_sta
             assert worker.owned() == [0, 1, 2, 3]
             worker.commit(0, "c1")
             status = group_status(store, "limited")
-            assert status["partitions"]["0"]["checkpoint"] == "c1"
+            assert status.partitions["0"].checkpoint == "c1"
             assert any(event["type"] == "commit" for event in history(store, "limited"))
 
 

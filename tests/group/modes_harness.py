@@ -66,5 +66,5 @@ class ModeHarness(Harness):
     def store_owners(self) -> dict[int, str]:
         from apportion.group import group_status
 
-        parts = group_status(self.store, self.group)["partitions"]
-        return {int(p): v["owner"] for p, v in parts.items() if v["owner"] is not None}
+        parts = group_status(self.store, self.group).partitions
+        return {int(p): v.owner for p, v in parts.items() if v.owner is not None}

@@ -134,10 +134,10 @@ def test_status_marks_an_owner_record_whose_member_registered_again_as_lapsing()
     h.store.put(keys.owner(0), owner_value("a", 1), old)
     h.store.put(keys.owner(1), owner_value("a", 2), new)
     status = group_status(h.store, h.group)
-    assert status["partitions"]["0"]["lapsing"] is True
-    assert status["partitions"]["1"]["lapsing"] is False
-    assert status["members"]["a"]["partitions"] == ["1"]
-    assert status["members"]["a"]["lapsing"] == ["0"]
+    assert status.partitions["0"].lapsing is True
+    assert status.partitions["1"].lapsing is False
+    assert status.members["a"].partitions == ("1",)
+    assert status.members["a"].lapsing == ("0",)
 
 
 def _second(h: Harness, member_id: str, **options: object) -> RoundsMember:

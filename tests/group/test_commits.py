@@ -167,12 +167,12 @@ def test_legacy_commit_records_are_read_until_a_commit_supersedes_them(store: St
         store.put(KEYS.legacy_commit(p), encode({"checkpoint": f"old-{p}", "epoch": 1, "member": "w0"}))
     a = started(store, "a", 4)
     assert [a.checkpoint(p) for p in range(4)] == ["old-0", "old-1", "old-2", "old-3"]
-    assert group_status(store, GROUP)["partitions"]["1"]["checkpoint"] == "old-1"
+    assert group_status(store, GROUP).partitions["1"].checkpoint == "old-1"
     a.commit_many({0: "new-0", 1: "new-1"})
     assert store.get(KEYS.legacy_commit(0)) is not None  # left in place, superseded
     assert committed(store, GROUP) == {0: "new-0", 1: "new-1", 2: "old-2", 3: "old-3"}
-    status = group_status(store, GROUP)["partitions"]
-    assert [status[str(p)]["checkpoint"] for p in range(4)] == ["new-0", "new-1", "old-2", "old-3"]
+    status = group_status(store, GROUP).partitions
+    assert [status[str(p)].checkpoint for p in range(4)] == ["new-0", "new-1", "old-2", "old-3"]
     store.put(KEYS.legacy_commit(1), encode({"checkpoint": "later", "epoch": 1, "member": "w0"}))  # written last
     assert a.checkpoint(1) == "later" and committed(store, GROUP)[1] == "later"
     assert a.checkpoint(0) == "new-0"

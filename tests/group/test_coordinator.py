@@ -29,6 +29,7 @@ from apportion.group._coordinator import (
     request_rebalance,
     table_changes,
 )
+from apportion.group._status_records import Waiting
 from apportion.store import Delete
 from tests.group.modes_harness import RR, ModeHarness
 
@@ -105,9 +106,7 @@ def test_below_the_minimum_or_before_the_first_table_the_group_is_waiting_and_re
     h = ModeHarness()
     h.add_coordinated("a", min_members=3)
     h.run(1.0)
-    assert group_status(h.store, "g")["waiting"] == {
-        "min_members": 3, "live": 1, "reason": "waiting for 3 members (have 1)",
-    }  # fmt: skip
+    assert group_status(h.store, "g").waiting == Waiting(3, 1, "waiting for 3 members (have 1)")
     for refused in (planned_moves, lambda store, group: request_rebalance(store, group, 0.0)):
         with pytest.raises(InvalidRequest, match=r"^group 'g' is waiting for 3 members \(have 1\): no partition"):
             refused(h.store, "g")
@@ -115,9 +114,10 @@ def test_below_the_minimum_or_before_the_first_table_the_group_is_waiting_and_re
     h.add_coordinated("b", min_members=3)
     h.add_coordinated("c", min_members=3)
     h.run(0.1)
-    assert group_status(h.store, "g")["waiting"]["reason"].startswith("settling: the first table follows once no")
+    waiting = group_status(h.store, "g").waiting
+    assert waiting is not None and waiting.reason.startswith("settling: the first table follows once no")
     h.run(1.0)
-    assert "waiting" not in group_status(h.store, "g") and len(table(h)) == 12
+    assert group_status(h.store, "g").waiting is None and len(table(h)) == 12
     assert planned_moves(h.store, "g") == []
 
 
@@ -352,8 +352,7 @@ def coordinated(*members: str) -> ModeHarness:
 def failed(h: ModeHarness) -> dict[str, dict[str, object]]:
     from apportion.group import group_status
 
-    result: dict[str, dict[str, object]] = group_status(h.store, "g").get("failed", {})
-    return result
+    return {mid: info.to_json() for mid, info in group_status(h.store, "g").failed.items()}
 
 
 def test_status_lists_a_member_whose_lease_expired_with_when_and_what_it_owned() -> None:

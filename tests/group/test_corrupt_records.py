@@ -197,7 +197,7 @@ def test_corrupt_registrations_participations_and_history_are_skipped_with_a_war
     with caplog.at_level(logging.WARNING), connect(url, read_only=True) as store:
         status = group_status(store, "g")
         explained = explain(store, "g", 3)
-    assert status["members"]["w9"]["alive"] is True
+    assert status.members["w9"].alive is True
     assert explained["epochs"] == []
     warned = {r.getMessage().split(" is corrupt")[0] for r in caplog.records}
     assert {f"store record {KEYS.prefix}members/w9", f"store record {KEYS.prefix}round/5/w9"} <= warned

@@ -46,8 +46,8 @@ def test_a_group_created_before_layouts_keeps_claiming_under_its_prefix_and_read
     assert sorted(h.owners()) == list(range(12))
     assert len(h.store.range(legacy.owners)) == 12 and h.store.range(Keys("g").ownership) == []
     status = group_status(h.store, "g")
-    assert {info["owner"] for info in status["partitions"].values()} == {"a", "b"}
-    assert status["partitions"]["3"]["epoch"] == 8
+    assert {info.owner for info in status.partitions.values()} == {"a", "b"}
+    assert status.partitions["3"].epoch == 8
     with apportion.Router(h.store, "g", follow=False) as router:
         routes = [router.route(f"key-{i}") for i in range(50)]
     assert all(route.owner in ("a", "b") and route.epoch is not None for route in routes)

@@ -143,9 +143,9 @@ def test_status_shows_learners_and_standbys_with_their_reported_lag() -> None:
             h.run(3)
     h.run(7)  # the newcomer m3 gets learners, then a probing round records their lags
     status = group_status(h.store, "g")
-    learning = {p: info["learners"] for p, info in status["partitions"].items() if "learners" in info}
+    learning = {p: info.learners for p, info in status.partitions.items() if info.learners}
     assert learning and all(holders == {"m3": 1_000} for holders in learning.values()), learning
-    standby = {p: info["standby"] for p, info in status["partitions"].items()}
+    standby = {p: info.standby for p, info in status.partitions.items()}
     assert all(len(holders) == 1 for holders in standby.values())  # one standby per partition, lag reported
     console = Console(record=True, width=200)
     console.print(render("g", status))

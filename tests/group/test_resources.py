@@ -146,8 +146,8 @@ def test_callbacks_owned_status_and_commits_list_named_ids_in_index_order_not_te
     for p in everything:
         member.commit(p, f"c{p}")
     snapshot = group_status(h.store, "g")
-    assert list(snapshot["partitions"]) == [str(p) for p in everything]
-    assert snapshot["members"]["a"]["partitions"] == [str(p) for p in everything]
+    assert list(snapshot.partitions) == [str(p) for p in everything]
+    assert snapshot.members["a"].partitions == tuple(str(p) for p in everything)
     assert list(committed(h.store, "g")) == everything
     member.leave()
     assert [parts for kind, _, parts, _ in h.log.calls if kind == "revoked"] == [everything]

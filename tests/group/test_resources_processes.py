@@ -39,10 +39,10 @@ def _rest(url: str, alive: set[str]) -> Rest | None:
         if not group.settled(store, "g", alive):
             return None
         snapshot = group.group_status(store, "g")
-    held = {m: [p for p, info in snapshot["partitions"].items() if info["owner"] == m] for m in sorted(alive)}
-    subs = {m: frozenset(info["subscriptions"]) if "subscriptions" in info else None for m, info in
-            snapshot["members"].items()}  # fmt: skip
-    return Rest(int(snapshot["plan_round"]), held, subs)
+    held = {m: [p for p, info in snapshot.partitions.items() if info.owner == m] for m in sorted(alive)}
+    subs = {m: None if info.subscriptions is None else frozenset(info.subscriptions) for m, info in
+            snapshot.members.items()}  # fmt: skip
+    return Rest(snapshot.plan_round, held, subs)
 
 
 def _problems(url: str, alive: set[str], rest: Rest | None = None) -> list[str]:

@@ -177,13 +177,13 @@ def test_a_crashed_ordinal_keeps_its_partitions_unowned_and_status_says_it_waits
     h.run(3.5)  # its lease expires
     block = list(range_block(2, 3, 12))
     assert h.assignment() == blocks(3, [0, 1]), "a StatefulSet keeps an ordinal's partitions for its pod"
-    parts = group_status(h.store, "g")["partitions"]
-    assert {int(p) for p, info in parts.items() if info.get("waiting_for") == 2} == set(block)
-    assert all("waiting_for" not in info for p, info in parts.items() if int(p) not in block)
+    parts = group_status(h.store, "g").partitions
+    assert {int(p) for p, info in parts.items() if info.waiting_for == 2} == set(block)
+    assert all(info.waiting_for is None for p, info in parts.items() if int(p) not in block)
     h.add_static("c-2", 2, 3)  # the pod returns
     h.run(0.5)
     assert h.assignment() == blocks(3)
-    assert all("waiting_for" not in info for info in group_status(h.store, "g")["partitions"].values())
+    assert all(info.waiting_for is None for info in group_status(h.store, "g").partitions.values())
 
 
 def test_a_crashed_ordinal_s_partitions_go_to_the_others_when_the_count_drops() -> None:

@@ -6,7 +6,18 @@ from __future__ import annotations
 import uuid
 
 import apportion
-from apportion.group import Keys, encode, group_status, not_at_rest, owned_by, owners, settled
+from apportion.group import (
+    Entry,
+    Keys,
+    PartitionStatus,
+    TableState,
+    encode,
+    group_status,
+    not_at_rest,
+    owned_by,
+    owners,
+    settled,
+)
 from apportion.waiting import wait_for
 from tests.group.large_group import build_group
 
@@ -32,16 +43,16 @@ def test_a_partition_not_where_the_plan_puts_it_is_moving_and_not_at_rest() -> N
     lease = store.get(keys.member("w1"))
     assert lease is not None
     store.put(keys.owner(0), encode({"epoch": 1, "member": "w1"}), lease.lease)  # the plan gives 0 to w0
-    found = group_status(store, "g")["partitions"]
-    assert found["0"]["moving_to"] == "w0" and found["11"]["moving_to"] == "w2" and found["11"]["owner"] is None
-    assert [p for p, info in found.items() if "moving_to" in info] == ["0", "11"]
+    found = group_status(store, "g").partitions
+    assert found["0"].moving_to == "w0" and found["11"].moving_to == "w2" and found["11"].owner is None
+    assert [p for p, info in found.items() if info.moving_to is not None] == ["0", "11"]
     assert group.unowned == (11,)
     assert not_at_rest(found["0"]) == ["moving to w0"]
     assert not_at_rest(found["11"]) == ["unowned (planned for w2)"]
     assert not_at_rest(found["5"]) == []
-    lapsing = {"owner": "w1", "lapsing": True, "learners": {"w2": None}}
+    lapsing = PartitionStatus("w1", 1, None, lapsing=True, learners={"w2": None})
     assert not_at_rest(lapsing) == ["lapsing", "learners warming up"]
-    assert not_at_rest({"owner": None, "waiting_for": 2}) == ["waiting for ordinal 2"]
-    entry = {"owner": "w1", "target": "w2", "state": "MIGRATING"}
+    assert not_at_rest(PartitionStatus(None, 1, None, waiting_for=2)) == ["waiting for ordinal 2"]
+    entry = Entry("w1", "w2", TableState.MIGRATING)
     assert not_at_rest(found["5"], entry) == ["MIGRATING → w2"]
-    assert not_at_rest(found["5"], {"owner": "w1", "target": None, "state": "ONLINE"}) == []
+    assert not_at_rest(found["5"], Entry("w1", None, TableState.ONLINE)) == []

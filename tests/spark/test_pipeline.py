@@ -244,7 +244,7 @@ def test_coordinator_mode_pipeline_survives_kill_zombie_and_late_join_with_exact
     )
     assert {e["mode"] for w in processes for e in w.of("started")} == {"coordinator"}
     with connect(url) as store:
-        assert len(group_status(store, "g")["table"]) == PARTITIONS  # the coordinator's partition table
+        assert len(group_status(store, "g").table) == PARTITIONS  # the coordinator's partition table
 
 
 # The stateful variants (issue 30.4: `--state-dir` was refused outside the rounds mode): the same faults on fewer
@@ -314,7 +314,7 @@ def static_pod(fleet: Fleet, o: int, *extra: str) -> WorkerProcess:
 
 def waiting_for(store: Store) -> dict[int, int | None]:
     """Each partition's ordinal when it is unowned, waiting for that ordinal's pod (`apportion status`)."""
-    return {int(p): info.get("waiting_for") for p, info in group_status(store, "g")["partitions"].items()}
+    return {int(p): info.waiting_for for p, info in group_status(store, "g").partitions.items()}
 
 
 @pytest.mark.slow  # 45 s on a 2-core machine at load 14, the Connect server up

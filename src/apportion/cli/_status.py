@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from typing import Any
+from collections.abc import Mapping
 
 import click
 from rich.console import Console, Group, RenderableType
@@ -34,7 +34,16 @@ from apportion.cli._common import group_option, seconds, store_option
 from apportion.cli._store import read_group
 from apportion.clock import clock_text
 from apportion.errors import InvalidRequest
-from apportion.group import FAILED_RETENTION_S, checkpoint_offset, group_status, not_at_rest, tags_text
+from apportion.group import (
+    FAILED_RETENTION_S,
+    GroupStatus,
+    MemberStatus,
+    PartitionStatus,
+    checkpoint_offset,
+    group_status,
+    not_at_rest,
+    tags_text,
+)
 from apportion.model import resource_of
 
 SUMMARY_ABOVE = 200  # partitions: a larger group's table is a summary unless --all
@@ -76,31 +85,32 @@ def status(
     with read_group(store_url, group_name) as store:
         snapshot = group_status(store, group_name)
     if as_json:
-        out = {
-            "members": {m: _member_json(v) for m, v in snapshot["members"].items()},
-            "partitions": snapshot["partitions"],
-            "round": snapshot["round"],
-            "failed": snapshot["failed"],
-        }
-        if "replicas" in snapshot:  # static mode
-            out["replicas"] = snapshot["replicas"]["replicas"]
-        resources = (snapshot.get("resource") or {}).get("resources")
-        if resources:  # a group over named resources: what the table's title shows
-            out["resources"] = resources
-        out["mode"] = snapshot["mode"]  # the stored definition's (null: stored before modes were)
-        if snapshot["mode"] == "coordinator":  # null once the table is laid out and the minimum is live
-            out["waiting"] = snapshot.get("waiting")
-        click.echo(json.dumps(out, sort_keys=True))
+        click.echo(json.dumps(_json(snapshot), sort_keys=True))
         return
     Console().print(render(group_name, snapshot, list_all=list_all), soft_wrap=_listed_plainly(snapshot, list_all))
 
 
-def _member_json(info: dict[str, Any]) -> dict[str, Any]:
-    """A member in ``--json``: alive, partitions, and in a group over named resources the subscriptions the table
-    shows (absent: every resource of the group)."""
-    out = {"alive": info["alive"], "partitions": info["partitions"]}
-    if "subscriptions" in info:
-        out["subscriptions"] = info["subscriptions"]
+def _json(snapshot: GroupStatus) -> dict[str, object]:
+    """``--json``: members (alive, partitions, and in a group over named resources the subscriptions the table shows;
+    absent: every resource of the group), partitions, round, failed members and mode; the replica count in static
+    mode, the resources in a group over named resources, ``waiting`` in coordinator mode (null once the table is laid
+    out and the minimum is live)."""
+    shown = ("alive", "partitions", "subscriptions")  # not a member's capacity or lapsing records
+    out: dict[str, object] = {
+        "members": {
+            mid: {k: v for k, v in info.to_json().items() if k in shown} for mid, info in snapshot.members.items()
+        },
+        "partitions": {p: info.to_json() for p, info in snapshot.partitions.items()},
+        "round": snapshot.round,
+        "failed": {mid: info.to_json() for mid, info in snapshot.failed.items()},
+    }
+    if snapshot.replicas is not None:  # static mode
+        out["replicas"] = snapshot.replicas
+    if snapshot.resource is not None and snapshot.resource.resources:  # what the table's title shows
+        out["resources"] = snapshot.resource.to_json()["resources"]
+    out["mode"] = snapshot.mode  # the stored definition's (null: stored before modes were)
+    if snapshot.mode == "coordinator":
+        out["waiting"] = None if snapshot.waiting is None else snapshot.waiting.to_json()
     return out
 
 
@@ -126,111 +136,118 @@ def _when(t: float) -> str:
     return clock_text(t, date=True)
 
 
-def _holders(holders: dict[str, int | None]) -> str:
+def _holders(holders: Mapping[str, int | None]) -> str:
     """``w2 (0) w4 (1,530)``: replica holders with the lag they reported (``?``: not reported yet)."""
     return " ".join(f"{m} ({'?' if lag is None else f'{lag:,}'})" for m, lag in holders.items()) or "-"
 
 
-def render(group_name: str, snapshot: dict[str, Any], *, list_all: bool = False) -> RenderableType:
+def render(group_name: str, snapshot: GroupStatus, *, list_all: bool = False) -> RenderableType:
     """The status tables of a ``group_status`` snapshot: every partition when the group has at most
     ``SUMMARY_ABOVE`` of them or ``list_all``, else the summary (see the module docstring); first, on a line of its
     own, why a coordinator group waits (below its minimum cluster size, or before the first table)."""
     tables = _tables(group_name, snapshot, list_all=list_all)
-    if snapshot.get("waiting"):
-        return Group(Text(f"group {group_name}: {snapshot['waiting']['reason']}"), tables)
+    if snapshot.waiting is not None:
+        return Group(Text(f"group {group_name}: {snapshot.waiting.reason}"), tables)
     return tables
 
 
-def _tables(group_name: str, snapshot: dict[str, Any], *, list_all: bool) -> RenderableType:
-    if not (list_all or len(snapshot["partitions"]) <= SUMMARY_ABOVE):
+def _tables(group_name: str, snapshot: GroupStatus, *, list_all: bool) -> RenderableType:
+    if not (list_all or len(snapshot.partitions) <= SUMMARY_ABOVE):
         return _summary(group_name, snapshot)
     members = Table(title=_title(group_name, snapshot))
-    subscribing = any("subscriptions" in info for info in snapshot["members"].values())
+    subscribing = any(info.subscriptions is not None for info in snapshot.members.values())
     for column in ("member", "alive", *(["subscriptions"] if subscribing else []), "partitions"):
         members.add_column(column)
-    for mid, info in snapshot["members"].items():
-        subs = [",".join(info.get("subscriptions", ["all"]))] if subscribing else []
-        members.add_row(mid, "yes" if info["alive"] else "no", *subs, " ".join(info["partitions"]))
+    for mid, info in snapshot.members.items():
+        subs = [_subscriptions(info)] if subscribing else []
+        members.add_row(mid, "yes" if info.alive else "no", *subs, " ".join(info.partitions))
     if _listed_plainly(snapshot, list_all):
         return Group(members, *_failed(snapshot, counts=False), _plain_listing(snapshot))
     parts = Table(title="partitions")
-    columns, rows = _partition_rows(snapshot, snapshot["partitions"])
+    columns, rows = _partition_rows(snapshot, snapshot.partitions)
     for column in columns:
         parts.add_column(column)
     for row in rows:
         parts.add_row(*row)
     tables: list[RenderableType] = [members, parts, *_failed(snapshot, counts=False)]
-    if snapshot["table"]:
-        coordinator = snapshot.get("coordinator", {}).get("member", "-")
-        table = Table(title=f"partition table — coordinator {coordinator}")
+    if snapshot.table:
+        table = Table(title=f"partition table — coordinator {snapshot.coordinator_id or '-'}")
         for column in ("partition", "owner", "target", "state"):
             table.add_column(column)
-        for p, entry in snapshot["table"].items():
-            table.add_row(p, entry["owner"] or "-", entry["target"] or "-", entry["state"])
+        for p, entry in snapshot.table.items():
+            table.add_row(p, entry.owner or "-", entry.target or "-", entry.state.value)
         tables.append(table)
     return Group(*tables)
 
 
-def _listed_plainly(snapshot: dict[str, Any], list_all: bool) -> bool:
+def _subscriptions(info: MemberStatus) -> str:
+    return "all" if info.subscriptions is None else ",".join(info.subscriptions)
+
+
+def _listed_plainly(snapshot: GroupStatus, list_all: bool) -> bool:
     """``--all`` on a group above ``SUMMARY_ABOVE``: the partitions as plain aligned lines (a rich table of 100,000
     rows took a minute to lay out), printed unwrapped (soft wrap) so that each partition stays one line."""
-    return list_all and len(snapshot["partitions"]) > SUMMARY_ABOVE
+    return list_all and len(snapshot.partitions) > SUMMARY_ABOVE
 
 
-def _title(group_name: str, snapshot: dict[str, Any]) -> str:
-    replicas = snapshot.get("replicas")
-    about = f"replicas {replicas['replicas']}" if replicas else f"round {snapshot['round']}"
-    resource = snapshot.get("resource") or {}
-    if resource.get("resources"):  # a group over named resources: what each consumes
-        about += " — " + ", ".join(f"{r['name']} ({r['partitions']})" for r in resource["resources"])
-    if snapshot.get("waiting"):  # coordinator mode: below the minimum cluster size, or before the first table
-        about += " — " + snapshot["waiting"]["reason"]
+def _resources(snapshot: GroupStatus) -> list[str]:
+    """The names of a group's named resources (empty: a one-resource group, or no definition)."""
+    return [] if snapshot.resource is None else [r.name for r in snapshot.resource.resources]
+
+
+def _title(group_name: str, snapshot: GroupStatus) -> str:
+    replicas = snapshot.replicas
+    about = f"replicas {replicas}" if replicas else f"round {snapshot.round}"
+    if snapshot.resource is not None and snapshot.resource.resources:  # named resources: what each consumes
+        about += " — " + ", ".join(f"{r.name} ({r.partitions})" for r in snapshot.resource.resources)
+    if snapshot.waiting is not None:  # coordinator mode: below the minimum cluster size, or before the first table
+        about += " — " + snapshot.waiting.reason
     return f"group {group_name} — {about}"
 
 
 def _partition_rows(
-    snapshot: dict[str, Any], partitions: dict[str, dict[str, Any]], *, state: bool = False
+    snapshot: GroupStatus, partitions: dict[str, PartitionStatus], *, state: bool = False
 ) -> tuple[list[str], list[list[str]]]:
     """The columns and rows of a partitions table (the offset and replica columns only when some partition has
     them; ``state``: why each is not at rest)."""
-    offsets = {p: checkpoint_offset(info["checkpoint"]) for p, info in partitions.items()}
+    offsets = {p: checkpoint_offset(info.checkpoint) for p, info in partitions.items()}
     show_offsets = any(o is not None for o in offsets.values())
-    show_replicas = any("standby" in info or "learners" in info for info in partitions.values())
-    show_tags = any(info.get("tags") for info in partitions.values())  # high_availability: seed 2's task tags
+    show_replicas = any(info.standby or info.learners for info in partitions.values())
+    show_tags = any(info.tags for info in partitions.values())  # high_availability: seed 2's task tags
     columns = ["partition", "owner", "epoch", "checkpoint", *(["offset"] if show_offsets else [])]
     columns += ["standby (lag)", "learners (lag)"] if show_replicas else []
     columns += ["tags"] if show_tags else []
     columns += ["not at rest"] if state else []
     rows = []
-    table = snapshot["table"]
+    table = snapshot.table
     for p, info in partitions.items():
-        owner = f"{info['owner']} (lapsing)" if info.get("lapsing") else info["owner"] or "-"
-        if info.get("waiting_for") is not None:
-            owner = f"waiting for ordinal {info['waiting_for']}"
-        row = [p, owner, str(info["epoch"] or "-"), info["checkpoint"] or "-"]
+        owner = f"{info.owner} (lapsing)" if info.lapsing else info.owner or "-"
+        if info.waiting_for is not None:
+            owner = f"waiting for ordinal {info.waiting_for}"
+        row = [p, owner, str(info.epoch or "-"), info.checkpoint or "-"]
         if show_offsets:
             offset = offsets[p]
             row.append("-" if offset is None else str(offset))
         if show_replicas:
-            row += [_holders(info.get("standby", {})), _holders(info.get("learners", {}))]
+            row += [_holders(info.standby), _holders(info.learners)]
         if show_tags:
-            row.append(tags_text(info.get("tags", {})) or "-")
+            row.append(tags_text(info.tags) or "-")
         if state:
             row.append(", ".join(not_at_rest(info, table.get(p))))
         rows.append(row)
     return columns, rows
 
 
-def _plain_listing(snapshot: dict[str, Any]) -> Text:
+def _plain_listing(snapshot: GroupStatus) -> Text:
     """Every partition, one plain line each with the columns aligned (``--all`` on a large group), with the
     partition table's target and state in coordinator mode."""
-    columns, rows = _partition_rows(snapshot, snapshot["partitions"])
-    table = snapshot["table"]
+    columns, rows = _partition_rows(snapshot, snapshot.partitions)
+    table = snapshot.table
     if table:
         columns += ["target", "state"]
         for row in rows:
             entry = table.get(row[0])
-            row += ["-", "-"] if entry is None else [entry["target"] or "-", entry["state"]]
+            row += ["-", "-"] if entry is None else [entry.target or "-", entry.state.value]
     widths = [max(len(column), *(len(row[i]) for row in rows)) for i, column in enumerate(columns)]
     last = len(columns) - 1
     lines = [
@@ -240,50 +257,50 @@ def _plain_listing(snapshot: dict[str, Any]) -> Text:
     return Text("partitions\n" + "\n".join(lines))
 
 
-def _failed(snapshot: dict[str, Any], *, counts: bool) -> list[RenderableType]:
-    if not snapshot["failed"]:
+def _failed(snapshot: GroupStatus, *, counts: bool) -> list[RenderableType]:
+    if not snapshot.failed:
         return []
     failed = Table(title=f"failed members (lease ended without leaving; kept {FAILED_RETENTION_S / 3600:g} h)")
     for column in ("member", "failed at", "owned then", "seen by"):
         failed.add_column(column)
-    for mid, info in snapshot["failed"].items():
-        parts = info["partitions"]
+    for mid, info in snapshot.failed.items():
+        parts = info.partitions
         owned = f"{len(parts):,} partitions" if counts else " ".join(map(str, parts)) or "-"
-        failed.add_row(mid, _when(info["failed_at"]), owned, str(info["detected_by"] or "-"))
+        failed.add_row(mid, _when(info.failed_at), owned, str(info.detected_by or "-"))
     return [failed]
 
 
-def _summary(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
+def _summary(group_name: str, snapshot: GroupStatus) -> RenderableType:
     """Counts instead of lists (a group above ``SUMMARY_ABOVE`` partitions, without ``--all``)."""
-    partitions = snapshot["partitions"]
-    resources = [r["name"] for r in (snapshot.get("resource") or {}).get("resources", [])]
-    table = snapshot["table"]
+    partitions = snapshot.partitions
+    resources = _resources(snapshot)
+    table = snapshot.table
     unrest = {p: why for p, info in partitions.items() if (why := not_at_rest(info, table.get(p)))}
     per_member: dict[str, dict[str, int]] = {}  # member -> resource -> count
     if resources:
-        for mid, info in snapshot["members"].items():
+        for mid, info in snapshot.members.items():
             counted = per_member.setdefault(mid, {})
-            for p in info["partitions"]:
+            for p in info.partitions:
                 name = resource_of(p) or p
                 counted[name] = counted.get(name, 0) + 1
     members = Table(title=_title(group_name, snapshot))
-    subscribing = any("subscriptions" in info for info in snapshot["members"].values())
-    lapsing = any(info.get("lapsing") for info in snapshot["members"].values())
+    subscribing = any(info.subscriptions is not None for info in snapshot.members.values())
+    lapsing = any(info.lapsing for info in snapshot.members.values())
     columns = ["member", "alive", *(["subscriptions"] if subscribing else []), "partitions"]
     columns += resources if len(resources) <= 6 else ["by resource"] if resources else []
     columns += ["lapsing"] if lapsing else []
     for column in columns:
         members.add_column(column, justify="right" if column in ("partitions", "lapsing", *resources) else "left")
-    for mid, info in snapshot["members"].items():
-        row = [mid, "yes" if info["alive"] else "no"]
-        row += [",".join(info.get("subscriptions", ["all"]))] if subscribing else []
-        row.append(f"{len(info['partitions']):,}")
+    for mid, info in snapshot.members.items():
+        row = [mid, "yes" if info.alive else "no"]
+        row += [_subscriptions(info)] if subscribing else []
+        row.append(f"{len(info.partitions):,}")
         counted = per_member.get(mid, {})
         if resources and len(resources) <= 6:
             row += [f"{counted.get(r, 0):,}" for r in resources]
         elif resources:
             row.append(" ".join(f"{r} {n:,}" for r, n in sorted(counted.items())) or "-")
-        row += [f"{len(info.get('lapsing', [])):,}"] if lapsing else []
+        row += [f"{len(info.lapsing):,}"] if lapsing else []
         members.add_row(*row)
     tables: list[RenderableType] = [members]
     if resources:
@@ -291,10 +308,10 @@ def _summary(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
         for column in ("resource", "partitions", "owned", "unowned", "not at rest"):
             by_resource.add_column(column, justify="left" if column == "resource" else "right")
         stats = {r: [0, 0, 0, 0] for r in resources}
-        for p, info in partitions.items():
+        for p, part in partitions.items():
             row_stats = stats.setdefault(resource_of(p) or p, [0, 0, 0, 0])
             row_stats[0] += 1
-            row_stats[1 if info["owner"] is not None and not info.get("lapsing") else 2] += 1
+            row_stats[1 if part.owner is not None and not part.lapsing else 2] += 1
             row_stats[3] += p in unrest
         for r, (n, owned, unowned, restless) in stats.items():
             by_resource.add_row(r, f"{n:,}", f"{owned:,}", f"{unowned:,}", f"{restless:,}")
@@ -316,18 +333,18 @@ def _summary(group_name: str, snapshot: dict[str, Any]) -> RenderableType:
     return Group(*tables, *_failed(snapshot, counts=True))
 
 
-def _counts(snapshot: dict[str, Any], unrest: dict[str, list[str]]) -> str:
+def _counts(snapshot: GroupStatus, unrest: dict[str, list[str]]) -> str:
     """One line: the partitions by state (and the partition table's entries by state, in coordinator mode)."""
     owned = lapsing = waiting = moving = learning = 0
-    for info in snapshot["partitions"].values():  # one pass: 100,000 of them
-        if info.get("lapsing"):
+    for info in snapshot.partitions.values():  # one pass: 100,000 of them
+        if info.lapsing:
             lapsing += 1
-        elif info["owner"] is not None:
+        elif info.owner is not None:
             owned += 1
-        waiting += info.get("waiting_for") is not None
-        moving += bool(info.get("moving_to"))
-        learning += bool(info.get("learners"))
-    unowned = len(snapshot["partitions"]) - owned - lapsing
+        waiting += info.waiting_for is not None
+        moving += bool(info.moving_to)
+        learning += bool(info.learners)
+    unowned = len(snapshot.partitions) - owned - lapsing
     parts = [
         f"{owned:,} owned",
         f"{unowned:,} unowned" + (f" ({waiting:,} waiting for their ordinal)" if waiting else ""),
@@ -335,12 +352,11 @@ def _counts(snapshot: dict[str, Any], unrest: dict[str, list[str]]) -> str:
     parts += [f"{lapsing:,} lapsing", f"{moving:,} moving"] + (
         [f"{learning:,} with learners warming up"] if learning else []
     )
-    line = f"partitions: {len(snapshot['partitions']):,} — " + ", ".join(parts) + f"; {len(unrest):,} not at rest"
+    line = f"partitions: {len(snapshot.partitions):,} — " + ", ".join(parts) + f"; {len(unrest):,} not at rest"
     line += " (a summary: --all lists every partition)"
-    if snapshot["table"]:
-        states = Counter(entry["state"] for entry in snapshot["table"].values())
-        coordinator = snapshot.get("coordinator", {}).get("member", "-")
-        line += f"\npartition table (coordinator {coordinator}): " + ", ".join(
+    if snapshot.table:
+        states = Counter(entry.state.value for entry in snapshot.table.values())
+        line += f"\npartition table (coordinator {snapshot.coordinator_id or '-'}): " + ", ".join(
             f"{n:,} {state}" for state, n in sorted(states.items())
         )
     return line

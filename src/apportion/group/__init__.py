@@ -88,6 +88,7 @@ from apportion.group._status import (
     table_entry_of,
     tags_text,
 )
+from apportion.group._status_records import GroupStatus, MemberStatus, PartitionStatus
 from apportion.group._trace import TraceKind, Tracer
 
 __all__ = [
@@ -142,6 +143,9 @@ __all__ = [
     "default_planner",
     "encode",
     "explain",
+    "GroupStatus",
+    "MemberStatus",
+    "PartitionStatus",
     "group_status",
     "not_at_rest",
     "history",

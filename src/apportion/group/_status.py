@@ -1,22 +1,24 @@
 """A read-only snapshot of a group for operators: members, partitions (owner, epoch, checkpoint) and the round.
 
-``group_status`` is the whole snapshot; ``owners`` (who owns what), ``owned_by`` (is everything owned by these
-members) and ``settled`` (is the group at rest on exactly these members) are what the demo, the benches and the
-process tests ask of it."""
+``group_status`` is the whole snapshot (a ``GroupStatus``, ``_status_records``); ``owners`` (who owns what),
+``owned_by`` (is everything owned by these members) and ``settled`` (is the group at rest on exactly these members)
+are what the demo, the benches and the process tests ask of it."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
+
+import msgspec
 
 from apportion.assign import replica_tags
 from apportion.errors import CorruptRecord
 from apportion.group._commits import checkpoint_of, latest_commits, read_commits
 from apportion.group._config import GroupConfig
-from apportion.group._coordinator import Entry, waiting
+from apportion.group._coordinator import Entry, TableState, waiting
 from apportion.group._keys import (
     Keys,
     PartitionId,
@@ -31,20 +33,29 @@ from apportion.group._keys import (
     sorted_pids,
 )
 from apportion.group._static import static_block
+from apportion.group._status_records import (
+    NOTHING,
+    FailedMember,
+    GroupStatus,
+    MemberStatus,
+    PartitionStatus,
+    Waiting,
+)
 from apportion.store import KeyValue, Store
 
 log = logging.getLogger("apportion.status")
 
 
-def group_status(store: Store, group: str) -> dict[str, Any]:
-    """``{"members": {id: {"alive", "partitions", ...}}, "partitions": {p: {"owner", "epoch", "checkpoint"}},
-    "round": R, "plan_round": R', "resource": {...}, "mode": "rounds", "table": {p: {owner, target, state}}}`` plus
-    ``coordinator`` and ``replicas`` when those modes run; ``mode`` is the stored definition's (None for one stored
-    before modes were, or no definition); partition ids are strings (JSON object keys): ``"7"`` in a one-resource
-    group, ``"orders-7"`` in a group over named resources (whose members list their ``subscriptions``). A
-    partition's ``checkpoint`` is that of its commit record written last, in either key layout (``_keys``).
+def group_status(store: Store, group: str) -> GroupStatus:
+    """The group's snapshot (``GroupStatus``; ``to_json`` gives it as ``{"members": {id: {"alive", "partitions",
+    ...}}, "partitions": {p: {"owner", "epoch", "checkpoint"}}, "round": R, "plan_round": R', "resource": {...},
+    "mode": "rounds", "table": {p: {owner, target, state}}, "failed": {...}}`` plus ``coordinator`` and ``replicas``
+    when those modes run): ``mode`` is the stored definition's (None for one stored before modes were, or no
+    definition); partition ids are strings (JSON object keys): ``"7"`` in a one-resource group, ``"orders-7"`` in a
+    group over named resources (whose members list their ``subscriptions``). A partition's ``checkpoint`` is that of
+    its commit record written last, in either key layout (``_keys``).
 
-    An owner record is ``"lapsing": true`` when it outlives its owner's belief: the member it names is gone or has
+    An owner record is ``lapsing`` when it outlives its owner's belief: the member it names is gone or has
     registered again under a new lease (it gave up that ownership and the record waits for its old lease to be
     revoked or to expire). Nobody processes such a partition; it is not counted in the member's ``partitions``.
 
@@ -55,19 +66,19 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     In static mode (a ``replicas`` record), an unowned partition says which ordinal it is ``waiting_for``: the one
     whose range block holds it under the stored count (its pod is down or not started yet).
 
-    ``waiting`` (coordinator mode, only while it applies): ``{"min_members", "live", "reason"}``, the reason being
-    ``waiting for N members (have M)`` below the minimum cluster size, or ``settling: ...`` before the first table
+    ``waiting`` (coordinator mode, only while it applies): ``min_members``, ``live`` and the ``reason``, ``waiting
+    for N members (have M)`` below the minimum cluster size, or ``settling: ...`` before the first table
     (``_coordinator.waiting``).
 
-    ``failed`` (coordinator mode; seed 1's failed member list): ``{id: {"failed_at", "partitions", "detected_by"}}``,
-    the members whose lease ended without a graceful leave within the last ``FAILED_RETENTION_S`` (an hour): when
-    the coordinator saw it go (its clock) and what the partition table gave it then. A member that came back is
-    listed both here and as alive. A corrupt record is skipped with a warning (it only informs).
+    ``failed`` (coordinator mode; seed 1's failed member list): the members whose lease ended without a graceful
+    leave within the last ``FAILED_RETENTION_S`` (an hour), newest first: when the coordinator saw it go (its clock)
+    and what the partition table gave it then. A member that came back is listed both here and as alive. A corrupt
+    record is skipped with a warning (it only informs).
 
     Stateful groups (seed 2) also list, per partition, its ``standby`` and ``learners`` holders of the latest plan
     with the lag each reported in that round (``{member: lag or None}``), and a ``high_availability`` group the
-    seed's task ``tags`` of every holder of the partition in that plan: ``{member: {"isLearner", "beingLearned",
-    "isReady"}}`` (``plan_tags``).
+    seed's task ``tags`` of every holder of the partition in that plan: ``{member: {"role", "isLearner",
+    "beingLearned", "isReady"}}`` (``plan_tags``).
 
     In a group that plans rounds, a partition whose latest plan gives it to another member than its owner (or gives
     an unowned one to a member) says ``moving_to`` that member: a handoff in flight, or a plan naming a member that
@@ -83,8 +94,7 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     kvs = store.range(keys.prefix)
     own_kvs = store.range(keys.ownership)  # a layout-2 group's owner and epoch records (``_keys``); layout 1: none
     commit_kvs = store.range(keys.commits)
-    resource: dict[str, Any] | None = None
-    members: dict[str, dict[str, Any]] = {}
+    registered: dict[str, MemberStatus] = {}
     owners: dict[PartitionId, tuple[str, int]] = {}  # (member, epoch)
     owner_kvs: dict[PartitionId, KeyValue] = {}
     member_leases: dict[str, int] = {}
@@ -93,32 +103,32 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
     # decoded once. A record bound to no lease is always decoded, to raise its CorruptRecord.
     owner_values: dict[bytes, tuple[str, int]] = {}
     epoch_values: dict[bytes, int] = {}
-    table_values: dict[bytes, dict[str, Any]] = {}
-    commits: dict[PartitionId, dict[str, Any]] = {}
+    table_values: dict[bytes, Entry] = {}
+    checkpoints: dict[PartitionId, str] = {}
     config: GroupConfig | None = None
     current_round = 0
     latest_round = 0
     plan_kvs: dict[int, KeyValue] = {}
     record_kvs: dict[int, dict[str, KeyValue]] = {}  # round -> member -> participation record
-    table: dict[str, dict[str, Any]] = {}
-    failed: dict[str, dict[str, Any]] = {}
-    extra: dict[str, Any] = {}
+    table: dict[str, Entry] = {}
+    failed: dict[str, FailedMember] = {}
+    coordinator: dict[str, Any] | None = None
+    replicas: int | None = None
     prefix, own = keys.prefix, keys.ownership
     for kv in itertools.chain(kvs, own_kvs):
         rest = kv.key[len(own) :] if kv.key.startswith(own) else kv.key[len(prefix) :]
         kind, _, name = rest.partition("/")
         if rest == "resource":
             config = GroupConfig.from_record(kv)
-            resource = config.to_json()
         elif rest == "current":
             current_round = kv.mod_revision
         elif rest == "latest":
             latest_round = field(decode(kv.value, kv.key), kv.key, "round", int, minimum=0)
         elif kind == "members":
-            members[name] = {"alive": True, "partitions": [], "capacity": _capacity(kv)}
             subscriptions = _subscriptions(kv)
-            if subscriptions is not None:
-                members[name]["subscriptions"] = subscriptions
+            registered[name] = MemberStatus(
+                True, capacity=_capacity(kv), subscriptions=None if subscriptions is None else tuple(subscriptions)
+            )
             member_leases[name] = kv.lease
         elif kind == "owner" and (p := pid_of_key(name)) is not None:
             owner = owner_values.get(kv.value) if kv.lease else None
@@ -135,17 +145,16 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
             entry = table_values.get(kv.value)
             if entry is None:
                 entry = table_values[kv.value] = table_entry(kv)
-            table[name] = dict(entry)
+            table[name] = entry
         elif kind == "failed" and name:
             failure = _failure(kv)
             if failure is not None:
                 failed[name] = failure
         elif rest == "coordinator":
-            extra[rest] = decode(kv.value, kv.key)
-            field(extra[rest], kv.key, "member", str)
+            coordinator = decode(kv.value, kv.key)
+            field(coordinator, kv.key, "member", str)
         elif rest == "replicas":
-            extra[rest] = decode(kv.value, kv.key)
-            field(extra[rest], kv.key, "replicas", int, minimum=1)
+            replicas = field(decode(kv.value, kv.key), kv.key, "replicas", int, minimum=1)
         elif kind == "round" and name.endswith("/plan") and name.split("/", 1)[0].isdigit():
             plan_kvs[int(name.split("/", 1)[0])] = kv
         elif kind == "round" and name.count("/") == 1 and not name.endswith("/joined"):
@@ -153,76 +162,90 @@ def group_status(store: Store, group: str) -> dict[str, Any]:
             if head.isdigit():
                 record_kvs.setdefault(int(head), {})[mid] = kv
     for p, kv in latest_commits(keys, [*kvs, *commit_kvs]).items():  # either layout: the one written last
-        commits[p] = decode(kv.value, kv.key)
-        field(commits[p], kv.key, "checkpoint", str)
+        checkpoints[p] = field(decode(kv.value, kv.key), kv.key, "checkpoint", str)
     for p, kv in owner_kvs.items():  # a claim writes owner/p and epoch/p together, with the same epoch
         if p not in epochs or owners[p][1] > epochs[p]:
             last = "none" if p not in epochs else str(epochs[p])
             raise CorruptRecord(kv.key, f"epoch {owners[p][1]} is above the last one handed out ({last})")
     plan = None if latest_round not in plan_kvs else _plan(plan_kvs[latest_round])
-    records = {latest_round: _records(record_kvs.get(latest_round, {}))}
+    records = _records(record_kvs.get(latest_round, {}))
     # no definition (deleted by hand): what the records name
-    ids = config.partition_ids() if config is not None else sorted_pids({*owners, *epochs, *commits})
-    n = len(ids)
-    partitions: dict[str, dict[str, Any]] = {}
-    for p in ids:
-        owner = owners.get(p)
-        commit = commits.get(p)
-        partitions[str(p)] = {
-            "owner": None if owner is None else owner[0],
-            "epoch": owner[1] if owner is not None else epochs.get(p),
-            "checkpoint": None if commit is None else commit["checkpoint"],
-        }
-        if owner is not None:
-            lapsing = member_leases.get(owner[0]) != owner_kvs[p].lease
-            partitions[str(p)]["lapsing"] = lapsing
-            entry = members.get(owner[0]) or members.setdefault(owner[0], {"alive": False, "partitions": []})
-            entry.setdefault("lapsing" if lapsing else "partitions", []).append(str(p))
-    if "replicas" in extra and config is not None:  # static mode: an unowned partition waits for its block's ordinal
-        count = int(extra["replicas"]["replicas"])
-        for ordinal in range(min(count, n)):
-            for p in static_block(config, ordinal, count):
-                if partitions[str(p)]["owner"] is None:
-                    partitions[str(p)]["waiting_for"] = ordinal
+    ids = config.partition_ids() if config is not None else sorted_pids({*owners, *epochs, *checkpoints})
+    named = {str(p): owners[p][0] if p in owners else None for p in ids}  # each partition's owner, by its text
+    # what the latest plan and the static mode's blocks say of the partitions, by text: built first, so that each
+    # PartitionStatus is made once (100,000 of them)
+    waiting_for: dict[str, int] = {}
+    if replicas is not None and config is not None:  # static mode: an unowned partition waits for its block's ordinal
+        for ordinal in range(min(replicas, len(ids))):
+            for p in static_block(config, ordinal, replicas):
+                if named[str(p)] is None:
+                    waiting_for[str(p)] = ordinal
+    holders: dict[str, dict[str, dict[str, int | None]]] = {"standby": {}, "learners": {}}
+    moving_to: dict[str, str] = {}
+    tags: dict[str, dict[str, dict[str, Any]]] = {}
     if plan is not None:
-        for mid in plan.participants:
-            members.setdefault(mid, {"alive": False, "partitions": []})
-        lags = {mid: record.get("lag") or {} for mid, record in records.get(latest_round, {}).items()}
+        lags = {mid: record.get("lag") or {} for mid, record in records.items()}
         for kind, held in (("standby", plan.standby), ("learners", plan.learners)):
             for mid, parts in sorted(held.items()):
                 for p in parts:
-                    if str(p) in partitions:
-                        holders = partitions[str(p)].setdefault(kind, {})
-                        holders[mid] = lags.get(mid, {}).get(str(p))
+                    if str(p) in named:
+                        holders[kind].setdefault(str(p), {})[mid] = lags.get(mid, {}).get(str(p))
         for mid, parts in plan.assignment.items():
             for p in parts:
-                info = partitions.get(str(p))
-                if info is not None and info["owner"] != mid:
-                    info["moving_to"] = mid
+                if str(p) in named and named[str(p)] != mid:
+                    moving_to[str(p)] = mid
         if config is not None and config.strategy == "high_availability":
-            for p, holders in plan_tags(plan).items():
-                if str(p) in partitions:
-                    partitions[str(p)]["tags"] = holders
-    if config is not None and (held_back := waiting(config, len(member_leases), bool(table))) is not None:
-        extra["waiting"] = held_back
-    return {
-        "members": dict(sorted(members.items())),
-        "partitions": partitions,
-        "round": current_round,
-        "plan_round": latest_round,
-        "resource": resource,
-        "mode": None if config is None else config.mode_name,
-        "table": dict(sorted(table.items(), key=lambda item: pid_order(item[0]))),
-        "failed": dict(sorted(failed.items(), key=lambda item: (-item[1]["failed_at"], item[0]))),
-        **extra,
+            tags = {str(p): found for p, found in plan_tags(plan).items() if str(p) in named}
+    partitions: dict[str, PartitionStatus] = {}
+    owned: dict[str, list[str]] = {}
+    lapsed: dict[str, list[str]] = {}
+    for p in ids:
+        text = str(p)
+        owner = owners.get(p)
+        lapsing = owner is not None and member_leases.get(owner[0]) != owner_kvs[p].lease
+        if owner is not None:
+            (lapsed if lapsing else owned).setdefault(owner[0], []).append(text)
+        partitions[text] = PartitionStatus(
+            None if owner is None else owner[0],
+            owner[1] if owner is not None else epochs.get(p),
+            checkpoints.get(p),
+            lapsing,
+            waiting_for.get(text),
+            holders["standby"].get(text, NOTHING),
+            holders["learners"].get(text, NOTHING),
+            moving_to.get(text),
+            tags.get(text, NOTHING),
+        )
+    # members: the registered ones, and the dead ones that owner records or the latest plan still name
+    ids_of_members = {*registered, *owned, *lapsed, *(plan.participants if plan is not None else ())}
+    members = {
+        mid: msgspec.structs.replace(
+            registered.get(mid) or MemberStatus(False),
+            partitions=tuple(owned.get(mid, ())),
+            lapsing=tuple(lapsed.get(mid, ())),
+        )
+        for mid in sorted(ids_of_members)
     }
+    held_back = None if config is None else waiting(config, len(member_leases), bool(table))
+    return GroupStatus(
+        members=members,
+        partitions=partitions,
+        round=current_round,
+        plan_round=latest_round,
+        resource=config,
+        table=dict(sorted(table.items(), key=lambda item: pid_order(item[0]))),
+        failed=dict(sorted(failed.items(), key=lambda item: (-item[1].failed_at, item[0]))),
+        coordinator=coordinator,
+        replicas=replicas,
+        waiting=None if held_back is None else Waiting(**held_back),
+    )
 
 
 def owners(store: Store, group: str) -> dict[Any, str | None]:
     """Every partition of ``group`` with the member its owner record names (None: unowned). Keys are partition ids:
     ints in a one-resource group, ``<resource>-<index>`` strings otherwise (``Any``: callers know their kind)."""
-    found = group_status(store, group)["partitions"].items()
-    return {pid_of_text(name): info["owner"] for name, info in found}
+    found = group_status(store, group).partitions.items()
+    return {pid_of_text(name): info.owner for name, info in found}
 
 
 def _subscriptions(kv: KeyValue) -> list[str] | None:
@@ -276,26 +299,26 @@ def latest_plan(store: Store, group: str) -> tuple[PlanRecord, str] | Literal[Fa
     return False if kv is None else (_plan(kv), kv.key)
 
 
-def not_at_rest(info: dict[str, Any], entry: dict[str, Any] | None = None) -> list[str]:
+def not_at_rest(info: PartitionStatus, entry: Entry | None = None) -> list[str]:
     """Why a partition of a ``group_status`` snapshot (``info``, and ``entry``: its partition table entry in
     coordinator mode) is not at rest; empty when it is. ``waiting for ordinal N``, ``unowned`` (``(planned for M)``
     when the latest plan gives it to M), ``lapsing``, ``moving to M`` (the latest plan), the table entry's state when
     it is not ONLINE on its owner (``MIGRATING → M``), ``learners warming up``. What ``status`` and the dashboard
     show of a large group."""
     why: list[str] = []
-    moving_to = info.get("moving_to")
-    if info.get("waiting_for") is not None:
-        why.append(f"waiting for ordinal {info['waiting_for']}")
-    elif info["owner"] is None:
+    moving_to = info.moving_to
+    if info.waiting_for is not None:
+        why.append(f"waiting for ordinal {info.waiting_for}")
+    elif info.owner is None:
         why.append("unowned" + (f" (planned for {moving_to})" if moving_to else ""))
-    elif info.get("lapsing"):
+    elif info.lapsing:
         why.append("lapsing")
-    if moving_to and info["owner"] is not None:
+    if moving_to and info.owner is not None:
         why.append(f"moving to {moving_to}")
-    if entry is not None and (entry["state"] != "ONLINE" or entry["target"] not in (None, entry["owner"])):
-        target = entry["target"]
-        why.append(entry["state"] + (f" → {target}" if target not in (None, entry["owner"]) else ""))
-    if info.get("learners"):
+    if entry is not None and (entry.state is not TableState.ONLINE or entry.target not in (None, entry.owner)):
+        target = entry.target
+        why.append(entry.state.value + (f" → {target}" if target not in (None, entry.owner) else ""))
+    if info.learners:
         why.append("learners warming up")
     return why
 
@@ -322,7 +345,7 @@ def _capacity(kv: KeyValue) -> object:
         return None
 
 
-def _failure(kv: KeyValue) -> dict[str, Any] | None:
+def _failure(kv: KeyValue) -> FailedMember | None:
     """A ``failed/<id>`` record ``{failed_at, partitions, detected_by}``; None (and a warning) when corrupt."""
     try:
         record = decode(kv.value, kv.key)
@@ -332,15 +355,15 @@ def _failure(kv: KeyValue) -> dict[str, Any] | None:
         parts = field(record, kv.key, "partitions", list)
         if not all(isinstance(p, int | str) and not isinstance(p, bool) for p in parts):
             raise CorruptRecord(kv.key, "'partitions' must be a list of partition ids")
-        return {"failed_at": float(at), "partitions": parts, "detected_by": record.get("detected_by")}
+        return FailedMember(float(at), tuple(parts), record.get("detected_by"))
     except CorruptRecord as exc:
         log.warning("%s (skipped)", exc)
         return None
 
 
-def table_entry(kv: KeyValue) -> dict[str, Any]:
-    """A partition table entry ``{owner, target, state}`` (coordinator mode), checked; CorruptRecord naming it."""
-    return Entry.from_json(decode(kv.value, kv.key), kv.key).to_json()
+def table_entry(kv: KeyValue) -> Entry:
+    """A partition table entry (coordinator mode), checked; CorruptRecord naming it."""
+    return Entry.from_json(decode(kv.value, kv.key), kv.key)
 
 
 def owner_of(store: Store, group: str, partition: int) -> tuple[str, int] | None:
@@ -350,7 +373,7 @@ def owner_of(store: Store, group: str, partition: int) -> tuple[str, int] | None
     return None if kv is None else decode_owner(kv)
 
 
-def table_entry_of(store: Store, group: str, partition: int) -> dict[str, Any] | None:
+def table_entry_of(store: Store, group: str, partition: int) -> Entry | None:
     """``partition``'s partition table entry (coordinator mode; None in the other modes)."""
     kv = store.get(Keys(group).table(partition))
     return None if kv is None else table_entry(kv)
@@ -385,7 +408,7 @@ def plan_tags(plan: PlanRecord) -> dict[Any, dict[str, dict[str, Any]]]:
     return found
 
 
-def tags_text(holders: dict[str, dict[str, Any]]) -> str:
+def tags_text(holders: Mapping[str, Mapping[str, Any]]) -> str:
     """One line of a partition's tags (``plan_tags``): each holder, its role and the tags that hold, e.g.
     ``w1 active: beingLearned isReady · w2 standby: isReady · w3 learner: isLearner``."""
     return " · ".join(

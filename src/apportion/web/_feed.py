@@ -66,6 +66,7 @@ from typing import Any
 
 from apportion.errors import ApportionError, Compacted, CorruptRecord, LeaseNotFound, StoreReplaced
 from apportion.group import (
+    GroupStatus,
     Keys,
     PartitionId,
     checkpoint_offset,
@@ -110,13 +111,13 @@ KEEP_FAULTS = 30
 FAULT_TYPES = ("lost", "fenced")
 
 
-def _mode(snapshot: dict[str, Any]) -> str:
+def _mode(snapshot: GroupStatus) -> str:
     """The group's stored mode; for a definition stored before modes were (``mode`` None), what its keys suggest."""
-    if snapshot.get("mode") is not None:
-        return str(snapshot["mode"])
-    if "replicas" in snapshot:
+    if snapshot.mode is not None:
+        return snapshot.mode
+    if snapshot.replicas is not None:
         return "static"
-    if "coordinator" in snapshot or snapshot["table"]:
+    if snapshot.coordinator is not None or snapshot.table:
         return "coordinator"
     return "rounds"
 
@@ -228,7 +229,7 @@ class Feed:
     def _forget_store(self) -> None:
         """What the feed remembers of the store it follows: nothing yet."""
         self._history_revision = 0  # the last history event taken in
-        self._snapshot: dict[str, Any] | None = None
+        self._snapshot: GroupStatus | None = None
         self._revision = 0
         self._members: dict[str, dict[str, Any]] = {}
         # member -> (read at: monotonic, and the feed's clock; seconds since its lease was renewed)
@@ -497,8 +498,8 @@ class Feed:
             if last_snapshot is None or fresh:  # a function of the keys alone: an unchanged copy, the last snapshot
                 snapshot = group_status(mirror, self.group)
                 self._snapshot_of = seen
-                table = snapshot["table"]
-                self._restless = [p for p, info in snapshot["partitions"].items() if not_at_rest(info, table.get(p))]
+                table = snapshot.table
+                self._restless = [p for p, info in snapshot.partitions.items() if not_at_rest(info, table.get(p))]
             else:
                 snapshot = last_snapshot
             registrations = {kv.key[len(self.keys.members) :]: kv for kv in mirror.range(self.keys.members)}
@@ -515,8 +516,8 @@ class Feed:
         self._snapshot = snapshot
         now = self._now()
         self._take_members(snapshot, registrations, heartbeats, now, fresh=fresh)
-        for p, info in snapshot["partitions"].items() if fresh else ():
-            owner = info["owner"]
+        for p, info in snapshot.partitions.items() if fresh else ():
+            owner = info.owner
             pid = pid_of_text(str(p))
             segment = self._open.get(pid)
             if (segment["member"] if segment else None) != owner:
@@ -526,11 +527,11 @@ class Feed:
         self._publish()
 
     def _read_heartbeats(
-        self, store: Store, registrations: dict[str, Any], snapshot: dict[str, Any]
+        self, store: Store, registrations: dict[str, Any], snapshot: GroupStatus
     ) -> dict[str, float | None]:
         """Seconds since each member last renewed its lease (its heartbeat): the lease's ttl minus what is left.
         Read at most once per ``refresh_s`` per member (a lease call each)."""
-        ttl = (snapshot.get("resource") or {}).get("ttl_s")
+        ttl = None if snapshot.resource is None else snapshot.resource.ttl_s
         tick, now = time.monotonic(), self._now()
         out: dict[str, float | None] = {}
         for mid, kv in registrations.items():
@@ -555,7 +556,7 @@ class Feed:
 
     def _take_members(
         self,
-        snapshot: dict[str, Any],
+        snapshot: GroupStatus,
         registrations: dict[str, Any],
         heartbeats: dict[str, float | None],
         now: float,
@@ -563,7 +564,7 @@ class Feed:
         fresh: bool = True,
     ) -> None:
         """Members from a snapshot (``fresh``: a new one; else the last one again: their partitions stand)."""
-        for mid, info in snapshot["members"].items():
+        for mid, info in snapshot.members.items():
             kv = registrations.get(mid)
             record: dict[str, Any] = {}
             if kv is not None:
@@ -572,7 +573,7 @@ class Feed:
                 except CorruptRecord:
                     record = {}
             entry = self._members.setdefault(mid, {"id": mid, "gone_at": None, "since": now, "partitions": []})
-            if not info["alive"]:
+            if not info.alive:
                 continue  # a dead member keeps what it owned when last seen alive (its fault lists them)
             age = heartbeats.get(mid)
             entry.update(
@@ -580,14 +581,15 @@ class Feed:
             )
             if fresh or "lapsing" not in entry:
                 entry.update(
-                    partitions=[pid_of_text(p) for p in info["partitions"]],  # group_status lists them in id order
-                    lapsing=[pid_of_text(p) for p in info.get("lapsing", [])],
+                    partitions=[pid_of_text(p) for p in info.partitions],  # group_status lists them in id order
+                    lapsing=[pid_of_text(p) for p in info.lapsing],
                 )
             for name in ("capacity", "rack", "host", "ordinal", "revoking"):
                 if name in record:
                     entry[name] = record[name]
         for mid, entry in self._members.items():
-            registered = snapshot["members"].get(mid, {}).get("alive", False)
+            member = snapshot.members.get(mid)
+            registered = member is not None and member.alive
             if registered or entry["gone_at"] is not None:
                 continue
             entry.update(alive=False, gone_at=now, heartbeat_age_s=None)
@@ -613,13 +615,14 @@ class Feed:
             del self._members[mid]
         self._faults = self._faults[-KEEP_FAULTS:]
 
-    def _note_failovers(self, snapshot: dict[str, Any], now: float) -> None:
+    def _note_failovers(self, snapshot: GroupStatus, now: float) -> None:
         """A member's expiry fault gets ``failover_s`` once every partition it owned has a live new owner."""
-        alive = {m for m, info in snapshot["members"].items() if info["alive"]}
+        alive = {m for m, info in snapshot.members.items() if info.alive}
         for fault in self._faults:
             if fault["type"] != "expired" or fault.get("failover_s") is not None:
                 continue
-            owners = [snapshot["partitions"].get(str(p), {}).get("owner") for p in fault["partitions"]]
+            found = [snapshot.partitions.get(str(p)) for p in fault["partitions"]]
+            owners = [None if info is None else info.owner for info in found]
             if all(o is not None and o != fault["member"] and o in alive for o in owners):
                 since = fault["last_heartbeat_at"] if fault["last_heartbeat_at"] is not None else fault["time"]
                 fault["failover_s"] = round(now - since, 3)
@@ -654,8 +657,8 @@ class Feed:
             state.update(partitions=[], partition_count=0, owned_count=0)
             state.update(listed="all", members=self._members_state(True), faults=self._faults_state(True), timeline=[])
             return state
-        table = snapshot["table"]
-        found = snapshot["partitions"]
+        table = snapshot.table
+        found = snapshot.partitions
         every = len(found) <= LISTED
         listed = list(found) if every else self._listed(snapshot, now)
         partitions = []
@@ -663,36 +666,38 @@ class Feed:
             info = found[p]
             row = {
                 "partition": pid_of_text(p),
-                "owner": info["owner"],
-                "epoch": info["epoch"],
-                "checkpoint": info["checkpoint"],
-                "offset": checkpoint_offset(info["checkpoint"]),
-                "lapsing": bool(info.get("lapsing")),
-                "standby": info.get("standby", {}),
-                "learners": info.get("learners", {}),
-                "tags": info.get("tags", {}),  # high_availability: seed 2's task tags of each holder
-                "waiting_for": info.get("waiting_for"),
-                "moving_to": info.get("moving_to"),
+                "owner": info.owner,
+                "epoch": info.epoch,
+                "checkpoint": info.checkpoint,
+                "offset": checkpoint_offset(info.checkpoint),
+                "lapsing": info.lapsing,
+                "standby": dict(info.standby),
+                "learners": dict(info.learners),
+                # high_availability: seed 2's task tags of each holder
+                "tags": {mid: dict(flags) for mid, flags in info.tags.items()},
+                "waiting_for": info.waiting_for,
+                "moving_to": info.moving_to,
             }
             if p in table:
-                row["table"] = table[p]
+                row["table"] = table[p].to_json()
             partitions.append(row)
         shown = {row["partition"] for row in partitions}
-        failed = snapshot["failed"]
+        failed = {m: f.to_json() for m, f in snapshot.failed.items()}
         if not every:  # a failed member of a large group: the first of its partitions and how many
             failed = {m: {**f, **_bounded(f["partitions"])} for m, f in failed.items()}
+        waiting = snapshot.waiting  # coordinator mode: below the minimum, or before the first table
         state.update(
             mode=_mode(snapshot),
-            resource=snapshot["resource"],
-            round=snapshot["round"],
-            plan_round=snapshot["plan_round"],
-            coordinator=(snapshot.get("coordinator") or {}).get("member"),
-            replicas=(snapshot.get("replicas") or {}).get("replicas"),
-            waiting=snapshot.get("waiting"),  # coordinator mode: below the minimum, or before the first table
+            resource=None if snapshot.resource is None else snapshot.resource.to_json(),
+            round=snapshot.round,
+            plan_round=snapshot.plan_round,
+            coordinator=snapshot.coordinator_id,
+            replicas=snapshot.replicas,
+            waiting=None if waiting is None else waiting.to_json(),
             failed=failed,
             partitions=partitions,
             partition_count=len(found),
-            owned_count=sum(1 for info in found.values() if info["owner"] is not None),
+            owned_count=sum(1 for info in found.values() if info.owner is not None),
             listed="all" if every else "not at rest, then the latest to change owner",
             members=self._members_state(every),
             faults=self._faults_state(every),
@@ -700,7 +705,7 @@ class Feed:
         )
         return state
 
-    def _listed(self, snapshot: dict[str, Any], now: float) -> list[str]:
+    def _listed(self, snapshot: GroupStatus, now: float) -> list[str]:
         """The ``LISTED`` partitions a large group's state shows: those not at rest, then the latest to change owner
         (within the window), in partition order."""
         chosen = set(self._restless[:LISTED])
@@ -711,7 +716,7 @@ class Feed:
                 if len(chosen) >= LISTED:
                     break
                 chosen.add(str(pid))
-        return [p for p in snapshot["partitions"] if p in chosen]
+        return [p for p in snapshot.partitions if p in chosen]
 
     def _members_state(self, every: bool) -> list[dict[str, Any]]:
         out = []
