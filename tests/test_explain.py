@@ -22,37 +22,37 @@ def test_first_round_partitions_are_filled_then_kept_and_moves_name_over_quota_a
     h.add("a")
     h.run(3.0)
     first = explain(h.store, "g", 0)
-    assert first["owner"] == "a" and first["epoch"] == 1
-    assert first["decision"]["kind"] == "filled", first
-    assert "unowned" in first["decision"]["text"]
-    assert [e["type"] for e in first["epochs"]] == ["claim"]
+    assert first.owner == "a" and first.epoch == 1
+    assert first.decision.kind == "filled", first
+    assert "unowned" in first.decision.text
+    assert [e.type for e in first.epochs] == ["claim"]
 
     h.add("b")
     h.run(4.0)
     moved = [p for p, m in h.owners().items() if m == "b"]
     assert len(moved) == 6
     out = explain(h.store, "g", moved[0])
-    assert out["owner"] == "b" and out["epoch"] == 2
-    assert out["decision"]["kind"] == "moved" and out["decision"]["from"] == "a"
-    assert "over quota" in out["decision"]["text"], out
-    assert [(e["type"], e["member"], e["epoch"]) for e in out["epochs"]] == [
+    assert out.owner == "b" and out.epoch == 2
+    assert out.decision.kind == "moved" and out.decision.source == "a"
+    assert "over quota" in out.decision.text, out
+    assert [(e.type, e.member, e.epoch) for e in out.epochs] == [
         ("claim", "a", 1),
         ("release", "a", 1),
         ("claim", "b", 2),
     ]
-    assert out["round"] is not None
+    assert out.round is not None
 
     h.frozen.add("b")  # b stops: its lease expires, a takes its partitions back
     h.run(8.0)
     back = explain(h.store, "g", moved[0])
-    assert back["owner"] == "a" and back["epoch"] == 3
-    assert back["decision"]["kind"] == "moved" and back["decision"]["from"] == "b"
-    assert "b left" in back["decision"]["text"], back
+    assert back.owner == "a" and back.epoch == 3
+    assert back.decision.kind == "moved" and back.decision.source == "b"
+    assert "b left" in back.decision.text, back
 
     stayed = [p for p, m in h.owners().items() if p not in moved]
     kept = explain(h.store, "g", stayed[0])
-    assert kept["decision"]["kind"] == "kept", kept
-    assert kept["acquired"]["kind"] == "filled"
+    assert kept.decision.kind == "kept", kept
+    assert kept.acquired.kind == "filled"
 
 
 def test_a_partition_whose_owner_stopped_subscribing_to_its_resource_is_explained_by_that_not_by_quota() -> None:
@@ -68,9 +68,9 @@ def test_a_partition_whose_owner_stopped_subscribing_to_its_resource_is_explaine
     h.run(4.0)
     assert all(h.owners()[p] == "b" for p in had), h.assignment()
     out = explain(h.store, "g", had[0])
-    assert out["acquired"]["kind"] == "moved" and out["acquired"]["from"] == "a", out
-    assert out["acquired"]["text"].startswith("moved from a because a stopped subscribing to orders in round"), out
-    assert "stopped subscribing to orders" in out["decision"]["text"] and "quota" not in out["decision"]["text"]
+    assert out.acquired.kind == "moved" and out.acquired.source == "a", out
+    assert out.acquired.text.startswith("moved from a because a stopped subscribing to orders in round"), out
+    assert "stopped subscribing to orders" in out.decision.text and "quota" not in out.decision.text
 
 
 def test_unknown_partition_is_an_invalid_request() -> None:

@@ -26,24 +26,22 @@ def explain(store_url: str, group_name: str, as_json: bool, partition: str) -> N
     with read_group(store_url, group_name) as store:
         out = explain_partition(store, group_name, partition)
     if as_json:
-        click.echo(json.dumps(out, sort_keys=True))
+        click.echo(json.dumps(out.to_json(), sort_keys=True))
         return
     console = Console()
-    owner = out["owner"] or "nobody"
-    console.print(
-        f"[bold]partition {partition}[/bold] of {group_name}: owner [bold]{owner}[/bold], epoch {out['epoch']}"
-    )
-    if out["round"] is not None:
-        console.print(f"given in round {out['round']}")
-    console.print(f"decision: {out['decision']['text']}")
-    if "tags" in out:  # high_availability (seed 2): each holder's role and the task tags that hold
-        console.print(f"tags: {tags_text(out['tags']) or 'no holder in the latest plan'}", highlight=False)
+    owner = out.owner or "nobody"
+    console.print(f"[bold]partition {partition}[/bold] of {group_name}: owner [bold]{owner}[/bold], epoch {out.epoch}")
+    if out.round is not None:
+        console.print(f"given in round {out.round}")
+    console.print(f"decision: {out.decision.text}")
+    if out.tags is not None:  # high_availability (seed 2): each holder's role and the task tags that hold
+        console.print(f"tags: {tags_text(out.tags) or 'no holder in the latest plan'}", highlight=False)
     table = Table(title="epoch history")
     for column in ("revision", "time", "event", "member", "epoch", "detail"):
         table.add_column(column)
-    for e in out["epochs"]:
-        detail = e.get("reason") or (f"from {e['source']}" if e.get("source") else "")
-        time = "-" if e["time"] is None else f"{e['time']:.3f}"
-        epoch = "-" if e["epoch"] is None else str(e["epoch"])
-        table.add_row(str(e["revision"]), time, e["type"], e["member"], epoch, detail)
+    for e in out.epochs:
+        detail = e.reason or (f"from {e.source}" if e.source else "")
+        time = "-" if e.time is None else f"{e.time:.3f}"
+        epoch = "-" if e.epoch is None else str(e.epoch)
+        table.add_row(str(e.revision), time, e.type, e.member, epoch, detail)
     console.print(table)

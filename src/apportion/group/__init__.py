@@ -23,7 +23,7 @@ from apportion.group._coordinator import (
     read_table,
     request_rebalance,
 )
-from apportion.group._explain import explain
+from apportion.group._explain import Explanation, explain
 from apportion.group._history import DEFAULT_RETENTION_S, EVENT_TYPES, history, history_expired_before
 from apportion.group._keys import (
     LAYOUT,
@@ -142,6 +142,7 @@ __all__ = [
     "decode_owner",
     "default_planner",
     "encode",
+    "Explanation",
     "explain",
     "GroupStatus",
     "MemberStatus",

@@ -87,7 +87,7 @@ def dashboard_app(feed: Feed, hosts: list[str] | None = None) -> Starlette:
     def ask(partition: str) -> tuple[int, dict[str, Any]]:
         try:
             with connect(feed.url, read_only=True) as store, store.time_limit(EXPLAIN_LIMIT_S):
-                return 200, explain(store, feed.group, partition)
+                return 200, explain(store, feed.group, partition).to_json()
         except InvalidRequest as exc:
             return 400, {"error": redact(str(exc), secrets)}
         except ApportionError as exc:
