@@ -28,7 +28,7 @@ import functools
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import click
 
@@ -57,6 +57,17 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 MAX_CAPACITY = 1e12  # a capacity is a weight against the others': a larger one only overflows their sum
 MAX_RETENTION_S = 30 * MAX_SECONDS  # 30 days of history (about 250 bytes per event in the store)
+
+
+class ProcessOptions(TypedDict):
+    """What ``MemberArgs.process`` gives: keyword arguments of :func:`apportion.runner.run_worker` (typed, so that
+    mypy checks them against each command's run where they are spread)."""
+
+    ordinal: int | None
+    update: bool
+    connect_timeout_s: float
+    metrics_port: int | None
+    metrics_host: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +120,7 @@ class MemberArgs:
         options.update(more)  # type: ignore[typeddict-item]
         return options
 
-    def process(self) -> dict[str, Any]:
+    def process(self) -> ProcessOptions:
         """The keyword arguments of :func:`apportion.runner.run_worker` (and of the commands' runs built on it) that
         these options decide: ``ordinal``, ``update``, ``connect_timeout_s``, ``metrics_port``, ``metrics_host``."""
         return {
