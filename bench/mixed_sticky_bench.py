@@ -1,8 +1,9 @@
 """Moves of ``sticky`` with mixed subscriptions against kafka-python's StickyPartitionAssignor (issue 18 item 6).
 
-Run: .venv/bin/python bench/mixed_sticky_bench.py [--cases 1000] [--seed 0] [--show 3]
+Run: .venv/bin/python bench/mixed_sticky_bench.py [--cases 1000] [--seed 0] [--show 3] [--members 6] [--partitions 8]
 
-Each case is a random group (seeded): 2-4 topics of 1-8 partitions, a previous generation of 2-6 members that owned
+Each case is a random group (seeded): 2-4 topics of 1-8 partitions (``--partitions``), a previous generation of 2-6
+members (``--members``; above 6, groups of more than 8 members, where ``sticky``'s searches differ) that owned
 the partitions with a skew (random weights, squared), some of them departed (each with probability 0.3), 0-2 new
 members, and every current member subscribing to a random non-empty subset of the topics (so some previous owners
 no longer subscribe to what they own: subscriptions changed). Cases where every current member subscribes to the same
@@ -40,10 +41,10 @@ class Case:
         return tuple(sorted(p for p, m in self.previous.items() if m == member))
 
 
-def random_case(rng: random.Random) -> Case:
+def random_case(rng: random.Random, members: int = 6, partitions: int = 8) -> Case:
     while True:
-        topics = {f"t{i}": rng.randint(1, 8) for i in range(rng.randint(2, 4))}
-        before = [f"c{i}" for i in range(rng.randint(2, 6))]
+        topics = {f"t{i}": rng.randint(1, partitions) for i in range(rng.randint(2, 4))}
+        before = [f"c{i}" for i in range(rng.randint(2, members))]
         weights = [rng.random() ** 2 + 0.01 for _ in before]
         previous = {Partition(t, i): rng.choices(before, weights)[0] for t, n in topics.items() for i in range(n)}
         current = [m for m in before if rng.random() >= 0.3] + [f"n{i}" for i in range(rng.randint(0, 2))]
@@ -55,12 +56,16 @@ def random_case(rng: random.Random) -> Case:
             return Case(topics, subscriptions, previous)
 
 
-def apportion_plan(case: Case) -> dict[Partition, str]:
+def request_of(case: Case) -> AssignRequest:
+    """The case as ``sticky``'s request: every current member with its subscriptions and previous partitions."""
     members = tuple(
         Member(m, frozenset(subs), owned=case.owned(m), generation=1) for m, subs in case.subscriptions.items()
     )
-    request = AssignRequest("sticky", tuple(Resource(t, n) for t, n in case.topics.items()), members)
-    return plan(request).owner_of()
+    return AssignRequest("sticky", tuple(Resource(t, n) for t, n in case.topics.items()), members)
+
+
+def apportion_plan(case: Case) -> dict[Partition, str]:
+    return plan(request_of(case)).owner_of()
 
 
 class _Cluster:
@@ -126,6 +131,8 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--show", type=int, default=3, help="print this many cases where sticky moved more")
+    parser.add_argument("--members", type=int, default=6, help="largest previous generation (at least 2)")
+    parser.add_argument("--partitions", type=int, default=8, help="largest topic")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     fewer = same = more = 0
@@ -133,7 +140,7 @@ def main() -> None:
     worse: list[str] = []
     spent = {"sticky": 0.0, "kafka-python": 0.0}
     for k in range(args.cases):
-        case = random_case(rng)
+        case = random_case(rng, args.members, args.partitions)
         t = time.perf_counter()
         ours = apportion_plan(case)
         spent["sticky"] += time.perf_counter() - t
@@ -148,7 +155,8 @@ def main() -> None:
         more += a > b
         if a > b and len(worse) < args.show:
             worse.append(f"case {k}: sticky {a} moves, kafka-python {b}\n{describe(case, ours, theirs)}")
-    print(f"command: .venv/bin/python bench/mixed_sticky_bench.py --cases {args.cases} --seed {args.seed}")
+    sizes = f" --members {args.members} --partitions {args.partitions}"
+    print(f"command: .venv/bin/python bench/mixed_sticky_bench.py --cases {args.cases} --seed {args.seed}{sizes}")
     print()
     print(
         "| cases | sticky fewer moves | as many | more | unbalanced: sticky / kafka-python "
