@@ -358,7 +358,7 @@ def test_a_round_waits_for_a_member_busy_in_on_revoked_instead_of_taking_its_par
     assert len(h.assignment()["m1"]) == 4
     h.add("m3")
     h.run(1.0)  # the join's plan: m1 gives one partition up, slowly
-    assert h.members["m1"]._busy_until is not None, "m1 should be inside its slow on_revoked"
+    assert h.members["m1"].busy_until is not None, "m1 should be inside its slow on_revoked"
     h.add("m4")  # a second join opens a round while m1 is busy: it waits for m1 (up to RST + ttl)
     h.run(8)
     final = h.assignment()["m1"]
@@ -375,7 +375,7 @@ def test_a_member_busy_longer_than_ttl_past_the_settle_time_is_left_out_of_the_r
     h.run(3)
     h.add("m3")
     h.run(1.0)
-    assert h.members["m1"]._busy_until is not None
+    assert h.members["m1"].busy_until is not None
     h.add("m4")
     opened = h.clock.now()
     h.run(FAST.settle_s + FAST.ttl_s + FAST.min_interval_s + 0.5)

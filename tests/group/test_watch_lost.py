@@ -43,9 +43,9 @@ class LosingWatch(Watch):
 
 def losing(member: FencedMember) -> LosingWatch:
     """Put a LosingWatch around ``member``'s own watch (the member must have started)."""
-    assert member._watch is not None
-    wrapped = LosingWatch(member._watch)
-    member._watch = wrapped
+    assert member._inbox.watch is not None
+    wrapped = LosingWatch(member._inbox.watch)
+    member._inbox.watch = wrapped
     return wrapped
 
 
@@ -55,7 +55,7 @@ def traced(h: ModeHarness, member_id: str) -> list[str]:
     def tracer(kind: str, fields: Any) -> None:
         kinds.append(kind)
 
-    h.members[member_id]._tracer = tracer
+    h.members[member_id]._ctx.tracer = tracer
     return kinds
 
 
@@ -77,7 +77,7 @@ def recover(h: ModeHarness, member_id: str, watch: LosingWatch, kinds: list[str]
     watch.failing = True
     h.run(3.0)
     member = h.members[member_id]
-    assert watch.closed and member._watch is not watch and not isinstance(member._watch, LosingWatch)
+    assert watch.closed and member._inbox.watch is not watch and not isinstance(member._inbox.watch, LosingWatch)
     assert kinds.count("watch_lost") == 1, kinds
     assert not [c for c in h.log.calls if c[0] == "lost" and c[1] == member_id], "no belief may end for it"
 

@@ -572,16 +572,16 @@ class CoordinatorMember(FencedMember):
         return {p: e for p, (e, _) in self._table.items()}
 
     def stable(self) -> bool:
-        with self._lock:
+        with self._belief.lock:
             table = self.table
             mine = {p for p, e in table.items() if e.holds(self.id) and self._subs.allows(p)}
             return (
                 self.phase in (CoordinatorPhase.FOLLOWING, CoordinatorPhase.COORDINATING)
                 and bool(table)
                 and all(e.state is TableState.ONLINE for e in table.values())
-                and not self._claiming
-                and set(self._owned) == mine
-                and self._clock.now() < self._deadline
+                and not self._claims.wanted
+                and set(self._belief.owned) == mine
+                and self._clock.now() < self._belief.deadline
             )
 
     def _started(self, now: float, revision: int) -> None:
@@ -695,9 +695,9 @@ class CoordinatorMember(FencedMember):
             self._coordinate(now)
         self._table = _table(self.keys, self._tables.items(self.store))
         self._follow(now)
-        if self._busy_until is not None:
-            return self._busy_until
-        if self._claiming or self._to_release or self._awaiting_restore:
+        if self.busy_until is not None:
+            return self.busy_until
+        if self._claims.wanted or self._claims.to_release or self._awaiting_restore:
             deadlines.append(now + self.claim_retry_s)
         if self._settle_until is not None:
             deadlines.append(self._settle_until)
@@ -719,7 +719,7 @@ class CoordinatorMember(FencedMember):
             if self.phase is CoordinatorPhase.COORDINATING and kv.mod_revision != self._coord_rev:
                 self.phase = CoordinatorPhase.FOLLOWING
             return
-        lease = self._lease
+        lease = self._belief.lease
         if lease is None:
             return
         if self.phase is CoordinatorPhase.COORDINATING:
@@ -835,18 +835,18 @@ class CoordinatorMember(FencedMember):
 
     def _follow(self, now: float) -> None:
         should: set[PartitionId] = {p for p, (e, _) in self._table.items() if e.holds(self.id) and self._subs.allows(p)}
-        with self._lock:
-            owned = set(self._owned)
+        with self._belief.lock:
+            owned = set(self._belief.owned)
         revoke = sorted_pids(owned - should)
         if revoke:
             self._revoke(revoke)
-            if self._busy_until is not None:
+            if self.busy_until is not None:
                 return
-        self._claiming = should - owned
-        if self._claiming:
+        self._claims.wanted = should - owned
+        if self._claims.wanted:
             self._claim(now)
-        with self._lock:
-            epochs = dict(self._owned)
+        with self._belief.lock:
+            epochs = dict(self._belief.owned)
         awaiting: set[PartitionId] = set()
         for p, (entry, rev) in sorted(self._table.items()):
             if p in epochs and entry.target == self.id and entry.state is not TableState.ONLINE:

@@ -1,7 +1,7 @@
 """Fenced, epoch-numbered ownership of partitions: the part every protocol (rounds, coordinator, static) shares.
 
 ``FencedMember`` holds one member lease and the partitions this member believes it owns. A protocol subclass decides
-*which* partitions the member should own (``_claiming``) and which it must give up (``_revoke``); this base class
+*which* partitions the member should own (``_claims.wanted``) and which it must give up (``_revoke``); this base class
 claims, releases, fences commits and ends beliefs. Per partition, from this member's point of view (``Ownership``)::
 
     (wanted) CLAIMING --txn [absent(owner/p), epoch/p unchanged] -> [owner/p (my lease), epoch/p = e+1]-->
@@ -29,7 +29,7 @@ transaction, whatever the number of partitions in it).
 
 The member's watches: the group's prefix, and in a layout-2 group (``_keys``) the deletions of the owner records,
 which live beside it (a claim waiting for a partition another member holds is retried at that record's deletion,
-``_held``; the ttl bounds a missed one). Both follow one state machine::
+``_claims``; the ttl bounds a missed one). Both follow one state machine::
 
     FOLLOWING --poll/wait raises Compacted (it resumed below the store's compaction point: events are lost)-->
         LOST (trace "watch_lost"; both closed) --next step, within the belief--> new watches from now, then ``_resync``
@@ -37,95 +37,72 @@ which live beside it (a claim waiting for a partition another member holds is re
         as their events) --> FOLLOWING
     LOST --the store does not answer--> LOST (retried at every step; beliefs and renewals go on meanwhile)
 
-Member lifecycle shared by all protocols: ``step`` starts the member when it has no lease (watch the group, read or
-create the resource definition, grant the lease, register ``members/<id>`` lease-bound if no other registration
-holds the id: a holder that is dead lets go within its ttl, a live one makes this member fail after 1.5 ttl unless
-``replace`` fences it, and its record ``replaces`` that lease: the fenced process, registering again, finds its own
-lease named there and stops with ``Fenced`` "replaced by another process", not the duplicate-id error that would tell
-the operator to --replace it back), then hands over to the protocol's ``_advance``; ``leave`` revokes everything
-(on_revoked), releases and revokes the lease (a protocol may first plan the handoff: ``begin_leave``, step until
-``leave_ready``, then ``leave``); a lapse (local deadline or lease gone) calls on_lost for everything and starts over.
+Member lifecycle shared by all protocols (``MemberState``, ``FencedMember.state``, changed by ``_enter`` only)::
+
+    STARTING --step: a lapse's clean-up done (old leases revoked, losses recorded), the group watched, its
+               definition read or created, the lease granted, members/<id> written (lease-bound)--> ACTIVE
+    STARTING --step: another live registration holds the id--> STARTING (again 0.25 s later; 1.5 ttl: an error)
+    ACTIVE   --step: the protocol's ``_advance``--> ACTIVE
+    ACTIVE   --``_revoke`` with a slow on_revoked (the simulator's delay hook)--> BUSY --step after the delay:
+               on_revoked returns, release--> ACTIVE
+    ACTIVE   --local deadline passed, or lease gone: on_lost(all) first, then the lease dropped--> STARTING
+    any      --``leave`` (on_revoked(all), release, members/<id> says "left", lease revoked), ``give_up``
+               (on_lost(all)), ``abandon`` (no callbacks)--> STOPPED
+
+Registration (``_registration``): ``members/<id>`` is written only if no other registration holds the id: a holder
+that is dead lets go within its ttl, a live one makes this member fail after 1.5 ttl unless ``replace`` fences it,
+and its record ``replaces`` that lease: the fenced process, registering again, finds its own lease named there and
+stops with ``Fenced`` "replaced by another process", not the duplicate-id error that would tell the operator to
+--replace it back. A protocol may plan a leave's handoff first: ``begin_leave``, step until ``leave_ready``, then
+``leave``.
+
+The parts, one job each, around the one state above (each shares the member's ``_context``: store, ids, clock,
+keys, definition, recorder, tracer):
+
+- ``_belief.Belief``: the lease and the belief (partition -> epoch, the local deadline, renewals), under the lock
+  the keepalive and committing threads share;
+- ``_claims.Claimer``: the claims and releases of owner records, and what they learn (epochs, records held by
+  others, claims of unknown outcome);
+- ``_inbox.WatchInbox``: the watches and the events heard until the next step;
+- ``_registration.Registration``: who holds this member's id, and its ``members/<id>`` record;
+- ``_committer.Committer``: the fenced commits, the belief checked before each chunk is sent.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
-import math
-import os
-import socket
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Required, TypedDict, TypeVar
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, Required, TypedDict
 
 from apportion.clock import Clock
-from apportion.errors import (
-    Compacted,
-    CorruptRecord,
-    Fenced,
-    InvalidRequest,
-    LeaseNotFound,
-    StoreFull,
-    StoreUnavailable,
-)
-from apportion.group._commits import (
-    CHUNK_BYTES,
-    CHUNK_PARTITIONS,
-    CommitResult,
-    chunked,
-    commit_record,
-    commit_size,
-    fence,
-    read_checkpoint,
-)
+from apportion.errors import CorruptRecord, Fenced, InvalidRequest, LeaseNotFound, StoreFull, StoreUnavailable
+from apportion.group._belief import INF, Belief, PartitionLease
+from apportion.group._claims import CHUNK, Callback, Claimer, call, chunks
+from apportion.group._commits import CHUNK_BYTES, CHUNK_PARTITIONS, CommitResult, read_checkpoint
+from apportion.group._committer import Committer
 from apportion.group._config import GroupConfig
+from apportion.group._context import MemberContext
 from apportion.group._history import DEFAULT_RETENTION_S, Recorder
+from apportion.group._inbox import WatchInbox
 from apportion.group._keys import (
     LAYOUT,
     LEGACY_LAYOUT,
     Keys,
     PartitionId,
-    decode,
-    decode_epoch,
-    decode_owner,
     encode,
-    owner_value,
-    pid_of_key,
     sorted_pids,
     validate_member_id,
 )
+from apportion.group._registration import Registration
 from apportion.group._trace import TraceKind, Tracer
 from apportion.model import AssignRequest, Plan
-from apportion.store import (
-    Delete,
-    Event,
-    EventType,
-    Get,
-    KeyValue,
-    Op,
-    Put,
-    Store,
-    Watch,
-    absent,
-    mod_revision_is,
-    value_is,
-)
+from apportion.store import Event, EventType, Get, KeyValue, Op, Put, Store, Watch, absent, mod_revision_is
 from apportion.store import Lease as StoreLease
 
-INF = math.inf
-T = TypeVar("T")
-# partitions per claim/release txn: a claim takes 2 compares, 2 puts (+1 history put) and 2 gets per partition, and
-# etcd allows 128 of each per txn by default (``--max-txn-ops``)
-CHUNK = 60
-OWNER_WAIT_SLICE_S = 0.02  # how often a member waiting for owner records to go looks at their watch (wait_events)
-CLAIM_SLICE_S = 0.5  # claiming one step does before it drains its watch again (a newer plan may want other things)
 _ID_RETRY_S = 0.25  # how often a member whose id is held by another registration looks again
 
-# partition ids: ints in a one-resource group, ``<resource>-<index>`` strings otherwise (``Any``: a callback typed
-# for either kind fits)
-Callback = Callable[[list[Any]], None]
 Planner = Callable[[AssignRequest], Plan]
 DelayHook = Callable[[str, list[Any]], float]
 
@@ -136,24 +113,19 @@ class Ownership(enum.Enum):
     REVOKING = "revoking"
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionLease:
-    """A partition this worker believes it owns, with the epoch that fences its commits."""
+class MemberState(enum.Enum):
+    """Where a member is in its life (the module docstring's lifecycle)."""
 
-    partition: PartitionId
-    epoch: int
-    member: str
+    STARTING = "starting"  # no lease: the next step finishes a lapse's clean-up, then registers
+    ACTIVE = "active"  # registered under its lease: the protocol advances; beliefs last until the local deadline
+    BUSY = "busy"  # inside a slow on_revoked (the simulator's delay hook): stepped again once it returns
+    STOPPED = "stopped"  # left, gave up or abandoned: steps do nothing
 
 
 def default_planner(request: AssignRequest) -> Plan:
     from apportion.assign import plan
 
     return plan(request)
-
-
-def chunks(items: Sequence[T], size: int = CHUNK) -> Iterable[Sequence[T]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
 
 
 class MemberOptions(TypedDict, total=False):
@@ -177,8 +149,8 @@ class MemberOptions(TypedDict, total=False):
 
 class FencedMember:
     """Lease, beliefs, claims, releases and fenced commits of one member. Not thread-safe except for
-    ``keepalive``, ``commit``, ``commit_many``, ``owned``, ``lease``, ``checkpoint`` and ``stable`` (guarded by an
-    internal lock); everything else runs on one stepping thread. Subclasses implement ``_advance`` (and may
+    ``keepalive``, ``commit``, ``commit_many``, ``owned``, ``lease``, ``checkpoint`` and ``stable`` (guarded by the
+    belief's lock); everything else runs on one stepping thread. Subclasses implement ``_advance`` (and may
     override the hooks ``_on_event``, ``_started``, ``_reset``, ``_resync``, ``_resync_keys``, ``_registration``,
     ``stable``)."""
 
@@ -215,83 +187,90 @@ class FencedMember:
         if not revoke_timeout_s > 0:
             raise InvalidRequest("revoke_timeout_s", "must be > 0")
         self.store = store
-        self.keys = Keys(group)
         self.group = group
         self.id = member_id
-        self.config = config  # the effective definition: the requested one until the stored one is read
+        keys = Keys(group)
+        # ``config`` is the effective definition: the requested one until the stored one is read
+        recorder = Recorder(keys, member_id, history_retention_s)
+        self._ctx = MemberContext(store, group, member_id, clock, keys, config, recorder, tracer)
         self._wanted = config  # the requested definition
         self._partitions_given = partitions_given
         self._update = update
         self._joined = False  # the requested definition was checked against the stored one (the first start)
         self._config_revision = 0
         self._clock = clock
-        self._on_assigned = on_assigned
+        self._recorder = recorder
         self._on_revoked = on_revoked
         self._on_lost = on_lost
-        self._watch = watch
-        self._own_watch = watch is None
-        # a layout-2 group's owner records live outside the watched prefix (``_keys``): their deletions come from a
-        # second watch of this member's own (a watch the caller passes in carries them: the simulator routes them)
-        self._owner_watch: Watch | None = None
-        self._inbox: list[Event] = []
-        self._watch_failed: Compacted | None = None  # the watch lost events (wait_events saw it): replace it
-        self._resync_pending = False  # a new watch replaced a lost one: re-read what its events would have told
-        self.safety = safety
         self.claim_retry_s = claim_retry_s
-        self.revoke_timeout_s = revoke_timeout_s
-        self._tracer = tracer
         self._delay = delay
-        self._recorder = Recorder(self.keys, member_id, history_retention_s)
-        self._lock = threading.Lock()
-        # lease state (shared with the keepalive thread)
-        self._lease: StoreLease | None = None
-        self._deadline = -INF
-        self._lease_lost = False
-        self._revoke_started: float | None = None
-        self._stopped = False
-        # ownership state
-        self._owned: dict[PartitionId, int] = {}  # believed: partition -> epoch
-        self._claiming: set[PartitionId] = set()
-        self._epochs: dict[PartitionId, tuple[int, int]] = {}  # partition -> (last epoch, epoch key mod_revision)
-        self._owner_values: dict[int, bytes] = {}  # epoch -> this member's owner value, encoded once
-        self._to_release: dict[PartitionId, int] = {}
-        # wanted partitions another member's owner record holds -> when that was seen; claimed again at the record's
-        # deletion event, not polled (at size, polling every claim_retry_s was most of the store's load)
-        self._held: dict[PartitionId, float] = {}
-        self._uncertain: set[PartitionId] = set()  # claims whose txn outcome is unknown: ``_settle_uncertain``
-        # partitions fenced by commit (-> epoch), awaiting on_lost and release on the stepping thread
-        self._fenced: dict[PartitionId, int] = {}
+        self._belief = Belief(self._ctx, safety=safety, revoke_timeout_s=revoke_timeout_s)
+        self._claims = Claimer(self._ctx, self._belief, on_assigned)
+        self._inbox = WatchInbox(self._ctx, watch)
+        self._registrar = Registration(self._ctx, replace=replace)
+        self._committer = Committer(self._ctx, self._belief)
+        self.state = MemberState.STARTING
+        self._busy: tuple[float, Callable[[], None]] | None = None  # BUSY: until when, and what then
         # store work a lapse left for later, done by _clean_up before the member registers again
         self._dead_leases: list[StoreLease] = []  # lapsed leases not yet revoked
-        self._belief_ended: float | None = None  # see belief_ended_at
-        self._fenced_deadline = -INF  # the latest local deadline of the leases that held the partitions in _fenced
         self._unrecorded: list[dict[str, Any]] = []  # "lost" history events not yet written: fields (time first)
-        self._renew_failing = False
-        self._replace = replace
-        self._taken_since: tuple[int, float] | None = None  # (lease, since when) of another holder of this id
-        self._registered: int | None = None  # the lease of this member's latest registration
-        self._replaced: int | None = None  # the lease of the holder this member fenced (--replace), in its record
-        self._busy_until: float | None = None
-        self._continuation: Callable[[], None] | None = None
         self.error: BaseException | None = None
+
+    def _enter(self, state: MemberState, busy: tuple[float, Callable[[], None]] | None = None) -> None:
+        """The one place the member's state changes (``busy``: BUSY's end and what runs then)."""
+        self.state = state
+        self._busy = busy
+
+    # -- what the parts share ------------------------------------------------------------------------------
+
+    @property
+    def keys(self) -> Keys:
+        return self._ctx.keys
+
+    @keys.setter
+    def keys(self, keys: Keys) -> None:
+        self._ctx.keys = keys
+
+    @property
+    def config(self) -> GroupConfig:
+        """The effective definition: the requested one until the stored one is read, then the stored one."""
+        return self._ctx.config
+
+    @config.setter
+    def config(self, config: GroupConfig) -> None:
+        self._ctx.config = config
+
+    @property
+    def safety(self) -> float:
+        return self._belief.safety
+
+    @property
+    def revoke_timeout_s(self) -> float:
+        return self._belief.revoke_timeout_s
+
+    @property
+    def stopped(self) -> bool:
+        return self.state is MemberState.STOPPED
+
+    @property
+    def busy_until(self) -> float | None:
+        """When a slow on_revoked returns (BUSY); None otherwise."""
+        busy = self._busy
+        return None if busy is None else busy[0]
+
+    @property
+    def wanted(self) -> set[PartitionId]:
+        """The partitions the protocol wants this member to hold and it does not hold yet (read only)."""
+        return self._claims.wanted
 
     # -- public, thread-safe -------------------------------------------------------------------------------
 
     def owned(self) -> list[PartitionId]:
         """Partitions currently believed owned (empty once the local lease deadline has passed)."""
-        now = self._clock.now()
-        with self._lock:
-            if now >= self._deadline:
-                return []
-            return sorted_pids(self._owned)
+        return self._belief.owned_at(self._clock.now())
 
     def lease(self, partition: PartitionId) -> PartitionLease:
-        now = self._clock.now()
-        with self._lock:
-            epoch = self._owned.get(partition)
-            if epoch is None or now >= self._deadline:
-                raise Fenced(f"partition {partition} is not owned by {self.id}")
-            return PartitionLease(partition, epoch, self.id)
+        return self._belief.lease_of(partition, self._clock.now())
 
     def stable(self) -> bool:
         """True when the member holds exactly what its protocol wants it to hold."""
@@ -299,61 +278,30 @@ class FencedMember:
 
     @property
     def local_deadline(self) -> float:
-        with self._lock:
-            return self._deadline
+        return self._belief.local_deadline()
 
     @property
     def belief_ended_at(self) -> float | None:
         """When the belief that the latest ``on_lost`` ended came to its end: the local deadline if it had passed
         (a frozen process learns of its loss late, but it believed only until then), else the moment of the loss.
         None before any loss. Read it in ``on_lost`` to report the loss with its true end."""
-        with self._lock:
-            return self._belief_ended
+        return self._belief.belief_ended_at()
 
     @property
     def store_lease(self) -> StoreLease | None:
-        return self._lease
+        return self._belief.lease
 
     def may_renew(self, now: float) -> bool:
         """False while a revocation overruns ``revoke_timeout_s`` (bounded revocation: let the lease lapse)."""
-        started = self._revoke_started
-        return started is None or now - started <= self.revoke_timeout_s
+        return self._belief.may_renew(now)
 
     def keepalive(self, now: float) -> bool:
         """Renew the member lease; ``now`` is the local time of the request. Called by the keepalive thread / sim.
         The request may take at most what is left of the belief window (a renewal that lands later revives
         nothing). True when the lease was renewed."""
-        lease = self._lease
-        if lease is None or self._stopped or not self.may_renew(now):
+        if self.stopped:
             return False
-        with self._lock:
-            left = self._deadline - now
-        if left <= 0:
-            return False
-        try:
-            with self.store.time_limit(left):
-                self.store.keepalive(lease)
-        except LeaseNotFound:
-            with self._lock:
-                if self._lease is lease:
-                    self._lease_lost = True
-            return False
-        except StoreUnavailable as exc:
-            if not self._renew_failing:
-                self._renew_failing = True
-                self._trace(TraceKind.RENEW_FAILED, deadline=now + left, reason=str(exc))
-            return False
-        with self._lock:
-            if self._lease is lease and now < self._deadline:
-                self._deadline = now + lease.ttl_s * self.safety
-                deadline = self._deadline
-            else:
-                return False
-        if self._renew_failing:
-            self._renew_failing = False
-            self._trace(TraceKind.RENEW_RECOVERED, deadline=deadline)
-        self._trace(TraceKind.RENEW, deadline=deadline)
-        return True
+        return self._belief.keepalive(now)
 
     def commit(self, partition: PartitionId, checkpoint: str, *, epoch: int | None = None) -> int:
         """Record ``checkpoint`` for ``partition`` if this member still owns it with ``epoch`` (default: the epoch
@@ -383,112 +331,19 @@ class FencedMember:
         """The fence itself, without the local check of the belief (the simulator's zombie, whose commits were sent
         before it froze): ``_commits.fence`` of one partition. The store revision of the accepted commit; 0 when
         the store refused it."""
-        record = commit_record(checkpoint, epoch, self.id)
-        chunk, epochs = {partition: record}, {partition: epoch}
-        committed, _ = fence(self.store, self.keys, self._recorder, chunk, epochs, self._owner_value, now)
-        for p, revision in committed.items():
-            self._trace(TraceKind.COMMIT, partition=p, epoch=epoch, revision=revision)
-        return committed.get(partition, 0)
+        return self._committer.fence_only(partition, checkpoint, epoch, now)
 
     def _commit(
         self, checkpoints: Mapping[PartitionId, str], epochs: Mapping[PartitionId, int] | None
     ) -> tuple[CommitResult, StoreUnavailable | None]:
-        """``commit_many``, and the StoreUnavailable that ended it early (``commit`` raises it). Chunk by chunk: the
-        belief is checked just before the chunk is sent (a partition whose belief ended meanwhile — ``on_lost``, the
-        local deadline — is refused here, never sent), and the chunk's store calls run under what is left of the
-        belief window (``store.time_limit``)."""
-        uses = self._commit_epochs(checkpoints, epochs)
-        fenced: dict[PartitionId, int | None] = {p: None for p, use in uses.items() if use is None}
-        epoch_of = {p: use for p, use in uses.items() if use is not None}
-        sending = sorted_pids(epoch_of)
-        records = {p: commit_record(checkpoints[p], epoch_of[p], self.id) for p in sending}
-        sizes = [commit_size(self.keys, p, records[p], self._owner_value(epoch_of[p])) for p in sending]
-        committed: dict[PartitionId, int] = {}
-        failed: dict[PartitionId, str] = {}
-        error: StoreUnavailable | None = None
-        for chunk in chunked(sending, sizes, count=self.max_commit_partitions, budget=self.max_commit_bytes):
-            if error is not None:  # the store did not answer: the rest is not sent (each would wait as long)
-                failed.update(dict.fromkeys(chunk, str(error)))
-                continue
-            now = self._clock.now()
-            with self._lock:
-                deadline = self._deadline
-                send = [p for p in chunk if now < deadline and self._owned.get(p) == epoch_of[p]]
-            sent = frozenset(send)
-            refused = {p: epoch_of[p] for p in chunk if p not in sent}  # the belief has ended: no store call
-            self._fence_here(refused, now, deadline, rejected=False)
-            fenced.update(refused)
-            if not send:
-                continue
-            try:
-                batch = {p: records[p] for p in send}
-                with self.store.time_limit(deadline - now):
-                    done, rejected = fence(
-                        self.store, self.keys, self._recorder, batch, epoch_of, self._owner_value, now
-                    )
-            except StoreUnavailable as exc:
-                error = exc
-                failed.update(dict.fromkeys(send, str(exc)))
-                continue
-            for p, revision in done.items():
-                self._trace(TraceKind.COMMIT, partition=p, epoch=epoch_of[p], revision=revision)
-            committed.update(done)
-            self._fence_here(rejected, now, deadline, rejected=True)
-            fenced.update(rejected)
-        return CommitResult(committed, fenced, failed, self.id), error
-
-    def _commit_epochs(
-        self, checkpoints: Mapping[PartitionId, str], epochs: Mapping[PartitionId, int] | None
-    ) -> dict[PartitionId, int | None]:
-        """Check a commit's input (InvalidRequest); each partition's epoch to commit under (the given one, else the
-        one owned now; None: neither)."""
-        if not isinstance(checkpoints, Mapping):
-            raise InvalidRequest("checkpoints", "must map partitions to checkpoints")
-        given: Mapping[PartitionId, int] = {} if epochs is None else epochs
-        if not isinstance(given, Mapping):
-            raise InvalidRequest("epochs", "must map partitions to epochs")
-        extra = [p for p in given if p not in checkpoints]
-        if extra:
-            raise InvalidRequest("epochs", f"partitions {extra[:5]!r} have an epoch but no checkpoint")
-        with self._lock:
-            owned = {p: self._owned[p] for p in checkpoints if p in self._owned}
-        uses: dict[PartitionId, int | None] = {}
-        for p, checkpoint in checkpoints.items():
-            if isinstance(p, bool) or not isinstance(p, int | str):  # True would pass for partition 1
-                raise InvalidRequest("partition", f"{p!r} is not a partition id (an int or <resource>-<index>)")
-            if not isinstance(checkpoint, str):
-                raise InvalidRequest("checkpoint", f"must be a string (partition {p!r}: {type(checkpoint).__name__})")
-            epoch = given.get(p)
-            if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int)):
-                raise InvalidRequest("epochs", f"partition {p!r}: an epoch is an int, got {epoch!r}")
-            if epoch is None and p not in owned and self.config.check_pid(p) != p:
-                # a partition never owned here and not the group's: "3" for 3, a typo (check_pid raises for most)
-                raise InvalidRequest("partition", f"{p!r} is not a partition id of group {self.group!r}")
-            uses[p] = owned.get(p) if epoch is None else epoch
-        return uses
-
-    def _fence_here(self, parts: Mapping[PartitionId, int], now: float, deadline: float, *, rejected: bool) -> None:
-        """The partitions whose commit was refused (by the store: ``rejected``; else here, the belief having ended):
-        this member's belief in (p, epoch) ends — the stepping thread calls ``on_lost`` and releases — and a
-        refusal by the store is recorded (one ``fenced`` event; best effort, it is only history)."""
-        if not parts:
-            return
-        with self._lock:
-            for p, use in parts.items():
-                if self._owned.get(p) == use:
-                    del self._owned[p]
-                    self._fenced[p] = use
-                    self._fenced_deadline = max(self._fenced_deadline, deadline)
-        for p, use in parts.items():
-            self._trace(TraceKind.FENCED, partition=p, epoch=use)
-        if rejected:
-            with contextlib.suppress(StoreUnavailable), self.store.time_limit(max(0.0, deadline - self._clock.now())):
-                self._put_event("fenced", now, partitions=list(parts), epochs=list(parts.values()))
+        """``commit_many``, and the StoreUnavailable that ended it early (``commit`` raises it): ``_committer``."""
+        count, budget = self.max_commit_partitions, self.max_commit_bytes
+        return self._committer.commit(checkpoints, epochs, count=count, budget=budget)
 
     @property
     def claiming(self) -> int:
         """How many wanted partitions still wait for their previous owner's release."""
-        return len(self._claiming)
+        return len(self._claims.wanted)
 
     def checkpoint(self, partition: PartitionId) -> str | None:
         """``partition``'s last committed checkpoint, whoever wrote it (either key layout, ``_keys``)."""
@@ -503,91 +358,67 @@ class FencedMember:
         again, says so and keeps the member (a watch moves its position only with a read that succeeded). Before,
         the error left the worker's loop: at 64 members x 100,000 partitions committing on SQLite a watch's poll
         (which expires leases, so takes the write lock) waited 5 s for the lock and the worker exited with code 1."""
-        if self._watch is None or self._watch_failed is not None:
-            time.sleep(max(0.0, timeout_s))  # no watch to wake us (the store did not answer): the step retries
-            return
-        try:
-            if self._owner_watch is None or not self._held:
-                self._inbox.extend(self._watch.wait(max(0.0, timeout_s)))
-                return
-            # waiting to claim partitions another member holds: their deletions wake us too (one watch blocks,
-            # the other is looked at every OWNER_WAIT_SLICE_S: a wait on two watches of any backend)
-            deadline = time.monotonic() + max(0.0, timeout_s)
-            while True:
-                events = self._watch.wait(min(OWNER_WAIT_SLICE_S, max(0.0, deadline - time.monotonic())))
-                freed = self._owner_watch.poll()
-                self._inbox.extend(events)
-                self._inbox.extend(freed)
-                if events or freed or time.monotonic() >= deadline:
-                    return
-        except Compacted as exc:
-            self._watch_failed = exc
-        except StoreUnavailable as exc:
-            self._trace(TraceKind.STORE_UNAVAILABLE, reason=str(exc), full=isinstance(exc, StoreFull))
+        self._inbox.wait(timeout_s, owners=bool(self._claims.held))
 
     def step(self, now: float | None = None) -> float:
         """Advance the protocol; return the local time by which it wants to be stepped again."""
-        if self._stopped:
+        if self.state is MemberState.STOPPED:
             return INF
         now = self._clock.now() if now is None else now
         try:
-            if self._busy_until is not None:
-                if now < self._busy_until:
-                    return self._busy_until
-                continuation, self._continuation, self._busy_until = self._continuation, None, None
-                if continuation is not None:
-                    with self._within_belief():
-                        continuation()
+            busy = self._busy
+            if busy is not None:
+                until, continuation = busy
+                if now < until:
+                    return until
+                self._enter(MemberState.ACTIVE)
+                with self._within_belief():
+                    continuation()
                 now = self._clock.now()
             return self._step(now)
         except LeaseNotFound:
-            with self._lock:
-                self._lease_lost = True
+            self._belief.lose_lease()
             return now
         except StoreUnavailable as exc:  # StoreFull too: retried until an operator gives the store space again
             self._trace(TraceKind.STORE_UNAVAILABLE, reason=str(exc), full=isinstance(exc, StoreFull))
             return min(now + max(self.claim_retry_s, 0.05) * 2, self._lapse_at())
 
     def _lapse_at(self) -> float:
-        with self._lock:
-            return self._deadline if (self._owned or self._lease is not None) else INF
+        return self._belief.lapse_at()
 
     def _step(self, now: float) -> float:
         self._drain_events()
-        with self._lock:
-            lapsed = self._lease is not None and (self._lease_lost or now >= self._deadline)
-        if lapsed:
-            self._lapse(now, "lease lost" if self._lease_lost else "lease deadline passed")
+        belief, claims = self._belief, self._claims
+        if belief.lapsed(now):
+            self._lapse(now, "lease lost" if belief.lease_lost else "lease deadline passed")
         self._clean_up()
-        if self._lease is None:
+        if self.state is MemberState.STARTING:
             if not self._start(now):
                 return now + _ID_RETRY_S
             now = self._clock.now()
         with self._within_belief():
-            if self._resync_pending:
+            if self._inbox.resync_pending:
                 self._watch_again()
-            if self._fenced:
-                with self._lock:
-                    fenced, self._fenced = dict(sorted(self._fenced.items())), {}
-                    self._belief_ended, self._fenced_deadline = min(now, self._fenced_deadline), -INF
+            if belief.fenced:
+                fenced = belief.take_fenced(now)
                 self._trace(TraceKind.LOST, partitions=list(fenced), epochs=list(fenced.values()), reason="fenced")
-                self._call(self._on_lost, list(fenced))
+                call(self._on_lost, list(fenced))
                 # a commit refused here (belief over, lease perhaps renewed since) leaves our owner record behind:
                 # free it (the release compares our value, so a record the store already gave away is untouched)
-                self._release(now, fenced)
-            if self._to_release:
-                self._release(now, dict(self._to_release))
-            if self._uncertain and self._lease is not None:
-                self._settle_uncertain(self._lease)
-            if self._busy_until is not None:
-                return self._busy_until
+                claims.release(now, fenced)
+            if claims.to_release:
+                claims.release(now, dict(claims.to_release))
+            lease = belief.lease
+            if claims.uncertain and lease is not None:
+                claims.settle_uncertain(lease)
+            busy_until = self.busy_until
+            if busy_until is not None:
+                return busy_until
             return self._advance(now)
 
     def _within_belief(self) -> contextlib.AbstractContextManager[None]:
         """A time limit for the store calls of this step: what is left of the belief window (none without a lease)."""
-        with self._lock:
-            left = None if self._lease is None else self._deadline - self._clock.now()
-        return self.store.time_limit(left)
+        return self._belief.within()
 
     def _clean_up(self) -> None:
         """Finish what lapses left undone: revoke the old leases, then record the losses, oldest first; a store that
@@ -598,7 +429,7 @@ class FencedMember:
             self._dead_leases.pop(0)
         while self._unrecorded:
             fields = dict(self._unrecorded[0])
-            self._put_event("lost", fields.pop("time"), **fields)
+            self._ctx.put_event("lost", fields.pop("time"), **fields)
             self._unrecorded.pop(0)
 
     def _advance(self, now: float) -> float:
@@ -606,48 +437,27 @@ class FencedMember:
         raise NotImplementedError
 
     def _drain_events(self) -> None:
-        events = self._inbox
-        self._inbox = []
-        failed, self._watch_failed = self._watch_failed, None
-        if self._watch is not None and failed is None:
-            try:
-                events.extend(self._watch.poll())
-                if self._owner_watch is not None:
-                    events.extend(self._owner_watch.poll())
-            except Compacted as exc:
-                failed = exc
+        events, failed = self._inbox.drain()
         owners = self.keys.owners
         for event in events:
             if event.kv.key.startswith(owners):
-                self._note_owner_event(event)
+                self._claims.note_owner_event(event)
             self._on_event(event)
         if failed is not None:
-            self._replace_watch(failed)
-
-    def _replace_watch(self, failed: Compacted) -> None:
-        """The watch lost events: it broke (an etcd member restarted, a stream went idle) and resumed below the
-        store's compaction point, so what changed meanwhile is gone from the history. Close it; the step opens a
-        new one from now and re-reads what the lost events would have told (``_resync``), never guessing past them.
-        A watch the caller passed in is the caller's to replace: the error goes to it."""
-        if not self._own_watch:
-            raise failed
-        if self._watch is not None:
-            self._watch.close()
-        if self._owner_watch is not None:
-            self._owner_watch.close()
-        self._watch = self._owner_watch = None
-        self._resync_pending = True
-        self._held.clear()  # the deletions a claim waits for may be among the lost events: claim again
-        self._trace(TraceKind.WATCH_LOST, reason=str(failed))
+            # the watch broke (an etcd member restarted, a stream went idle) and resumed below the store's compaction
+            # point: what changed meanwhile is gone from the history. The step opens a new one from now and re-reads
+            # what the lost events would have told (``_resync``), never guessing past them.
+            self._inbox.lost(failed)
+            self._claims.held.clear()  # the deletions a claim waits for may be among the lost events: claim again
+            self._trace(TraceKind.WATCH_LOST, reason=str(failed))
 
     def _watch_again(self) -> None:
         """Open the new watch (``_start`` may have) and re-read; a store that does not answer leaves both to the
         next step. Runs inside the belief's time limit, after a lapse is handled, like every store call of a step."""
-        if self._watch is None:
-            self._watch = self.store.watch(self.keys.prefix)
-        self._watch_owners()
+        self._inbox.open()
+        self._inbox.watch_owners()
         self._resync()
-        self._resync_pending = False
+        self._inbox.resync_pending = False
 
     def _resync(self) -> dict[str, KeyValue | None]:
         """Re-read, in one snapshot, the keys whose changes this member takes from its watch (``_resync_keys``;
@@ -676,11 +486,10 @@ class FencedMember:
         """Register: grant the lease and write ``members/<id>`` if no other live process holds that id. False when
         the id is taken (try again later); raises InvalidRequest once it has been taken for longer than a lease
         could outlive a dead holder (1.5 ttl): a second live member with the same id is an operator's mistake."""
-        if self._watch is None:
-            self._watch = self.store.watch(self.keys.prefix)
+        self._inbox.open()
         self._load_config(now)
-        self._watch_owners()
-        if not self._id_free(now):
+        self._inbox.watch_owners()
+        if not self._registrar.id_free(now):
             return False
         lease = self.store.grant(self.config.ttl_s)
         member_key = self.keys.member(self.id)
@@ -691,60 +500,25 @@ class FencedMember:
             with contextlib.suppress(StoreUnavailable):
                 self.store.revoke(lease)
             return False
-        with self._lock:
-            self._lease = lease
-            self._lease_lost = False
-            self._deadline = now + lease.ttl_s * self.safety
-        self._registered = lease.id
-        self._replace = False  # fence a duplicate once, at the first start; never ping-pong with it afterwards
-        self._taken_since = None
-        self._trace(TraceKind.RENEW, deadline=self._deadline)
+        self._belief.grant(lease, now)
+        self._enter(MemberState.ACTIVE)
+        self._registrar.registered_under(lease.id)
+        self._trace(TraceKind.RENEW, deadline=self._belief.deadline)
         self._started(now, result.revision)
         self._trace(TraceKind.REGISTERED, lease=lease.id)
         return True
-
-    def _watch_owners(self) -> None:
-        """Open the watch of the owner records' deletions where they live outside the watched prefix (layout 2),
-        before the first claim, so that no release it waits for falls before it."""
-        if self._own_watch and self._owner_watch is None and self.keys.ownership != self.keys.prefix:
-            self._owner_watch = self.store.watch(self.keys.owners, deletes_only=True)
-
-    def _id_free(self, now: float) -> bool:
-        kv = self.store.get(self.keys.member(self.id))
-        if kv is None:
-            return True
-        if self._registered is not None and _replaces(kv) == self._registered:
-            # the holder fenced this member's registration (--replace): not a duplicate to fence back
-            raise Fenced(f"member {self.id!r} of group {self.group!r}: replaced by another process with id {self.id!r}")
-        if self._replace:  # revoking its lease fences the other holder: its owner records go, its renewals fail
-            self._replaced = kv.lease
-            self.store.revoke(kv.lease)
-            self._trace(TraceKind.REPLACED, lease=kv.lease)
-            return True
-        if self._taken_since is None or self._taken_since[0] != kv.lease:
-            self._taken_since = (kv.lease, now)
-            self._trace(TraceKind.ID_TAKEN, lease=kv.lease)
-        elif now - self._taken_since[1] > self.config.ttl_s * 1.5:
-            raise InvalidRequest(
-                "worker_id",
-                f"member {self.id!r} is already live in group {self.group!r} (stop it, or --replace to fence it)",
-            )
-        return False
 
     def _registration(self) -> dict[str, Any]:
         """Extra fields of this member's ``members/<id>`` record (hook)."""
         return {}
 
     def _member_info(self, *, revoking: bool, left: bool = False) -> dict[str, Any]:
-        info = {"pid": os.getpid(), "host": socket.gethostname(), **self._registration(), "revoking": revoking}
-        if self._replaced is not None:  # so that the fenced process, registering again, knows it was replaced
-            info["replaces"] = self._replaced
-        return {**info, "left": True} if left else info
+        return self._registrar.record(self._registration(), revoking=revoking, left=left)
 
     def _announce(self, *, revoking: bool) -> None:
         """Publish in ``members/<id>`` whether this member is inside ``on_revoked``: it cannot take part in a round
         while its callback runs, and a closing round waits for such a member (not for a silent one)."""
-        lease = self._lease
+        lease = self._belief.lease
         if lease is None:
             return
         with contextlib.suppress(StoreUnavailable, LeaseNotFound):
@@ -826,30 +600,18 @@ class FencedMember:
         """The belief ended (local deadline or lease gone): on_lost for everything at once (no store call before
         it), then drop the lease and start over; revoking the lease (frees the owner records now instead of at
         expiry) and recording the loss are left to ``_clean_up``, retried until done."""
-        with self._lock:
-            # partitions a commit refused at the deadline (moved to _fenced by the committer's thread) end here too:
-            # their on_lost must not wait for the fenced branch, which runs only once the store answers again
-            held = dict(sorted({**self._fenced, **self._owned}.items()))
-            self._owned.clear()
-            self._fenced, self._fenced_deadline = {}, -INF
-            lease, self._lease = self._lease, None
-            self._belief_ended = min(now, self._deadline)
-            self._deadline = -INF
+        held, lease = self._belief.end(now)
         lost = list(held)
         epochs = list(held.values())
-        self._claiming.clear()
-        self._held.clear()
-        self._uncertain.clear()  # records an unknown claim may have written die with the lapsed lease
-        self._to_release.clear()
-        self._revoke_started = None
-        self._renew_failing = False
+        self._claims.forget()
+        self._enter(MemberState.STARTING)
         self._reset()
         self._trace(TraceKind.LOST, partitions=lost, epochs=epochs, reason=reason)
         if lease is not None:
             self._dead_leases.append(lease)
         if lost:
             self._unrecorded.append({"time": now, "partitions": lost, "epochs": epochs, "reason": reason})
-        self._call(self._on_lost, lost)
+        call(self._on_lost, lost)
 
     def _reset(self) -> None:
         """Forget the protocol state after a lapse; the member starts over (hook)."""
@@ -865,26 +627,26 @@ class FencedMember:
 
     def leave(self) -> None:
         """Graceful leave: on_revoked for everything, commit is the callback's job, release, drop membership."""
-        if self._stopped:
+        if self.stopped:
             return
         now = self._clock.now()
-        with self._lock:
-            owned = sorted_pids(self._owned)
-        self._claiming.clear()
+        belief = self._belief
+        owned = sorted_pids(belief.held())
+        self._claims.wanted.clear()
         try:
-            if owned and self._lease is not None and now < self._deadline:
-                self._revoke_started = now
+            if owned and belief.lease is not None and now < belief.deadline:
+                belief.revoke_started = now
                 self._trace(TraceKind.REVOKING, partitions=owned)
                 try:
-                    self._call(self._on_revoked, owned)
+                    call(self._on_revoked, owned)
                 finally:
-                    self._revoke_started = None
+                    belief.revoke_started = None
                     self._finish_revoke(owned)
             elif owned:
                 self._lapse(now, "lease deadline passed")
             with contextlib.suppress(StoreUnavailable):
                 self._clean_up()
-            lease = self._lease
+            lease = belief.lease
             if lease is not None:
                 with contextlib.suppress(StoreUnavailable, LeaseNotFound):
                     # members/<id> says "left" before it goes: its deletion is then not a failure (the coordinator
@@ -903,238 +665,64 @@ class FencedMember:
         ``on_lost`` for everything held (stop processing, do not commit), then the leases revoked (best effort: a
         revocation deletes this member's own records, whatever format the group is in)."""
         try:
-            if not self._stopped:
+            if not self.stopped:
                 self._lapse(self._clock.now(), reason)
         finally:
             self.abandon()
 
     def abandon(self) -> None:
         """Stop without callbacks (after a callback error): beliefs end, the leases are revoked (best effort)."""
-        leases = [*self._dead_leases, *([self._lease] if self._lease is not None else [])]
+        lease = self._belief.lease
+        leases = [*self._dead_leases, *([lease] if lease is not None else [])]
         self._stop()
         for lease in leases:
             with contextlib.suppress(Exception):
                 self.store.revoke(lease)
 
     def _stop(self) -> None:
-        with self._lock:
-            self._owned.clear()
-            self._lease = None
-            self._deadline = -INF
-        self._stopped = True
-        if self._watch is not None and self._own_watch:
-            self._watch.close()
-        if self._owner_watch is not None:
-            self._owner_watch.close()
+        self._belief.clear()
+        self._enter(MemberState.STOPPED)
+        self._inbox.close()
         self._trace(TraceKind.STOPPED)
 
     # -- ownership -----------------------------------------------------------------------------------------
 
+    def _claim(self, now: float) -> None:
+        """Claim the wanted partitions (``_claims``)."""
+        self._claims.claim(now)
+
     def _revoke(self, parts: list[PartitionId]) -> None:
-        self._revoke_started = self._clock.now()
+        started = self._belief.revoke_started = self._clock.now()
         self._trace(TraceKind.REVOKING, partitions=parts)
         self._announce(revoking=True)
         delay = self._delay("revoked", parts) if self._delay is not None else 0.0
         if delay > 0:  # the simulator's slow callback: the member is busy until the callback "returns"
-            self._busy_until = self._revoke_started + delay
-            self._continuation = lambda: self._finish_revoke(parts, call=True)
+            self._enter(MemberState.BUSY, (started + delay, lambda: self._finish_revoke(parts, slow=True)))
             return
         try:
-            self._call(self._on_revoked, parts)
+            call(self._on_revoked, parts)
         finally:
-            self._revoke_started = None
+            self._belief.revoke_started = None
         self._finish_revoke(parts)
 
-    def _finish_revoke(self, parts: list[PartitionId], *, call: bool = False) -> None:
-        if call:
+    def _finish_revoke(self, parts: list[PartitionId], *, slow: bool = False) -> None:
+        if slow:
             try:
-                self._call(self._on_revoked, parts)
+                call(self._on_revoked, parts)
             finally:
-                self._revoke_started = None
+                self._belief.revoke_started = None
         self._announce(revoking=False)
-        with self._lock:
-            releasing = {p: self._owned.pop(p) for p in parts if p in self._owned}
+        releasing = self._belief.drop(parts)
         self._trace(TraceKind.REVOKED, partitions=parts)
-        self._release(self._clock.now(), releasing)
-
-    def _release(self, now: float, parts: Mapping[PartitionId, int]) -> None:
-        lease = self._lease
-        if lease is None:
-            self._to_release.clear()
-            return
-        self._to_release.update(parts)
-        for chunk in chunks(sorted_pids(parts)):
-            compares = [value_is(self.keys.owner(p), self._owner_value(parts[p])) for p in chunk]
-            ops: list[Op] = [Delete(self.keys.owner(p)) for p in chunk]
-            ops += self._recorder.put("release", now, partitions=list(chunk), epochs=[parts[p] for p in chunk])
-            if not self.store.txn(compares, ops).succeeded:
-                for p in chunk:  # some record is not ours any more: release the others one by one
-                    self.store.txn([compares[chunk.index(p)]], [Delete(self.keys.owner(p))])
-            for p in chunk:
-                self._to_release.pop(p, None)
-        self._trace(TraceKind.RELEASED, partitions=sorted_pids(parts))
-
-    def _claim(self, now: float) -> None:
-        """Claim the wanted partitions not known to be held by another member, chunk by chunk, applying each chunk
-        as it lands (on_assigned per chunk: a member never holds owner records it does not act on), for at most
-        ``CLAIM_SLICE_S`` per step (the step then drains its watch: a newer plan may want something else)."""
-        lease = self._lease
-        with self._lock:
-            if lease is None or now >= self._deadline:
-                return
-        try:
-            began = self._clock.now()
-            for chunk in chunks(self._claimable(began)):
-                claimed = self._claim_chunk(now, lease, list(chunk), retry=True)
-                if claimed and not self._apply_claims(lease, claimed):
-                    return
-                if self._clock.now() - began >= CLAIM_SLICE_S:
-                    break
-        except LeaseNotFound:
-            with self._lock:
-                self._lease_lost = True
-
-    def _claimable(self, now: float) -> list[PartitionId]:
-        """The wanted partitions worth a claim now: not held by another member's record, unless that record was
-        seen more than a ttl ago (its deletion event is what frees it: ``_note_owner_event``; the ttl is a bound
-        on a missed one)."""
-        held = self._held
-        for p in [p for p in held if p not in self._claiming]:
-            del held[p]
-        retry_before = now - self.config.ttl_s
-        return sorted_pids(p for p in self._claiming if held.get(p, -INF) <= retry_before)
-
-    def _apply_claims(self, lease: StoreLease, claimed: Mapping[PartitionId, int]) -> bool:
-        """Believe ``claimed`` and call on_assigned; False when the lease ended meanwhile (the claims die with it)."""
-        parts = sorted_pids(claimed)
-        self._claiming.difference_update(parts)
-        now = self._clock.now()
-        with self._lock:
-            if now >= self._deadline or self._lease is not lease:
-                return False  # the lapse path runs at the next step
-            self._owned.update(claimed)
-        self._trace(TraceKind.ASSIGNED, partitions=parts, epochs=[claimed[p] for p in parts])
-        self._call(self._on_assigned, parts)
-        return True
-
-    def _settle_uncertain(self, lease: StoreLease) -> None:
-        """Claims whose transaction's outcome is unknown (the store did not answer) may have written owner records
-        under this lease: read them; adopt those still wanted, give the others back (a record nobody acts on would
-        keep its partition from everyone for as long as this member lives)."""
-        while self._uncertain:
-            chunk = sorted_pids(self._uncertain)[:CHUNK]
-            found = self.store.txn([], [Get(self.keys.owner(p)) for p in chunk]).responses
-            mine: dict[PartitionId, int] = {}
-            for p, kvs in zip(chunk, found, strict=True):
-                assert isinstance(kvs, list)
-                if kvs and kvs[0].lease == lease.id:
-                    member, epoch = decode_owner(kvs[0])
-                    if member == self.id:
-                        mine[p] = epoch
-                        self._epochs[p] = (epoch, kvs[0].mod_revision)  # a claim writes owner and epoch together
-            wanted = {p: e for p, e in mine.items() if p in self._claiming}
-            self._uncertain.difference_update(chunk)
-            if mine.keys() - wanted.keys():
-                self._trace(TraceKind.GIVE_BACK, partitions=sorted_pids(mine.keys() - wanted.keys()))
-                self._release(self._clock.now(), {p: e for p, e in mine.items() if p not in wanted})
-            if wanted and not self._apply_claims(lease, wanted):
-                return
-
-    def _note_owner_event(self, event: Event) -> None:
-        """An owner record was deleted (released, or its lease ended): a claim of that partition may succeed now."""
-        if event.type is EventType.DELETE:
-            pid = pid_of_key(event.kv.key[len(self.keys.owners) :])
-            if pid is not None:
-                self._held.pop(pid, None)
-
-    def _claim_chunk(
-        self, now: float, lease: StoreLease, chunk: list[PartitionId], *, retry: bool
-    ) -> dict[PartitionId, int]:
-        """One claim transaction: every partition of ``chunk`` (absent owner record, unchanged epoch) or none. On
-        failure the owner and epoch records read back say which are free (claimed again once, ``retry``), which
-        another member holds (``_held``) and which are this member's own under this lease: a claim whose outcome
-        it did not learn (adopted)."""
-        compares = []
-        success: list[Op] = []
-        failure: list[Op] = []
-        for p in chunk:
-            epoch, rev = self._epochs.get(p, (0, 0))
-            owner_key, epoch_key = self.keys.owner(p), self.keys.epoch(p)
-            compares += [absent(owner_key), mod_revision_is(epoch_key, rev)]
-            success += [
-                Put(owner_key, self._owner_value(epoch + 1), lease.id),
-                Put(epoch_key, str(epoch + 1).encode()),
-            ]
-            failure += [Get(owner_key), Get(epoch_key)]
-        epochs = [self._epochs.get(p, (0, 0))[0] + 1 for p in chunk]
-        success += self._recorder.put("claim", now, partitions=chunk, epochs=epochs)
-        try:
-            result = self.store.txn(compares, success, failure)
-        except StoreUnavailable:
-            self._uncertain.update(chunk)  # written or not: settled by reading back (``_settle_uncertain``)
-            raise
-        if result.succeeded:
-            for p, epoch in zip(chunk, epochs, strict=True):
-                self._epochs[p] = (epoch, result.revision)
-            self._trace(TraceKind.CLAIM, partitions=chunk, epochs=epochs)
-            return dict(zip(chunk, epochs, strict=True))
-        free: list[PartitionId] = []
-        mine: dict[PartitionId, int] = {}
-        seen = self._clock.now()
-        for i, p in enumerate(chunk):
-            owner_kvs, epoch_kvs = result.responses[2 * i], result.responses[2 * i + 1]
-            assert isinstance(owner_kvs, list) and isinstance(epoch_kvs, list)
-            if epoch_kvs:  # the fence's counter: a corrupt one cannot be guessed past (CorruptRecord: exit 2)
-                self._epochs[p] = (decode_epoch(epoch_kvs[0].value, epoch_kvs[0].key), epoch_kvs[0].mod_revision)
-            else:
-                self._epochs[p] = (0, 0)
-            if not owner_kvs:
-                free.append(p)
-                continue
-            # a record no claim wrote (bound to no lease) would hold p forever: say so instead of waiting
-            member, epoch = decode_owner(owner_kvs[0])
-            if member == self.id and owner_kvs[0].lease == lease.id:
-                mine[p] = epoch
-            else:
-                self._held[p] = seen
-        if mine:
-            self._trace(TraceKind.ADOPTED, partitions=sorted_pids(mine))
-        if free and retry:
-            mine.update(self._claim_chunk(now, lease, free, retry=False))
-        return mine
+        self._claims.release(self._clock.now(), releasing)
 
     # -- helpers -------------------------------------------------------------------------------------------
 
     def _owner_value(self, epoch: int) -> bytes:
-        value = self._owner_values.get(epoch)
-        if value is None:
-            if len(self._owner_values) >= 4096:
-                self._owner_values.clear()
-            value = self._owner_values[epoch] = owner_value(self.id, epoch)
-        return value
-
-    def _call(self, callback: Callback | None, parts: list[PartitionId]) -> None:
-        if callback is not None and parts:
-            callback(list(parts))
-
-    def _put_event(self, kind: str, now: float, **fields: Any) -> None:
-        ops = self._recorder.put(kind, now, **fields)
-        if ops:
-            self.store.txn([], ops)
+        return self._ctx.owner_value(epoch)
 
     def _trace(self, kind: TraceKind, **fields: Any) -> None:
-        if self._tracer is not None:
-            self._tracer(kind, fields)
-
-
-def _replaces(kv: KeyValue) -> int | None:
-    """The lease a ``members/<id>`` record says its process fenced (``replaces``: --replace), None when it fenced
-    none (a corrupt record fenced none: registrations only inform)."""
-    try:
-        value = decode(kv.value, kv.key).get("replaces")
-    except CorruptRecord:
-        return None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+        self._ctx.trace(kind, **fields)
 
 
 __all__ = [
@@ -1144,6 +732,7 @@ __all__ = [
     "DelayHook",
     "FencedMember",
     "MemberOptions",
+    "MemberState",
     "PartitionLease",
     "Ownership",
     "Planner",

@@ -82,7 +82,7 @@ moves the actives whose learners are ready.
 Ownership (epochs are fencing tokens)
 -------------------------------------
 The ownership state machine (claim, on_assigned, revoke, release, fenced commit, lapse) is ``FencedMember``'s in
-``apportion.group._ownership``; this protocol fills ``_claiming`` from the plan and revokes what a plan moves away.
+``apportion.group._ownership``; this protocol fills ``_claims.wanted`` from the plan and revokes what a plan moves away.
 Partitions kept across rounds are not revoked (cooperative, KIP-429).
 
 Planned leave
@@ -283,15 +283,15 @@ class RoundsMember(FencedMember):
     def stable(self) -> bool:
         """True when the member applied the plan of the current round, holds exactly its planned partitions and
         does not want a new round (no departed participant, no resource change pending)."""
-        with self._lock:
+        with self._belief.lock:
             return (
                 self.phase is Phase.SETTLED
                 and self._in_plan
                 and self._need_since is None
                 and self._plan_round == self._round
-                and not self._claiming
-                and set(self._owned) == set(self._assignment)
-                and self._clock.now() < self._deadline
+                and not self._claims.wanted
+                and set(self._belief.owned) == set(self._assignment)
+                and self._clock.now() < self._belief.deadline
             )
 
     @property
@@ -331,7 +331,7 @@ class RoundsMember(FencedMember):
     def _advance(self, now: float) -> float:
         self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
         if self._subs.waiting and self._apply_subscriptions():
-            return self._clock.now() if self._busy_until is None else self._busy_until
+            return self._clock.now() if self.busy_until is None else self.busy_until
         cur = self._current.get(self.store)
         if cur is None:
             self._open(now, 0)
@@ -352,7 +352,7 @@ class RoundsMember(FencedMember):
             plan_kv = self._plan_kv(rnd)
             if plan_kv is not None:
                 self._apply_plan(now, rnd, read_plan(plan_kv, self.store))
-                return self._clock.now() if self._busy_until is None else self._busy_until
+                return self._clock.now() if self.busy_until is None else self.busy_until
             if self._joined_round != rnd:
                 if self._should_join(now):
                     if not self._catch_up(now, rnd):
@@ -364,14 +364,18 @@ class RoundsMember(FencedMember):
                 deadlines.append(now + self.claim_retry_s)
             else:
                 deadlines.append(close_at)
-        if self._plan_round == rnd and self._in_plan and len(self._owned) + len(self._claiming) < len(self._assignment):
+        if (
+            self._plan_round == rnd
+            and self._in_plan
+            and len(self._belief.owned) + len(self._claims.wanted) < len(self._assignment)
+        ):
             self._reclaim()
-        if self._claiming:
+        if self._claims.wanted:
             self._claim(now)
             self._refresh_replicas()
-            if self._busy_until is not None:
-                return self._busy_until
-            if self._claiming:
+            if self.busy_until is not None:
+                return self.busy_until
+            if self._claims.wanted:
                 deadlines.append(now + self.claim_retry_s)
         open_at = self._open_at(rnd)
         if open_at is not None:
@@ -379,7 +383,7 @@ class RoundsMember(FencedMember):
                 self._open(now, rnd)
                 return self._clock.now()
             deadlines.append(open_at)
-        if self._to_release:
+        if self._claims.to_release:
             deadlines.append(now + self.claim_retry_s)
         if self._leave_by is not None:
             deadlines.append(self._leave_by)  # a planned leave's bound: step then, so that it ends
@@ -534,8 +538,8 @@ class RoundsMember(FencedMember):
         joins no more rounds), keep the partitions until a plan without this member moves them, then revoke and
         release them as that plan says, so that the new owners claim each one at its release. Bounded: at
         ``now + MRI + RST + ttl`` (the longest a round can take to open and close) ``leave_ready`` gives up waiting."""
-        lease = self._lease
-        if self._leave_by is not None or lease is None or self._stopped:
+        lease = self._belief.lease
+        if self._leave_by is not None or lease is None or self.stopped:
             return
         self._leave_by = now + self.config.min_interval_s + self.config.settle_s + self.config.ttl_s
         try:
@@ -552,11 +556,11 @@ class RoundsMember(FencedMember):
         """True when a planned leave may end: this member holds nothing and waits for no plan that could give it
         something, every other participant of its plan is leaving or gone too, or the time bound passed."""
         leave_by = self._leave_by
-        if leave_by is None or now >= leave_by or self._lease is None or self._stopped:
+        if leave_by is None or now >= leave_by or self._belief.lease is None or self.stopped:
             return True
-        with self._lock:
-            holds = bool(self._owned)
-        if not holds and not self._claiming and self.phase is not Phase.JOINED and self._busy_until is None:
+        with self._belief.lock:
+            holds = bool(self._belief.owned)
+        if not holds and not self._claims.wanted and self.phase is not Phase.JOINED and self.busy_until is None:
             return True
         others = set(self._participants) - {self.id}
         return others <= self._leaving | self._dead
@@ -571,9 +575,9 @@ class RoundsMember(FencedMember):
         self._announce(revoking=False)
         self._need(self._round)
         self._assignment = frozenset(p for p in self._assignment if self.subscribes(p))
-        self._claiming = {p for p in self._claiming if self.subscribes(p)}
-        with self._lock:
-            revoke = sorted_pids(p for p in self._owned if not self.subscribes(p))
+        self._claims.wanted = {p for p in self._claims.wanted if self.subscribes(p)}
+        with self._belief.lock:
+            revoke = sorted_pids(p for p in self._belief.owned if not self.subscribes(p))
         if revoke:
             self._revoke(revoke)
         return bool(revoke)
@@ -640,7 +644,7 @@ class RoundsMember(FencedMember):
             self._trace(TraceKind.ROUND_OPENED, round=result.revision)
 
     def _join(self, now: float, rnd: int) -> None:
-        lease = self._lease
+        lease = self._belief.lease
         if lease is None:
             return
         owned = sorted_pids(self._assignment) if self._in_plan else []
@@ -674,7 +678,7 @@ class RoundsMember(FencedMember):
         """Try to write the cut and plan of ``rnd``; True when the round has a plan now (mine or another's). The
         read of the round takes ``closing`` in the same txn; a close that finds it held by another waits (False;
         ``_close_at`` says until when)."""
-        lease = self._lease
+        lease = self._belief.lease
         if lease is None:
             return False
         # held already (a close that waits for a participant, or lost a race, tries again): the compare alone says
@@ -809,9 +813,9 @@ class RoundsMember(FencedMember):
         self._probe_after_s = None if probe is None else float(probe)
         if not self._dead.isdisjoint(participants) or not self._leaving.isdisjoint(set(participants) - {self.id}):
             self._need(rnd)
-        with self._lock:
-            revoke = sorted_pids(p for p in self._owned if p not in self._assignment)
-            self._claiming = {p for p in self._assignment if p not in self._owned}
+        with self._belief.lock:
+            revoke = sorted_pids(p for p in self._belief.owned if p not in self._assignment)
+            self._claims.wanted = {p for p in self._assignment if p not in self._belief.owned}
         standby, learners = (table.get(self.id, ()) if in_plan else () for table in (plan.standby, plan.learners))
         self._plan_standby = tuple(map(parse, standby))
         self._plan_learners = frozenset(map(parse, learners))
@@ -825,14 +829,14 @@ class RoundsMember(FencedMember):
         """Claim again the partitions of my plan that I neither own nor claim: a fenced commit ended the belief in one
         (on_lost, then released) while the plan still gives it to me, and no other member will claim it before the
         next round. The claim is fenced as any other (a record someone else holds makes it wait)."""
-        with self._lock:
-            lost = {p for p in self._assignment if p not in self._owned}
-        self._claiming |= lost
+        with self._belief.lock:
+            lost = {p for p in self._assignment if p not in self._belief.owned}
+        self._claims.wanted |= lost
 
     def _refresh_replicas(self) -> None:
         """The plan's replicas, plus (as learners) the partitions given to me but not claimed yet: their previous
         owner is finishing its batch, and they keep warming up until it releases them."""
-        standby, learners = self._plan_standby, tuple(sorted_pids(self._plan_learners | self._claiming))
+        standby, learners = self._plan_standby, tuple(sorted_pids(self._plan_learners | self._claims.wanted))
         if (standby, learners) == (self._standby, self._learners):
             return
         self._standby, self._learners = standby, learners

@@ -153,12 +153,12 @@ class StaticMember(FencedMember):
         return static_block(self.config, self.ordinal, self._replicas)
 
     def stable(self) -> bool:
-        with self._lock:
+        with self._belief.lock:
             return (
                 self.phase is StaticPhase.RUNNING
-                and not self._claiming
-                and set(self._owned) == set(self.target())
-                and self._clock.now() < self._deadline
+                and not self._claims.wanted
+                and set(self._belief.owned) == set(self.target())
+                and self._clock.now() < self._belief.deadline
             )
 
     def _registration(self) -> dict[str, Any]:
@@ -207,20 +207,20 @@ class StaticMember(FencedMember):
     def _advance(self, now: float) -> float:
         self._recorder.prune(self.store, now)  # at most once a minute: the history's retention
         target: set[PartitionId] = set(self.target())
-        with self._lock:
-            owned = set(self._owned)
+        with self._belief.lock:
+            owned = set(self._belief.owned)
         revoke = sorted_pids(owned - target)
         if revoke:
             self._revoke(revoke)
-            if self._busy_until is not None:
-                return self._busy_until
-        self._claiming = target - owned
+            if self.busy_until is not None:
+                return self.busy_until
+        self._claims.wanted = target - owned
         deadlines = [self._lapse_at()]
-        if self._claiming:
+        if self._claims.wanted:
             self._claim(now)
-            if self._claiming:
+            if self._claims.wanted:
                 deadlines.append(now + self.claim_retry_s)
-        if self._to_release:
+        if self._claims.to_release:
             deadlines.append(now + self.claim_retry_s)
         return min(deadlines)
 

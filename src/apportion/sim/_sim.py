@@ -631,7 +631,7 @@ class Simulation:
             return
         sim = self.rng.choice(live)
         if kind == "leave":
-            if now < sim.frozen_until or sim.member._busy_until is not None or now < sim.clock.blocked_until("step"):
+            if now < sim.frozen_until or sim.member.busy_until is not None or now < sim.clock.blocked_until("step"):
                 return
             sim.clock.thread = "step"
             if self.config.planned_leave and not sim.leaving and self.rng.random() < self.config.planned_leave:
@@ -673,7 +673,7 @@ class Simulation:
         live = [
             s
             for s in self._live()
-            if now >= s.frozen_until and s.member._busy_until is None and now >= s.clock.blocked_until("step")
+            if now >= s.frozen_until and s.member.busy_until is None and now >= s.clock.blocked_until("step")
         ]
         for sim in live:
             sim.clock.thread = "step"  # a leave runs on the stepping thread
@@ -764,7 +764,7 @@ class Simulation:
             for sim in self._live():
                 if broadcast:
                     sim.inbox.events.extend(broadcast)
-                waiting = [e for p, e in freed.items() if p in sim.member._claiming] if freed else []
+                waiting = [e for p, e in freed.items() if p in sim.member.wanted] if freed else []
                 if waiting:  # the deletion is what a member waiting for that partition claims it at
                     sim.inbox.events.extend(waiting)
                 elif not wake:
