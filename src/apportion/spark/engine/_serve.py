@@ -34,6 +34,7 @@ from types import TracebackType
 from apportion.errors import InvalidRequest, SparkUnavailable
 from apportion.spark.engine._session import (
     DEFAULT_CONNECT_PORT,
+    ENGINE_SETTINGS,
     SESSION_SETTINGS,
     accepts,
     reach_master,
@@ -142,6 +143,7 @@ class ConnectServer:
             "spark.driver.memory": self.driver_memory,
             "spark.connect.grpc.binding.address": self.host,
             "spark.connect.grpc.binding.port": str(self.port),
+            **ENGINE_SETTINGS,
             **SESSION_SETTINGS,
             **({"spark.driver.bindAddress": LOCALHOST, "spark.driver.host": LOCALHOST} if self._local else {}),
             **self.config,

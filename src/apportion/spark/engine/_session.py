@@ -134,6 +134,7 @@ def spark_session(
         "spark.default.parallelism": str(parallelism),
         "spark.driver.memory": driver_memory,
         "spark.driver.bindAddress": "127.0.0.1",
+        **ENGINE_SETTINGS,
         **SESSION_SETTINGS,
         "spark.sql.shuffle.partitions": str(parallelism),
         **(config or {}),
@@ -149,6 +150,19 @@ def spark_session(
 
 SESSION_SETTINGS = {"spark.sql.session.timeZone": "UTC"}
 """The SQL settings every session gets, local or through Connect."""
+
+PYTHON_WORKER_IDLE_S = 120
+ENGINE_SETTINGS = {
+    "spark.python.daemon.killWorkerOnFlushFailure": "true",
+    "spark.python.worker.idleTimeoutSeconds": str(PYTHON_WORKER_IDLE_S),
+    "spark.python.worker.killOnIdleTimeout": "true",
+}
+"""What every JVM apportion starts gets (an own JVM's session, ``apportion spark serve``): a Python worker that goes
+silent is killed and its task fails, rather than the job waiting for it forever. Seen in CI (pyspark 4.2.0): a
+reused Python worker waiting for its UDF's bytes while the executor's task waited for the worker's output, both
+forever, after an earlier task on it was cancelled; Spark's own setting for that protocol mismatch
+(``killWorkerOnFlushFailure``) and an idle timeout bound it: the batch fails and the batch loop retries it. No
+legitimate Arrow batch of the pipeline's routing or transform keeps a worker silent for 120 s."""
 
 
 def connect_session(
