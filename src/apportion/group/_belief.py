@@ -16,6 +16,7 @@ import math
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from apportion.errors import Fenced, LeaseNotFound, StoreUnavailable
 from apportion.group._context import MemberContext
@@ -54,6 +55,9 @@ class Belief:
         self.fenced: dict[PartitionId, int] = {}
         self.fenced_deadline = -INF  # the latest local deadline of the leases that held the partitions in ``fenced``
         self.ended_at: float | None = None  # see ``FencedMember.belief_ended_at``
+        # store work a lapse left for later (``clean_up``), done before the member registers again
+        self.dead_leases: list[StoreLease] = []  # lapsed leases not yet revoked
+        self.unrecorded: list[dict[str, Any]] = []  # "lost" history events not yet written: fields (time first)
 
     # -- read by any thread ------------------------------------------------------------------------------------
 
@@ -209,9 +213,10 @@ class Belief:
             self.ended_at, self.fenced_deadline = min(now, self.fenced_deadline), -INF
         return fenced
 
-    def end(self, now: float) -> tuple[dict[PartitionId, int], StoreLease | None]:
-        """The belief ends at once (a lapse): every believed or fenced partition with its epoch, sorted, and the lease
-        it was held under; nothing is believed nor leased afterwards."""
+    def end(self, now: float, reason: str) -> dict[PartitionId, int]:
+        """The belief ends at once (a lapse, for ``reason``): every believed or fenced partition with its epoch,
+        sorted; nothing is believed nor leased afterwards. Revoking the lease (it frees the owner records now instead
+        of at its expiry) and recording the loss are left to ``clean_up``, retried until done."""
         with self.lock:
             # partitions a commit refused at the deadline (moved to ``fenced`` by the committer's thread) end here
             # too: their on_lost must not wait for the fenced branch, which runs only once the store answers again
@@ -223,7 +228,29 @@ class Belief:
             self.deadline = -INF
         self.revoke_started = None
         self.renew_failing = False
-        return held, lease
+        if lease is not None:
+            self.dead_leases.append(lease)
+        if held:
+            fields = {"partitions": list(held), "epochs": list(held.values()), "reason": reason}
+            self.unrecorded.append({"time": now, **fields})
+        return held
+
+    def clean_up(self) -> None:
+        """Finish what lapses left undone: revoke the old leases, then record the losses, oldest first; a store that
+        still does not answer raises StoreUnavailable (the caller retries). Revoking a lease that is gone already is
+        not an error (the contract)."""
+        while self.dead_leases:
+            self._ctx.store.revoke(self.dead_leases[0])
+            self.dead_leases.pop(0)
+        while self.unrecorded:
+            fields = dict(self.unrecorded[0])
+            self._ctx.put_event("lost", fields.pop("time"), **fields)
+            self.unrecorded.pop(0)
+
+    def leases(self) -> list[StoreLease]:
+        """Every lease this member may still hold at the store: the lapsed ones not revoked yet, then the current."""
+        lease = self.lease
+        return [*self.dead_leases, *([lease] if lease is not None else [])]
 
     def clear(self) -> None:
         """The member stops: nothing is believed nor leased any more."""

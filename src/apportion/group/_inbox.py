@@ -1,11 +1,16 @@
-"""A member's watches and the events they bring, kept until its next step (``_ownership``'s module doc, "The member's
-watches").
+"""A member's watches and the events they bring, kept until its next step (``_ownership``).
 
-``WatchInbox`` holds the watch of the group's prefix and, in a layout-2 group, the watch of the owner records'
-deletions, which live beside it (``_keys``); a watch the caller passes in (the simulator's) carries both and stays the
-caller's. ``wait`` blocks the real worker's stepping thread until something is heard; ``drain`` hands the step what
-was heard since. A watch that lost events (``Compacted``) is ``lost``: closed, and opened again from now by the next
-step, which then re-reads what the lost events would have told (``FencedMember._resync``).
+``WatchInbox`` holds the watch of the group's prefix and, in a layout-2 group (``_keys``), the watch of the owner
+records' deletions, which live beside it (a claim waiting for a partition another member holds is retried at that
+record's deletion, ``_claims``; the ttl bounds a missed one); a watch the caller passes in (the simulator's) carries
+both and stays the caller's. ``wait`` blocks the real worker's stepping thread until something is heard; ``drain``
+hands the step what was heard since. Both watches follow one state machine::
+
+    FOLLOWING --poll/wait raises Compacted (it resumed below the store's compaction point: events are lost)-->
+        LOST (``lost``: trace "watch_lost"; both closed) --next step, within the belief--> new watches from now, then
+        ``FencedMember._resync`` re-reads what the lost events would have told (the group's definition and the
+        protocol's own keys, applied as their events) --> FOLLOWING
+    LOST --the store does not answer--> LOST (retried at every step; beliefs and renewals go on meanwhile)
 """
 
 from __future__ import annotations

@@ -27,16 +27,6 @@ are reported in its result where ``commit``, its batch of one, raises ``Fenced``
 loss is recorded in the group's history inside the transaction that makes it true (a commit: one event per
 transaction, whatever the number of partitions in it).
 
-The member's watches: the group's prefix, and in a layout-2 group (``_keys``) the deletions of the owner records,
-which live beside it (a claim waiting for a partition another member holds is retried at that record's deletion,
-``_claims``; the ttl bounds a missed one). Both follow one state machine::
-
-    FOLLOWING --poll/wait raises Compacted (it resumed below the store's compaction point: events are lost)-->
-        LOST (trace "watch_lost"; both closed) --next step, within the belief--> new watches from now, then ``_resync``
-        re-reads what the lost events would have told (the group's definition and the protocol's own keys, applied
-        as their events) --> FOLLOWING
-    LOST --the store does not answer--> LOST (retried at every step; beliefs and renewals go on meanwhile)
-
 Member lifecycle shared by all protocols (``MemberState``, ``FencedMember.state``, changed by ``_enter`` only)::
 
     STARTING --step: a lapse's clean-up done (old leases revoked, losses recorded), the group watched, its
@@ -49,12 +39,7 @@ Member lifecycle shared by all protocols (``MemberState``, ``FencedMember.state`
     any      --``leave`` (on_revoked(all), release, members/<id> says "left", lease revoked), ``give_up``
                (on_lost(all)), ``abandon`` (no callbacks)--> STOPPED
 
-Registration (``_registration``): ``members/<id>`` is written only if no other registration holds the id: a holder
-that is dead lets go within its ttl, a live one makes this member fail after 1.5 ttl unless ``replace`` fences it,
-and its record ``replaces`` that lease: the fenced process, registering again, finds its own lease named there and
-stops with ``Fenced`` "replaced by another process", not the duplicate-id error that would tell the operator to
---replace it back. A protocol may plan a leave's handoff first: ``begin_leave``, step until ``leave_ready``, then
-``leave``.
+A protocol may plan a leave's handoff first: ``begin_leave``, step until ``leave_ready``, then ``leave``.
 
 The parts, one job each, around the one state above (each shares the member's ``_context``: store, ids, clock,
 keys, definition, recorder, tracer):
@@ -63,8 +48,11 @@ keys, definition, recorder, tracer):
   the keepalive and committing threads share;
 - ``_claims.Claimer``: the claims and releases of owner records, and what they learn (epochs, records held by
   others, claims of unknown outcome);
-- ``_inbox.WatchInbox``: the watches and the events heard until the next step;
-- ``_registration.Registration``: who holds this member's id, and its ``members/<id>`` record;
+- ``_inbox.WatchInbox``: the watches (the group's prefix; the owner records' deletions) and the events heard until
+  the next step, and a watch that lost events replaced;
+- ``_definition.Definition``: the requested definition against the stored one, at each start;
+- ``_registration.Registration``: who holds this member's id (one live process per id, ``replace``), and its
+  ``members/<id>`` record;
 - ``_committer.Committer``: the fenced commits, the belief checked before each chunk is sent.
 """
 
@@ -73,32 +61,24 @@ from __future__ import annotations
 import contextlib
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any, Required, TypedDict
 
 from apportion.clock import Clock
-from apportion.errors import CorruptRecord, Fenced, InvalidRequest, LeaseNotFound, StoreFull, StoreUnavailable
+from apportion.errors import Fenced, InvalidRequest, LeaseNotFound, StoreFull, StoreUnavailable
 from apportion.group._belief import INF, Belief, PartitionLease
 from apportion.group._claims import CHUNK, Callback, Claimer, call, chunks
 from apportion.group._commits import CHUNK_BYTES, CHUNK_PARTITIONS, CommitResult, read_checkpoint
 from apportion.group._committer import Committer
 from apportion.group._config import GroupConfig
 from apportion.group._context import MemberContext
+from apportion.group._definition import Definition
 from apportion.group._history import DEFAULT_RETENTION_S, Recorder
 from apportion.group._inbox import WatchInbox
-from apportion.group._keys import (
-    LAYOUT,
-    LEGACY_LAYOUT,
-    Keys,
-    PartitionId,
-    encode,
-    sorted_pids,
-    validate_member_id,
-)
+from apportion.group._keys import Keys, PartitionId, encode, sorted_pids, validate_member_id
 from apportion.group._registration import Registration
 from apportion.group._trace import TraceKind, Tracer
 from apportion.model import AssignRequest, Plan
-from apportion.store import Event, EventType, Get, KeyValue, Op, Put, Store, Watch, absent, mod_revision_is
+from apportion.store import Event, EventType, Get, KeyValue, Op, Put, Store, Watch, absent
 from apportion.store import Lease as StoreLease
 
 _ID_RETRY_S = 0.25  # how often a member whose id is held by another registration looks again
@@ -193,10 +173,7 @@ class FencedMember:
         # ``config`` is the effective definition: the requested one until the stored one is read
         recorder = Recorder(keys, member_id, history_retention_s)
         self._ctx = MemberContext(store, group, member_id, clock, keys, config, recorder, tracer)
-        self._wanted = config  # the requested definition
-        self._partitions_given = partitions_given
-        self._update = update
-        self._joined = False  # the requested definition was checked against the stored one (the first start)
+        self._definition = Definition(self._ctx, config, update=update, partitions_given=partitions_given)
         self._config_revision = 0
         self._clock = clock
         self._recorder = recorder
@@ -211,9 +188,6 @@ class FencedMember:
         self._committer = Committer(self._ctx, self._belief)
         self.state = MemberState.STARTING
         self._busy: tuple[float, Callable[[], None]] | None = None  # BUSY: until when, and what then
-        # store work a lapse left for later, done by _clean_up before the member registers again
-        self._dead_leases: list[StoreLease] = []  # lapsed leases not yet revoked
-        self._unrecorded: list[dict[str, Any]] = []  # "lost" history events not yet written: fields (time first)
         self.error: BaseException | None = None
 
     def _enter(self, state: MemberState, busy: tuple[float, Callable[[], None]] | None = None) -> None:
@@ -421,16 +395,8 @@ class FencedMember:
         return self._belief.within()
 
     def _clean_up(self) -> None:
-        """Finish what lapses left undone: revoke the old leases, then record the losses, oldest first; a store that
-        still does not answer raises StoreUnavailable and the step is retried (the member registers again only
-        after). Revoking a lease that is gone already is not an error (the contract)."""
-        while self._dead_leases:
-            self.store.revoke(self._dead_leases[0])
-            self._dead_leases.pop(0)
-        while self._unrecorded:
-            fields = dict(self._unrecorded[0])
-            self._ctx.put_event("lost", fields.pop("time"), **fields)
-            self._unrecorded.pop(0)
+        """Finish what lapses left undone (``Belief.clean_up``): the member registers again only after."""
+        self._belief.clean_up()
 
     def _advance(self, now: float) -> float:
         """The protocol's part of a step (the member is started and not busy); returns the next deadline."""
@@ -529,64 +495,11 @@ class FencedMember:
 
     def _load_config(self, now: float) -> None:
         """Read the group's definition (create it when absent; ``update``: replace it) and adopt it as ``config``,
-        with the key names of its layout: a group keeps the layout it was created with, an update included
-        (``_keys``). At the first start only, the requested definition is checked against the stored one
-        (``GroupConfig.check_join``: another mode, or other partitions without ``update``, raise InvalidRequest and
-        this member stops before registering); a stored definition that records no mode (an older version's) gets
-        this member's, once. A definition changed later by another member is adopted, whatever it says
-        (``apportion.group._config``: requested and effective definitions)."""
-        kv = self.store.get(self.keys.resource)
-        if kv is None:
-            wanted = self._wanted.record()
-            result = self.store.txn([absent(self.keys.resource)], [Put(self.keys.resource, wanted)])
-            if result.succeeded:
-                self._adopt(self._wanted, result.revision)
-                self._joined = True
-                return
-            kv = self.store.get(self.keys.resource)
-            if kv is None:
-                raise StoreUnavailable("resource definition vanished while being created")
-        try:
-            stored: GroupConfig | None = GroupConfig.from_record(kv)
-        except CorruptRecord:
-            if not self._update:
-                raise  # this worker stops (exit 2) naming the key; ``--update`` is the way out (below)
-            stored = None
-        if not self._joined:
-            if stored is not None:
-                self._wanted.check_join(stored, self.group, update=self._update, partitions=self._partitions_given)
-            self._joined = True
-            if stored is not None and stored.mode is None and not self._update:  # an older version's: this mode, once
-                adopted = replace(stored, mode=self._wanted.mode).record()
-                compare = mod_revision_is(self.keys.resource, kv.mod_revision)
-                self.store.txn([compare], [Put(self.keys.resource, adopted)])
-                kv = self.store.get(self.keys.resource) or kv
-                stored = GroupConfig.from_record(kv)
-        wanted_config = replace(self._wanted, layout=self._layout_of(stored))
-        if self._update and kv.value != wanted_config.record():
-            result = self.store.txn(
-                [mod_revision_is(self.keys.resource, kv.mod_revision)],
-                [Put(self.keys.resource, wanted_config.record())],
-            )
-            self._update = False
-            if result.succeeded:
-                self._adopt(wanted_config, result.revision)
-                self._config_changed(result.revision)
-                return
-            kv = self.store.get(self.keys.resource) or kv
-            stored = GroupConfig.from_record(kv)
-        self._update = False
-        if stored is None:  # pragma: no cover - an update either wrote the definition or read another's
-            stored = GroupConfig.from_record(kv)
-        self._adopt(stored, kv.mod_revision)
-
-    def _layout_of(self, stored: GroupConfig | None) -> int:
-        """The layout of the group: its stored definition's; when that is corrupt (an update replaces it), layout 1
-        if epoch records exist where layout 1 keeps them (epochs outlive their owners), else the current one."""
-        if stored is not None:
-            return stored.layout
-        legacy = Keys(self.group, LEGACY_LAYOUT)
-        return LEGACY_LAYOUT if self.store.range(legacy.epochs, limit=1) else LAYOUT
+        with the key names of its layout (``_definition``: what is checked, created and updated, when)."""
+        config, revision, rewritten = self._definition.load()
+        self._adopt(config, revision)
+        if rewritten:
+            self._config_changed(revision)
 
     def _adopt(self, config: GroupConfig, revision: int) -> None:
         self.config, self._config_revision = config, revision
@@ -598,20 +511,13 @@ class FencedMember:
 
     def _lapse(self, now: float, reason: str) -> None:
         """The belief ended (local deadline or lease gone): on_lost for everything at once (no store call before
-        it), then drop the lease and start over; revoking the lease (frees the owner records now instead of at
-        expiry) and recording the loss are left to ``_clean_up``, retried until done."""
-        held, lease = self._belief.end(now)
-        lost = list(held)
-        epochs = list(held.values())
+        it), then drop the lease and start over (what the store must still be told: ``_clean_up``)."""
+        held = self._belief.end(now, reason)
         self._claims.forget()
         self._enter(MemberState.STARTING)
         self._reset()
-        self._trace(TraceKind.LOST, partitions=lost, epochs=epochs, reason=reason)
-        if lease is not None:
-            self._dead_leases.append(lease)
-        if lost:
-            self._unrecorded.append({"time": now, "partitions": lost, "epochs": epochs, "reason": reason})
-        call(self._on_lost, lost)
+        self._trace(TraceKind.LOST, partitions=list(held), epochs=list(held.values()), reason=reason)
+        call(self._on_lost, list(held))
 
     def _reset(self) -> None:
         """Forget the protocol state after a lapse; the member starts over (hook)."""
@@ -672,8 +578,7 @@ class FencedMember:
 
     def abandon(self) -> None:
         """Stop without callbacks (after a callback error): beliefs end, the leases are revoked (best effort)."""
-        lease = self._belief.lease
-        leases = [*self._dead_leases, *([lease] if lease is not None else [])]
+        leases = self._belief.leases()
         self._stop()
         for lease in leases:
             with contextlib.suppress(Exception):
