@@ -22,14 +22,14 @@ from apportion.group import (
     group_status,
     new_member,
 )
-from apportion.group._coordinator import (
+from apportion.group._status_records import Waiting
+from apportion.group._table import (
     FIRST_TABLE_MAX_SETTLES,
     planned_moves,
     read_table,
     request_rebalance,
     table_changes,
 )
-from apportion.group._status_records import Waiting
 from apportion.store import Delete
 from tests.group.modes_harness import RR, ModeHarness
 
@@ -286,7 +286,7 @@ def test_a_failed_node_moves_only_its_own_partitions_in_a_round_robin_table() ->
 
 
 def test_the_coordinator_replans_a_round_robin_table_with_sticky_and_other_strategies_with_their_own() -> None:
-    from apportion.group._coordinator import replan_strategy
+    from apportion.group._table import replan_strategy
 
     rr = GroupConfig(partitions=6, strategy="round_robin")
     assert replan_strategy(rr, {}) == ("round_robin", {})

@@ -17,7 +17,7 @@ from apportion.assign import range_block
 from apportion.errors import WorkerExited
 from apportion.fleet import Fleet, WorkerProcess, worker_args
 from apportion.group import history
-from apportion.group._coordinator import TableState, read_table
+from apportion.group._table import TableState, read_table
 from apportion.store import EventType, connect
 from apportion.waiting import wait_for
 from tests.group.test_processes import balanced, owners

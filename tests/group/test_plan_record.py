@@ -7,7 +7,7 @@ import pytest
 
 from apportion.errors import CorruptRecord
 from apportion.group import GroupConfig, PlanRecord, decode, encode
-from apportion.group._rounds import close_plan
+from apportion.group._round_plan import close_plan
 from apportion.store import KeyValue
 
 # Records as the closer wrote them before PlanRecord: captured from that code's runs of tests/group's harness (a

@@ -11,18 +11,7 @@ owner from a watch-backed copy of the partition table); ``Keys`` the key space.
 
 from apportion.group._commits import CommitResult
 from apportion.group._config import MAX_SECONDS, STRATEGIES, GroupConfig, parse_resources
-from apportion.group._coordinator import (
-    FAILED_RETENTION_S,
-    CoordinatorMember,
-    CoordinatorPhase,
-    Entry,
-    Restored,
-    TableState,
-    in_flight,
-    planned_moves,
-    read_table,
-    request_rebalance,
-)
+from apportion.group._coordinator import FAILED_RETENTION_S, CoordinatorMember, CoordinatorPhase, Restored
 from apportion.group._explain import Explanation, explain
 from apportion.group._history import DEFAULT_RETENTION_S, EVENT_TYPES, history, history_expired_before
 from apportion.group._keys import (
@@ -65,7 +54,7 @@ from apportion.group._ownership import (
     PartitionLease,
     default_planner,
 )
-from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember, set_subscriptions
+from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember
 from apportion.group._router import Route, Router
 from apportion.group._static import (
     StaticMember,
@@ -89,6 +78,8 @@ from apportion.group._status import (
     tags_text,
 )
 from apportion.group._status_records import GroupStatus, MemberStatus, PartitionStatus
+from apportion.group._subscriptions import set_subscriptions
+from apportion.group._table import Entry, TableState, in_flight, planned_moves, read_table, request_rebalance
 from apportion.group._trace import TraceKind, Tracer
 
 __all__ = [

@@ -49,8 +49,8 @@ from typing import Any
 
 from apportion.errors import ApportionError, CorruptRecord, InvalidRequest, NotEnoughMembers
 from apportion.group._config import GroupConfig
-from apportion.group._coordinator import Entry, TableState
 from apportion.group._keys import LAYOUT, LEGACY_LAYOUT, Keys, PartitionId, decode, decode_owner
+from apportion.group._table import Entry, TableState
 from apportion.model import partition_name
 from apportion.routing import Key, partition_for
 from apportion.store import Event, EventType, Get, KeyValue, Store, Watch

@@ -18,7 +18,6 @@ from apportion.assign import replica_tags
 from apportion.errors import CorruptRecord
 from apportion.group._commits import checkpoint_of, latest_commits, read_commits
 from apportion.group._config import GroupConfig
-from apportion.group._coordinator import Entry, TableState, waiting
 from apportion.group._keys import (
     Keys,
     PartitionId,
@@ -41,6 +40,7 @@ from apportion.group._status_records import (
     PartitionStatus,
     Waiting,
 )
+from apportion.group._table import Entry, TableState, waiting
 from apportion.store import KeyValue, Store
 
 log = logging.getLogger("apportion.status")

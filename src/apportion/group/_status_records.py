@@ -20,8 +20,8 @@ from typing import Any
 import msgspec
 
 from apportion.group._config import GroupConfig
-from apportion.group._coordinator import Entry
 from apportion.group._keys import PartitionId
+from apportion.group._table import Entry
 
 NOTHING: Mapping[str, Any] = MappingProxyType({})
 

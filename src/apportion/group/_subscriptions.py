@@ -23,8 +23,8 @@ from typing import Any
 
 from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.group._config import GroupConfig
-from apportion.group._keys import Keys, PartitionId, decode, subscribed
-from apportion.store import KeyValue
+from apportion.group._keys import Keys, PartitionId, decode, encode, subscribed, validate_member_id
+from apportion.store import KeyValue, Store
 
 log = logging.getLogger(__name__)
 
@@ -86,4 +86,18 @@ class Subscriptions:
         return None if wanted is None else sorted(wanted)
 
 
-__all__ = ["Subscriptions"]
+def set_subscriptions(store: Store, group: str, member_id: str, subscriptions: Sequence[str] | None) -> None:
+    """An operator's subscriptions for ``member_id`` (``apportion subscribe``): they replace the member's own while
+    the record exists; ``None`` deletes it (the member goes back to its own). Checked against the group's resources
+    (InvalidRequest); the member need not be live (it takes them up when it starts)."""
+    validate_member_id(member_id)
+    key = Keys(group).subscription(member_id)
+    if subscriptions is None:
+        store.delete(key)
+        return
+    config = GroupConfig.load(store, group)
+    wanted = config.subscriptions(list(subscriptions))
+    store.put(key, encode({"subscriptions": sorted(wanted or ())}))
+
+
+__all__ = ["Subscriptions", "set_subscriptions"]
