@@ -122,6 +122,25 @@ def test_watch_and_json_together_are_refused() -> None:
     assert done.returncode == 2 and "--watch" in done.stderr
 
 
+CTRL_C_AT_SECOND_WAIT = """
+import sys, time, types
+import apportion.cli._status as status
+from apportion.cli import main
+
+waits = []
+
+def sleep(seconds):
+    waits.append(seconds)
+    if len(waits) == 2:
+        raise KeyboardInterrupt
+
+status.time = types.SimpleNamespace(time=time.time, sleep=sleep)
+sys.exit(main(sys.argv[1:]))
+"""
+"""`apportion ARGS` whose `status --watch` gets Ctrl-C at its second wait between refreshes (a fault the test
+installs: the command itself has no option to stop)."""
+
+
 def test_status_watch_redraws_the_tables_and_shows_json_offsets(tmp_path: Path) -> None:
     from apportion.store import connect
     from tests.group.harness import Harness
@@ -133,7 +152,13 @@ def test_status_watch_redraws_the_tables_and_shows_json_offsets(tmp_path: Path) 
         a = h.add("a")
         h.run(2.0)
         a.commit(4, json.dumps({"offset": 1234}))
-    done = _cli("status", "--store", url, "--group", "g", "--watch", "--interval", "0.05", "--max-refreshes", "2")
+    # Ctrl-C at the second wait between refreshes: two tables drawn, then the exit a user's Ctrl-C takes
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_AT_SECOND_WAIT, "status", "--store", url, "--group", "g", "--watch",
+         "--interval", "0.05"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("APPORTION_")},
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "partitions" in done.stdout and "offset" in done.stdout and "1234" in done.stdout
     assert "updated" in done.stdout

@@ -310,7 +310,7 @@ def run_nemesis(
         "--batch-records", str(config.batch_records), "--ttl", str(config.ttl_s), "--settle", str(config.settle_s),
         "--min-interval", str(config.min_interval_s), *engine,
         "--idle", "0.1", "--state-dir", str(d / "state"),
-        "--pause-before-commit", str(config.pause_s), "--pause-batches", "1000000000",
+        "--slow-commit", str(config.pause_s),
     )  # fmt: skip
     hog_limit = config.startup_s + config.drain_s + len(plan) * (config.gap_s[1] + 30.0)
     stops: dict[int, list[tuple[float, float]]] = {}  # id(process) -> SIGSTOP (confirmed, resumed) times

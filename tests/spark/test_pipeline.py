@@ -29,6 +29,7 @@ from apportion.spark.pipeline._pipeline import joined
 from apportion.store import Store, connect
 from apportion.waiting import wait_for
 from apportion.worker import Group
+from tests.spark.pausing import pausing
 
 pytestmark = pytest.mark.spark
 
@@ -158,11 +159,6 @@ def pipeline_fleet(
     return Fleet(log_dir.parent / "logs", args, env)
 
 
-def pause_args(pause_s: float) -> tuple[str, ...]:
-    """The worker's first batch pauses ``pause_s`` between writing its output and committing it."""
-    return ("--pause-before-commit", str(pause_s)) if pause_s else ()
-
-
 def pipeline_process(
     url: str,
     log_dir: Path,
@@ -173,8 +169,10 @@ def pipeline_process(
     extra: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
 ) -> WorkerProcess:
-    """One worker of :func:`pipeline_fleet`."""
-    return pipeline_fleet(url, log_dir, out_dir, env).start(worker_id, *pause_args(pause_s), *extra)
+    """One worker of :func:`pipeline_fleet`; with ``pause_s`` its first batch pauses that long between writing its
+    output and committing it (``tests.spark.pausing``)."""
+    fleet = pipeline_fleet(url, log_dir, out_dir, env)
+    return fleet.start(worker_id, *extra, command=pausing(fleet.args, pause_s) if pause_s else None)
 
 
 def timeline(processes: list[WorkerProcess]) -> str:
@@ -307,9 +305,10 @@ def ordinal(pod: WorkerProcess) -> int:
     return int(pod.id.rsplit("-", 1)[1])
 
 
-def static_pod(fleet: Fleet, o: int, *extra: str) -> WorkerProcess:
-    """Pod c-<o> of a StatefulSet of ``REPLICAS`` replicas (the template's --replicas)."""
-    return fleet.start(f"c-{o}", "--hostname", f"c-{o}", *extra)
+def static_pod(fleet: Fleet, o: int, *, pause_s: float = 0.0) -> WorkerProcess:
+    """Pod c-<o> of a StatefulSet of ``REPLICAS`` replicas (the template's --replicas); ``pause_s`` as
+    :func:`pipeline_process`'s."""
+    return fleet.start(f"c-{o}", "--hostname", f"c-{o}", command=pausing(fleet.args, pause_s) if pause_s else None)
 
 
 def waiting_for(store: Store) -> dict[int, int | None]:
@@ -384,7 +383,7 @@ def restart_killed_ordinal_and_fence_frozen(
     blocks = {o: set(range_block(o, REPLICAS, PARTITIONS)) for o in range(REPLICAS)}
     template = ("--spark", connect_server.url, "--mode", "static", "--replicas", str(REPLICAS), *extra)
     with pipeline_fleet(url, log_dir, out_dir, extra=template) as fleet, connect(url) as store:  # the pod template
-        pods = [static_pod(fleet, o, *pause_args(PAUSE_S)) for o in range(REPLICAS)]
+        pods = [static_pod(fleet, o, pause_s=PAUSE_S) for o in range(REPLICAS)]
         wait_for(
             "a first batch to pause before its commit",
             lambda: any(pod.of("pausing") for pod in pods),

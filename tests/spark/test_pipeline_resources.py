@@ -28,6 +28,7 @@ from apportion.store import connect
 from apportion.waiting import wait_for
 from apportion.worker import Group
 from tests.group.harness import Harness
+from tests.spark.pausing import pausing
 
 pytestmark = pytest.mark.spark
 
@@ -120,9 +121,9 @@ def test_pipeline_workers_over_two_resources_survive_kill_9_a_zombie_and_a_late_
     run = [sys.executable, "-m", "apportion.cli", "pipeline", "run", "--store", url, "--group", "g", "--input",
            str(log_dir), "--output", str(out_dir), "--resources", ",".join(SIZES), "--batch-records", "1500",
            "--idle", "0.1", "--spark", connect_server.url, *TIMINGS]  # fmt: skip
-    pause = ("--pause-before-commit", "5")
+    pause = pausing(run, 5.0)  # the first batch of each pauses between its write and its commit
     with Fleet(tmp_path / "logs", run) as fleet, connect(url) as store:
-        first = [fleet.start("w1", *pause), fleet.start("w2", "--subscribe", "orders", *pause)]
+        first = [fleet.start("w1", command=pause), fleet.start("w2", "--subscribe", "orders", command=pause)]
 
         def context() -> str:
             return "\n".join(w.tail(20) for w in fleet.started)

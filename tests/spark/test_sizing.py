@@ -212,7 +212,8 @@ def test_a_worker_refuses_a_revoke_timeout_that_is_not_a_positive_number_naming_
     revoke_timeout: float, tmp_path: Path
 ) -> None:
     # before Spark starts, and not blamed on the batch target the user never gave
-    from apportion.spark.pipeline._worker import run_pipeline_worker
+    from apportion.spark import PipelineRequest, PipelineSettings, run_pipeline_worker
 
+    settings = PipelineSettings(tmp_path, tmp_path / "out", revoke_timeout_s=revoke_timeout)
     with pytest.raises(InvalidRequest, match="revoke_timeout"):
-        run_pipeline_worker("memory://", "g", "w", tmp_path, tmp_path / "out", revoke_timeout_s=revoke_timeout)
+        run_pipeline_worker(PipelineRequest("memory://", "g", "w", settings))

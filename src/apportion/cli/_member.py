@@ -1,6 +1,6 @@
 """A group member's whole command-line surface, declared once: every command that runs one member of a group in this
-process takes it (`apportion worker`, `apportion rabbitmq consume`; `apportion kafka consume` can take it the same
-way), so what a member can be told is the same everywhere (issue 45.1: `rabbitmq consume` had no
+process takes it (`apportion worker`, `apportion rabbitmq consume`, `apportion kafka consume`; `apportion pipeline
+run` its first part), so what a member can be told is the same everywhere (issue 45.1: `rabbitmq consume` had no
 ``--replicas-from`` and no ``--metrics-port``, so no probes, and could not run in deploy/kubernetes' StatefulSet).
 
 ``@member_options()`` adds, each also read from ``APPORTION_<LONG_NAME>`` and from ``--config FILE.toml``:
@@ -11,6 +11,7 @@ way), so what a member can be told is the same everywhere (issue 45.1: `rabbitmq
                     comes from elsewhere, Kafka's topics)
     --strategy --settle --min-interval --heartbeat --ttl     the definition when the member creates the group
     --mode and each mode's options  (``_common.member_mode_options``)
+    (``process=False`` stops here, without --config: `apportion pipeline run`, which runs its member its own way)
     --capacity --rack               how this member weighs in the strategies
     --update --replace              rewrite the stored definition; fence a live member with this id
     --history-retention --connect-timeout
@@ -84,15 +85,16 @@ class MemberArgs:
     heartbeat_s: float
     ttl_s: float | None
     mode: MemberMode
-    capacity: float
-    rack: str | None
-    update: bool
-    replace: bool
-    history_retention_s: float
-    connect_timeout_s: float
-    metrics_port: int | None
-    metrics_host: str
-    replicas_from: str | None
+    # how the member's process runs (``member_options(process=False)``: not declared, these defaults)
+    capacity: float = 1.0
+    rack: str | None = None
+    update: bool = False
+    replace: bool = False
+    history_retention_s: float = DEFAULT_RETENTION_S
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    replicas_from: str | None = None
 
     @property
     def id(self) -> str:
@@ -156,26 +158,35 @@ def _option(*decls: str, **kwargs: Any) -> Callable[[Any], Any]:
 
 
 def member_options(
-    *, partitions: bool = True, id_help: str = "This member's id"
+    *,
+    partitions: bool = True,
+    partitions_help: str = "Partition count (default: the stored definition).",
+    id_help: str = "This member's id",
+    process: bool = True,
 ) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """The member surface (module docstring) as one decorator; the command gets ``member: MemberArgs``. Without
-    ``partitions`` the command has no ``--partitions`` (``MemberArgs.partitions`` is None)."""
-    decorators: list[Callable[[Any], Any]] = [
-        click.option(
-            "--config", "config_file", type=click.Path(dir_okay=False), default=None, is_eager=True,
-            expose_value=False, callback=_load_config, envvar="APPORTION_CONFIG", show_envvar=True,
-            help="A TOML file of these options (keys as the long option names; a [worker] table also works).",
-        ),
+    ``partitions`` the command has no ``--partitions`` (``MemberArgs.partitions`` is None). Without ``process`` only
+    who the member is and the definition it requests (``--store`` to the mode's options): a command that runs its
+    member its own way (`apportion pipeline run`) has no ``--config``, ``--capacity`` to ``--replicas-from``."""
+    member: list[Callable[[Any], Any]] = [
         store_option(env=True),
         group_option(env=True),
         _option("--id", "worker_id", default=None, help=f"{id_help} (unique in the group; default: --hostname)."),
-        *(
-            [_option("--partitions", type=int, default=None, help="Partition count (default: the stored definition).")]
-            if partitions
-            else []
-        ),
+        *([_option("--partitions", type=int, default=None, help=partitions_help)] if partitions else []),
         strategy_option(env=True),
         timing_options(env=True),
+        member_mode_options(env=True),
+    ]
+    if not process:
+        return _member_command(member, [f for f in _DEFINITION_FIELDS if f != "partitions" or partitions])
+    config = click.option(
+        "--config", "config_file", type=click.Path(dir_okay=False), default=None, is_eager=True,
+        expose_value=False, callback=_load_config, envvar="APPORTION_CONFIG", show_envvar=True,
+        help="A TOML file of these options (keys as the long option names; a [worker] table also works).",
+    )  # fmt: skip
+    decorators: list[Callable[[Any], Any]] = [
+        config,
+        *member,
         _option(
             "--capacity", type=Number(min=0, max=MAX_CAPACITY, min_open=True), default=1.0,
             help="Capacity weight of this member.",
@@ -187,7 +198,6 @@ def member_options(
         ),
         _option("--update", is_flag=True, help="Overwrite the stored group definition with these settings."),
         _option("--replace", is_flag=True, help="Fence a live member with the same --id and take its place."),
-        member_mode_options(env=True),
         _option(
             "--history-retention", "history_retention_s", type=seconds(maximum=MAX_RETENTION_S),
             default=DEFAULT_RETENTION_S, show_default=True,
@@ -213,14 +223,29 @@ def member_options(
             "with the pod's service account; the kubernetes extra), as `apportion scale` sets it.",
         ),
     ]  # fmt: skip
-    names = [f for f in MemberArgs.__dataclass_fields__ if f != "partitions" or partitions]
+    return _member_command(decorators, [f for f in MemberArgs.__dataclass_fields__ if f != "partitions" or partitions])
+
+
+# what ``member_options(process=False)`` declares: who the member is and the definition it requests
+_DEFINITION_FIELDS = (
+    "store_url", "group_name", "worker_id", "partitions", "strategy", "settle_s", "min_interval_s", "heartbeat_s",
+    "ttl_s", "mode",
+)  # fmt: skip
+
+
+def _member_command(
+    decorators: list[Callable[[Any], Any]], names: list[str]
+) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """``decorators`` (the options, in ``--help``'s order) on a command that gets the parameters ``names`` as one
+    ``member: MemberArgs``."""
 
     def apply(f: Callable[..., R]) -> Callable[..., R]:
         @functools.wraps(f)
         def command(**kwargs: Any) -> R:
             given = {name: kwargs.pop(name) for name in names}
             given.setdefault("partitions", None)
-            given["rack"] = rack_name(given["rack"])
+            if "rack" in given:
+                given["rack"] = rack_name(given["rack"])
             return f(member=MemberArgs(**given), **kwargs)
 
         decorated: Callable[..., R] = command

@@ -4,10 +4,12 @@
 - ``run``: one worker of the group (``--mode rounds|coordinator|static`` with the mode's options, as `apportion
   worker`) with its own Spark session (``--master``, default local[1]) or a session on a
   shared Spark Connect server (``--spark sc://host:port``, ``apportion spark serve``: no JVM in the worker),
-  processing the partitions it owns in fenced micro-batches (``apportion.spark.run_pipeline_worker``); several
-  processes form the group. SIGTERM/SIGINT leave gracefully. ``--kafka B --topic T`` instead of ``--input``: the
-  group's resources are the topics and each batch reads the owned partitions' offset ranges with Spark's Kafka
-  source (its connector from ``--kafka-jars``/``APPORTION_KAFKA_JARS``; ``apportion.spark.pipeline._kafka``).
+  processing the partitions it owns in fenced micro-batches (``apportion.spark.run_pipeline_worker`` of one
+  ``PipelineRequest``); several processes form the group. The member's options are the shared set's
+  (``_member.member_options``: who the member is and the definition it requests), each also from APPORTION_*.
+  SIGTERM/SIGINT leave gracefully. ``--kafka B --topic T`` instead of ``--input``: the group's resources are the
+  topics and each batch reads the owned partitions' offset ranges with Spark's Kafka source (its connector from
+  ``--kafka-jars``/``APPORTION_KAFKA_JARS``; ``apportion.spark.pipeline._kafka``).
   Every assignment, batch, write, commit and fenced event is one JSON line on stderr.
   With ``--state-dir`` the group is stateful, in every mode: per-key running aggregates per partition in local
   stores backed by a fenced changelog (``apportion.spark.pipeline._stateful``), restored by each new owner
@@ -31,23 +33,26 @@ import click
 
 from apportion.cli._app import app
 from apportion.cli._common import (
-    MemberMode,
     Number,
     directory_url,
     group_option,
-    member_id,
-    member_mode_options,
     seconds,
     spark_master,
     spark_options,
     store_option,
-    strategy_option,
-    timing_options,
 )
 from apportion.cli._kafka_options import KafkaTopics, kafka_options
+from apportion.cli._member import MemberArgs, member_options
 from apportion.cli._options import parse_options, resource_names
 from apportion.errors import InvalidRequest
-from apportion.spark import readable_dir, run_pipeline_worker, writable_dir
+from apportion.spark import (
+    PipelineRequest,
+    PipelineSettings,
+    RequestedGroup,
+    readable_dir,
+    run_pipeline_worker,
+    writable_dir,
+)
 from apportion.store import connect
 
 
@@ -150,15 +155,12 @@ def _names(text: str) -> list[str]:
 
 
 @pipeline.command()
-@store_option()
-@group_option()
-@click.option("--id", "worker_id", default=None, help="This worker's id (unique in the group; default: --hostname).")
+@member_options(partitions_help="Partition count (default: the log's).", id_help="This worker's id", process=False)
 @source_option
 @kafka_options(topics_help="A Kafka topic the pipeline reads (repeat for several): the group's resources.")
 @kafka_jars_option
 @output_option
 @click.option("--resource", default=None, help="Log resource to process (default: the group name).")
-@click.option("--partitions", type=int, default=None, help="Partition count (default: the log's).")
 @click.option(
     "--resources",
     default=None,
@@ -166,7 +168,6 @@ def _names(text: str) -> list[str]:
     "<resource>-<index>.",
 )
 @click.option("--subscribe", "subscriptions", default=None, help="With --resources: those this worker processes.")
-@strategy_option()
 @click.option(
     "--batch-records",
     type=int,
@@ -184,8 +185,6 @@ def _names(text: str) -> list[str]:
 @click.option("--transform", "transform_spec", default=None, help="module:function replacing the default transform.")
 @spark_options("local[1]")
 @click.option("--driver-memory", default="1g", help="Spark driver memory.")
-@timing_options()
-@member_mode_options()
 @click.option(
     "--revoke-timeout",
     "revoke_timeout_s",
@@ -215,32 +214,29 @@ def _names(text: str) -> list[str]:
 @click.option(
     "--exit-when-idle", "exit_idle_s", type=seconds(), default=0.0, help="Leave after N s without work (0: never)."
 )
-@click.option("--pause-before-commit", "pause_s", type=seconds(), default=0.0, hidden=True, help="Fault injection (s).")
-@click.option("--pause-batches", type=int, default=1, hidden=True, help="How many batches pause before commit.")
+@click.option(
+    "--slow-commit",
+    "slow_commit_s",
+    type=seconds(),
+    default=0.0,
+    help="A fault drill: hold every batch's written output this long (s) before its commit, the window in which a "
+    "frozen worker becomes a zombie whose late commit is fenced (apportion demo freezes one so); 0: none.",
+)
 def run(
-    store_url: str,
-    group_name: str,
-    worker_id: str | None,
+    member: MemberArgs,
     input_dir: str | None,
     kafka: KafkaTopics | None,
     kafka_jars: str | None,
     output_dir: str,
     resource: str | None,
-    partitions: int | None,
     resources: str | None,
     subscriptions: str | None,
-    strategy: str | None,
     batch_records: int | None,
     batch_seconds: float | None,
     transform_spec: str | None,
     master: str | None,
     spark_url: str | None,
     driver_memory: str,
-    settle_s: float,
-    min_interval_s: float,
-    heartbeat_s: float,
-    ttl_s: float | None,
-    mode: MemberMode,
     revoke_timeout_s: float,
     idle_s: float,
     state_dir: str | None,
@@ -248,32 +244,22 @@ def run(
     restore_rate: float,
     strategy_options: tuple[str, ...],
     exit_idle_s: float,
-    pause_s: float,
-    pause_batches: int,
+    slow_commit_s: float,
 ) -> None:
     """Run one pipeline worker until SIGTERM/SIGINT (graceful leave) or --exit-when-idle; --mode picks the group
     protocol as for `apportion worker`. The input is the partitioned log (--input) or Kafka topics (--kafka,
-    --topic: Spark's executors read each owned partition's offsets with Spark's Kafka source)."""
+    --topic: Spark's executors read each owned partition's offsets with Spark's Kafka source). The member's options
+    (--store to the mode's) are `apportion worker`'s, each also from APPORTION_*."""
     configure_logging()
     log_root = source_of(input_dir, kafka)
     if kafka is not None and resources is not None:
         raise InvalidRequest("resources", "with --kafka the resources are the --topic topics")
-    run_pipeline_worker(
-        store_url,
-        group_name,
-        member_id(worker_id, mode),
+    settings = PipelineSettings(
         log_root,
         output_dir,
         resource=resource,
-        partitions=partitions,
         resources=list(kafka.topics) if kafka is not None else None if resources is None else _names(resources),
         subscriptions=None if subscriptions is None else resource_names(subscriptions, "subscribe"),
-        strategy=strategy,
-        options=parse_options(strategy_options),
-        settle_s=settle_s,
-        min_interval_s=min_interval_s,
-        heartbeat_s=heartbeat_s,
-        ttl_s=ttl_s,
         batch_records=batch_records,
         batch_seconds=batch_seconds,
         transform=transform_spec or None,
@@ -285,13 +271,17 @@ def run(
         state_dir=state_dir,
         restore_batch=restore_batch,
         restore_rate=restore_rate,
-        pause_before_commit_s=pause_s,
-        pause_batches=pause_batches,
-        mode=mode.mode,
-        ordinal=mode.ordinal,
+        slow_commit_s=slow_commit_s,
         kafka=None if kafka is None else kafka.config,
         kafka_jars=kafka_jars,
     )
+    requested = RequestedGroup(
+        member.mode.mode, partitions=member.partitions, strategy=member.strategy,
+        options=parse_options(strategy_options), settle_s=member.settle_s, min_interval_s=member.min_interval_s,
+        heartbeat_s=member.heartbeat_s, ttl_s=member.ttl_s,
+    )  # fmt: skip
+    request = PipelineRequest(member.store_url, member.group_name, member.id, settings, requested, member.mode.ordinal)
+    run_pipeline_worker(request)
 
 
 @pipeline.command()

@@ -56,7 +56,6 @@ SUMMARY_ROWS = 20  # partitions not at rest that a summary lists
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--watch", is_flag=True, help="Refresh the tables live until Ctrl-C (not with --json).")
 @click.option("--interval", "interval_s", type=seconds(0.05), default=1.0, help="--watch refresh (s).")
-@click.option("--max-refreshes", type=int, default=None, hidden=True, help="--watch: stop after N refreshes (tests).")
 @click.option(
     "--all", "list_all", is_flag=True,
     help=f"List every partition and each member's partition ids, also in a group of more than {SUMMARY_ABOVE:,} "
@@ -68,7 +67,6 @@ def status(
     as_json: bool,
     watch: bool,
     interval_s: float,
-    max_refreshes: int | None,
     list_all: bool,
 ) -> None:
     """Print the group's members and partitions.
@@ -80,7 +78,7 @@ def status(
     if watch and as_json:
         raise InvalidRequest("watch", "--watch cannot be combined with --json (poll `status --json` instead)")
     if watch:
-        _watch(store_url, group_name, interval_s, max_refreshes, list_all)
+        _watch(store_url, group_name, interval_s, list_all)
         return
     with read_group(store_url, group_name) as store:
         snapshot = group_status(store, group_name)
@@ -114,19 +112,17 @@ def _json(snapshot: GroupStatus) -> dict[str, object]:
     return out
 
 
-def _watch(store_url: str, group_name: str, interval_s: float, max_refreshes: int | None, list_all: bool) -> None:
+def _watch(store_url: str, group_name: str, interval_s: float, list_all: bool) -> None:
+    """Redraw the tables every ``interval_s`` until Ctrl-C."""
     with read_group(store_url, group_name) as store, Live(auto_refresh=False) as live:
-        n = 0
         try:
-            while max_refreshes is None or n < max_refreshes:
+            while True:
                 snapshot = group_status(store, group_name)
                 stamp = clock_text(time.time())
                 shown = render(group_name, snapshot, list_all=list_all)
                 live.update(Group(shown, f"updated {stamp}, every {interval_s}s"))
                 live.refresh()
-                n += 1
-                if max_refreshes is None or n < max_refreshes:
-                    time.sleep(interval_s)  # the refresh period itself, not a synchronisation
+                time.sleep(interval_s)  # the refresh period itself, not a synchronisation
         except KeyboardInterrupt:
             return
 

@@ -122,9 +122,10 @@ def _run_scenario(
         logs = {wid: fleet.log(wid) for wid in ids}
         pace = Pace(config, logs)
         for wid in first:
-            # The worker that will be frozen is a slow committer (a pause between writing a batch's output and
-            # committing it), so that the freeze lands inside that window and its late commit meets the fence.
-            slow = ("--pause-before-commit", "1.5", "--pause-batches", "1000000") if wid == zombie else ()
+            # The worker that will be frozen is a slow committer (`pipeline run --slow-commit`: a pause between
+            # writing a batch's output and committing it), so that the freeze lands inside that window and its late
+            # commit meets the fence.
+            slow = ("--slow-commit", "1.5") if wid == zombie else ()
             fleet.start(wid, *slow)
         step(
             f"started {len(first)} pipeline workers ({', '.join(first)}), sticky strategy, stateful (per-key "

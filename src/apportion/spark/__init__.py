@@ -3,7 +3,8 @@
 - ``spark_partition_expr(col, n)`` — the native Spark expression of THE routing hash (``apportion.routing``).
 - ``route(df, key_col, log, resource)`` — append a DataFrame to the partitioned log, routed by that expression.
 - ``Pipeline`` / ``transform`` — process the owned partitions in micro-batches with fenced commits (``_pipeline``);
-  ``run_pipeline_worker`` — one worker process as ``apportion pipeline run`` runs it (``_worker``);
+  ``run_pipeline_worker(PipelineRequest(...))`` — one worker process as ``apportion pipeline run`` runs it
+  (``_worker``; the request: the member, its ``RequestedGroup`` and the ``PipelineSettings``, ``_request``);
   ``spark_session`` — the small local session every part of apportion starts (``_session``).
 - ``StatefulPartitions`` — per-partition state backed by a fenced changelog, with standby/learner replicas
   (``Pipeline(..., state=...)``); ``verify_state`` rebuilds it from the changelog against a one-pass reference;
@@ -57,6 +58,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
         verify,
     )
     from apportion.spark.pipeline._pipeline import BatchStats, Pipeline, joined, transform, warm_up
+    from apportion.spark.pipeline._request import PipelineRequest, PipelineSettings, RequestedGroup
     from apportion.spark.pipeline._route import RouteResult, route, spark_partition_expr
     from apportion.spark.pipeline._stateful import StatefulPartitions, StateReport, handoffs, verify_state
     from apportion.spark.pipeline._worker import readable_dir, run_pipeline_worker, writable_dir
@@ -74,6 +76,9 @@ _LAZY = {
     "warm_up": "apportion.spark.pipeline._pipeline",
     "spark_session": "apportion.spark.engine._session",
     "run_pipeline_worker": "apportion.spark.pipeline._worker",
+    "PipelineRequest": "apportion.spark.pipeline._request",
+    "PipelineSettings": "apportion.spark.pipeline._request",
+    "RequestedGroup": "apportion.spark.pipeline._request",
     "StatefulPartitions": "apportion.spark.pipeline._stateful",
     "StateReport": "apportion.spark.pipeline._stateful",
     "handoffs": "apportion.spark.pipeline._stateful",
@@ -123,7 +128,10 @@ __all__ = [
     "GridResult",
     "KafkaSource",
     "Pipeline",
+    "PipelineRequest",
+    "PipelineSettings",
     "ReportSummary",
+    "RequestedGroup",
     "Verdict",
     "RouteResult",
     "StandaloneCluster",

@@ -9,7 +9,7 @@ in a child process (and warms the server: its first query pays for code generati
 process group, then SIGKILL after ``stop_timeout_s``. As a context manager it starts and always stops::
 
     with ConnectServer("local[2]", port=15002) as server:
-        run_pipeline_worker(..., master=server.url)
+        run_pipeline_worker(PipelineRequest(..., pipeline=PipelineSettings(..., master=server.url)))
 
 The server's Python workers (``mapInArrow`` of ``simulate --grid``) run ``sys.executable`` with this process's
 environment, so they import the same apportion.

@@ -58,7 +58,9 @@ owner's clean-up (step 2) may run at any moment of the zombie's steps 3 and 4; e
 ``fault(point, task, path)`` run at ``"before_write"`` (the batch planned, Spark's job not started; ``path`` the
 directory it will write) and ``"before_commit"`` (the directory written, changelog appended, commit not yet
 attempted; run for every task of the batch before its one commit). Tests make the other actor act there;
-production passes nothing.
+production passes nothing. ``slow_commit_s`` holds every batch that long between its write and its commit (event
+``pausing``): a slow committer (`apportion pipeline run --slow-commit`), the window in which `apportion demo` freezes
+a worker to show its late commit fenced.
 
 A failed Spark job (an executor lost beyond Spark's own task retries, the Connect server restarting) commits
 nothing: the batch is reported (``batch_failed``) and re-planned from the committed checkpoints after a pause; after
@@ -402,8 +404,7 @@ class Pipeline:
         transform: Transform = transform,
         emit: Emit = emit_log,
         worker_id: str = "",
-        pause_before_commit_s: float = 0.0,
-        pause_batches: int = 1,
+        slow_commit_s: float = 0.0,
         state: StatefulPartitions | None = None,
         fault: FaultHook | None = None,
     ) -> None:
@@ -417,8 +418,7 @@ class Pipeline:
         self.transform = transform
         self.emit = emit
         self.worker_id = worker_id
-        self._pause_s = pause_before_commit_s
-        self._pauses_left = pause_batches if pause_before_commit_s > 0 else 0
+        self._slow_commit_s = slow_commit_s
         self._fault = fault
         self._state = threading.Lock()
         self._active: set[int] = set()
@@ -578,10 +578,9 @@ class Pipeline:
         fenced: list[int] = []
         write_s = time.perf_counter() - started
 
-        if self._pauses_left > 0:  # fault injection for tests: a window between write and commit
-            self._pauses_left -= 1
-            self.emit("pausing", worker=self.worker_id, seconds=self._pause_s)
-            time.sleep(self._pause_s)
+        if self._slow_commit_s > 0:  # a slow committer (`apportion demo`'s zombie): a window between write and commit
+            self.emit("pausing", worker=self.worker_id, seconds=self._slow_commit_s)
+            time.sleep(self._slow_commit_s)
 
         started = time.perf_counter()
         if self._fault is not None:

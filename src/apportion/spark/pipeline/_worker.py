@@ -1,9 +1,10 @@
 """Run one pipeline worker as ``apportion pipeline run`` does: Spark session, signals, warm-up, state, the batch loop.
 
-``run_pipeline_worker(store_url, group, worker_id, input_dir, output_dir, ...)`` checks its directories and the log
-before Spark starts, joins the group (created with these settings if absent) and processes the partitions it owns in
-fenced micro-batches (``apportion.spark.pipeline._pipeline``) until SIGTERM/SIGINT (a graceful leave), ``stop`` is
-set, or ``exit_idle_s`` passes without work. With ``state_dir`` the group is stateful: per-key aggregates per
+``run_pipeline_worker(request)`` (a ``PipelineRequest``: the member, the definition it requests, the pipeline's
+settings; ``_request``) checks its directories and the log before Spark starts, joins the group (created with these
+settings if absent) and processes the partitions it owns in fenced micro-batches
+(``apportion.spark.pipeline._pipeline``) until SIGTERM/SIGINT (a graceful leave), ``stop`` is set, or
+``exit_idle_s`` passes without work. With ``state_dir`` the group is stateful: per-key aggregates per
 partition in local stores backed by a fenced changelog (``apportion.spark.pipeline._stateful``), in every mode. The
 owner of a partition restores its state from the changelog before its first batch of each epoch, whatever gave it the
 partition; what differs by mode is what else happens: rounds mode keeps standby and learner replicas warm (seed 2),
@@ -25,21 +26,21 @@ import os
 import signal
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from apportion.errors import InvalidRequest
-from apportion.group import GroupConfig, Mode, Rounds
 from apportion.spark.engine import connect_address, is_connect_url
+from apportion.spark.pipeline._request import PipelineRequest
 from apportion.spark.pipeline._sizing import STATEFUL_MAX_RECORDS, BatchSize, positive_seconds
 from apportion.store import connect
 
 if TYPE_CHECKING:
     from apportion.kafka import KafkaConfig
     from apportion.log import PartitionedLog
-    from apportion.spark.pipeline._pipeline import Transform
+    from apportion.spark.pipeline._pipeline import FaultHook, Transform
     from apportion.spark.pipeline._source import Source
 
 Emit = Callable[..., None]
@@ -64,58 +65,29 @@ def readable_dir(path: str | Path, option: str) -> None:
 
 
 def run_pipeline_worker(
-    store_url: str,
-    group: str,
-    worker_id: str,
-    input_dir: str | Path,
-    output_dir: str | Path,
+    request: PipelineRequest,
     *,
-    resource: str | None = None,
-    partitions: int | None = None,
-    strategy: str | None = None,
-    options: Mapping[str, object] | None = None,
-    settle_s: float = GroupConfig.DEFAULT_SETTLE_S,
-    min_interval_s: float = GroupConfig.DEFAULT_MIN_INTERVAL_S,
-    heartbeat_s: float = GroupConfig.DEFAULT_HEARTBEAT_S,
-    ttl_s: float | None = None,
-    batch_records: int | None = None,
-    batch_seconds: float | None = None,
-    transform: Transform | str | None = None,
-    master: str = "local[1]",
-    driver_memory: str = "1g",
-    revoke_timeout_s: float = 30.0,
-    idle_s: float = 0.2,
-    exit_idle_s: float = 0.0,
-    state_dir: str | Path | None = None,
-    restore_batch: int = 50_000,
-    restore_rate: float = 0.0,
-    pause_before_commit_s: float = 0.0,
-    pause_batches: int = 1,
     emit: Emit | None = None,
     stop: threading.Event | None = None,
     signals: bool = True,
-    resources: Sequence[str] | None = None,
-    subscriptions: Sequence[str] | None = None,
-    mode: Mode | None = None,
-    ordinal: int | None = None,
-    kafka: KafkaConfig | None = None,
-    kafka_jars: str | None = None,
+    fault: FaultHook | None = None,
 ) -> None:
-    """Run one pipeline worker (see the module docstring) in this process and return when it has left the group.
+    """Run the pipeline worker ``request`` describes (see the module docstring) in this process and return when it
+    has left the group.
 
     ``resource`` defaults to the group name and ``partitions`` to the log's (given, it must match). The log's
-    partitions, ``strategy`` (default: the mode's), ``options``, the timings (``ttl_s`` default: the store's) and
-    ``mode`` (``Rounds()`` by default, ``Coordinator(...)``, ``Static(...)`` with this member's ``ordinal``) are the
-    definition this worker requests (``GroupConfig.request``), checked before Spark starts; it defines the group when
-    it does not exist yet, and a group stored with another mode or other partitions is refused
-    (``apportion.Group.of``). Stateful partitions (``state_dir``) work in every mode (the module docstring says how
-    each one moves the state; standby and learner replicas exist only in the rounds mode). ``transform`` is a
-    function ``f(df) -> df`` or its ``"module:function"`` name (default ``apportion.spark.transform``). ``emit``
-    receives every event (default: one JSON log line on ``apportion.pipeline``). ``signals``: SIGINT and SIGTERM set
-    ``stop`` (main thread only; the handlers stay installed, so a signal during the process's exit is ignored too).
-    ``batch_records`` fixes each batch's records per partition; without it the size starts at 10,000 and follows
-    ``batch_seconds`` (default 10 s, at most a third of ``revoke_timeout_s``; ``apportion.spark.pipeline._sizing``),
-    which must be below ``revoke_timeout_s``.
+    partitions and the requested definition (``request.requested``: the mode, ``Rounds()`` by default, the strategy,
+    default the mode's, its options, the timings, ``ttl_s`` default the store's) are the definition this worker
+    requests (``GroupConfig.request``), checked before Spark starts; it defines the group when it does not exist yet,
+    and a group stored with another mode or other partitions is refused (``apportion.Group.of``). Stateful
+    partitions (``state_dir``) work in every mode (the module docstring says how each one moves the state; standby
+    and learner replicas exist only in the rounds mode). ``transform`` is a function ``f(df) -> df`` or its
+    ``"module:function"`` name (default ``apportion.spark.transform``). ``emit`` receives every event (default: one
+    JSON log line on ``apportion.pipeline``). ``signals``: SIGINT and SIGTERM set ``stop`` (main thread only; the
+    handlers stay installed, so a signal during the process's exit is ignored too). ``fault`` is each
+    ``Pipeline``'s fault-injection hook (tests). ``batch_records`` fixes each batch's records per partition; without
+    it the size starts at 10,000 and follows ``batch_seconds`` (default 10 s, at most a third of
+    ``revoke_timeout_s``; ``apportion.spark.pipeline._sizing``), which must be below ``revoke_timeout_s``.
 
     ``resources`` (several log resources, instead of ``resource``): the group is over these named resources (each
     with the log's partition count) and this worker runs one ``Pipeline`` per resource it subscribes to
@@ -134,97 +106,73 @@ def run_pipeline_worker(
     from apportion.spark.pipeline._stateful import StatefulPartitions
     from apportion.worker import Group
 
-    mode = Rounds() if mode is None else mode
-    most = None if state_dir is None else STATEFUL_MAX_RECORDS
-    positive_seconds("revoke_timeout", revoke_timeout_s)
-    BatchSize(batch_records, batch_seconds, most=most)  # a bad size is refused before Spark starts
-    if batch_seconds is not None and batch_seconds >= revoke_timeout_s:  # a default one follows it (``joined``)
+    s, worker_id = request.pipeline, request.worker_id
+    most = None if s.state_dir is None else STATEFUL_MAX_RECORDS
+    positive_seconds("revoke_timeout", s.revoke_timeout_s)
+    if s.slow_commit_s:  # 0: none
+        positive_seconds("slow_commit", s.slow_commit_s)
+    BatchSize(s.batch_records, s.batch_seconds, most=most)  # a bad size is refused before Spark starts
+    if s.batch_seconds is not None and s.batch_seconds >= s.revoke_timeout_s:  # a default one follows it (``joined``)
         raise InvalidRequest(
             "batch_seconds",
-            f"{batch_seconds:g} s is not below --revoke-timeout ({revoke_timeout_s:g} s): a revocation waits for the "
-            "batch in flight",
+            f"{s.batch_seconds:g} s is not below --revoke-timeout ({s.revoke_timeout_s:g} s): a revocation waits for "
+            "the batch in flight",
         )
-
-    def requested(partitions: int | None = None, resources: Mapping[str, int] | None = None) -> GroupConfig:
-        return GroupConfig.request(
-            store_url, mode, partitions=partitions, resources=resources, strategy=strategy, options=options,
-            settle_s=settle_s, min_interval_s=min_interval_s, heartbeat_s=heartbeat_s, ttl_s=ttl_s,
-            stateful=state_dir is not None,
-        )  # fmt: skip
-
-    if kafka is not None:
-        _run_kafka(
-            store_url, group, worker_id, kafka, list(resources or ()), output_dir, subscriptions,
-            load_transform(transform) if isinstance(transform, str) else transform or default_transform,
-            stop or threading.Event(), requested, ordinal, kafka_jars,
-            dict(batch_records=batch_records, batch_seconds=batch_seconds, emit=emit or emit_log, worker_id=worker_id,
-                 pause_before_commit_s=pause_before_commit_s, pause_batches=pause_batches),
-            master=master, driver_memory=driver_memory, signals=signals, revoke_timeout_s=revoke_timeout_s,
-            idle_s=idle_s, exit_idle_s=exit_idle_s, refused=dict(resource=resource, partitions=partitions,
-                                                                 state_dir=state_dir),
-        )  # fmt: skip
-        return
-    if resources is not None:
-        if state_dir is not None or resource is not None or partitions is not None:
-            raise InvalidRequest("resources", "several log resources take no --resource, --partitions or --state-dir")
-        readable_dir(input_dir, "input")
-        writable_dir(output_dir, "output")
-        function = load_transform(transform) if isinstance(transform, str) else transform or default_transform
-        log = PartitionedLog(input_dir)
-        counts = {name: log.partitions(name) for name in resources}
-        _run_resources(
-            store_url, group, worker_id, log, output_dir, counts, subscriptions, function, stop or threading.Event(),
-            requested(resources=counts), ordinal,
-            dict(batch_records=batch_records, batch_seconds=batch_seconds, transform=function, emit=emit or emit_log,
-                 worker_id=worker_id,
-                 pause_before_commit_s=pause_before_commit_s, pause_batches=pause_batches),
-            master=master, driver_memory=driver_memory, signals=signals, revoke_timeout_s=revoke_timeout_s,
-            idle_s=idle_s, exit_idle_s=exit_idle_s,
-        )  # fmt: skip
-        return
-    resource = resource or group
-    readable_dir(input_dir, "input")
-    writable_dir(output_dir, "output")
-    if state_dir is not None:
-        writable_dir(state_dir, "state-dir")
-    log = PartitionedLog(input_dir)
-    n = log.partitions(resource)
-    if partitions is not None and partitions != n:
-        raise InvalidRequest("partitions", f"the log resource {resource!r} has {n} partitions, not {partitions}")
-    function = load_transform(transform) if isinstance(transform, str) else transform or default_transform
-    state = None
-    if state_dir is not None:  # validated before Spark starts
-        state = StatefulPartitions(
-            log, resource, Path(state_dir) / worker_id, emit=emit or emit_log, worker_id=worker_id,
-            restore_batch=restore_batch, restore_rate=restore_rate,
-        )  # fmt: skip
-    definition = requested(partitions=n)
     stop = stop or threading.Event()
-    with connect(store_url) as store:
-        defined = Group.of(store, group, definition, ordinal=ordinal)  # another mode or partitions: refused
-        spark = spark_session(master, driver_memory, f"apportion-pipeline-{worker_id}")
+    emit = emit or emit_log
+
+    def pipelines() -> dict[str, Any]:
+        """The keyword arguments of every ``Pipeline`` (the transform loaded: once the directories are checked)."""
+        function = load_transform(s.transform) if isinstance(s.transform, str) else s.transform or default_transform
+        return dict(
+            batch_records=s.batch_records, batch_seconds=s.batch_seconds, transform=function, emit=emit,
+            worker_id=worker_id, slow_commit_s=s.slow_commit_s, fault=fault,
+        )  # fmt: skip
+
+    if s.kafka is not None:
+        _run_kafka(request, s.kafka, pipelines(), stop, signals=signals)
+        return
+    if s.resources is not None:
+        if s.state_dir is not None or s.resource is not None or request.requested.partitions is not None:
+            raise InvalidRequest("resources", "several log resources take no --resource, --partitions or --state-dir")
+        readable_dir(s.input_dir, "input")
+        writable_dir(s.output_dir, "output")
+        settings = pipelines()
+        log = PartitionedLog(s.input_dir)
+        counts = {name: log.partitions(name) for name in s.resources}
+        _run_resources(request, log, counts, settings, stop, signals=signals)
+        return
+    resource = s.resource or request.group
+    readable_dir(s.input_dir, "input")
+    writable_dir(s.output_dir, "output")
+    if s.state_dir is not None:
+        writable_dir(s.state_dir, "state-dir")
+    log = PartitionedLog(s.input_dir)
+    n = log.partitions(resource)
+    if request.requested.partitions is not None and request.requested.partitions != n:
+        raise InvalidRequest(
+            "partitions", f"the log resource {resource!r} has {n} partitions, not {request.requested.partitions}"
+        )
+    settings = pipelines()
+    state = None
+    if s.state_dir is not None:  # validated before Spark starts
+        state = StatefulPartitions(
+            log, resource, Path(s.state_dir) / worker_id, emit=emit, worker_id=worker_id,
+            restore_batch=s.restore_batch, restore_rate=s.restore_rate,
+        )  # fmt: skip
+    definition = request.requested.config(request.store_url, partitions=n, stateful=s.state_dir is not None)
+    with connect(request.store_url) as store:
+        defined = Group.of(store, request.group, definition, ordinal=request.ordinal)  # another mode: refused
+        spark = spark_session(s.master, s.driver_memory, f"apportion-pipeline-{worker_id}")
         if signals:
             _stop_on_signals(stop)  # after Spark, which installs its own SIGINT handler
-        processor = Pipeline(
-            spark,
-            log,
-            output_dir,
-            resource,
-            batch_records=batch_records,
-            batch_seconds=batch_seconds,
-            transform=function,
-            emit=emit or emit_log,
-            worker_id=worker_id,
-            pause_before_commit_s=pause_before_commit_s,
-            pause_batches=pause_batches,
-            state=state,
-        )
+        processor = Pipeline(spark, log, s.output_dir, resource, state=state, **settings)
         emit = processor.emit
-        _started(emit, spark, function, master, worker=worker_id, group=group, mode=defined.mode.name,
-                 resource=resource, partitions=n)  # fmt: skip
+        _started(emit, spark, settings["transform"], s.master, worker=worker_id, group=request.group,
+                 mode=defined.mode.name, resource=resource, partitions=n)  # fmt: skip
         try:
-            with joined(defined, worker_id, processor, revoke_timeout_s=revoke_timeout_s):
-                processor.run(stop, idle_s=idle_s, exit_after_idle_s=exit_idle_s)
+            with joined(defined, worker_id, processor, revoke_timeout_s=s.revoke_timeout_s):
+                processor.run(stop, idle_s=s.idle_s, exit_after_idle_s=s.exit_idle_s)
         finally:
             emit("stopped", worker=worker_id, batches=processor.batches, records=processor.records)
             if processor.state is not None:
@@ -234,28 +182,15 @@ def run_pipeline_worker(
 
 
 def _run_kafka(
-    store_url: str,
-    group: str,
-    worker_id: str,
-    kafka: KafkaConfig,
-    topics: list[str],
-    output_dir: str | Path,
-    subscriptions: Sequence[str] | None,
-    function: Transform,
-    stop: threading.Event,
-    requested: Callable[..., GroupConfig],
-    ordinal: int | None,
-    kafka_jars: str | None,
-    settings: dict[str, Any],
-    *,
-    refused: Mapping[str, object],
-    **engine: Any,
+    request: PipelineRequest, kafka: KafkaConfig, settings: dict[str, Any], stop: threading.Event, *, signals: bool
 ) -> None:
     """``run_pipeline_worker`` on Kafka (its docstring): checked before Spark starts, then ``_run_resources``."""
     from apportion.kafka import topic_partitions
     from apportion.spark.engine import kafka_connector_config
     from apportion.spark.pipeline._kafka import KafkaSource
 
+    s = request.pipeline
+    refused = {"resource": s.resource, "partitions": request.requested.partitions, "state_dir": s.state_dir}
     given = [f"--{name.replace('_', '-')}" for name, value in refused.items() if value is not None]
     if given:
         raise InvalidRequest(
@@ -263,39 +198,27 @@ def _run_kafka(
             f"the pipeline on Kafka takes no {', '.join(given)} (its resources are the --topic topics; stateful "
             "partitions on Kafka are not there yet)",
         )
+    topics = list(s.resources or ())
     if not topics:
         raise InvalidRequest("topic", "give at least one --topic (the topics the pipeline reads)")
-    writable_dir(output_dir, "output")
-    config = kafka_connector_config(kafka_jars)  # a jar that is not there: refused before Spark starts
+    writable_dir(s.output_dir, "output")
+    config = kafka_connector_config(s.kafka_jars)  # a jar that is not there: refused before Spark starts
     counts = topic_partitions(kafka, topics)  # an unknown topic, a broker away: one line before Spark starts
     source = KafkaSource(kafka)
     _run_resources(
-        store_url, group, worker_id, source, output_dir, counts, subscriptions, function, stop,
-        requested(resources=counts), ordinal, {**settings, "transform": function}, spark_config=config,
-        check=lambda spark: source.check(spark, sorted(counts)[0]), **engine,
+        request, source, counts, settings, stop, signals=signals, spark_config=config,
+        check=lambda spark: source.check(spark, sorted(counts)[0]),
     )  # fmt: skip
 
 
 def _run_resources(
-    store_url: str,
-    group: str,
-    worker_id: str,
+    request: PipelineRequest,
     log: PartitionedLog | Source,
-    output_dir: str | Path,
     counts: dict[str, int],
-    subscriptions: Sequence[str] | None,
-    function: Transform,
-    stop: threading.Event,
-    definition: GroupConfig,
-    ordinal: int | None,
     settings: dict[str, Any],
+    stop: threading.Event,
     *,
-    master: str,
-    driver_memory: str,
     signals: bool,
-    revoke_timeout_s: float,
-    idle_s: float,
-    exit_idle_s: float,
     spark_config: Mapping[str, str] | None = None,
     check: Callable[[Any], None] | None = None,
 ) -> None:
@@ -306,24 +229,26 @@ def _run_resources(
     from apportion.spark.pipeline._resources import joined_resources
     from apportion.worker import Group
 
-    mine = sorted(counts if subscriptions is None else subscriptions)
+    s, worker_id = request.pipeline, request.worker_id
+    mine = sorted(counts if s.subscriptions is None else s.subscriptions)
     unknown = [name for name in mine if name not in counts]
     if unknown:
         raise InvalidRequest("subscribe", f"{unknown} are not among the group's resources {sorted(counts)}")
-    with connect(store_url) as store:
-        defined = Group.of(store, group, definition, ordinal=ordinal)  # other resources or mode: refused
-        spark = spark_session(master, driver_memory, f"apportion-pipeline-{worker_id}", config=spark_config)
+    definition = request.requested.config(request.store_url, resources=counts)
+    with connect(request.store_url) as store:
+        defined = Group.of(store, request.group, definition, ordinal=request.ordinal)  # other resources: refused
+        spark = spark_session(s.master, s.driver_memory, f"apportion-pipeline-{worker_id}", config=spark_config)
         if signals:
             _stop_on_signals(stop)
         if check is not None:
             check(spark)
-        pipelines = {name: Pipeline(spark, log, output_dir, name, **settings) for name in mine}
+        pipelines = {name: Pipeline(spark, log, s.output_dir, name, **settings) for name in mine}
         emit = pipelines[mine[0]].emit
-        _started(emit, spark, function, master, worker=worker_id, group=group, mode=defined.mode.name, resources=counts,
-                 subscriptions=mine)  # fmt: skip
+        _started(emit, spark, settings["transform"], s.master, worker=worker_id, group=request.group,
+                 mode=defined.mode.name, resources=counts, subscriptions=mine)  # fmt: skip
         try:
-            with joined_resources(defined, worker_id, pipelines, revoke_timeout_s=revoke_timeout_s):
-                run_batches(list(pipelines.values()), stop, idle_s=idle_s, exit_after_idle_s=exit_idle_s)
+            with joined_resources(defined, worker_id, pipelines, revoke_timeout_s=s.revoke_timeout_s):
+                run_batches(list(pipelines.values()), stop, idle_s=s.idle_s, exit_after_idle_s=s.exit_idle_s)
         finally:
             batches = sum(p.batches for p in pipelines.values())
             emit("stopped", worker=worker_id, batches=batches, records=sum(p.records for p in pipelines.values()))
@@ -359,4 +284,4 @@ def _engine(master: str) -> str:
     return f"own JVM {master}"
 
 
-__all__ = ["readable_dir", "run_pipeline_worker", "writable_dir"]
+__all__ = ["PipelineRequest", "readable_dir", "run_pipeline_worker", "writable_dir"]
