@@ -569,7 +569,7 @@ def test_a_live_closer_stuck_past_the_hold_bound_is_taken_over() -> None:
     """A closer alive (its lease kept) but stuck holds the others for ``CLOSE_HOLD_TTLS`` ttl after they saw its
     ``closing`` record, then one backup takes it over and closes the round (the stuck close's own write then fails
     on the plan that exists)."""
-    from apportion.group._rounds import CLOSE_HOLD_TTLS
+    from apportion.group._round_close import CLOSE_HOLD_TTLS
 
     hold = CLOSE_HOLD_TTLS * FAST.ttl_s
     h, slow, rnd, opener, opened_at = _slow_close_harness(hold + 2.0)

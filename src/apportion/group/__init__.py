@@ -54,7 +54,8 @@ from apportion.group._ownership import (
     PartitionLease,
     default_planner,
 )
-from apportion.group._rounds import Phase, ReplicaLags, ReplicasCallback, RoundsMember
+from apportion.group._replicas import ReplicaLags, ReplicasCallback
+from apportion.group._rounds import Phase, RoundsMember
 from apportion.group._router import Route, Router
 from apportion.group._static import (
     StaticMember,

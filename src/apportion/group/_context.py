@@ -23,7 +23,8 @@ _OWNER_VALUES = 4096  # owner values kept encoded (epoch -> bytes): more than a 
 
 @dataclass(slots=True, eq=False)
 class MemberContext:
-    """A member's shared surroundings. ``keys`` and ``config`` change when the member adopts a definition."""
+    """A member's shared surroundings. ``keys``, ``config`` and ``config_revision`` change when the member adopts a
+    definition."""
 
     store: Store
     group: str
@@ -33,6 +34,7 @@ class MemberContext:
     config: GroupConfig
     recorder: Recorder
     tracer: Tracer | None
+    config_revision: int = 0  # the mod_revision of the stored definition ``config`` is (0: not read yet)
     _owner_values: dict[int, bytes] = field(default_factory=dict)
 
     def owner_value(self, epoch: int) -> bytes:

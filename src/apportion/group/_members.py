@@ -19,8 +19,9 @@ from apportion.group._config import GroupConfig
 from apportion.group._coordinator import CoordinatorMember, Restored
 from apportion.group._mode import NO_STATIC_SUBSCRIPTIONS, Coordinator, Static
 from apportion.group._ownership import FencedMember, MemberOptions
+from apportion.group._replicas import ReplicaLags, ReplicasCallback
 from apportion.group._round_plan import Checker, check_plan
-from apportion.group._rounds import ReplicaLags, ReplicasCallback, RoundsMember
+from apportion.group._rounds import RoundsMember
 from apportion.group._static import StaticMember
 from apportion.store import Store
 

@@ -174,7 +174,6 @@ class FencedMember:
         recorder = Recorder(keys, member_id, history_retention_s)
         self._ctx = MemberContext(store, group, member_id, clock, keys, config, recorder, tracer)
         self._definition = Definition(self._ctx, config, update=update, partitions_given=partitions_given)
-        self._config_revision = 0
         self._clock = clock
         self._recorder = recorder
         self._on_revoked = on_revoked
@@ -213,6 +212,15 @@ class FencedMember:
     @config.setter
     def config(self, config: GroupConfig) -> None:
         self._ctx.config = config
+
+    @property
+    def _config_revision(self) -> int:
+        """The revision of the stored definition ``config`` is (0: not read yet)."""
+        return self._ctx.config_revision
+
+    @_config_revision.setter
+    def _config_revision(self, revision: int) -> None:
+        self._ctx.config_revision = revision
 
     @property
     def safety(self) -> float:

@@ -40,18 +40,8 @@ records are lease-bound, so members that died before the close are not in the cu
 same participants as the previous plan and the resource definition is unchanged, the previous assignment is kept
 (unless learners are warming up: then the round is a probing round and is planned again).
 
-One closer at a time
---------------------
-The round's opener closes it at RST; every other member is a backup whose turn comes later (``_close_at``). A close
-begins by writing ``closing`` ({round, closer}, bound to the closer's lease) in the txn that reads the round (compare:
-the ``closing`` revision it knows; a member that finds it held learns the holder from the same answer). A backup
-whose turn comes while a live member holds ``closing`` for the open round waits: for the plan's event, for the record
-to go (its lease ended: the closer died or froze), or up to ``CLOSE_HOLD_TTLS`` ttl after it last saw it written (a
-closer alive but stuck), then takes it over. The plan's txn deletes it. Why: a backup's turn is spread over
-max(RST, ttl/2), and a close of a 100,000-partition plan (read, plan, check, write) takes longer than that at load:
-at 64 members x 100,000 partitions on SQLite, py-spy found ~40 members closing the same round at once, each close
-slowing the others, and no round closed in 150 s. The record only spares work: the close txn's compares alone keep
-one plan per round, so an old member that ignores it, or a holder overtaken, changes nothing but the cost.
+One closer at a time: the round's opener closes it at RST, every other member is a backup whose turn comes later,
+and a ``closing`` record keeps a close of a large plan from being done by many at once (``_round_close``).
 
 Reads
 -----
@@ -112,8 +102,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
-import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Unpack
 
 from apportion.errors import CorruptRecord, InvalidRequest, LeaseNotFound, StoreUnavailable
@@ -135,21 +124,15 @@ from apportion.group._ownership import (
     Planner,
     default_planner,
 )
-from apportion.group._round_plan import Checker, check_plan, close_plan, read_plan
+from apportion.group._replicas import ReplicaLags, Replicas, ReplicasCallback
+from apportion.group._round_close import RoundCloser, says_leaving
+from apportion.group._round_plan import Checker, check_plan, read_plan
 from apportion.group._subscriptions import Subscriptions
 from apportion.group._trace import TraceKind
 from apportion.group._tracked import TrackedKey
-from apportion.store import Delete, Event, EventType, Get, KeyValue, Op, Put, Store, absent, mod_revision_is
-
-ReplicaLags = Callable[[], Mapping[Any, int]]
-"""partition id -> lag of the replica (standby or learner) this member holds of it; called when joining a round."""
-ReplicasCallback = Callable[[list[Any], list[Any]], None]
-"""``on_replicas(standby, learners)``: the replicas the current plan gives this member (called when they change)."""
+from apportion.store import Event, EventType, Get, KeyValue, Op, Put, Store, absent, mod_revision_is
 
 log = logging.getLogger(__name__)
-
-CLOSE_HOLD_TTLS = 4
-"""A backup waits for a live holder of ``closing`` up to this many ttl (module doc, "One closer at a time")."""
 
 
 class Phase(enum.Enum):
@@ -187,14 +170,8 @@ class RoundsMember(FencedMember):
         self.capacity = float(capacity)
         self._subs = Subscriptions(config, self.keys, member_id, subscriptions)
         self.rack = rack
-        self._planner = planner
-        self._checker = checker
-        self._replica_lags = replica_lags
-        self._on_replicas = on_replicas
-        self._standby: tuple[PartitionId, ...] = ()
-        self._learners: tuple[PartitionId, ...] = ()
-        self._plan_standby: tuple[PartitionId, ...] = ()
-        self._plan_learners: frozenset[PartitionId] = frozenset()
+        self._closer = RoundCloser(self._ctx, planner=planner, checker=checker)
+        self._replicas = Replicas(self._ctx, replica_lags, on_replicas)
         self._probe_after_s: float | None = None
         # round state
         self.phase = Phase.STARTING
@@ -219,8 +196,6 @@ class RoundsMember(FencedMember):
         self._plan_event: tuple[int, KeyValue] | None = None
         self._plan_unread = True  # the current round's plan may exist unseen: read it once
         self._latest_round = 0  # the newest round a ``latest`` event named
-        self._closing: tuple[int, str, float] | None = None  # ``closing`` as last seen: (round, closer, seen at)
-        self._closing_rev = 0  # its mod_revision (0: absent, or not known: a take's compare tells)
 
     # -- public, thread-safe -------------------------------------------------------------------------------
 
@@ -268,7 +243,7 @@ class RoundsMember(FencedMember):
     @property
     def replicas(self) -> tuple[list[PartitionId], list[PartitionId]]:
         """(standby, learners): the replicas the current plan gives this member."""
-        return list(self._standby), list(self._learners)
+        return list(self._replicas.standby), list(self._replicas.learners)
 
     # -- stepping ------------------------------------------------------------------------------------------
 
@@ -316,7 +291,7 @@ class RoundsMember(FencedMember):
             self._reclaim()
         if self._claims.wanted:
             self._claim(now)
-            self._refresh_replicas()
+            self._replicas.refresh(self._claims.wanted)
             if self.busy_until is not None:
                 return self.busy_until
             if self._claims.wanted:
@@ -369,7 +344,7 @@ class RoundsMember(FencedMember):
                 self._dead.discard(mid)
             else:
                 self._dead.add(mid)
-            leaving = alive and _says_leaving(event.kv)
+            leaving = alive and says_leaving(event.kv)
             announced = leaving and mid not in self._leaving  # not its later "revoking" updates
             if leaving:
                 self._leaving.add(mid)
@@ -380,7 +355,7 @@ class RoundsMember(FencedMember):
         elif key == keys.current:
             self._current.on_event(event)
         elif key == keys.closing:
-            self._on_closing(event.kv if event.type is EventType.PUT else None)
+            self._closer.on_record(event.kv if event.type is EventType.PUT else None)
         elif key == keys.latest:
             self._plan_unread = True
             if event.type is EventType.PUT:
@@ -395,21 +370,6 @@ class RoundsMember(FencedMember):
             self._config_revision = event.kv.mod_revision
             self.config = GroupConfig.from_record(event.kv)
             self._need(event.revision)
-
-    def _on_closing(self, kv: KeyValue | None) -> None:
-        """The ``closing`` record as read or heard (None: absent). A record this version cannot read is held by
-        nobody: it may be taken over at once (its revision is kept for the take's compare)."""
-        self._closing_rev = 0 if kv is None else kv.mod_revision
-        self._closing = None
-        if kv is None:
-            return
-        try:
-            value = decode(kv.value, kv.key)
-        except CorruptRecord:
-            return
-        rnd, closer = value.get("round"), value.get("closer")
-        if isinstance(rnd, int) and isinstance(closer, str):
-            self._closing = (rnd, closer, self._clock.now())
 
     def _newer_plan(self) -> bool:
         """A plan newer than the applied one has been seen (its event, or ``latest`` naming its round): a departure
@@ -429,29 +389,21 @@ class RoundsMember(FencedMember):
         return now - self._opened_at < self.config.settle_s
 
     def _close_at(self) -> float:
-        """When this member, joined to the open round, tries to close it: RST after it saw the round open when it
-        opened the round itself, or when the opener cannot close it (its registration gone or leaving: a leaving
-        member opens rounds but joins none; a round written by a version that names no opener); otherwise as a
-        backup, at a point of its own spread over the ``max(RST, ttl / 2)`` that follows (a hash of its id and the
-        round: the same in every replay), should the opener be busy (claiming, inside on_revoked), frozen or dead.
-        The first close wins and a backup whose turn comes after the plan's event never reads the round. Why not
-        every member at RST: each close reads the round and the previous plan and writes a whole plan, and at 32
-        members x 16,384 partitions on etcd the 31 survivors of a kill -9 all did, 1.1-3.3 s between the close and
-        the first claim (py-spy: the stepping threads waiting on etcd behind 31 closes and 31 plan reads). Why not
-        the opener alone: a busy opener held every round of a starting fleet for the whole backup wait. A turn
-        that comes while another live member holds ``closing`` for this round waits for it (module doc, "One
-        closer at a time")."""
-        first = self._first_seen + self.config.settle_s
-        opener = self._opener
-        if opener is None or opener == self.id or opener in self._dead or opener in self._leaving:
-            turn = first
-        else:
-            spread = max(self.config.settle_s, self.config.ttl_s / 2)
-            turn = first + spread * (zlib.crc32(f"{self.id}/{self._round}".encode()) / 2**32)
-        held = self._closing
-        if held is not None and held[0] == self._round and held[1] != self.id and held[1] not in self._dead:
-            return max(turn, held[2] + CLOSE_HOLD_TTLS * max(self.config.ttl_s, self.config.settle_s))
-        return turn
+        """When this member, joined to the open round, tries to close it (``_round_close``)."""
+        rnd, dead, leaving = self._round, self._dead, self._leaving
+        return self._closer.close_at(rnd, first_seen=self._first_seen, opener=self._opener, dead=dead, leaving=leaving)
+
+    def _close(self, now: float, rnd: int) -> bool:
+        """Try to write the cut and plan of ``rnd`` (``_round_close``); True when the round has a plan now."""
+        lease = self._belief.lease
+        if lease is None:
+            return False
+        closed, moved = self._closer.close(now, rnd, lease, first_seen=self._first_seen, applied=self._applied_plan)
+        if closed:
+            self._plan_unread = True  # mine, another's, or a race lost: read it
+        if moved:
+            self._current.forget()  # the race may have been a new round
+        return closed
 
     def _open_at(self, rnd: int) -> float | None:
         """When this member wants a new round opened (None: it does not)."""
@@ -552,7 +504,7 @@ class RoundsMember(FencedMember):
         if found[self._subs.key] is None:
             self._subs.on_record(self.config, None)
         if found[self.keys.closing] is None:
-            self._on_closing(None)
+            self._closer.on_record(None)
         result = self.store.txn([], [Get(self.keys.members, prefix=True)])
         registered = result.responses[0] if isinstance(result.responses[0], list) else []
         for kv in registered:
@@ -599,12 +551,7 @@ class RoundsMember(FencedMember):
             "rack": self.rack,
         }
         record.update(self._subs.record())
-        if self._replica_lags is not None:
-            given = ((self.config.parse_pid(p, "replica_lags"), lag) for p, lag in self._replica_lags().items())
-            lags = {p: int(lag) for p, lag in given if p not in self._assignment}
-            record["standby"] = [p for p in self._standby if p in lags]
-            record["learners"] = [p for p in self._learners if p in lags]
-            record["lag"] = {str(p): lag for p, lag in sorted(lags.items())}
+        record.update(self._replicas.report(self._assignment))
         ops: list[Op] = [
             Put(self.keys.participation(rnd, self.id), encode(record), lease.id),
             Put(self.keys.joined(rnd), b"1"),
@@ -617,129 +564,6 @@ class RoundsMember(FencedMember):
             self._trace(TraceKind.ROUND_JOINED, round=rnd)
         else:
             self._plan_unread = True  # the plan exists
-
-    def _close(self, now: float, rnd: int) -> bool:
-        """Try to write the cut and plan of ``rnd``; True when the round has a plan now (mine or another's). The
-        read of the round takes ``closing`` in the same txn; a close that finds it held by another waits (False;
-        ``_close_at`` says until when)."""
-        lease = self._belief.lease
-        if lease is None:
-            return False
-        # held already (a close that waits for a participant, or lost a race, tries again): the compare alone says
-        # nobody took it over; written again it would be one more write and an event to every member per retry
-        held = self._closing
-        writes_closing = held is None or held[:2] != (rnd, self.id)
-        take_ops: list[Op] = [Get(self.keys.rounds, prefix=True)]
-        if writes_closing:
-            take_ops.insert(0, Put(self.keys.closing, encode({"round": rnd, "closer": self.id}), lease.id))
-        compare = [mod_revision_is(self.keys.closing, self._closing_rev)]
-        take = self.store.txn(compare, take_ops, [Get(self.keys.closing)])
-        if not take.succeeded:
-            found = take.responses[0]
-            self._on_closing(found[0] if isinstance(found, list) and found else None)
-            return False
-        if writes_closing:
-            self._closing, self._closing_rev = (rnd, self.id, now), take.revision
-        round_kvs = take.responses[-1]
-        assert isinstance(round_kvs, list)
-        records: dict[str, KeyValue] = {}  # decoded only once the round can close
-        joined_rev = 0
-        older: set[int] = set()
-        for kv in round_kvs:
-            rest = kv.key[len(self.keys.rounds) :]
-            head, _, name = rest.partition("/")
-            if not head.isdigit():
-                continue
-            other = int(head)
-            if other == rnd:
-                if name == "joined":
-                    joined_rev = kv.mod_revision
-                elif name == "plan":
-                    self._plan_unread = True
-                    return True
-                else:
-                    records[name] = kv
-            elif other < rnd:
-                older.add(other)
-        if not records:
-            return False
-        config_kv = self.store.get(self.keys.resource)
-        if config_kv is not None and config_kv.mod_revision != self._config_revision:
-            self.config = GroupConfig.from_record(config_kv)
-            self._config_revision = config_kv.mod_revision
-        previous = self._previous_plan()
-        if self._awaited(previous, records, now):
-            return False
-        value = close_plan(
-            records,
-            previous,
-            self.config,
-            group=self.group,
-            rnd=rnd,
-            closer=self.id,
-            closed_at=now,
-            resource_revision=self._config_revision,
-            planner=self._planner,
-            checker=self._checker,
-        )
-        if value is None:
-            return False
-        ids = list(value.participants)
-        # explain: who stopped subscribing
-        subscribing = {"subscriptions": dict(value.subscriptions)} if value.subscriptions else {}
-        movement = {"moves": value.moves, "min_moves": value.min_moves, "deferred": value.deferred, "kept": value.kept}
-        ops: list[Op] = [
-            Put(self.keys.plan(rnd), encode(value.to_json())),
-            Put(self.keys.latest, encode({"round": rnd})),
-        ]
-        ops += [Delete(self.keys.round(old), prefix=True) for old in sorted(older)]
-        ops.append(Delete(self.keys.closing))
-        ops += self._recorder.put("round_closed", now, round=rnd, participants=ids, **movement, **subscribing)
-        compares = [
-            absent(self.keys.plan(rnd)),
-            mod_revision_is(self.keys.joined(rnd), joined_rev),
-            mod_revision_is(self.keys.current, rnd),
-        ]
-        result = self.store.txn(compares, ops)
-        self._plan_unread = True
-        if result.succeeded:
-            self._trace(TraceKind.ROUND_CLOSED, round=rnd, participants=len(ids), **movement)
-        else:
-            self._current.forget()  # the race may have been a new round
-        return True  # closed by me, or the txn lost a race: re-read at once
-
-    def _awaited(self, previous: PlanRecord | None, joined: Mapping[str, Any], now: float) -> list[str]:
-        """Members of the previous plan that have not joined yet although they are live (their ``members/<id>``
-        exists and does not announce a planned leave). The round waits for them up to ``ttl_s`` past RST, or until
-        each has joined or its registration has gone with its lease: closing without a live member takes every
-        partition it keeps away, only to give them back a round later. Such a member is inside ``on_revoked`` (it
-        cannot join while its callback waits for its batch in flight), or busy: at 32 members x 16,384 partitions
-        on two cores, a kill -9's round closed 0.5 s after it opened with 26 of the 31 survivors; the other 5
-        revoked 512 partitions each and the next round moved 2,640 back (issue 27). A dead member's registration
-        goes with its lease, so a failover is not slowed; a frozen one is waited for until its lease ends (ttl)."""
-        if previous is None or now >= self._first_seen + self.config.settle_s + self.config.ttl_s:
-            return []
-        missing = [m for m in previous.participants if m not in joined and m != self.id]
-        if not missing:
-            return []
-        # one read of the registrations, not one per missing participant (31 round trips at 32 members on etcd)
-        registered = {kv.key[len(self.keys.members) :]: kv for kv in self.store.range(self.keys.members)}
-        awaited = []
-        for m in missing:
-            kv = registered.get(m)
-            if kv is not None and not _says_leaving(kv):
-                awaited.append(m)
-        return awaited
-
-    def _previous_plan(self) -> PlanRecord | None:
-        latest = self.store.get(self.keys.latest)
-        if latest is None:
-            return None
-        rnd = int(decode(latest.value, latest.key)["round"])
-        if self._applied_plan is not None and self._applied_plan[0] == rnd:
-            return self._applied_plan[1]  # the plan this member applied: not read again (16,384 partitions: ~200 KB)
-        kv = self.store.get(self.keys.plan(rnd))
-        return None if kv is None else read_plan(kv, self.store)
 
     def _apply_plan(self, now: float, rnd: int, plan: PlanRecord) -> None:
         self._applied_plan = (rnd, plan)
@@ -761,9 +585,8 @@ class RoundsMember(FencedMember):
             revoke = sorted_pids(p for p in self._belief.owned if p not in self._assignment)
             self._claims.wanted = {p for p in self._assignment if p not in self._belief.owned}
         standby, learners = (table.get(self.id, ()) if in_plan else () for table in (plan.standby, plan.learners))
-        self._plan_standby = tuple(map(parse, standby))
-        self._plan_learners = frozenset(map(parse, learners))
-        self._refresh_replicas()
+        self._replicas.planned(map(parse, standby), map(parse, learners))
+        self._replicas.refresh(self._claims.wanted)
         assigned = sorted_pids(self._assignment)
         self._trace(TraceKind.PLAN, round=rnd, in_plan=in_plan, assigned=assigned, revoke=revoke, kept=plan.kept)
         if revoke:
@@ -777,17 +600,6 @@ class RoundsMember(FencedMember):
             lost = {p for p in self._assignment if p not in self._belief.owned}
         self._claims.wanted |= lost
 
-    def _refresh_replicas(self) -> None:
-        """The plan's replicas, plus (as learners) the partitions given to me but not claimed yet: their previous
-        owner is finishing its batch, and they keep warming up until it releases them."""
-        standby, learners = self._plan_standby, tuple(sorted_pids(self._plan_learners | self._claims.wanted))
-        if (standby, learners) == (self._standby, self._learners):
-            return
-        self._standby, self._learners = standby, learners
-        self._trace(TraceKind.REPLICAS, standby=list(standby), learners=list(learners))
-        if self._on_replicas is not None:
-            self._on_replicas(list(standby), list(learners))
-
 
 def _round_of(kv: KeyValue) -> int:
     """The round a ``latest`` record names (0 for a corrupt one: it names nothing)."""
@@ -798,24 +610,11 @@ def _round_of(kv: KeyValue) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _says_leaving(kv: KeyValue) -> bool:
-    """A ``members/<id>`` record announces a planned leave (a corrupt one announces nothing). Every member hears
-    every registration (O(members²) events in a large group): only a record that mentions the key is decoded."""
-    if b'"leaving"' not in kv.value:
-        return False
-    try:
-        return bool(decode(kv.value, kv.key).get("leaving"))
-    except CorruptRecord:
-        return False
-
-
 __all__ = [
     "INF",
     "PartitionLease",
     "Ownership",
     "Phase",
-    "ReplicaLags",
-    "ReplicasCallback",
     "RoundsMember",
     "default_planner",
 ]
