@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from typing import Any, Required, TypedDict
 
 from apportion.clock import Clock
@@ -241,7 +241,7 @@ class FencedMember:
         return None if busy is None else busy[0]
 
     @property
-    def wanted(self) -> set[PartitionId]:
+    def wanted(self) -> Set[PartitionId]:
         """The partitions the protocol wants this member to hold and it does not hold yet (read only)."""
         return self._claims.wanted
 
