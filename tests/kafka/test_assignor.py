@@ -45,7 +45,9 @@ def assert_plans(group: Group) -> None:
     assert all(p.moved == p.min_moves and p.spread is not None and p.spread <= 1 for p in plans), plans
 
 
-@pytest.mark.parametrize("group", ["apportion", "apportion-yield"], indirect=True)
+@pytest.mark.parametrize(
+    "group", ["apportion", pytest.param("apportion-yield", marks=pytest.mark.soak)], indirect=True
+)  # "yield" in make soak: test_assignor_core checks its rule on every input without a broker
 def test_kafka_python_consumers_through_joins_leaves_and_a_crash_move_only_the_lower_bound(group: Group) -> None:
     """Both rules for stale claims: seed 4's (a member of an older generation counts none of its claims) and KIP-54's
     (only the partitions a newer claim names)."""

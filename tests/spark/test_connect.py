@@ -37,6 +37,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "apportion.cli", *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.soak  # make test keeps the property: test_pipeline's thin workers share this server under faults
 def test_two_thin_workers_share_one_connect_server_and_commit_every_record_once(
     connect_server: Any, tmp_path: Path
 ) -> None:
