@@ -19,11 +19,9 @@ check-java:
 demo: $(STAMP) check-java
 	$(VENV)/bin/apportion demo
 
-# -n 3 on 2 cores: most long tests wait (leases, JVM and broker start-ups, a fleet's rounds), not compute; the
-# suite must pass on a busy machine anyway (stress-ng), and three workers keep it under 15 minutes.
 test: $(STAMP) check-java
 	bash scripts/ensure-test-tools.sh
-	$(PY) -m pytest -n 3 --dist loadgroup -q --durations=15 -m "not soak"
+	$(PY) -m pytest -n 2 --dist loadgroup -q --durations=15 -m "not soak"
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict

@@ -84,6 +84,7 @@ def test_round_robin_in_join_order_keeps_exclusivity_fencing_liveness_and_balanc
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # make test keeps every strategy's seeds (the per-strategy test)
 def test_soak_many_seeds_with_every_strategy() -> None:
     seeds = SOAK_SEEDS if SOAK else 200
     strategies = ("sticky", "round_robin", "range", "weighted", "rendezvous", "bounded_load")

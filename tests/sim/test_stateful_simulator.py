@@ -97,6 +97,7 @@ def test_simulate_command_runs_a_stateful_group_and_rejects_unknown_options(
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # make test keeps 40 stateful seeds (test_random_churn_with_replicas_...)
 def test_soak_stateful_groups_with_standbys_and_learners() -> None:
     import os
 

@@ -238,6 +238,7 @@ class _Links(html.parser.HTMLParser):
             self.images += [v for k, v in attrs if k == "src" and v]
 
 
+@pytest.mark.soak  # make test keeps the report of a real run: test_demo's small demo writes and checks it
 def test_report_command_on_a_real_run_finds_no_overlap_and_writes_an_html_page_with_its_plots(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -180,6 +180,7 @@ def moves(workers: list[Any]) -> list[dict[str, Any]]:
 @pytest.mark.slow
 # beside the Spark group (make test's longest), not in it: with the pipeline nemesis, on that xdist worker's own Connect
 # server (four worker JVMs of their own took ~4 min of make test's 2 cores)
+@pytest.mark.soak  # make test keeps the learners' warm-up before a move: test_a_joining_worker_warms_learners_...
 def test_stateful_workers_scale_up_with_warm_learners_and_down_with_standbys(
     tmp_path: Path, processes: list[Any], capsys: pytest.CaptureFixture[str], connect_server: Any
 ) -> None:
