@@ -76,9 +76,12 @@ def test_a_running_worker_that_meets_a_newer_format_gives_its_partitions_up_says
     assert after[Keys(GROUP).resource][1] == future, "the newer definition was rewritten"
     # the committer's thread may land a commit before the member thread reads the new definition (a straggler's race
     # that the policy's second roll avoids: a release writes a new format only once no older worker is left); after
-    # those, nothing
+    # those, nothing. The last of them may be unreported: the process exits (2) before its committer's line of a
+    # commit that did land (seen in CI: one commit_many at the revision after the rewrite, no "commit" event)
     written = {key: rev for key, (rev, _) in after.items() if rev > rewritten_at}
-    assert all(key.startswith("/apportion/.commit/") and rev <= in_flight for key, rev in written.items()), written
+    assert all(key.startswith("/apportion/.commit/") for key in written), written
+    unreported = {rev for rev in written.values() if rev > in_flight}
+    assert len(unreported) <= 1, written
     assert not [key for key in after if "/owner/" in key or "/members/" in key], "its records outlived its leave"
 
     for extra in ((), ("--update",)):  # a worker that starts there, even one told to rewrite the definition
