@@ -22,7 +22,8 @@ from pathlib import Path
 import httpx
 import uvicorn
 
-from apportion.group import GroupConfig, Keys, encode
+from apportion.group import GroupConfig
+from apportion.group.internals import Keys, encode
 from apportion.store import connect
 from apportion.web import Feed, dashboard_app
 

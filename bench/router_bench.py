@@ -28,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from apportion import Router
-from apportion.group import Entry, GroupConfig, Keys, TableState, decode, decode_owner, encode
+from apportion.group import GroupConfig
+from apportion.group.internals import Entry, Keys, TableState, decode, decode_owner, encode
 from apportion.routing import partition_for
 from apportion.store import Get, Put, Store, connect
 

@@ -59,7 +59,8 @@ from tests.etcd_server import EtcdServer
 
 from apportion.errors import ApportionError, StoreUnavailable
 from apportion.fleet import Fleet, worker_args
-from apportion.group import GroupConfig, Keys
+from apportion.group import GroupConfig
+from apportion.group.internals import Keys
 from apportion.store import connect
 from scale_probe import Phase, Probe, cpu_s, failover_timeline, last_apply_s, read_owners, say, start_staggered
 

@@ -41,7 +41,8 @@ from typing import Any
 
 from apportion.errors import StoreUnavailable, TimedOut
 from apportion.fleet import Fleet
-from apportion.group import LEGACY_LAYOUT, Keys, PartitionId, decode_owner, history, pid_of_text
+from apportion.group import PartitionId, history
+from apportion.group.internals import LEGACY_LAYOUT, Keys, decode_owner, pid_of_text
 from apportion.store import Get, Store
 from apportion.waiting import wait_for
 

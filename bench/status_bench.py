@@ -47,7 +47,7 @@ from tests.conftest import etcd_binary
 from tests.etcd_server import EtcdServer
 from tests.group.large_group import build_group
 
-from apportion.group import Keys, encode
+from apportion.group.internals import Keys, encode
 from apportion.store import Put, connect
 from assign_bench import export_src  # bench/ is on sys.path: this script's folder
 

@@ -1,11 +1,16 @@
-"""Shared fixtures. `etcd_url` gives a fresh, empty real etcd server (see tests/etcd_server.py)."""
+"""Shared fixtures. `etcd_url` gives a fresh, empty real etcd server (see tests/etcd_server.py); `connect_server` the
+run's one Spark Connect server (here rather than in tests/spark/conftest.py, which says how it is shared: the
+pipeline's rolling upgrade in tests/upgrade/ uses it too)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,3 +80,46 @@ def postgres_url(postgres_server: object) -> Iterator[str]:
     yield postgres_server.url(name)
     if postgres_server.running:
         postgres_server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def require_java() -> None:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        if IN_CI:
+            pytest.fail("Java 17+ is not installed: Spark tests cannot run (see scripts/check-java.sh)")
+        pytest.skip("Java 17+ is not installed")
+
+
+@functools.cache
+def spark_kafka_jars() -> str | None:
+    """The jars of Spark's Kafka connector for the installed pyspark, comma-separated (scripts/ensure-spark-kafka.sh:
+    Maven resolves them once into ~/.m2); None when Maven cannot (the Kafka pipeline tests skip; CI fails instead)."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "ensure-spark-kafka.sh"
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=900, check=False)
+    if done.returncode != 0:
+        if IN_CI:
+            raise RuntimeError(f"{script} failed: {done.stderr.strip()}")
+        return None
+    return Path(done.stdout.strip().splitlines()[-1]).read_text().strip() or None
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Spark Connect server (``apportion spark serve``'s ``ConnectServer``, local[2]) on a free port, with one
+    session already served (warm) and Spark's Kafka connector on its classpath (``--kafka-connector``: the pipeline on
+    Kafka's thin workers share it); its process group is stopped at the end of the run, whatever happened."""
+    require_java()
+    pytest.importorskip("grpc", reason="Spark Connect needs the spark extra's grpcio")
+    from apportion.spark.engine import kafka_connector_config
+    from apportion.spark.engine._serve import ConnectServer
+
+    jars = spark_kafka_jars()
+    config = None if jars is None else kafka_connector_config(jars)
+    server = ConnectServer(
+        "local[2]", port=0, log_path=tmp_path_factory.mktemp("connect") / "server.log", config=config
+    )
+    try:
+        server.start()
+        server.check_session()
+        yield server
+    finally:
+        server.stop()

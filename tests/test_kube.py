@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from apportion.errors import ApportionError, InvalidRequest
-from apportion.group import GroupConfig, Keys, Static, encode, stored_replicas
+from apportion.group import GroupConfig, Static, stored_replicas
+from apportion.group.internals import Keys, encode
 from apportion.kube import KubernetesReplicas, ReplicasFollower, StatefulSetRef, statefulset_of
 from apportion.store import connect
 from apportion.waiting import wait_for

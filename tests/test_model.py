@@ -8,7 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apportion.errors import InvalidRequest
-from apportion.group import GroupConfig, Keys, PlanRecord, committed, decode, group_status, parse_resources
+from apportion.group import GroupConfig, committed, group_status, parse_resources
+from apportion.group._keys import PlanRecord
+from apportion.group.internals import Keys, decode
 from apportion.model import (
     Partition,
     index_of,

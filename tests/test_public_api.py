@@ -12,6 +12,7 @@ import pytest
 import apportion
 
 LIBRARY = Path(__file__).resolve().parents[1] / "docs" / "guides" / "library.md"
+ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md"
 
 
 def test_top_level_all_is_exactly_the_documented_api() -> None:
@@ -19,6 +20,23 @@ def test_top_level_all_is_exactly_the_documented_api() -> None:
     documented = set(re.findall(r"`(\w+)`", block))
     assert set(apportion.__all__) == documented
     assert len(apportion.__all__) == len(set(apportion.__all__))
+
+
+def test_the_group_face_is_exactly_the_documented_list() -> None:
+    """``apportion.group.__all__`` is the list of docs/ARCHITECTURE.md ("The faces"), each name once and loadable;
+    what apportion's other packages need beyond it is in ``apportion.group.internals``, disjoint from the face."""
+    import apportion.group
+    import apportion.group.internals
+
+    block = ARCHITECTURE.read_text().split("<!-- group-api -->")[1].split("<!-- /group-api -->")[0]
+    documented = re.findall(r"`(\w+)`", block)
+    assert sorted(apportion.group.__all__) == sorted(documented)
+    assert len(apportion.group.__all__) == len(set(apportion.group.__all__))
+    for name in apportion.group.__all__:
+        assert hasattr(apportion.group, name), name
+    for name in apportion.group.internals.__all__:
+        assert hasattr(apportion.group.internals, name), name
+    assert set(apportion.group.__all__).isdisjoint(apportion.group.internals.__all__)
 
 
 def test_every_exported_name_exists() -> None:

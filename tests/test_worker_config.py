@@ -169,7 +169,8 @@ def test_rack_reaches_the_strategy_high_availability_puts_standbys_on_another_ra
     option for it. w1 and w2 on rack a, w3 on rack b, one standby per partition: every partition active on rack a
     has its standby on w3 (without racks they spread by load), and a blank rack is refused in one line."""
     from apportion.fleet import Fleet, worker_args
-    from apportion.group import GroupConfig, Keys, group_status
+    from apportion.group import GroupConfig, group_status
+    from apportion.group.internals import Keys
     from apportion.store import connect
     from apportion.waiting import wait_for
     from tests.cli.run import cli

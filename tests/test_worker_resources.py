@@ -11,7 +11,8 @@ import pytest
 
 import apportion
 from apportion.errors import InvalidRequest
-from apportion.group import GroupConfig, Keys, Static, encode, group_status, settled
+from apportion.group import GroupConfig, Static, group_status, settled
+from apportion.group.internals import Keys, encode
 from apportion.model import resource_of
 from apportion.waiting import wait_for
 from tests.cli.run import cli

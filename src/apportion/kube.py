@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from apportion.errors import ApportionError, InvalidRequest
-from apportion.group import ordinal_from_hostname, stored_replicas
+from apportion.group import stored_replicas
+from apportion.group.internals import ordinal_from_hostname
 from apportion.store import connect
 from apportion.worker import Group
 

@@ -38,7 +38,6 @@ from apportion.clock import SYSTEM_CLOCK, Clock, clock_text
 from apportion.errors import CorruptRecord, InvalidRequest, NewerFormat, StoreUnavailable
 from apportion.group import (
     DEFAULT_RETENTION_S,
-    NO_STATIC_SUBSCRIPTIONS,
     Callback,
     CommitResult,
     CoordinatorMember,
@@ -56,9 +55,8 @@ from apportion.group import (
     Tracer,
     new_member,
     set_replicas,
-    validate_group,
-    validate_ordinal,
 )
+from apportion.group.internals import NO_STATIC_SUBSCRIPTIONS, validate_group, validate_ordinal
 from apportion.store import Store
 
 """A protocol event observer: ``tracer(kind, fields)``, called on the worker's threads (keep it fast)."""

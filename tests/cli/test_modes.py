@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from apportion.errors import InvalidRequest
-from apportion.group import LEGACY_LAYOUT, Coordinator, GroupConfig, Keys, Mode, Rounds, Static, encode
+from apportion.group import Coordinator, GroupConfig, Mode, Rounds, Static
+from apportion.group.internals import LEGACY_LAYOUT, Keys, encode
 from apportion.model import Resource
 from apportion.runner import StartUp
 from apportion.sim import SimConfig, simulate

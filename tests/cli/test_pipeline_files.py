@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from apportion.group import Keys, encode
+from apportion.group.internals import Keys, encode
 from apportion.log import PartitionedLog
 from apportion.spark.state import Aggregate, append_changelog
 from apportion.store import connect

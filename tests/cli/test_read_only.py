@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from apportion.clock import VirtualClock
-from apportion.group import GroupConfig, Keys, encode
+from apportion.group import GroupConfig
+from apportion.group.internals import Keys, encode
 from apportion.store import connect
 from tests.cli.run import cli
 

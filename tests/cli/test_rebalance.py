@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from apportion.group import CoordinatorMember, GroupConfig, Keys, Mode, Rounds, Static, TableState, encode, read_table
+from apportion.group import CoordinatorMember, GroupConfig, Mode, Rounds, Static
+from apportion.group.internals import Keys, TableState, encode, read_table
 from apportion.store import connect
 from tests.cli.run import cli
 from tests.group.modes_harness import ModeHarness

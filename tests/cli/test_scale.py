@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import apportion
-from apportion.group import GroupConfig, Keys, Static, encode, group_status, mode_named, stored_replicas
+from apportion.group import GroupConfig, Static, group_status, stored_replicas
+from apportion.group.internals import Keys, encode, mode_named
 from apportion.store import connect
 from tests.cli.run import cli
 

@@ -27,7 +27,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from apportion.group import GroupConfig, Keys, encode
+from apportion.group import GroupConfig
+from apportion.group.internals import Keys, encode
 from apportion.store import connect
 from apportion.waiting import wait_for
 from tests.processes import descendants, running

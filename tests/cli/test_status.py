@@ -12,17 +12,9 @@ import pytest
 from rich.console import Console
 
 from apportion.cli._status import SUMMARY_ABOVE, SUMMARY_ROWS, render
-from apportion.group import (
-    CoordinatorMember,
-    Entry,
-    GroupConfig,
-    GroupStatus,
-    MemberStatus,
-    PartitionStatus,
-    TableState,
-    parse_resources,
-)
+from apportion.group import CoordinatorMember, GroupConfig, GroupStatus, MemberStatus, PartitionStatus, parse_resources
 from apportion.group._status_records import FailedMember
+from apportion.group.internals import Entry, TableState
 from apportion.store import connect
 from tests.cli.run import cli
 from tests.group.large_group import LargeGroup, build_group

@@ -70,7 +70,8 @@ def test_the_dashboard_feed_carries_the_task_tags() -> None:
 def test_a_group_of_another_strategy_shows_no_tags() -> None:
     url = f"memory://{uuid.uuid4().hex}"
     with connect(url) as store:
-        from apportion.group import GroupConfig, Keys, encode
+        from apportion.group import GroupConfig
+        from apportion.group.internals import Keys, encode
 
         store.put(Keys("g").resource, encode(GroupConfig(partitions=4).to_json()))
         status = cli("status", "--store", url, "--group", "g", "--json")

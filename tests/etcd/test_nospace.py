@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from apportion.errors import StoreFull, StoreUnavailable
-from apportion.group import GroupConfig, Keys, Static, decode, encode
+from apportion.group import GroupConfig, Static
+from apportion.group.internals import Keys, decode, encode
 from apportion.model import Resource
 from apportion.store import Put, Store, connect, value_is
 from apportion.waiting import wait_for

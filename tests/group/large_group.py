@@ -24,10 +24,11 @@ import os
 import socket
 from dataclasses import dataclass
 
-from apportion.group import GroupConfig, Keys, PartitionId, encode
+from apportion.group import GroupConfig, PartitionId
 from apportion.group._history import Recorder
 from apportion.group._keys import owner_value
 from apportion.group._ownership import CHUNK
+from apportion.group.internals import Keys, encode
 from apportion.model import index_of
 from apportion.store import Op, Put, Store
 

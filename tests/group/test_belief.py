@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from apportion.errors import Fenced, InvalidRequest
-from apportion.group import GroupConfig, Keys, RoundsMember, group_status
+from apportion.group import GroupConfig, RoundsMember, group_status
 from apportion.group._keys import encode, owner_value
+from apportion.group.internals import Keys
 from apportion.sim import SimConfig, Simulation, check_trace
 from apportion.sim._faults import DriftClock, FlakyStore
 from apportion.store import Store, renew_interval_s

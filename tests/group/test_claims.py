@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from apportion.errors import StoreUnavailable
-from apportion.group import CHUNK, GroupConfig
+from apportion.group import GroupConfig
+from apportion.group._ownership import CHUNK
 from apportion.store import Compare, MemoryStore, Op, Put, TxnResult
 from tests.group.harness import Harness
 

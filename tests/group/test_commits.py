@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 from apportion.clock import SYSTEM_CLOCK
 from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
-from apportion.group import GroupConfig, Keys, RoundsMember, committed, encode, group_status, history
+from apportion.group import GroupConfig, RoundsMember, committed, group_status, history
 from apportion.group._commits import CHUNK_BYTES, CHUNK_PARTITIONS, chunked
 from apportion.group._keys import owner_value
+from apportion.group.internals import Keys, encode
 from apportion.store import Event, MemoryStore, Op, Put, Store, TxnResult, connect
 from apportion.store._types import Compare
 from apportion.waiting import wait_for

@@ -10,7 +10,9 @@ import pytest
 
 from apportion import Group, InvalidRequest
 from apportion.errors import CorruptRecord
-from apportion.group import MAX_REPLICAS, Coordinator, GroupConfig, Keys, Mode, Rounds, Static, encode
+from apportion.group import Coordinator, GroupConfig, Mode, Rounds, Static
+from apportion.group._mode import MAX_REPLICAS
+from apportion.group.internals import Keys, encode
 from apportion.sim import SimConfig
 from apportion.store import MemoryStore, Put, renew_interval_s
 from apportion.store._etcd import EtcdStore

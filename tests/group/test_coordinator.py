@@ -9,19 +9,7 @@ from typing import Any
 import pytest
 
 from apportion.errors import InvalidRequest
-from apportion.group import (
-    Coordinator,
-    CoordinatorMember,
-    Entry,
-    GroupConfig,
-    Keys,
-    Rounds,
-    Static,
-    TableState,
-    decode,
-    group_status,
-    new_member,
-)
+from apportion.group import Coordinator, CoordinatorMember, GroupConfig, Rounds, Static, group_status, new_member
 from apportion.group._status_records import Waiting
 from apportion.group._table import (
     FIRST_TABLE_MAX_SETTLES,
@@ -30,6 +18,7 @@ from apportion.group._table import (
     request_rebalance,
     table_changes,
 )
+from apportion.group.internals import Entry, Keys, TableState, decode
 from apportion.store import Delete
 from tests.group.modes_harness import RR, ModeHarness
 
@@ -390,7 +379,7 @@ def test_a_failed_coordinator_is_recorded_by_its_successor() -> None:
 
 
 def test_failed_members_are_kept_for_the_retention_bound_only() -> None:
-    from apportion.group import FAILED_RETENTION_S
+    from apportion.group.internals import FAILED_RETENTION_S
 
     h = coordinated("a", "b")
     victim = next(m for m in ("a", "b") if m != coordinator_of(h))

@@ -21,7 +21,8 @@ import pytest
 
 from apportion import Group, InvalidRequest
 from apportion.errors import CorruptRecord
-from apportion.group import Coordinator, GroupConfig, Keys, Mode, Rounds, decode, encode, explain, group_status
+from apportion.group import Coordinator, GroupConfig, Mode, Rounds, explain, group_status
+from apportion.group.internals import Keys, decode, encode
 from apportion.store import connect
 from tests.cli.run import cli
 

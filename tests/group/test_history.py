@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from apportion.errors import InvalidRequest
-from apportion.group import Keys, RoundsMember, history, history_expired_before
+from apportion.group import RoundsMember, history, history_expired_before
 from apportion.group._history import BUCKET_S, Recorder, prune
+from apportion.group.internals import Keys
 from apportion.store import MemoryStore
 from tests.group.harness import Harness
 

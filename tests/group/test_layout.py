@@ -9,7 +9,9 @@ import pytest
 
 import apportion
 from apportion.errors import CorruptRecord, NewerFormat
-from apportion.group import LAYOUT, LEGACY_LAYOUT, GroupConfig, Keys, decode, encode, explain, group_status
+from apportion.group import GroupConfig, explain, group_status
+from apportion.group._keys import LAYOUT
+from apportion.group.internals import LEGACY_LAYOUT, Keys, decode, encode
 from apportion.store import EventType
 from apportion.store._types import KeyValue
 from tests.group.harness import FAST, Harness

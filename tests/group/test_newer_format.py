@@ -15,7 +15,8 @@ import pytest
 
 from apportion.errors import CorruptRecord, NewerFormat
 from apportion.fleet import Fleet, worker_args
-from apportion.group import GroupConfig, Keys
+from apportion.group import GroupConfig
+from apportion.group.internals import Keys
 from apportion.store import KeyValue, connect
 from apportion.waiting import wait_for
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 
 from apportion.errors import CorruptRecord
-from apportion.group import GroupConfig, PlanRecord, decode, encode
+from apportion.group import GroupConfig
+from apportion.group._keys import PlanRecord
 from apportion.group._round_plan import close_plan
+from apportion.group.internals import decode, encode
 from apportion.store import KeyValue
 
 # Records as the closer wrote them before PlanRecord: captured from that code's runs of tests/group's harness (a

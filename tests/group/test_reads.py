@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from apportion.group import FencedMember, Keys
+from apportion.group import FencedMember
+from apportion.group.internals import Keys
 from apportion.store import Get, KeyValue, MemoryStore, Op, TxnResult
 from apportion.store._types import Compare
 from tests.group.modes_harness import ModeHarness

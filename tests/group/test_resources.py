@@ -12,12 +12,13 @@ from hypothesis import strategies as st
 
 from apportion.assign import check
 from apportion.errors import InvalidRequest
-from apportion.group import CoordinatorMember, GroupConfig, Keys, committed, group_status, set_subscriptions
+from apportion.group import CoordinatorMember, GroupConfig, committed, group_status, set_subscriptions
 from apportion.group._config import parse_resources
 from apportion.group._keys import PartitionId, PlanRecord, pid_order, sorted_pids
 from apportion.group._round_plan import read_plan
 from apportion.group._static import static_block
 from apportion.group._table import plan_table
+from apportion.group.internals import Keys
 from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
 from apportion.store import connect
 from apportion.worker import Group

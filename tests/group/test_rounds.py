@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from apportion.errors import Fenced, InvalidRequest
-from apportion.group import GroupConfig, Keys, RoundsMember, history
+from apportion.group import GroupConfig, RoundsMember, history
+from apportion.group.internals import Keys
 from tests.group.harness import FAST, Harness
 
 

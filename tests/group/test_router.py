@@ -11,7 +11,7 @@ import pytest
 
 import apportion
 from apportion.errors import NotEnoughMembers
-from apportion.group import TableState, read_table
+from apportion.group.internals import TableState, read_table
 from apportion.routing import partition_for
 from apportion.store import connect
 from apportion.waiting import wait_for

@@ -9,15 +9,9 @@ import pytest
 
 from apportion.assign import range_block
 from apportion.errors import InvalidRequest
-from apportion.group import (
-    MAX_REPLICAS,
-    Static,
-    StaticMember,
-    group_status,
-    ordinal_from_hostname,
-    set_replicas,
-    stored_replicas,
-)
+from apportion.group import Static, StaticMember, group_status, set_replicas, stored_replicas
+from apportion.group._mode import MAX_REPLICAS
+from apportion.group.internals import ordinal_from_hostname
 from tests.group.modes_harness import ModeHarness
 
 

@@ -6,18 +6,8 @@ from __future__ import annotations
 import uuid
 
 import apportion
-from apportion.group import (
-    Entry,
-    Keys,
-    PartitionStatus,
-    TableState,
-    encode,
-    group_status,
-    not_at_rest,
-    owned_by,
-    owners,
-    settled,
-)
+from apportion.group import PartitionStatus, group_status, owned_by, owners, settled
+from apportion.group.internals import Entry, Keys, TableState, encode, not_at_rest
 from apportion.waiting import wait_for
 from tests.group.large_group import build_group
 

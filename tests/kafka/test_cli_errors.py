@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from apportion.group import GroupConfig, Keys
+from apportion.group import GroupConfig
+from apportion.group.internals import Keys
 from apportion.store import connect
 from apportion.waiting import wait_for
 from tests.kafka.harness import body, create_topic, env, produce

@@ -16,7 +16,8 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from apportion.errors import BrokerUnavailable, TopicUnavailable
 from apportion.fleet import Fleet, worker_args
-from apportion.group import GroupConfig, Keys
+from apportion.group import GroupConfig
+from apportion.group.internals import Keys
 from apportion.kafka import KafkaConfig, resources_text, sync_definition, topic_partitions, topic_resources
 from apportion.model import Resource
 from apportion.store import MemoryStore, Store, connect

@@ -1,5 +1,6 @@
 """The ONE Spark session of the test run (session-scoped; ~5 s to start), shared by every test in tests/spark/, and
-the ONE Spark Connect server (``connect_server``, session-scoped, started only by the tests that use it).
+the ONE Spark Connect server (``connect_server``, session-scoped, started only by the tests that use it: in
+tests/conftest.py, for the pipeline's rolling upgrade in tests/upgrade/ shares it too).
 
 Sized for a 2-core machine (``apportion.spark.engine._session``): `local[2]`, 2 shuffle partitions, 1 GiB driver. A
 test's fixtures put it in one of two xdist groups (``pytest_collection_modifyitems`` below), so that under `pytest -n 2
@@ -12,37 +13,12 @@ dev extra keeps pytest 8.)
 
 from __future__ import annotations
 
-import functools
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-IN_CI = os.environ.get("CI") == "true"
-
-
-def require_java() -> None:
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        if IN_CI:
-            pytest.fail("Java 17+ is not installed: Spark tests cannot run (see scripts/check-java.sh)")
-        pytest.skip("Java 17+ is not installed")
-
-
-@functools.cache
-def spark_kafka_jars() -> str | None:
-    """The jars of Spark's Kafka connector for the installed pyspark, comma-separated (scripts/ensure-spark-kafka.sh:
-    Maven resolves them once into ~/.m2); None when Maven cannot (the Kafka pipeline tests skip; CI fails instead)."""
-    script = Path(__file__).resolve().parents[2] / "scripts" / "ensure-spark-kafka.sh"
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=900, check=False)
-    if done.returncode != 0:
-        if IN_CI:
-            raise RuntimeError(f"{script} failed: {done.stderr.strip()}")
-        return None
-    return Path(done.stdout.strip().splitlines()[-1]).read_text().strip() or None
+from tests.conftest import require_java, spark_kafka_jars  # noqa: F401 (the Spark tests' helpers, imported from here)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
@@ -67,29 +43,6 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
-
-
-@pytest.fixture(scope="session")
-def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A Spark Connect server (``apportion spark serve``'s ``ConnectServer``, local[2]) on a free port, with one
-    session already served (warm) and Spark's Kafka connector on its classpath (``--kafka-connector``: the pipeline on
-    Kafka's thin workers share it); its process group is stopped at the end of the run, whatever happened."""
-    require_java()
-    pytest.importorskip("grpc", reason="Spark Connect needs the spark extra's grpcio")
-    from apportion.spark.engine import kafka_connector_config
-    from apportion.spark.engine._serve import ConnectServer
-
-    jars = spark_kafka_jars()
-    config = None if jars is None else kafka_connector_config(jars)
-    server = ConnectServer(
-        "local[2]", port=0, log_path=tmp_path_factory.mktemp("connect") / "server.log", config=config
-    )
-    try:
-        server.start()
-        server.check_session()
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

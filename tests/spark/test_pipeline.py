@@ -21,7 +21,8 @@ import pytest
 from apportion.assign import range_block
 from apportion.cli import main
 from apportion.fleet import Fleet, WorkerProcess, pipeline_args
-from apportion.group import TableState, group_status, history, owned_by, read_table
+from apportion.group import group_status, history, owned_by
+from apportion.group.internals import TableState, read_table
 from apportion.log import PartitionedLog, Producer
 from apportion.spark import Checkpoint, Pipeline, read_committed, read_committed_arrow, verify
 from apportion.spark.pipeline._output import committed_checkpoints, uncommitted_records

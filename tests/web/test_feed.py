@@ -20,7 +20,8 @@ import httpx
 import pytest
 import uvicorn
 
-from apportion.group import Coordinator, GroupConfig, Keys, Mode, Static, encode, history, parse_resources
+from apportion.group import Coordinator, GroupConfig, Mode, Static, history, parse_resources
+from apportion.group.internals import Keys, encode
 from apportion.store import Get, Put, connect
 from apportion.waiting import wait_for
 from apportion.web import Feed, allowed_hosts, dashboard_app

@@ -21,17 +21,9 @@ from click.core import ParameterSource
 
 from apportion.cli._app import remember_url
 from apportion.errors import InvalidRequest
-from apportion.group import (
-    MAX_SECONDS,
-    POLICIES,
-    Coordinator,
-    GroupConfig,
-    Mode,
-    Static,
-    mode_named,
-    validate_ordinal,
-)
-from apportion.group import ordinal_from_hostname as parse_ordinal
+from apportion.group import Coordinator, GroupConfig, Mode, Static
+from apportion.group.internals import MAX_SECONDS, POLICIES, mode_named, validate_ordinal
+from apportion.group.internals import ordinal_from_hostname as parse_ordinal
 
 FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
 R = TypeVar("R")

@@ -12,7 +12,7 @@ from apportion.cli._app import app
 from apportion.cli._common import group_option, store_option
 from apportion.cli._store import read_group
 from apportion.group import explain as explain_partition
-from apportion.group import tags_text
+from apportion.group.internals import tags_text
 
 
 @app.command()

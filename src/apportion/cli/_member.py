@@ -48,7 +48,8 @@ from apportion.cli._common import (
 )
 from apportion.cli._options import rack_name
 from apportion.errors import InvalidRequest
-from apportion.group import DEFAULT_RETENTION_S, MAX_SECONDS, GroupConfig, Mode, Static
+from apportion.group import DEFAULT_RETENTION_S, GroupConfig, Mode, Static
+from apportion.group.internals import MAX_SECONDS
 from apportion.runner import DEFAULT_CONNECT_TIMEOUT_S
 from apportion.worker import JoinOptions
 

@@ -11,7 +11,8 @@ from rich.table import Table
 
 from apportion.cli._app import app
 from apportion.cli._common import group_option, store_option
-from apportion.group import GroupConfig, PartitionId, in_flight, planned_moves, read_table, request_rebalance
+from apportion.group import GroupConfig, PartitionId, request_rebalance
+from apportion.group.internals import in_flight, planned_moves, read_table
 from apportion.store import Store, connect
 
 

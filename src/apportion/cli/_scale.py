@@ -9,7 +9,8 @@ import click
 from apportion.cli._app import app
 from apportion.cli._common import group_option, store_option
 from apportion.cli._store import read_group
-from apportion.group import set_replicas, stored_replicas, validate_replicas
+from apportion.group import set_replicas, stored_replicas
+from apportion.group.internals import validate_replicas
 from apportion.store import connect
 
 

@@ -34,16 +34,8 @@ from apportion.cli._common import group_option, seconds, store_option
 from apportion.cli._store import read_group
 from apportion.clock import clock_text
 from apportion.errors import InvalidRequest
-from apportion.group import (
-    FAILED_RETENTION_S,
-    GroupStatus,
-    MemberStatus,
-    PartitionStatus,
-    checkpoint_offset,
-    group_status,
-    not_at_rest,
-    tags_text,
-)
+from apportion.group import GroupStatus, MemberStatus, PartitionStatus, checkpoint_offset, group_status
+from apportion.group.internals import FAILED_RETENTION_S, not_at_rest, tags_text
 from apportion.model import resource_of
 
 SUMMARY_ABOVE = 200  # partitions: a larger group's table is a summary unless --all

@@ -73,7 +73,8 @@ from types import TracebackType
 from typing import Any
 
 from apportion.errors import ApportionError, BrokerUnavailable, CorruptRecord, Fenced, InvalidRequest
-from apportion.group import Keys, PartitionId, sorted_pids
+from apportion.group import PartitionId, sorted_pids
+from apportion.group.internals import Keys
 from apportion.kafka._client import ErrorWatch, KafkaConfig, validate_topic
 from apportion.model import split_partition_name
 from apportion.worker import Worker

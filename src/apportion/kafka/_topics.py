@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from apportion.errors import ApportionError, BrokerUnavailable, TopicUnavailable
-from apportion.group import GroupConfig, Keys
+from apportion.group import GroupConfig
+from apportion.group.internals import Keys
 from apportion.kafka._client import ErrorWatch, KafkaConfig, admin_client, topic_partitions
 from apportion.model import Resource
 from apportion.store import Put, Store, mod_revision_is

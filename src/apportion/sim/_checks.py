@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from apportion.assign import check, range_block
-from apportion.group import PartitionId, TraceKind, subscribed
+from apportion.group import PartitionId, TraceKind
+from apportion.group.internals import subscribed
 from apportion.model import AssignRequest, Member, Move, Partition, Plan, PlanStats, Resource
 
 BALANCED_STRATEGIES = ("round_robin", "range", "sticky", "high_availability")

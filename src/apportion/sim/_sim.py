@@ -75,24 +75,20 @@ from apportion.errors import Fenced, InvalidRequest, StoreUnavailable
 from apportion.group import (
     Coordinator,
     CoordinatorMember,
-    DelayHook,
     FencedMember,
     GroupConfig,
-    Keys,
     PartitionId,
     RoundsMember,
     Static,
     TraceKind,
     Tracer,
-    mode_named,
     new_member,
     parse_resources,
-    pid_of_text,
-    read_table,
     request_rebalance,
     set_replicas,
     stored_replicas,
 )
+from apportion.group.internals import DelayHook, Keys, mode_named, pid_of_text, read_table
 from apportion.model import AssignRequest, Plan, resource_of
 from apportion.sim._checks import (
     Record,

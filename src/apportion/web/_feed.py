@@ -65,17 +65,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from apportion.errors import ApportionError, Compacted, CorruptRecord, LeaseNotFound, StoreReplaced
-from apportion.group import (
-    GroupStatus,
-    Keys,
-    PartitionId,
-    checkpoint_offset,
-    decode,
-    group_status,
-    history,
-    not_at_rest,
-    pid_of_text,
-)
+from apportion.group import GroupStatus, PartitionId, checkpoint_offset, group_status, history
+from apportion.group.internals import Keys, decode, not_at_rest, pid_of_text
 from apportion.model import round_lower_bound
 from apportion.store import (
     Compare,

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from apportion.errors import InvalidRequest
-from apportion.group import pid_order
+from apportion.group.internals import pid_order
 
 EVENTS_SCHEMA = (
     "revision LONG, seq LONG, time DOUBLE, type STRING, member STRING, partition INT, epoch LONG, "

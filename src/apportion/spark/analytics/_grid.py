@@ -80,7 +80,7 @@ _AXES = ("modes", "strategies", "members", "partitions", "churn", "seeds")
 def parse_grid(data: Mapping[str, Any]) -> Grid:
     """Validate a grid mapping (missing axes from ``DEFAULT_GRID``); raises ``InvalidRequest`` naming the field."""
     from apportion.assign import STRATEGY_NAMES
-    from apportion.group import MODES
+    from apportion.group.internals import MODES
 
     if not isinstance(data, Mapping):
         raise InvalidRequest("grid", "must be an object with the keys " + ", ".join(_AXES))
