@@ -82,32 +82,6 @@ def balanced(url: str, alive: set[str]) -> bool:
         return group.settled(store, "g", alive)
 
 
-def freeze_outside_a_transaction(url: str, worker: WorkerProcess) -> None:
-    """SIGSTOP ``worker``; on PostgreSQL, again until the freeze did not land inside one of its write transactions.
-
-    A known limit of the PostgreSQL store (docs/guides/stores.md): a client frozen inside a write transaction holds the
-    revision lock every write takes until it wakes (its watchdog is frozen with it, and PostgreSQL 15 does not end a
-    pipelined transaction at ``idle_in_transaction_session_timeout``: measured), so the group's writes wait for it.
-    This test is about a zombie replaced by the group, which that limit excludes; a transaction lasts milliseconds, so
-    a freeze lands in one rarely (1 CI run in ~4)."""
-    worker.signal(signal.SIGSTOP)
-    if not url.startswith(("postgres://", "postgresql://")):
-        return
-    import psycopg
-
-    with psycopg.connect(url.split("?", 1)[0], autocommit=True) as conn:
-        for _ in range(20):
-            stuck = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'apportion' AND"
-                " state = 'idle in transaction' AND clock_timestamp() - state_change > interval '300 ms'"
-            ).fetchone()
-            if stuck is None or stuck[0] == 0:
-                return
-            worker.signal(signal.SIGCONT)
-            worker.signal(signal.SIGSTOP)
-    raise AssertionError("could not freeze the worker outside a write transaction in 20 tries")
-
-
 def test_six_workers_survive_crashes_zombies_and_graceful_stops(
     store_url: str, workers: dict[str, WorkerProcess]
 ) -> None:
@@ -125,7 +99,7 @@ def test_six_workers_survive_crashes_zombies_and_graceful_stops(
 
     # SIGSTOP one: it is replaced; SIGCONT: its commits are fenced, it reports on_lost and rejoins
     zombie = workers["w2"]
-    freeze_outside_a_transaction(store_url, zombie)
+    zombie.signal(signal.SIGSTOP)  # anywhere: inside a write on PostgreSQL too (its session is ended)
     others = alive - {"w2"}
     wait_for("w2's partitions to be taken over while it is frozen", lambda: all_owned_by(store_url, others), 15)
     seen = len(zombie.events)

@@ -52,6 +52,29 @@ How the contract is kept:
   connection broke before ``COMMIT`` answered) raises ``StoreUnavailable``: re-check with a compare, as on etcd.
   A wrong password, an unknown database or a missing privilege is a user mistake: ``InvalidRequest`` (CLI exit 2),
   one line, the password never shown (``_redact``).
+- **A client frozen inside a write.** Every write holds the revision lock for its round trips (milliseconds); a client
+  process frozen between them (SIGSTOP, a swap storm, a stop-the-world pause) would hold it until it wakes: its
+  watchdog is frozen with it, and PostgreSQL does not end a *pipelined* transaction at
+  ``idle_in_transaction_session_timeout`` (its backend waits for the rest of the pipeline in state ``active``, on
+  ``ClientRead``; that timeout is armed only at a pipeline's end: measured on 15). So a writer waits for the lock
+  ``stuck_writer_s`` at most (URL ``stuck_writer_ms``, default 500; ``lock_timeout``, set for its transaction only),
+  then ends (``pg_terminate_backend``) every session that (1) is apportion's (``application_name`` 'apportion', set on
+  every connection of this module), (2) holds the lock (a granted ``RowShareLock`` or ``RowExclusiveLock`` on this
+  schema's ``meta``, which only writes take, and no wait for a lock) and (3) has waited for its client for more than
+  ``stuck_writer_s`` (``idle in transaction``, ``idle in transaction (aborted)``, or ``active`` on ``ClientRead``: a
+  pipeline half sent); then it waits again. A frozen writer stalls the group's writes for 2 x ``stuck_writer_s`` at
+  most (a first look may find it idle for less than the bound: it went idle after the waiter queued). When the frozen
+  client wakes, its connection is gone: its write raises ``StoreUnavailable`` and nothing of it was committed (the
+  server rolled it back); a lease that lapsed meanwhile ends through the member's usual path. Another application's
+  session is never ended: a write waiting for it fails at its time limit, ``StoreUnavailable`` naming the holder (pid,
+  application, role, state). *Privilege*: ``pg_terminate_backend`` ends a session of a role the caller is a member of
+  (so the role the fleet's workers share is enough: no superuser), or any non-superuser's session for a member of
+  ``pg_signal_backend``; a superuser's session only for a superuser. A session the role may not end is named in the
+  error. *Why 0.5 s*: two orders of magnitude above a healthy write's pause between its round trips (one network round
+  trip), and below what a freeze leaves a healthy member: it renews every ttl/4 and believes until 0.8 ttl after its
+  last renewal's request, so its next renewal (itself a writer that waits, looks, ends the frozen session and goes on)
+  must pass within 0.55 ttl: 1.65 s with the group's default ttl of 3 s, 1.1 s with 2 s; the worst case, 1 s, fits
+  both.
 - **Failover.** A call is never re-sent: after a failover (a standby promoted behind the same host name or a
   proxy), the next call reconnects. What the group sees is what it sees of any store outage: members whose belief
   window passes without a renewal end their belief; leases (absolute times on the new primary's clock) carry
@@ -74,6 +97,7 @@ import contextlib
 import functools
 import heapq
 import itertools
+import logging
 import math
 import os
 import re
@@ -116,12 +140,17 @@ DEFAULT_SCHEMA = "apportion"
 DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_POLL_S = 0.5
 DEFAULT_HISTORY = 200_000
+DEFAULT_STUCK_WRITER_S = 0.5  # why 0.5 s: the module docstring ("A client frozen inside a write")
+APPLICATION_NAME = "apportion"  # every connection's; the only sessions a writer ever ends
+_LOOK_S = 0.1  # of a write's time limit, kept for looking at the lock's holders after its last wait
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-_OWN_PARAMS = {"schema", "timeout", "history", "poll_ms"}
+_OWN_PARAMS = {"schema", "timeout", "history", "poll_ms", "stuck_writer_ms"}
 _PUT, _DELETE = 0, 1
 _NOTIFIED = ("revision", "compacted", "channel", "payload")  # upsert_one_finish's parameters after the put's
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 def _prefix_end(prefix: str) -> str:
@@ -138,6 +167,7 @@ class PostgresConfig:
     timeout_s: float = DEFAULT_TIMEOUT_S
     history: int = DEFAULT_HISTORY
     poll_s: float = DEFAULT_POLL_S
+    stuck_writer_s: float = DEFAULT_STUCK_WRITER_S
 
     @classmethod
     def parse(cls, url: str) -> PostgresConfig:
@@ -185,6 +215,7 @@ class PostgresConfig:
             timeout_s=min(number("timeout", DEFAULT_TIMEOUT_S), 86_400.0),
             history=int(history),
             poll_s=number("poll_ms", DEFAULT_POLL_S * 1000) / 1000,
+            stuck_writer_s=min(number("stuck_writer_ms", DEFAULT_STUCK_WRITER_S * 1000) / 1000, 86_400.0),
         )
 
 
@@ -244,7 +275,33 @@ class _Sql:
         # The lock and the state in one statement: revision and compacted come from the row as locked (READ
         # COMMITTED re-reads a row updated while it waited); the expired leases from the statement's snapshot,
         # which may predate the wait: a candidate only, each is expired by a DELETE that checks its expiry again.
-        self.lock_meta = self.meta + " FOR UPDATE"
+        # Its wait for the lock is bounded by lock_timeout, set for the transaction (%s: '500ms') by the statement
+        # itself: its WHERE is evaluated before the row is locked (the server reads lock_timeout when a wait
+        # begins); a statement of its own cost each put ~9% (measured: psycopg's work per statement).
+        self.lock_meta = self.meta + " AND set_config('lock_timeout', %s, true) IS NOT NULL FOR UPDATE"
+        # The sessions holding the revision lock (a granted RowShareLock or RowExclusiveLock on meta: only writes
+        # take those; a writer queued for the row holds one too, but waits for a Lock), and whether each is a stuck
+        # apportion writer: waiting for its client (idle in a transaction, or a pipeline half sent: active on
+        # ClientRead) for longer than the bound (%s: application, seconds).
+        waiting = (
+            "(a.state IN ('idle in transaction', 'idle in transaction (aborted)')"
+            " OR (a.state = 'active' AND a.wait_event = 'ClientRead'))"
+        )
+        self.lock_holders = (
+            "SELECT a.pid, a.usename, a.application_name, a.state, a.state_change,"
+            " extract(epoch FROM clock_timestamp() - a.state_change)::float8,"
+            f" a.application_name = %s AND {waiting} AND clock_timestamp() - a.state_change > %s * interval '1 second'"
+            " FROM pg_stat_activity a WHERE a.pid <> pg_backend_pid() AND a.wait_event_type IS DISTINCT FROM 'Lock'"
+            " AND a.pid IN (SELECT l.pid FROM pg_locks l"
+            f" WHERE l.locktype = 'relation' AND l.granted AND l.relation = '{s}.meta'::regclass"
+            " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND l.mode IN ('RowShareLock', 'RowExclusiveLock')) ORDER BY a.pid"
+        )
+        # ends a holder found stuck, unless it moved since (its state_change and state as seen)
+        self.terminate = (
+            "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a"
+            " WHERE a.pid = %s AND a.state_change = %s AND a.state = %s"
+        )
         self.update_meta = f"UPDATE {s}.meta SET revision = %s, compacted = %s WHERE id = 0"
         self.notify = "SELECT pg_notify(%s, %s)"
         self.channel_name = f"apportion_{schema}"
@@ -496,7 +553,7 @@ class PostgresStore(Store):
                 self.config.conninfo,
                 autocommit=True,
                 connect_timeout=max(2, math.ceil(budget)),
-                application_name="apportion",
+                application_name=APPLICATION_NAME,
                 keepalives=1,
                 keepalives_idle=5,
                 keepalives_interval=2,
@@ -568,32 +625,43 @@ class PostgresStore(Store):
                 row = first(conn)
                 pending = None
             except psycopg.OperationalError as exc:
-                fired = _WATCHDOG.disarm(token)
-                broken = conn.broken or conn.closed
+                if not (conn.broken or conn.closed) or _WATCHDOG.disarm(token):
+                    raise self._failed(conn, token, exc, what, budget) from exc
                 self._drop(conn)
-                if fired:
-                    raise StoreUnavailable(f"{self.url}: {what}: no answer within {budget:.3g} s") from exc
-                if not broken:
-                    raise self._error(what, exc) from exc
                 conn, _ = self._connection()
                 token = _WATCHDOG.arm(deadline, conn)
+            except BaseException as exc:  # the server's answer, or not the server's (a write whose time ran out)
+                mapped = self._failed(conn, token, exc, what, budget)
+                if mapped is exc:
+                    raise
+                raise mapped from exc
         try:
             if pending is not None:
                 row = pending(conn)
             yield conn, row
-        except psycopg.Error as exc:
-            fired = _WATCHDOG.disarm(token)
-            self._drop(conn)
-            if fired:
-                raise StoreUnavailable(f"{self.url}: {what}: no answer within {budget:.3g} s") from exc
-            raise self._error(what, exc) from exc
-        except BaseException:
-            fired = _WATCHDOG.disarm(token)
-            if fired or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                self._rollback_or_drop(conn, fired)
-            raise
+        except BaseException as exc:
+            mapped = self._failed(conn, token, exc, what, budget)
+            if mapped is exc:
+                raise
+            raise mapped from exc
         if _WATCHDOG.disarm(token):
             self._drop(conn)  # the answer came, but the socket was shut just after: useless now
+
+    def _failed(
+        self, conn: psycopg.Connection[Any], token: int, exc: BaseException, what: str, budget: float
+    ) -> BaseException:
+        """What a call that ``exc`` ended raises (``exc`` itself unless it is psycopg's); a connection in doubt (a
+        psycopg error, a deadline passed, a transaction left open) dropped or rolled back. ``token``: its watchdog's
+        (disarmed here: a token that was disarmed already counts as fired)."""
+        fired = _WATCHDOG.disarm(token)
+        if isinstance(exc, psycopg.Error):
+            self._drop(conn)
+            if fired:
+                return StoreUnavailable(f"{self.url}: {what}: no answer within {budget:.3g} s")
+            return self._error(what, exc)
+        if fired or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self._rollback_or_drop(conn, fired)
+        return exc
 
     def _rollback_or_drop(self, conn: psycopg.Connection[Any], fired: bool) -> None:
         if fired:
@@ -676,22 +744,34 @@ class PostgresStore(Store):
         """``body`` in one transaction holding the revision lock, after expiring the leases that are due; commit
         (taking the revisions the body and the expiry used, and notifying the watches). ``keys`` and ``leases``:
         what the body will read (a txn's compared and put keys, its puts' leases), read in the same round trip as
-        the lock. Round trips of a CAS: BEGIN + lock + reads; the writes + COMMIT (psycopg's pipeline mode)."""
+        the lock. Round trips of a CAS: BEGIN + lock + reads; the writes + COMMIT (psycopg's pipeline mode). The
+        lock is waited for ``stuck_writer_s`` at a time, the stuck writers ended in between (``_end_stuck_writers``),
+        until the call's time limit."""
         if self.read_only:
             raise InvalidRequest("store", f"{self.url} is open read-only")
+        deadline = time.monotonic() + self.remaining_s(self.config.timeout_s)  # the session's, or just before it
 
         def begin(conn: psycopg.Connection[Any]) -> tuple[Any, Any, Any]:
-            found = existing = None
-            with conn.pipeline():
-                conn.execute("BEGIN")
-                meta = conn.execute(self._sql.lock_meta, prepare=True)
-                if keys:  # one key (a CAS): a scalar parameter, cheaper to send than a list (see upsert_one)
-                    get, key_args = (self._sql.get, keys[0]) if len(keys) == 1 else (self._sql.get_many, list(keys))
-                    found = conn.execute(get, (key_args,), prepare=True)
-                if leases:
-                    one = len(leases) == 1
-                    exists = self._sql.lease_exists if one else self._sql.leases_exist
-                    existing = conn.execute(exists, (leases[0] if one else list(leases),), prepare=True)
+            while True:  # until the lock is granted: each wait bounded, then the stuck writers ended
+                left = deadline - time.monotonic()
+                wait_s = min(self.config.stuck_writer_s, left - min(_LOOK_S, left / 2))
+                found = existing = None
+                try:
+                    with conn.pipeline():
+                        conn.execute("BEGIN")
+                        meta = conn.execute(self._sql.lock_meta, (f"{max(1, round(wait_s * 1000))}ms",), prepare=True)
+                        if keys:  # one key (a CAS): a scalar parameter, cheaper to send than a list (see upsert_one)
+                            one = len(keys) == 1
+                            get, key_args = (self._sql.get, keys[0]) if one else (self._sql.get_many, list(keys))
+                            found = conn.execute(get, (key_args,), prepare=True)
+                        if leases:
+                            one = len(leases) == 1
+                            exists = self._sql.lease_exists if one else self._sql.leases_exist
+                            existing = conn.execute(exists, (leases[0] if one else list(leases),), prepare=True)
+                    break
+                except pg_errors.LockNotAvailable:
+                    conn.execute("ROLLBACK")
+                self._end_stuck_writers(conn, deadline)
             return (
                 meta.fetchone(),
                 None if found is None else found.fetchall(),
@@ -718,6 +798,39 @@ class PostgresStore(Store):
                 raise
             self._finish(conn, state, revision, compacted)
             return result
+
+    def _end_stuck_writers(self, conn: psycopg.Connection[Any], deadline: float) -> None:
+        """After a wait for the revision lock ran out: end the apportion sessions that hold it and have waited for
+        their client longer than ``stuck_writer_s`` (the module docstring: "A client frozen inside a write"); raise
+        ``StoreUnavailable`` naming the holders when the write's time is up."""
+        bound = self.config.stuck_writer_s
+        holders = conn.execute(self._sql.lock_holders, (APPLICATION_NAME, bound), prepare=True).fetchall()
+        shown: list[str] = []
+        for pid, role, application, state, since, idle_s, stuck in holders:
+            what = f"pid {pid} (application {application!r}, role {role!r}"
+            if state is None:
+                shown.append(f"{what}: its state is hidden from this role, so it is not ended)")
+                continue
+            what += f", {state} for {idle_s:.1f} s"
+            if application != APPLICATION_NAME:
+                shown.append(f"{what}: not an apportion session, never ended by apportion)")
+            elif not stuck:
+                shown.append(f"{what})")
+            else:
+                try:
+                    ended = conn.execute(self._sql.terminate, (pid, since, state)).fetchone()
+                except pg_errors.InsufficientPrivilege as exc:
+                    shown.append(f"{what}: this role may not end it: {_first_line(exc)})")
+                    continue
+                if ended is not None and ended[0]:
+                    log.warning("%s: ended session %s): a writer stuck holding the revision lock", self.url, what)
+                    shown.append(f"{what}: ended)")
+        if time.monotonic() >= deadline - _LOOK_S / 2:
+            held = "; ".join(shown) or "a session that ended meanwhile"
+            raise StoreUnavailable(
+                f"{self.url} (schema {self.config.schema}): write failed: the revision lock was not granted in time:"
+                f" held by {held}"
+            )
 
     def _flush(self, conn: psycopg.Connection[Any], state: _State) -> None:
         """Send the queued writes (before a statement that reads the tables they change)."""
