@@ -31,6 +31,7 @@ from typing import Any
 
 from apportion import events
 from apportion.errors import WorkerExited
+from apportion.events import WorkerEvent
 
 
 def worker_args(store_url: str, group: str, *options: str) -> list[str]:
@@ -96,7 +97,7 @@ class WorkerLog:
     def lost(self) -> list[int]:
         """Every partition the worker reported through on_lost, in order (a partition once per report)."""
         found: list[int] = []
-        for e in self.of("lost"):
+        for e in self.of(WorkerEvent.LOST):
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 found.extend(int(p) for p in e["partitions"])
         return found
@@ -105,9 +106,9 @@ class WorkerLog:
         """The longest micro-batch so far: Spark + write + commit, plus a pause before its commit."""
         slowest = pause = 0.0
         for e in self.refresh():
-            if e.get("event") == "pausing":
+            if e.get("event") == WorkerEvent.PAUSING:
                 pause = float(e.get("seconds", 0.0))
-            elif e.get("event") == "batch_done":
+            elif e.get("event") == WorkerEvent.BATCH_DONE:
                 took = sum(float(e.get(k, 0.0)) for k in ("spark_s", "write_s", "commit_s"))
                 slowest, pause = max(slowest, took + pause), 0.0
         return slowest
@@ -115,13 +116,13 @@ class WorkerLog:
     def frozen_in_window(self) -> bool:
         """True when the worker's last batch paused before committing and has not committed every partition."""
         events = self.refresh()
-        last = max((i for i, e in enumerate(events) if e.get("event") == "pausing"), default=-1)
+        last = max((i for i, e in enumerate(events) if e.get("event") == WorkerEvent.PAUSING), default=-1)
         if last < 0:
             return False
-        batch = max((i for i, e in enumerate(events[:last]) if e.get("event") == "batch"), default=-1)
-        written = sum(1 for e in events[batch + 1 : last] if e.get("event") == "written")
+        batch = max((i for i, e in enumerate(events[:last]) if e.get("event") == WorkerEvent.BATCH), default=-1)
+        written = sum(1 for e in events[batch + 1 : last] if e.get("event") == WorkerEvent.WRITTEN)
         after = [e.get("event") for e in events[last + 1 :]]
-        return "batch_done" not in after and after.count("commit") < written
+        return WorkerEvent.BATCH_DONE not in after and after.count(WorkerEvent.COMMIT) < written
 
     def text(self) -> str:
         with contextlib.suppress(OSError):
@@ -158,9 +159,9 @@ class WorkerProcess:
         end = len(events) if self.end_event is None else self.end_event
         for e in events[self._applied_upto : end]:
             kind = e.get("event")
-            if kind in ("assigned", "revoked", "lost"):
+            if kind in (WorkerEvent.ASSIGNED, WorkerEvent.REVOKED, WorkerEvent.LOST):
                 parts = e.get("partitions") or ()
-                if kind == "assigned":
+                if kind == WorkerEvent.ASSIGNED:
                     self._applied.update(parts)
                 else:
                     self._applied.difference_update(parts)

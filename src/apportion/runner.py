@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from apportion.errors import Fenced, InvalidRequest, StoreFull, StoreUnavailable
+from apportion.events import Emit, WorkerEvent
 from apportion.group import GroupConfig, Mode, PartitionId, TraceKind, sorted_pids
 from apportion.store import Store, connect, redact_url
 from apportion.worker import Group, JoinOptions, Tracer, Worker
@@ -45,8 +46,6 @@ if TYPE_CHECKING:
     from apportion.metrics import MetricsTracer
 
 T = TypeVar("T")
-Emit = Callable[..., None]
-"""``emit(event, **fields)``: one event of the run (see the module docstring)."""
 Callbacks = tuple[Callable[[list[Any]], None], Callable[[list[Any]], None], Callable[[list[Any]], None]]
 """A member's ``(on_assigned, on_revoked, on_lost)``, each called with the partitions."""
 
@@ -291,7 +290,7 @@ def run_member(
     stopping = threading.Event()
     holder: list[Worker] = []
 
-    def callback(kind: str) -> Callable[[list[int]], None]:
+    def callback(kind: WorkerEvent) -> Callable[[list[int]], None]:
         def cb(parts: list[int]) -> None:
             emit(kind, partitions=parts)
 
@@ -308,7 +307,11 @@ def run_member(
     if commit_every_s > 0:
         thread.start()
     try:
-        on_assigned, on_revoked, on_lost = callbacks or (callback("assigned"), callback("revoked"), callback("lost"))
+        on_assigned, on_revoked, on_lost = callbacks or (
+            callback(WorkerEvent.ASSIGNED),
+            callback(WorkerEvent.REVOKED),
+            callback(WorkerEvent.LOST),
+        )
         group.run(worker_id, on_assigned, on_revoked, on_lost, on_started=started, **member_options)
         if startup is not None and startup.error is not None:
             raise startup.error
@@ -316,7 +319,7 @@ def run_member(
         stopping.set()
         if thread.is_alive():
             thread.join(10)  # its commit in flight ends before the store is closed
-        emit("stopped", **(stopped() if stopped is not None else {}))
+        emit(WorkerEvent.STOPPED, **(stopped() if stopped is not None else {}))
 
 
 class Cadence:
@@ -362,11 +365,13 @@ def _committer(holder: list[Worker], worker_id: str, every_s: float, stopping: t
         for p, checkpoint in checkpoints.items():  # one line per partition, as the nemesis checker reads them
             epoch = leases[p]
             if p in result.committed:
-                emit("commit", partitions=[p], epoch=epoch, revision=result.committed[p], checkpoint=checkpoint)
+                emit(
+                    WorkerEvent.COMMIT, partitions=[p], epoch=epoch, revision=result.committed[p], checkpoint=checkpoint
+                )
             elif p in result.fenced:
-                emit("fenced", partitions=[p], epoch=epoch, error=str(result.error(p)))
+                emit(WorkerEvent.FENCED, partitions=[p], epoch=epoch, error=str(result.error(p)))
             else:
-                emit("commit_failed", partitions=[p], error=result.failed[p])
+                emit(WorkerEvent.COMMIT_FAILED, partitions=[p], error=result.failed[p])
                 retry[p] = epoch
         leases = retry
         for p in w.owned():

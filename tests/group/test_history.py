@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from apportion.errors import InvalidRequest
-from apportion.group import RoundsMember, history, history_expired_before
-from apportion.group._history import BUCKET_S, Recorder, prune
+from apportion.group import EVENT_TYPES, HistoryType, RoundsMember, history, history_expired_before
+from apportion.group._history import BUCKET_S, HISTORY_FORMAT, Recorder, prune
 from apportion.group.internals import Keys
 from apportion.store import MemoryStore
 from tests.group.harness import Harness
@@ -88,3 +90,18 @@ def test_the_expiry_mark_only_grows_whoever_prunes_later() -> None:
     assert prune(store, keys, 100.0) == 0  # a pruner with an older cutoff changes nothing
     assert history_expired_before(store, "g") == 120.0
     assert [e["time"] for e in history(store, "g")] == [120.0, 180.0]
+
+
+def test_history_types_are_the_stored_words_and_record_the_same_bytes() -> None:
+    """``HistoryType`` types the stored ``type`` without changing a byte (histories in users' stores stay readable)."""
+    words = (
+        "registered", "left", "round_opened", "round_joined", "round_closed", "claim", "release", "commit", "fenced",
+        "lost", "migrated",
+    )  # fmt: skip
+    assert HISTORY_FORMAT == 1
+    assert tuple(t.value for t in HistoryType) == words and words == EVENT_TYPES
+    for kind in HistoryType:
+        typed = Recorder(Keys("g"), "a", 60.0).put(kind, 12.5, partitions=["orders-1"], epochs=[3])
+        plain = Recorder(Keys("g"), "a", 60.0).put(kind.value, 12.5, partitions=["orders-1"], epochs=[3])
+        assert [(p.key, p.value) for p in typed] == [(p.key, p.value) for p in plain]
+        assert json.loads(typed[0].value)["type"] == kind.value

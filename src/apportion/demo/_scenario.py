@@ -20,8 +20,9 @@ from apportion.demo._config import GROUP, DemoConfig, Pace
 from apportion.demo._report import report
 from apportion.demo._source import RecordSource
 from apportion.errors import ApportionError
+from apportion.events import WorkerEvent
 from apportion.fleet import Fleet, WorkerLog, pipeline_args
-from apportion.group import history, owned_by, owners, settled
+from apportion.group import HistoryType, history, owned_by, owners, settled
 from apportion.spark import ConnectServer
 from apportion.store import Store, connect
 from apportion.waiting import wait_for
@@ -225,7 +226,7 @@ def _run_scenario(
             source.finish(pace.batch())  # the last records arrive: every worker has a batch to do
             step(f"all {source.produced:,} records produced")
             zombie_parts = _freeze_in_window(fleet, store, zombie, zombie_log, pace, committed, advance, step)
-            batches_before = zombie_log.count("batch_done")
+            batches_before = zombie_log.count(WorkerEvent.BATCH_DONE)
             lost_before = len(zombie_log.lost())
             step(f"SIGSTOP {zombie} (owned {len(zombie_parts)} partitions) between writing a batch and committing it")
             replaced = wait_for(
@@ -239,7 +240,10 @@ def _run_scenario(
             fleet[zombie].signal(signal.SIGCONT, group=False)
             wait_for(
                 f"{zombie} to finish its frozen batch (its late commits meet the fence)",
-                lambda: zombie_log.count("batch_done") > batches_before or zombie_log.count("fenced") > 0,
+                lambda: (
+                    zombie_log.count(WorkerEvent.BATCH_DONE) > batches_before
+                    or zombie_log.count(WorkerEvent.FENCED) > 0
+                ),
                 pace.batch(),
                 progress=lambda: len(zombie_log.refresh()),
                 alive=running(*others),
@@ -253,7 +257,7 @@ def _run_scenario(
                 alive=running(*others),
             )
             lost = zombie_log.lost()[lost_before:]
-            fenced = zombie_log.count("fenced")
+            fenced = zombie_log.count(WorkerEvent.FENCED)
             step(
                 f"{zombie} resumed: {len(lost)} partitions reported lost, "
                 f"{fenced} late commits fenced (output discarded)"
@@ -328,7 +332,7 @@ def _freeze_in_window(
 def _join_round(store: Store, joiner: str) -> dict[str, Any]:
     """The round_closed event of the first plan that included ``joiner``."""
     for event in history(store, GROUP):
-        if event["type"] == "round_closed" and joiner in event.get("participants", ()):
+        if event["type"] == HistoryType.ROUND_CLOSED and joiner in event.get("participants", ()):
             return event
     raise ApportionError(f"demo: no round with {joiner} in the history")
 

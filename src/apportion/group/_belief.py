@@ -20,6 +20,7 @@ from typing import Any
 
 from apportion.errors import Fenced, LeaseNotFound, StoreUnavailable
 from apportion.group._context import MemberContext
+from apportion.group._history import HistoryType
 from apportion.group._keys import PartitionId, sorted_pids
 from apportion.group._trace import TraceKind
 from apportion.store import Lease as StoreLease
@@ -244,7 +245,7 @@ class Belief:
             self.dead_leases.pop(0)
         while self.unrecorded:
             fields = dict(self.unrecorded[0])
-            self._ctx.put_event("lost", fields.pop("time"), **fields)
+            self._ctx.put_event(HistoryType.LOST, fields.pop("time"), **fields)
             self.unrecorded.pop(0)
 
     def leases(self) -> list[StoreLease]:

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from apportion.errors import LeaseNotFound, StoreUnavailable
 from apportion.group._belief import Belief
 from apportion.group._context import MemberContext
+from apportion.group._history import HistoryType
 from apportion.group._keys import PartitionId, decode_epoch, decode_owner, pid_of_key, sorted_pids
 from apportion.group._trace import TraceKind
 from apportion.store import Delete, Event, EventType, Get, Op, Put, absent, mod_revision_is, value_is
@@ -171,7 +172,7 @@ class Claimer:
             ]
             failure += [Get(owner_key), Get(epoch_key)]
         epochs = [self.epochs.get(p, (0, 0))[0] + 1 for p in chunk]
-        success += ctx.recorder.put("claim", now, partitions=chunk, epochs=epochs)
+        success += ctx.recorder.put(HistoryType.CLAIM, now, partitions=chunk, epochs=epochs)
         try:
             result = ctx.store.txn(compares, success, failure)
         except StoreUnavailable:
@@ -221,7 +222,7 @@ class Claimer:
         for chunk in chunks(sorted_pids(parts)):
             compares = [value_is(keys.owner(p), ctx.owner_value(parts[p])) for p in chunk]
             ops: list[Op] = [Delete(keys.owner(p)) for p in chunk]
-            ops += ctx.recorder.put("release", now, partitions=list(chunk), epochs=[parts[p] for p in chunk])
+            ops += ctx.recorder.put(HistoryType.RELEASE, now, partitions=list(chunk), epochs=[parts[p] for p in chunk])
             if not ctx.store.txn(compares, ops).succeeded:
                 for p in chunk:  # some record is not ours any more: release the others one by one
                     ctx.store.txn([compares[chunk.index(p)]], [Delete(keys.owner(p))])

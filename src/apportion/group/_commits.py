@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from apportion.errors import ApportionError, Fenced, StoreUnavailable
-from apportion.group._history import Recorder
+from apportion.group._history import HistoryType, Recorder
 from apportion.group._keys import Keys, PartitionId, decode, encode, pid_of_key
 from apportion.group._keys import field as record_field
 from apportion.store import Get, KeyValue, Op, Put, Store, value_is
@@ -132,7 +132,7 @@ def fence(
     while pending:
         expected = {p: owner_value(epochs[p]) for p in pending}
         ops: list[Op] = [Put(keys.commit(p), records[p]) for p in pending]
-        ops += recorder.put("commit", now, partitions=list(pending), epochs=[epochs[p] for p in pending])
+        ops += recorder.put(HistoryType.COMMIT, now, partitions=list(pending), epochs=[epochs[p] for p in pending])
         result = store.txn(
             [value_is(keys.owner(p), expected[p]) for p in pending], ops, [Get(keys.owner(p)) for p in pending]
         )

@@ -19,6 +19,7 @@ from apportion.errors import InvalidRequest, StoreUnavailable
 from apportion.group._belief import Belief
 from apportion.group._commits import CommitResult, chunked, commit_record, commit_size, fence
 from apportion.group._context import MemberContext
+from apportion.group._history import HistoryType
 from apportion.group._keys import PartitionId, sorted_pids
 from apportion.group._trace import TraceKind
 
@@ -130,7 +131,7 @@ class Committer:
             ctx.trace(TraceKind.FENCED, partition=p, epoch=use)
         if rejected:
             with contextlib.suppress(StoreUnavailable), ctx.store.time_limit(max(0.0, deadline - ctx.clock.now())):
-                ctx.put_event("fenced", now, partitions=list(parts), epochs=list(parts.values()))
+                ctx.put_event(HistoryType.FENCED, now, partitions=list(parts), epochs=list(parts.values()))
 
 
 __all__ = ["Committer"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from apportion.clock import Clock
 from apportion.group._config import GroupConfig
-from apportion.group._history import Recorder
+from apportion.group._history import HistoryType, Recorder
 from apportion.group._keys import Keys, owner_value
 from apportion.group._trace import TraceKind, Tracer
 from apportion.store import Store
@@ -50,7 +50,7 @@ class MemberContext:
         if self.tracer is not None:
             self.tracer(kind, fields)
 
-    def put_event(self, kind: str, now: float, **fields: Any) -> None:
+    def put_event(self, kind: HistoryType, now: float, **fields: Any) -> None:
         """Record one history event in a transaction of its own (nothing when recording is disabled)."""
         ops = self.recorder.put(kind, now, **fields)
         if ops:

@@ -107,6 +107,7 @@ from typing import Any, Unpack
 
 from apportion.errors import CorruptRecord, InvalidRequest
 from apportion.group._config import GroupConfig
+from apportion.group._history import HistoryType
 from apportion.group._keys import PartitionId, decode, encode, sorted_pids
 from apportion.group._mode import Coordinator
 from apportion.group._ownership import (
@@ -524,7 +525,7 @@ class CoordinatorMember(FencedMember):
                 ops: list[Op] = [Put(self.keys.table(p), encode(online.to_json())), Delete(self.keys.migration(p))]
                 # the time of the ack itself (a restore may have ended during this step): after the restore's
                 ops += self._recorder.put(
-                    "migrated", self._clock.now(), partitions=[p], epochs=[epoch], source=entry.owner
+                    HistoryType.MIGRATED, self._clock.now(), partitions=[p], epochs=[epoch], source=entry.owner
                 )
                 compares = [
                     mod_revision_is(self.keys.table(p), rev),

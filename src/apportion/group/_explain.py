@@ -26,13 +26,13 @@ import msgspec
 
 from apportion.errors import InvalidRequest
 from apportion.group._config import GroupConfig
-from apportion.group._history import history
+from apportion.group._history import HistoryType, history
 from apportion.group._keys import PartitionId, decode_owner
 from apportion.group._status import latest_plan, plan_tags
 from apportion.model import resource_of
 from apportion.store import Store
 
-EPOCH_EVENTS = ("claim", "release", "lost", "fenced", "migrated")
+EPOCH_EVENTS = (HistoryType.CLAIM, HistoryType.RELEASE, HistoryType.LOST, HistoryType.FENCED, HistoryType.MIGRATED)
 
 
 class Decision(msgspec.Struct, frozen=True):
@@ -53,7 +53,7 @@ class EpochEvent(msgspec.Struct, frozen=True):
     """A claim, release, lost, fenced or migrated event of the partition (a lost event gets the epoch its member
     held); ``reason`` and ``source`` as the event gave them (absent from the JSON when it had none)."""
 
-    type: str
+    type: str  # a HistoryType's word, as stored
     member: str
     epoch: int | None
     time: float | None
@@ -122,7 +122,7 @@ def explain(store: Store, group: str, partition: PartitionId) -> Explanation:
     if owner_kv is not None:
         owner, epoch = decode_owner(owner_kv)
     events = history(store, group)
-    rounds = [e for e in events if e.get("type") == "round_closed"]
+    rounds = [e for e in events if e.get("type") == HistoryType.ROUND_CLOSED]
     timeline = _epoch_history(events, partition)
     tags = _tags(store, group, partition) if config.strategy == "high_availability" else None
 
@@ -132,7 +132,9 @@ def explain(store: Store, group: str, partition: PartitionId) -> Explanation:
 
     if owner is None:
         return answer(Decision("unowned", None, None, "not owned by anyone now"))
-    claim = next((e for e in reversed(timeline) if e.type == "claim" and e.member == owner and e.epoch == epoch), None)
+    claim = next(
+        (e for e in reversed(timeline) if e.type == HistoryType.CLAIM and e.member == owner and e.epoch == epoch), None
+    )
     if claim is None:
         text = f"owned by {owner} at epoch {epoch}; the history no longer reaches back to its claim"
         return answer(Decision("unknown", None, None, text))
@@ -164,7 +166,7 @@ def _epoch_history(events: list[dict[str, Any]], partition: PartitionId) -> tupl
             continue
         member = str(e.get("member", ""))
         epoch = e.get("epoch")
-        if e["type"] == "claim" and epoch is not None:
+        if e["type"] == HistoryType.CLAIM and epoch is not None:
             held[member] = int(epoch)
         if epoch is None:
             epoch = held.get(member)
@@ -186,7 +188,7 @@ def _acquisition(
     rnd = None if given is None else int(given["round"])
     where = "" if rnd is None else f" in round {rnd}"
     before = [e for e in timeline if e.revision < claim.revision]
-    previous = next((e for e in reversed(before) if e.type in ("claim", "migrated")), None)
+    previous = next((e for e in reversed(before) if e.type in (HistoryType.CLAIM, HistoryType.MIGRATED)), None)
     if previous is None:
         if claim.epoch == 1:
             return Decision("filled", None, rnd, f"filled up to quota{where} (it was unowned)")
@@ -197,7 +199,7 @@ def _acquisition(
         return Decision("reclaimed", source, rnd, f"re-claimed by {source}{where} after its own ownership ended")
     last = next((e for e in reversed(before) if e.member == source and e.revision > previous.revision), None)
     participants = [] if given is None else list(given.get("participants", []))
-    if last is not None and last.type == "release" and source in participants:
+    if last is not None and last.type == HistoryType.RELEASE and source in participants:
         subscriptions = (given or {}).get("subscriptions", {}).get(source)
         resource = resource_of(partition)
         if resource is not None and subscriptions is not None and resource not in subscriptions:
@@ -206,7 +208,7 @@ def _acquisition(
         return Decision("moved", source, rnd, f"moved from {source} ({source} was over quota{where})")
     if last is None:
         how = "its lease expired"
-    elif last.type == "release":
+    elif last.type == HistoryType.RELEASE:
         how = "it released and was not a participant"
     else:
         how = f"{last.type}: {'fenced' if last.reason is None else last.reason}"

@@ -3,9 +3,17 @@
 Writers append events inside the transaction that makes them true (a claim's event is in the claim txn, a commit's
 in the commit txn: one event per txn, naming its partitions and epochs, ``_commits``), so the history never shows
 something that did not happen. Ordering is the store revision of the
-event's key (the txn that wrote it); events of one txn keep their write order. Event types::
+event's key (the txn that wrote it); events of one txn keep their write order. Event types (``HistoryType``, whose
+docstring says what each means and which word the member's trace and the worker's event lines use for it)::
 
     registered, left, round_opened, round_joined, round_closed, claim, release, commit, fenced, lost, migrated
+
+One event is one JSON record, ``{"type", "member", "time", "seq", <the type's fields>}`` (canonical: sorted keys,
+``_keys.encode``); ``HISTORY_FORMAT`` (1) is its version, in the code only: the records of every release so far are
+byte for byte what this one writes (users' stores keep them for the retention, ``apportion report`` reads them back).
+``history()`` gives them as dicts and not as a typed record: each type brings fields of its own (a round's movement
+and subscriptions, a migration's source, a loss's reason), and a reader of an older or newer version's history must
+keep what it does not know.
 
 Retention is by time, not by count: an event is kept at least ``retention_s`` (default ``DEFAULT_RETENTION_S``, one
 hour; 0 disables recording) and at most ``retention_s + 2 x BUCKET_S`` after its time (buckets are whole minutes,
@@ -41,6 +49,7 @@ Retention is measured on the pruning member's clock (skew shifts it by the skew)
 from __future__ import annotations
 
 import contextlib
+import enum
 import itertools
 import logging
 import math
@@ -52,19 +61,34 @@ from apportion.store import Compare, Delete, KeyValue, Put, Store, absent, mod_r
 
 log = logging.getLogger("apportion.history")
 
-EVENT_TYPES = (
-    "registered",
-    "left",
-    "round_opened",
-    "round_joined",
-    "round_closed",
-    "claim",
-    "release",
-    "commit",
-    "fenced",
-    "lost",
-    "migrated",
-)
+HISTORY_FORMAT = 1
+"""The version of a history event's record (the module docstring); not stored: the bytes are those of every release."""
+
+
+class HistoryType(enum.StrEnum):
+    """A history event's ``type``: a ``str`` enum, so the stored JSON is the plain word (old histories read as before).
+
+    The member's trace (``TraceKind``) and the worker's event lines (``apportion.events.WorkerEvent``) use the same
+    word for the same thing, except where the history is older: ``RELEASE`` is the trace's ``released`` (and the
+    Kafka consumer's line ``released``); ``LEFT`` (a graceful leave, written just before the member's lease is
+    revoked) is the trace's ``stopped`` (and the worker's last line, ``stopped``, when it left). The stored words stay:
+    histories in users' stores must stay readable.
+    """
+
+    REGISTERED = "registered"  # the member's registration is written (start, after a lapse)
+    LEFT = "left"  # it left gracefully (members/<id> said "left"; a crash writes no ``left``)
+    ROUND_OPENED = "round_opened"  # rounds: it opened a round (``prev``: the revision of the one it followed)
+    ROUND_JOINED = "round_joined"  # rounds: it joined one (``round``)
+    ROUND_CLOSED = "round_closed"  # rounds: it wrote a round's plan (``round``, ``participants``, the movement)
+    CLAIM = "claim"  # owner records written (``partitions``, ``epochs``)
+    RELEASE = "release"  # owner records deleted (``partitions``, ``epochs``)
+    COMMIT = "commit"  # fenced commits accepted (``partitions``, ``epochs``)
+    FENCED = "fenced"  # commits refused: the epochs were stale (``partitions``, ``epochs``)
+    LOST = "lost"  # on_lost: the lease lapsed or a commit was fenced (``partitions``, ``epochs``, ``reason``)
+    MIGRATED = "migrated"  # coordinator: a migration was acknowledged (``partitions``, ``epochs``, ``source``)
+
+
+EVENT_TYPES = tuple(HistoryType)
 DEFAULT_RETENTION_S = 3600.0
 BUCKET_S = 60  # whole seconds: bucket names are the bucket's first second
 _BUCKET_DIGITS = 12
@@ -95,7 +119,7 @@ class Recorder:
         self._next_prune = -math.inf
         self.retention_s = float(retention_s)
 
-    def put(self, kind: str, time: float, **fields: Any) -> list[Put]:
+    def put(self, kind: HistoryType, time: float, **fields: Any) -> list[Put]:
         """Zero or one Put (append to the ops of the txn that makes the event true)."""
         if self.retention_s <= 0:
             return []
@@ -214,6 +238,8 @@ __all__ = [
     "BUCKET_S",
     "DEFAULT_RETENTION_S",
     "EVENT_TYPES",
+    "HISTORY_FORMAT",
+    "HistoryType",
     "Recorder",
     "history",
     "history_expired_before",

@@ -72,7 +72,7 @@ from apportion.group._committer import Committer
 from apportion.group._config import GroupConfig
 from apportion.group._context import MemberContext
 from apportion.group._definition import Definition
-from apportion.group._history import DEFAULT_RETENTION_S, Recorder
+from apportion.group._history import DEFAULT_RETENTION_S, HistoryType, Recorder
 from apportion.group._inbox import WatchInbox
 from apportion.group._keys import Keys, PartitionId, encode, sorted_pids, validate_member_id
 from apportion.group._registration import Registration
@@ -468,7 +468,7 @@ class FencedMember:
         lease = self.store.grant(self.config.ttl_s)
         member_key = self.keys.member(self.id)
         ops: list[Op] = [Put(member_key, encode(self._member_info(revoking=False)), lease.id)]
-        ops += self._recorder.put("registered", now)
+        ops += self._recorder.put(HistoryType.REGISTERED, now)
         result = self.store.txn([absent(member_key)], ops)
         if not result.succeeded:  # another process took the id between our read and our write
             with contextlib.suppress(StoreUnavailable):
@@ -567,7 +567,7 @@ class FencedMember:
                     # lists members whose lease ended otherwise)
                     left = encode(self._member_info(revoking=False, left=True))
                     ops: list[Op] = [Put(self.keys.member(self.id), left, lease.id)]
-                    ops += self._recorder.put("left", self._clock.now())
+                    ops += self._recorder.put(HistoryType.LEFT, self._clock.now())
                     self.store.txn([], ops)
                 with contextlib.suppress(StoreUnavailable):
                     self.store.revoke(lease)

@@ -24,6 +24,7 @@ from typing import Any
 from apportion.errors import CorruptRecord
 from apportion.group._config import GroupConfig
 from apportion.group._context import MemberContext
+from apportion.group._history import HistoryType
 from apportion.group._keys import PlanRecord, decode, encode
 from apportion.group._ownership import Planner
 from apportion.group._round_plan import Checker, close_plan, read_plan
@@ -179,7 +180,7 @@ class RoundCloser:
         ]
         ops += [Delete(keys.round(old), prefix=True) for old in sorted(older)]
         ops.append(Delete(keys.closing))
-        ops += ctx.recorder.put("round_closed", now, round=rnd, participants=ids, **movement, **subscribing)
+        ops += ctx.recorder.put(HistoryType.ROUND_CLOSED, now, round=rnd, participants=ids, **movement, **subscribing)
         compares = [
             absent(keys.plan(rnd)),
             mod_revision_is(keys.joined(rnd), joined_rev),

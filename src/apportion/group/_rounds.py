@@ -107,6 +107,7 @@ from typing import Any, Unpack
 
 from apportion.errors import CorruptRecord, InvalidRequest, LeaseNotFound, StoreUnavailable
 from apportion.group._config import GroupConfig
+from apportion.group._history import HistoryType
 from apportion.group._keys import (
     PartitionId,
     PlanRecord,
@@ -533,7 +534,7 @@ class RoundsMember(FencedMember):
     def _open(self, now: float, known: int) -> None:
         compare = absent(self.keys.current) if known == 0 else mod_revision_is(self.keys.current, known)
         ops: list[Op] = [Put(self.keys.current, encode({"opened_at": now, "opener": self.id, "prev": known}))]
-        ops += self._recorder.put("round_opened", now, prev=known)
+        ops += self._recorder.put(HistoryType.ROUND_OPENED, now, prev=known)
         result = self.store.txn([compare], ops)
         self._current.forget()  # mine now, or it moved on: read it once instead of waiting for the event
         if result.succeeded:
@@ -556,7 +557,7 @@ class RoundsMember(FencedMember):
             Put(self.keys.participation(rnd, self.id), encode(record), lease.id),
             Put(self.keys.joined(rnd), b"1"),
         ]
-        ops += self._recorder.put("round_joined", now, round=rnd)
+        ops += self._recorder.put(HistoryType.ROUND_JOINED, now, round=rnd)
         result = self.store.txn([absent(self.keys.plan(rnd))], ops)
         if result.succeeded:
             self._joined_round = rnd

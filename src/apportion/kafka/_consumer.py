@@ -73,6 +73,7 @@ from types import TracebackType
 from typing import Any
 
 from apportion.errors import ApportionError, BrokerUnavailable, CorruptRecord, Fenced, InvalidRequest
+from apportion.events import Emit, WorkerEvent
 from apportion.group import PartitionId, sorted_pids
 from apportion.group.internals import Keys
 from apportion.kafka._client import ErrorWatch, KafkaConfig, validate_topic
@@ -84,8 +85,6 @@ log = logging.getLogger("apportion.kafka")
 Handle = Callable[[PartitionId, bytes | None, bytes | None], None]
 """``handle(partition, key, value)``: process one record (``orders-3``, the key's bytes or None, the value's bytes or
 None for a tombstone); its offset is committed after this returns (and the batch's fence)."""
-Emit = Callable[..., None]
-"""``emit(event, **fields)``: one event of the consumer (``apportion.events.emit`` prints it as a JSON line)."""
 
 DEFAULT_BATCH = 100
 DEFAULT_COMMIT_DELAY_S = 0.1
@@ -243,15 +242,15 @@ class TopicConsumer:
                 continue
             starts[p] = (epoch, parse_checkpoint(self.group, p, worker.checkpoint(p)))
         self._post(_Command("assign", sorted_pids(list(starts)), starts))
-        self.emit("assigned", partitions=partitions)
+        self.emit(WorkerEvent.ASSIGNED, partitions=partitions)
 
     def on_revoked(self, partitions: list[PartitionId]) -> None:
         self._post(_Command("revoke", partitions), quiet=True)
-        self.emit("revoked", partitions=partitions)
+        self.emit(WorkerEvent.REVOKED, partitions=partitions)
 
     def on_lost(self, partitions: list[PartitionId]) -> None:
         self._post(_Command("lose", partitions), quiet=True)
-        self.emit("lost", partitions=partitions)
+        self.emit(WorkerEvent.LOST, partitions=partitions)
 
     def _bound_worker(self) -> Worker:
         if not self._bound.wait(_COMMAND_TIMEOUT_S) or self._worker is None:
@@ -418,7 +417,7 @@ class TopicConsumer:
             self._parts[(topic, index)] = part
             adding.append(TopicPartition(topic, index, offset))
             where = "earliest" if offset == OFFSET_BEGINNING else "latest" if offset == OFFSET_END else offset
-            self.emit("consuming", partition=pid, epoch=epoch, offset=where)
+            self.emit(WorkerEvent.CONSUMING, partition=pid, epoch=epoch, offset=where)
         if adding:
             self._consumer.incremental_assign(adding)
         self._consuming = tuple(p.pid for p in self._parts.values())
@@ -490,17 +489,17 @@ class TopicConsumer:
         offsets = []
         for p in parts:
             if p.pid in result.committed:
-                self.emit("committed", partition=p.pid, epoch=p.epoch, count=p.handled, checkpoint=p.done)
+                self.emit(WorkerEvent.COMMITTED, partition=p.pid, epoch=p.epoch, count=p.handled, checkpoint=p.done)
                 p.committed = p.done
                 p.handled = 0
                 p.unsaved = False
                 offsets.append(self._tp(p, p.done))
             elif p.pid in result.fenced:
-                self.emit("fenced", partition=p.pid, epoch=p.epoch, count=p.handled)
+                self.emit(WorkerEvent.FENCED, partition=p.pid, epoch=p.epoch, count=p.handled)
                 self._drop(p, "fenced")
             else:  # the store did not answer: outcome unknown, commit again later (the lease decides meanwhile)
                 p.retry_at = now + max(self.commit_delay_s, _IDLE_S)
-                self.emit("commit_failed", partition=p.pid, error=result.failed.get(p.pid))
+                self.emit(WorkerEvent.COMMIT_FAILED, partition=p.pid, error=result.failed.get(p.pid))
         if offsets:
             self._commit_to_kafka(offsets)
 
@@ -528,8 +527,8 @@ class TopicConsumer:
         still = [p for p in parts if self._parts.get(self._key(p)) is p]  # a fenced one was dropped already
         self._unassign(still)
         for p in still:  # ``uncommitted``: the store did not answer the last commit (the next owner reads them again)
-            self.emit("released", partition=p.pid, epoch=p.epoch, checkpoint=p.committed, uncommitted=p.handled,
-                      skipped=len(p.pending))  # fmt: skip
+            self.emit(WorkerEvent.RELEASED, partition=p.pid, epoch=p.epoch, checkpoint=p.committed,
+                      uncommitted=p.handled, skipped=len(p.pending))  # fmt: skip
 
     def _drop(self, part: _Partition, why: str) -> None:
         """The epoch no longer matches (or the consumer stops): unassign, forget what was handled and not committed
@@ -537,7 +536,7 @@ class TopicConsumer:
         if self._parts.get(self._key(part)) is not part:
             return
         self._unassign([part])
-        self.emit("dropped", partition=part.pid, epoch=part.epoch, uncommitted=part.handled,
+        self.emit(WorkerEvent.DROPPED, partition=part.pid, epoch=part.epoch, uncommitted=part.handled,
                   skipped=len(part.pending), reason=why)  # fmt: skip
 
     def _unassign(self, parts: list[_Partition]) -> None:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 
 from apportion import events
 from apportion.errors import InvalidRequest
+from apportion.events import WorkerEvent
 from apportion.group import Coordinator, GroupConfig, Mode, PartitionId, Rounds, Static
 from apportion.kafka._client import KafkaConfig, topic_partitions, validate_topic
 from apportion.kafka._consumer import DEFAULT_BATCH, DEFAULT_COMMIT_DELAY_S, Emit, Handle, TopicConsumer
@@ -47,7 +48,7 @@ def _text(data: bytes | None) -> str | None:
 
 def echo(partition: PartitionId, key: bytes | None, value: bytes | None) -> None:
     """The default handler: one ``message`` event line per record (key and value as text)."""
-    events.emit("message", partition=partition, key=_text(key), value=_text(value))
+    events.emit(WorkerEvent.MESSAGE, partition=partition, key=_text(key), value=_text(value))
 
 
 def load_handler(spec: str | None) -> Handle:

@@ -50,6 +50,7 @@ from types import TracebackType
 from typing import Any
 
 from apportion.errors import BrokerUnavailable, Fenced, InvalidRequest
+from apportion.events import Emit, WorkerEvent
 from apportion.group import PartitionId, sorted_pids
 from apportion.rabbitmq._queues import (
     DEFAULT_QUEUE_NAME,
@@ -66,8 +67,6 @@ log = logging.getLogger("apportion.rabbitmq")
 
 Handle = Callable[[PartitionId, bytes], None]
 """``handle(partition, body)``: process one message; it is acked after this returns (and the batch's fence)."""
-Emit = Callable[..., None]
-"""``emit(event, **fields)``: one event of the consumer (``apportion.events.emit`` prints it as a JSON line)."""
 
 DEFAULT_PREFETCH = 200
 DEFAULT_BATCH = 100
@@ -183,15 +182,15 @@ class QueueConsumer:
             with contextlib.suppress(Fenced):  # lost again at once: on_lost follows, nothing to consume
                 epochs[p] = worker.lease(p).epoch
         self._post(_Command("assign", sorted_pids(list(epochs)), epochs))
-        self.emit("assigned", partitions=partitions)
+        self.emit(WorkerEvent.ASSIGNED, partitions=partitions)
 
     def on_revoked(self, partitions: list[PartitionId]) -> None:
         self._post(_Command("revoke", partitions))
-        self.emit("revoked", partitions=partitions)
+        self.emit(WorkerEvent.REVOKED, partitions=partitions)
 
     def on_lost(self, partitions: list[PartitionId]) -> None:
         self._post(_Command("lose", partitions))
-        self.emit("lost", partitions=partitions)
+        self.emit(WorkerEvent.LOST, partitions=partitions)
 
     def _bound_worker(self) -> Worker:
         if not self._bound.wait(_COMMAND_TIMEOUT_S) or self._worker is None:
@@ -302,7 +301,7 @@ class QueueConsumer:
         q.tag = channel.basic_consume(name, deliver, auto_ack=False)
         self._queues[partition] = q
         self._consuming = tuple(self._queues)
-        self.emit("consuming", partition=partition, epoch=epoch, queue=name)
+        self.emit(WorkerEvent.CONSUMING, partition=partition, epoch=epoch, queue=name)
 
     def _handle_some(self) -> bool:
         """Handle delivered messages, partition after partition, while no command waits and no batch is full."""
@@ -348,13 +347,13 @@ class QueueConsumer:
             if q.partition in result.committed:
                 q.channel.basic_ack(delivery_tag=q.last_handled, multiple=True)
                 q.acked += q.handled
-                self.emit("acked", partition=q.partition, epoch=q.epoch, count=q.handled, checkpoint=q.acked)
+                self.emit(WorkerEvent.ACKED, partition=q.partition, epoch=q.epoch, count=q.handled, checkpoint=q.acked)
                 q.handled = 0
             elif q.partition in result.fenced:
                 self._drop(q, "fenced")
             else:  # the store did not answer: outcome unknown, commit again later (the lease decides meanwhile)
                 q.retry_at = now + max(self.ack_delay_s, _IDLE_S)
-                self.emit("commit_failed", partition=q.partition, error=result.failed.get(q.partition))
+                self.emit(WorkerEvent.COMMIT_FAILED, partition=q.partition, error=result.failed.get(q.partition))
 
     def _revoke(self, q: _Queue) -> None:
         """Stop consuming, ack what was handled (fenced), requeue what was not, close: revoke-before-assign."""
@@ -369,7 +368,7 @@ class QueueConsumer:
         q.channel.close()
         del self._queues[q.partition]
         self._consuming = tuple(self._queues)
-        self.emit("cancelled", partition=q.partition, epoch=q.epoch, requeued=requeued, checkpoint=q.acked)
+        self.emit(WorkerEvent.CANCELLED, partition=q.partition, epoch=q.epoch, requeued=requeued, checkpoint=q.acked)
 
     def _drop(self, q: _Queue, why: str) -> None:
         """The epoch no longer matches (or the consumer stops): requeue every unacked message, close the channel."""
@@ -382,7 +381,7 @@ class QueueConsumer:
             q.channel.close()
         self._queues.pop(q.partition, None)
         self._consuming = tuple(self._queues)
-        self.emit("requeued", partition=q.partition, epoch=q.epoch, count=requeued, reason=why)
+        self.emit(WorkerEvent.REQUEUED, partition=q.partition, epoch=q.epoch, count=requeued, reason=why)
 
     def _close(self) -> None:
         connection = self._connection

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from apportion import events
 from apportion.errors import InvalidRequest
+from apportion.events import WorkerEvent
 from apportion.group import GroupConfig, Mode, PartitionId
 from apportion.rabbitmq._consumer import (
     DEFAULT_ACK_DELAY_S,
@@ -31,7 +32,7 @@ from apportion.worker import JoinOptions, Worker
 
 def echo(partition: PartitionId, body: bytes) -> None:
     """The default handler: one ``message`` event line per message (its body as text)."""
-    events.emit("message", partition=partition, body=body.decode("utf-8", errors="replace"))
+    events.emit(WorkerEvent.MESSAGE, partition=partition, body=body.decode("utf-8", errors="replace"))
 
 
 def load_handler(spec: str | None) -> Handle:

@@ -36,7 +36,7 @@ from apportion.group import GroupConfig, TraceKind
 from apportion.model import AssignRequest, Member, partition_name, round_lower_bound
 from apportion.sim._checks import Record
 
-OWNERSHIP = frozenset(("assigned", "revoked", "lost"))
+OWNERSHIP = frozenset((TraceKind.ASSIGNED, TraceKind.REVOKED, TraceKind.LOST))
 
 
 @dataclass(frozen=True, slots=True)

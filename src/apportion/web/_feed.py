@@ -65,7 +65,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from apportion.errors import ApportionError, Compacted, CorruptRecord, LeaseNotFound, StoreReplaced
-from apportion.group import GroupStatus, PartitionId, checkpoint_offset, group_status, history
+from apportion.group import GroupStatus, HistoryType, PartitionId, checkpoint_offset, group_status, history
 from apportion.group.internals import Keys, decode, not_at_rest, pid_of_text
 from apportion.model import round_lower_bound
 from apportion.store import (
@@ -99,7 +99,7 @@ LISTED_FAULT_PARTITIONS = 100  # partitions a fault or a failed member lists in 
 KEEP_DEAD_S = 600.0
 KEEP_PLANS = 12
 KEEP_FAULTS = 30
-FAULT_TYPES = ("lost", "fenced")
+FAULT_TYPES = (HistoryType.LOST, HistoryType.FENCED)
 
 
 def _mode(snapshot: GroupStatus) -> str:
@@ -400,9 +400,9 @@ class Feed:
         grouped: dict[tuple[Any, ...], dict[str, Any]] = {}
         for e in events:
             kind = e.get("type")
-            if kind == "left":
+            if kind == HistoryType.LEFT:
                 self._left[str(e.get("member"))] = float(e.get("time") or 0.0)
-            elif kind == "round_closed":
+            elif kind == HistoryType.ROUND_CLOSED:
                 self._take_plan(e)
             elif kind in FAULT_TYPES:
                 key = (e.get("revision"), e.get("member"), kind)
@@ -446,9 +446,10 @@ class Feed:
             p, member, at = e.get("partition"), e.get("member"), e.get("time")
             if not isinstance(p, int | str) or isinstance(p, bool) or not isinstance(at, int | float):
                 continue
-            if e.get("type") == "claim":
+            if e.get("type") == HistoryType.CLAIM:
                 self._switch(p, str(member), float(at))
-            elif e.get("type") in ("release", "lost", "fenced"):  # not "migrated": the target acks what it holds
+            elif e.get("type") in (HistoryType.RELEASE, HistoryType.LOST, HistoryType.FENCED):
+                # not "migrated": the target acks what it holds
                 segment = self._open.get(p)
                 if segment is not None and segment["member"] == member:
                     self._switch(p, None, float(at))

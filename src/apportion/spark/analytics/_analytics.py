@@ -27,14 +27,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from apportion.errors import InvalidRequest
+from apportion.group import HistoryType
 from apportion.group.internals import pid_order
 
 EVENTS_SCHEMA = (
     "revision LONG, seq LONG, time DOUBLE, type STRING, member STRING, partition INT, epoch LONG, "
     "round LONG, moves INT, kept BOOLEAN, participants INT"
 )
-_END_TYPES = ("release", "lost", "fenced")
-_PROOF_TYPES = ("claim", "commit", "release")
+# the history's types as Spark literals (plain ``str``: ``HistoryType``'s values)
+_CLAIM, _LOST, _ROUND_CLOSED = HistoryType.CLAIM.value, HistoryType.LOST.value, HistoryType.ROUND_CLOSED.value
+_END_TYPES = (HistoryType.RELEASE.value, _LOST, HistoryType.FENCED.value)
+_PROOF_TYPES = (_CLAIM, HistoryType.COMMIT.value, HistoryType.RELEASE.value)
 
 
 def partition_numbers(events: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -99,15 +102,15 @@ def ownership_intervals(events: Any, end_time: float | None = None) -> Any:
     by_owner = (
         Window.partitionBy("partition", "member").orderBy("revision", "seq").rowsBetween(Window.unboundedPreceding, 0)
     )
-    claimed = F.last(F.when(F.col("type") == "claim", F.col("epoch")), ignorenulls=True).over(by_owner)
-    own = own.withColumn("epoch", F.when(F.col("type") == "lost", claimed).otherwise(F.col("epoch")))
+    claimed = F.last(F.when(F.col("type") == _CLAIM, F.col("epoch")), ignorenulls=True).over(by_owner)
+    own = own.withColumn("epoch", F.when(F.col("type") == _LOST, claimed).otherwise(F.col("epoch")))
     own = own.where(F.col("epoch").isNotNull())
     point = F.struct(F.col("revision").alias("rev"), F.col("time").alias("t"), F.col("type").alias("kind"))
     per_claim = own.groupBy("partition", "epoch").agg(
-        F.min(F.when(F.col("type") == "claim", point)).alias("start"),
+        F.min(F.when(F.col("type") == _CLAIM, point)).alias("start"),
         F.min(F.when(F.col("type").isin(*_END_TYPES), point)).alias("explicit"),
         F.max(F.when(F.col("type").isin(*_PROOF_TYPES), point)).alias("proof"),
-        F.first(F.when(F.col("type") == "claim", F.col("member")), ignorenulls=True).alias("member"),
+        F.first(F.when(F.col("type") == _CLAIM, F.col("member")), ignorenulls=True).alias("member"),
     )
     per_claim = per_claim.where(F.col("start").isNotNull())
     by_partition = Window.partitionBy("partition").orderBy(F.col("start.rev"))
@@ -281,7 +284,7 @@ def moves_per_round(events: Any, intervals: Any) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    closed = events.where(F.col("type") == "round_closed").select(
+    closed = events.where(F.col("type") == _ROUND_CLOSED).select(
         "round",
         F.col("revision").alias("close_revision"),
         F.col("time").alias("closed_at"),

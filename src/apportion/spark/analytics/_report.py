@@ -30,6 +30,7 @@ from typing import Any
 
 from apportion.clock import WALL_CLOCK, clock_text
 from apportion.errors import InvalidRequest
+from apportion.group import HistoryType
 from apportion.spark.analytics import _analytics as A
 
 HTML_ROWS = 40  # rows of each table shown in index.html (the CSV has them all)
@@ -493,7 +494,7 @@ def incomplete_members(events: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
         member, point = str(e["member"]), (int(e["revision"]), int(e.get("seq", 0)), str(e["type"]))
         if member not in first or point < first[member]:
             first[member] = point
-    return tuple(sorted(m for m, (_, _, kind) in first.items() if kind != "registered"))
+    return tuple(sorted(m for m, (_, _, kind) in first.items() if kind != HistoryType.REGISTERED))
 
 
 def coverage_line(
@@ -582,10 +583,10 @@ def write_report(
         planned_moves=sum(int(v or 0) for v in _column(moves, "planned_moves")),
         moved=sum(int(v or 0) for v in _column(moves, "moved")),
         handoffs=len(handoffs.rows),
-        handoff_p50_s=_stat(stats, ("release",), "p50_s"),
-        handoff_p99_s=_stat(stats, ("release",), "p99_s"),
-        failover_p50_s=_stat(stats, ("lost", "expired", "fenced"), "p50_s"),
-        failover_p99_s=_stat(stats, ("lost", "expired", "fenced"), "p99_s"),
+        handoff_p50_s=_stat(stats, (HistoryType.RELEASE,), "p50_s"),
+        handoff_p99_s=_stat(stats, (HistoryType.RELEASE,), "p99_s"),
+        failover_p50_s=_stat(stats, (HistoryType.LOST, "expired", HistoryType.FENCED), "p50_s"),
+        failover_p99_s=_stat(stats, (HistoryType.LOST, "expired", HistoryType.FENCED), "p99_s"),
         final_spread=int(spreads[-1]) if spreads else None,
         span_start=t0,
         span_end=t1,

@@ -110,6 +110,7 @@ import pyarrow.parquet as pq
 
 from apportion import events
 from apportion.errors import ApportionError, Fenced, InvalidRequest, StoreUnavailable
+from apportion.events import Emit, WorkerEvent
 from apportion.group import CommitResult, PartitionId, PartitionLease, sorted_pids
 from apportion.log import PartitionedLog
 from apportion.spark.pipeline._output import (
@@ -134,7 +135,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("apportion.pipeline")
 
 Transform = Callable[["DataFrame"], "DataFrame"]
-Emit = Callable[..., None]
 FaultHook = Callable[[str, "Task", Path], None]
 """``fault(point, task, path)``: the fault-injection point (tests only; see the module docstring). ``point`` is
 ``"before_write"`` or ``"before_commit"``; ``path`` is the task's output directory."""
@@ -384,7 +384,7 @@ def warm_up(spark: SparkSession, transform: Transform = transform) -> float:
     return time.perf_counter() - started
 
 
-def emit_log(event: str, **fields: Any) -> None:
+def emit_log(event: WorkerEvent, **fields: Any) -> None:
     log.info("%s", events.line(event, **fields))
 
 
@@ -438,7 +438,7 @@ class Pipeline:
             self._active.update(parts)
             for p in parts:
                 self._assignments[p] = self._assignments.get(p, 0) + 1
-        self.emit("assigned", worker=self.worker_id, partitions=parts)
+        self.emit(WorkerEvent.ASSIGNED, worker=self.worker_id, partitions=parts)
 
     def on_revoked(self, parts: list[int]) -> None:
         for p in sorted_pids(parts):
@@ -446,7 +446,7 @@ class Pipeline:
             with self._lock(p), self._state:
                 self._active.discard(p)
                 self._cache.pop(p, None)
-        self.emit("revoked", worker=self.worker_id, partitions=parts)
+        self.emit(WorkerEvent.REVOKED, worker=self.worker_id, partitions=parts)
 
     def on_lost(self, parts: list[int]) -> None:
         with self._state:
@@ -455,7 +455,12 @@ class Pipeline:
                 self._cache.pop(p, None)
         # when the belief really ended: a worker frozen past its deadline reports the loss late
         ended = getattr(self._committer, "belief_ended_at", None)
-        self.emit("lost", worker=self.worker_id, partitions=parts, **({} if ended is None else {"belief_until": ended}))
+        self.emit(
+            WorkerEvent.LOST,
+            worker=self.worker_id,
+            partitions=parts,
+            **({} if ended is None else {"belief_until": ended}),
+        )
 
     def on_replicas(self, standby: list[int], learners: list[int]) -> None:
         if self.state is not None:
@@ -533,7 +538,7 @@ class Pipeline:
             checkpoint = Checkpoint.parse(committer.checkpoint(p), p)
             deleted = clean_partition(self.output_dir, self.resource, p, checkpoint, epoch)
             if deleted:
-                self.emit("cleaned", worker=self.worker_id, partition=p, epoch=epoch, files=deleted)
+                self.emit(WorkerEvent.CLEANED, worker=self.worker_id, partition=p, epoch=epoch, files=deleted)
             if self.state is not None:
                 self.state.prepare(p, checkpoint, epoch)
             with self._state:
@@ -546,7 +551,7 @@ class Pipeline:
         batch = self.batches + 1
         records = sum(t.records for t in tasks)
         self.emit(
-            "batch",
+            WorkerEvent.BATCH,
             worker=self.worker_id,
             batch=batch,
             records=records,
@@ -572,14 +577,14 @@ class Pipeline:
             rel = self._relpath(task) if rows > 0 else None  # no row written: the offsets commit alone
             written.append((task, rel, staged))
             self.emit(
-                "written", worker=self.worker_id, partition=task.partition, epoch=task.epoch, rows=rows,
+                WorkerEvent.WRITTEN, worker=self.worker_id, partition=task.partition, epoch=task.epoch, rows=rows,
                 start=task.start, end=task.end, file=rel,
             )  # fmt: skip
         fenced: list[int] = []
         write_s = time.perf_counter() - started
 
         if self._slow_commit_s > 0:  # a slow committer (`apportion demo`'s zombie): a window between write and commit
-            self.emit("pausing", worker=self.worker_id, seconds=self._slow_commit_s)
+            self.emit(WorkerEvent.PAUSING, worker=self.worker_id, seconds=self._slow_commit_s)
             time.sleep(self._slow_commit_s)
 
         started = time.perf_counter()
@@ -602,7 +607,7 @@ class Pipeline:
                 with self._state:
                     self._cache.pop(p, None)  # ambiguous: re-read the checkpoint next batch
                 error = outcome.unknown[p]
-                self.emit("commit_unknown", worker=self.worker_id, partition=p, epoch=task.epoch, error=error)
+                self.emit(WorkerEvent.COMMIT_UNKNOWN, worker=self.worker_id, partition=p, epoch=task.epoch, error=error)
                 continue
             checkpoint = outcome.committed[p]
             if staged is not None and self.state is not None:
@@ -611,7 +616,9 @@ class Pipeline:
                 if p in self._active:
                     self._cache[p] = (task.epoch, checkpoint)
             committed.append(p)
-            self.emit("commit", worker=self.worker_id, partition=p, epoch=task.epoch, offset=task.end, file=rel)
+            self.emit(
+                WorkerEvent.COMMIT, worker=self.worker_id, partition=p, epoch=task.epoch, offset=task.end, file=rel
+            )
         commit_s = time.perf_counter() - started
         next_records = self.sizing.measured(max(t.records for t in tasks), time.perf_counter() - batch_started)
         self.batches = batch
@@ -626,8 +633,8 @@ class Pipeline:
             commit_s,
         )
         self.emit(
-            "batch_done", worker=self.worker_id, batch=batch, records=records, committed=committed, fenced=fenced,
-            spark_s=round(spark_s, 3), write_s=round(write_s, 3), commit_s=round(commit_s, 4),
+            WorkerEvent.BATCH_DONE, worker=self.worker_id, batch=batch, records=records, committed=committed,
+            fenced=fenced, spark_s=round(spark_s, 3), write_s=round(write_s, 3), commit_s=round(commit_s, 4),
             **({"next_records": next_records} if self.sizing.adaptive else {}),
         )  # fmt: skip
         return stats
@@ -646,7 +653,9 @@ class Pipeline:
             if not reassigned:
                 self._active.discard(p)
             keep = reassigned and p in self._active
-        self.emit("fenced", worker=self.worker_id, partition=p, epoch=task.epoch, discarded=rel, still_active=keep)
+        self.emit(
+            WorkerEvent.FENCED, worker=self.worker_id, partition=p, epoch=task.epoch, discarded=rel, still_active=keep
+        )
 
     def run(self, stop: threading.Event, *, idle_s: float = 0.2, exit_after_idle_s: float = 0.0) -> None:
         """Run batches until ``stop`` is set (or, with ``exit_after_idle_s`` > 0, after that long without work)."""
@@ -682,12 +691,12 @@ def run_batches(
                 worked = pipeline.run_once() is not None or worked
             failures = 0
             if outage:
-                first.emit("store_answers", worker=first.worker_id, after_attempts=outage)
+                first.emit(WorkerEvent.STORE_ANSWERS, worker=first.worker_id, after_attempts=outage)
                 outage = 0
         except StoreUnavailable as exc:
             outage += 1
             if outage == 1:  # one line per outage, not per attempt
-                first.emit("store_unavailable", worker=first.worker_id, error=str(exc)[:300])
+                first.emit(WorkerEvent.STORE_UNAVAILABLE, worker=first.worker_id, error=str(exc)[:300])
             for pipeline in pipelines:
                 pipeline.forget_checkpoints()
             stop.wait(min(idle_s * 2 ** min(outage, 8), STORE_RETRY_MAX_S))
@@ -698,10 +707,10 @@ def run_batches(
             if stop.is_set():
                 # stopping: Spark may be shutting down under us (SIGTERM to the process group reaches the JVM);
                 # the batch in flight is simply not committed
-                first.emit("batch_aborted", worker=first.worker_id, error=repr(exc)[:200])
+                first.emit(WorkerEvent.BATCH_ABORTED, worker=first.worker_id, error=repr(exc)[:200])
                 return
             failures += 1
-            first.emit("batch_failed", worker=first.worker_id, failures=failures, error=repr(exc)[:300])
+            first.emit(WorkerEvent.BATCH_FAILED, worker=first.worker_id, failures=failures, error=repr(exc)[:300])
             if failures >= MAX_FAILED_BATCHES:
                 raise
             for pipeline in pipelines:
@@ -714,7 +723,7 @@ def run_batches(
         now = time.monotonic()
         idle_since = now if idle_since is None else idle_since
         if exit_after_idle_s > 0 and now - idle_since >= exit_after_idle_s:
-            first.emit("idle_exit", worker=first.worker_id, seconds=round(now - idle_since, 3))
+            first.emit(WorkerEvent.IDLE_EXIT, worker=first.worker_id, seconds=round(now - idle_since, 3))
             return
         stop.wait(idle_s)
 

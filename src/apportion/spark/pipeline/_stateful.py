@@ -37,7 +37,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -46,6 +46,7 @@ import pyarrow as pa
 
 from apportion._files import read_parquet_chunks
 from apportion.errors import InvalidRequest
+from apportion.events import Emit, WorkerEvent
 from apportion.log import PartitionedLog
 from apportion.spark.pipeline._output import OUTPUT_REMEDY, Checkpoint, committed_checkpoints
 from apportion.spark.state import (
@@ -61,7 +62,6 @@ from apportion.spark.state import (
 )
 from apportion.store import Store
 
-Emit = Callable[..., None]
 STAGE_CHUNK_ROWS = 65_536
 """Rows of a batch's output the worker reads back and folds at a time (``StatefulPartitions.stage_output``)."""
 
@@ -133,7 +133,7 @@ class StatefulPartitions:
         started = time.perf_counter()
         replayed = self._restore(partition, state, checkpoint.changelog, None)
         self.emit(
-            "restored", worker=self.worker_id, partition=partition, epoch=epoch, lag=behind, records=replayed,
+            WorkerEvent.RESTORED, worker=self.worker_id, partition=partition, epoch=epoch, lag=behind, records=replayed,
             committed=lag(checkpoint.changelog, 0), seconds=round(time.perf_counter() - started, 4), keys=len(state),
         )  # fmt: skip
 
@@ -174,7 +174,7 @@ class StatefulPartitions:
         with self._lock:
             self._replicas = {p: "standby" for p in standby} | {p: "learner" for p in learners}
             self._lags = {p: n for p, n in self._lags.items() if p in self._replicas}
-        self.emit("replicas", worker=self.worker_id, standby=standby, learners=learners)
+        self.emit(WorkerEvent.REPLICAS, worker=self.worker_id, standby=standby, learners=learners)
 
     def replica_lags(self) -> dict[int, int]:
         """Partition -> committed changelog records not yet applied, for every replica restored at least once."""
@@ -203,7 +203,7 @@ class StatefulPartitions:
                 before = self._lags.get(p)
                 self._lags[p] = behind
             if before is None or n > 0:
-                self.emit("replica_lag", worker=self.worker_id, partition=p, kind=kinds[p], lag=behind)
+                self.emit(WorkerEvent.REPLICA_LAG, worker=self.worker_id, partition=p, kind=kinds[p], lag=behind)
         return replayed
 
     def _restore(self, partition: int, state: PartitionState, ranges: Ranges, limit: int | None) -> int:
@@ -264,10 +264,10 @@ def handoffs(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     for e in ordered:
         kind = e.get("event")
-        if kind == "revoked":
+        if kind == WorkerEvent.REVOKED:
             for p in e["partitions"]:
                 last_revoked[int(p)] = (float(e["time"]), str(e["worker"]))
-        elif kind == "restored":
+        elif kind == WorkerEvent.RESTORED:
             before = last_revoked.get(int(e["partition"]))
             if before is not None and before[1] != e["worker"]:
                 found.append({**e, "source": before[1], "target": e["worker"], "gap_s": float(e["time"]) - before[0]})

@@ -32,6 +32,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from apportion.errors import InvalidRequest
+from apportion.events import Emit, WorkerEvent
 from apportion.spark.engine import connect_address, is_connect_url
 from apportion.spark.pipeline._request import PipelineRequest
 from apportion.spark.pipeline._sizing import STATEFUL_MAX_RECORDS, BatchSize, positive_seconds
@@ -42,8 +43,6 @@ if TYPE_CHECKING:
     from apportion.log import PartitionedLog
     from apportion.spark.pipeline._pipeline import FaultHook, Transform
     from apportion.spark.pipeline._source import Source
-
-Emit = Callable[..., None]
 
 
 def writable_dir(path: str | Path, option: str) -> None:
@@ -174,7 +173,7 @@ def run_pipeline_worker(
             with joined(defined, worker_id, processor, revoke_timeout_s=s.revoke_timeout_s):
                 processor.run(stop, idle_s=s.idle_s, exit_after_idle_s=s.exit_idle_s)
         finally:
-            emit("stopped", worker=worker_id, batches=processor.batches, records=processor.records)
+            emit(WorkerEvent.STOPPED, worker=worker_id, batches=processor.batches, records=processor.records)
             if processor.state is not None:
                 processor.state.close()
             with contextlib.suppress(Exception):  # the JVM may already be gone (signal to the process group)
@@ -251,7 +250,12 @@ def _run_resources(
                 run_batches(list(pipelines.values()), stop, idle_s=s.idle_s, exit_after_idle_s=s.exit_idle_s)
         finally:
             batches = sum(p.batches for p in pipelines.values())
-            emit("stopped", worker=worker_id, batches=batches, records=sum(p.records for p in pipelines.values()))
+            emit(
+                WorkerEvent.STOPPED,
+                worker=worker_id,
+                batches=batches,
+                records=sum(p.records for p in pipelines.values()),
+            )
             with contextlib.suppress(Exception):
                 spark.stop()
 
@@ -261,7 +265,7 @@ def _started(emit: Emit, spark: Any, function: Transform, master: str, **fields:
     from apportion.spark.pipeline._pipeline import warm_up
 
     warm_s = warm_up(spark, function)
-    emit("started", **fields, warm_up_s=round(warm_s, 2), spark=_engine(master))
+    emit(WorkerEvent.STARTED, **fields, warm_up_s=round(warm_s, 2), spark=_engine(master))
 
 
 def _stop_on_signals(stop: threading.Event) -> None:
