@@ -7,6 +7,9 @@
 ``etcd`` extra, its dependencies from PyPI (the only network it uses) and its version given as the tag's
 (``SETUPTOOLS_SCM_PRETEND_VERSION``: an archive has no git metadata). A file lock lets two test processes (xdist)
 share one build; a half-built environment (a crash, a timeout) is never used: ``ready`` is written last.
+``installed(tag, commit, spark=True)`` is another environment with the ``spark`` extra too (the pipeline's thin
+workers), pyspark pinned to this environment's: a thin client speaks its Spark Connect server's version, and the
+release's own range (``pyspark>=4.0,<5`` in v0.9.0) would take PyPI's newest (4.3.0 today, the server 4.2.0).
 
 Without git, or without a tag, a developer's run skips; CI's fails naming what is missing (the Makefile recreates
 the tags a clone came without from ``RELEASES``: ``scripts/ensure-release-tags.sh``)."""
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -43,6 +47,16 @@ class Release:
     def worker(self, store_url: str, group: str, *options: str) -> list[str]:
         """Its `apportion worker` command line (as ``apportion.fleet.worker_args``, without ``--id``)."""
         return [str(self.python), "-m", "apportion.cli", "worker", "--store", store_url, "--group", group, *options]
+
+    def pipeline(
+        self, store_url: str, group: str, input_dir: str | Path, output_dir: str | Path, resource: str, *options: str
+    ) -> list[str]:
+        """Its `apportion pipeline run` command line (as ``apportion.fleet.pipeline_args``, without ``--id``; needs
+        ``installed(..., spark=True)``)."""
+        return [
+            str(self.python), "-m", "apportion.cli", "pipeline", "run", "--store", store_url, "--group", group,
+            "--input", str(input_dir), "--output", str(output_dir), "--resource", resource, *options,
+        ]  # fmt: skip
 
 
 def _unavailable(message: str) -> None:
@@ -90,10 +104,11 @@ def _run(command: list[str], *, env: dict[str, str] | None = None, timeout_s: fl
         raise AssertionError(f"{command[:4]} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
 
 
-def installed(tag: str, commit: str) -> Release:
-    """The release ``tag`` (at ``commit``) in its own virtual environment, built on the first call."""
+def installed(tag: str, commit: str, *, spark: bool = False) -> Release:
+    """The release ``tag`` (at ``commit``) in its own virtual environment, built on the first call; with ``spark``,
+    one with its ``spark`` extra and this environment's pyspark."""
     python_tag = f"py{sys.version_info.major}.{sys.version_info.minor}"
-    home = cache_root() / f"{tag}-{commit[:12]}-{python_tag}"
+    home = cache_root() / f"{tag}-{commit[:12]}-{python_tag}{'-spark' if spark else ''}"
     venv, ready = home / "venv", home / "ready"
     with _locked(cache_root() / f"{home.name}.lock"):
         if not ready.exists():
@@ -107,7 +122,11 @@ def installed(tag: str, commit: str) -> Release:
             _run([sys.executable, "-m", "venv", str(venv)])
             env = {**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION": tag.removeprefix("v")}
             pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-            _run([*pip, f"{source}[etcd]"], env=env)
+            if spark:
+                pyspark = f"pyspark=={importlib.metadata.version('pyspark')}"
+                _run([*pip, f"{source}[etcd,spark]", pyspark], env=env, timeout_s=1200)
+            else:
+                _run([*pip, f"{source}[etcd]"], env=env)
             ready.write_text(f"{tag} {commit}\n")
     release = Release(tag, commit, venv / "bin" / "python")
     shown = subprocess.run(
