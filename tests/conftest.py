@@ -133,3 +133,26 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+_TIMELINE = os.environ.get("APPORTION_TEST_TIMELINE")  # a directory: each xdist worker's test starts and ends
+
+
+def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+    _timeline_line("start", nodeid)
+
+
+def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
+    _timeline_line("end", nodeid)
+
+
+def _timeline_line(what: str, nodeid: str) -> None:
+    """With ``APPORTION_TEST_TIMELINE=<dir>``, one line per test start and end in ``<dir>/<xdist worker>.tsv`` (wall
+    clock): how ``make test``'s two workers spent the run, e.g. which group ran last (scripts/test-timeline.py)."""
+    if not _TIMELINE:
+        return
+    import time
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(Path(_TIMELINE) / f"{worker}.tsv", "a") as out:
+        out.write(f"{time.time():.3f}\t{what}\t{nodeid}\n")

@@ -1,7 +1,9 @@
-"""`apportion kafka consume` end to end: three consumer processes (rounds mode, a SQLite store) on a real 3-broker
-KRaft cluster (``kafka3``; a topic of 12 partitions, replication factor 3) while a producer thread sends keyed
-records, under every fault in turn — kill -9 of a consumer, a new consumer joining, SIGSTOP past the ttl then
-SIGCONT, a graceful leave (SIGTERM), and a broker killed and restarted. The run is checked by
+"""`apportion kafka consume` end to end: three consumer processes (rounds mode, a SQLite store) on a real KRaft broker
+while a producer thread sends keyed records, under every fault in turn — kill -9 of a consumer, a new consumer
+joining, SIGSTOP past the ttl then SIGCONT, a graceful leave (SIGTERM) — and, on a 3-broker cluster (``kafka3``;
+replication factor 3, ``make soak``), a broker killed and restarted. ``make test`` runs the consumers' faults on the
+session's one broker (the 3 brokers' start and the broker's kill cost it ~45 s of its 15 minutes); the broker kill
+is the soak case, as the Kafka issue allows. The run is checked by
 ``tests/kafka/harness.py``: every record processed at least once, each key's records first processed in order,
 duplicates at most ``batch`` per partition tenure that did not end gracefully, never two consumers handling one
 partition at once (the handler's own timestamps against the consumers' tenures), and no commit in the store's
@@ -41,13 +43,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.xdist_group("kafk
 FOUR = {"c0": 4, "c1": 4, "c2": 4}
 
 
+@pytest.mark.parametrize("brokers", [1, pytest.param(3, marks=pytest.mark.soak)])
 def test_consumers_under_kill_join_freeze_leave_and_a_broker_kill_lose_nothing_and_keep_each_keys_order(
-    kafka3: KafkaCluster, topic: str, store_url: str, tmp_path: Path
+    brokers: int, topic: str, store_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    create_topic(kafka3, topic, 12, replication=3)
+    cluster: KafkaCluster = request.getfixturevalue("kafka" if brokers == 1 else "kafka3")
+    create_topic(cluster, topic, 12, replication=brokers)
     started = time.monotonic()
     timeline: list[tuple[str, float]] = []
-    with run(kafka3, topic, 12, store_url, tmp_path / "logs") as r:
+    with run(cluster, topic, 12, store_url, tmp_path / "logs") as r:
         for ordinal in range(3):
             r.fleet.start(f"c{ordinal}")
         r.wait_consumed("three consumers reading four partitions each", FOUR)
@@ -90,13 +94,13 @@ def test_consumers_under_kill_join_freeze_leave_and_a_broker_kill_lose_nothing_a
         r.wait_consumed("c1 and c2 reading six each", {"c1": 6, "c2": 6})
         r.wait_processed_more(300)
 
-        # a broker killed (SIGKILL) and restarted: leaders move, the producer and the consumers carry on
-        kafka3.kill(2)
-        timeline.append(("kill -9 broker 2", time.monotonic() - started))
-        r.wait_processed_more(300)
-        kafka3.restart(2)
-        timeline.append(("broker 2 back", time.monotonic() - started))
-        r.wait_processed_more(300)
+        if brokers == 3:  # a broker killed (SIGKILL) and restarted: leaders move, producer and consumers carry on
+            cluster.kill(2)
+            timeline.append(("kill -9 broker 2", time.monotonic() - started))
+            r.wait_processed_more(300)
+            cluster.restart(2)
+            timeline.append(("broker 2 back", time.monotonic() - started))
+            r.wait_processed_more(300)
 
         processed = r.finish()
         for consumer in ("c1", "c2"):
@@ -121,10 +125,10 @@ def test_consumers_under_kill_join_freeze_leave_and_a_broker_kill_lose_nothing_a
         assert counts["ungraceful"] >= 8 and counts["duplicates"] <= BATCH * counts["ungraceful"]
 
         # Kafka's own view of the group (kafka-consumer-groups --describe) ends where the store does
-        ends = {p: end for p, end in end_offsets(kafka3, topic, 12).items() if end}  # a partition with no key: none
+        ends = {p: end for p, end in end_offsets(cluster, topic, 12).items() if end}  # a partition with no key: none
         with connect(store_url) as store:
             assert groups.committed(store, GROUP) == {f"{topic}-{p}": str(e) for p, e in ends.items()}
-        wait_for("Kafka's group offsets at the ends", lambda: group_offsets(kafka3, GROUP, topic) == ends, 30)
+        wait_for("Kafka's group offsets at the ends", lambda: group_offsets(cluster, GROUP, topic) == ends, 30)
     took = time.monotonic() - started
     print(counts, f"{took:.0f} s", timeline)
 
