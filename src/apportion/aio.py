@@ -210,8 +210,8 @@ class AsyncWorker:
     async def wait_until_stable(self, timeout_s: float) -> bool:
         """Wait until this worker holds exactly its planned partitions for the current round; False on timeout or
         once the worker has stopped."""
-        member = self._worker.member
-        return await self._until(lambda: member.stable() and not self._worker.stopped, timeout_s)
+        worker = self._worker
+        return await self._until(lambda: worker.settled() and not worker.stopped, timeout_s)
 
     async def wait(self, timeout_s: float | None = None) -> bool:
         """Wait until the worker has stopped (a callback error, or ``stop()`` elsewhere); True if it has."""

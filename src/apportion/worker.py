@@ -121,6 +121,9 @@ class Worker:
         self._stop = threading.Event()
         self._done = threading.Event()
         self._changed = threading.Condition()
+        # whether the member was stable at the end of its last step, its callbacks run: a claim is believed (stable)
+        # before on_assigned is called, so stability read between the two would run ahead of the callbacks
+        self._stable_after_step = False
         self.error: BaseException | None = None
         self._refusing: str | None = None  # the store's refusal of writes last logged (StoreFull), None: none
         self._refusal_since = self._refusal_said_at = 0.0  # when the refusal began, when its line was last written
@@ -212,11 +215,17 @@ class Worker:
         """The last committed checkpoint of ``partition``, whoever wrote it."""
         return self._member.checkpoint(partition)
 
+    def settled(self) -> bool:
+        """Whether this worker holds exactly its planned partitions for the current round, every callback of
+        getting there returned (``on_assigned`` of the last claim included). Thread-safe."""
+        return self._stable_after_step and self._member.stable()
+
     def wait_until_stable(self, timeout_s: float) -> bool:
-        """Wait until this worker holds exactly its planned partitions for the current round; False on timeout."""
+        """Wait until this worker holds exactly its planned partitions for the current round and the callbacks of
+        getting there returned (``settled``); False on timeout."""
         deadline = self._clock.now() + timeout_s
         with self._changed:
-            while not self._member.stable():
+            while not self.settled():
                 if self._done.is_set():
                     return False
                 left = deadline - self._clock.now()
@@ -306,6 +315,7 @@ class Worker:
                     if member.leave_ready(self._clock.now()):
                         break
                 deadline = member.step(self._clock.now())
+                self._stable_after_step = member.stable()
                 self._member_wake()
                 wait = min(deadline - self._clock.now(), _MAX_WAIT_S)
                 if wait > 0:
