@@ -4,12 +4,12 @@
 ``installed(tag)`` is its virtual environment, built once per tag commit and Python version and cached across runs
 (under ``$APPORTION_RELEASE_CACHE``, default ``~/.cache/apportion/releases``): the tag's tree from ``git archive``
 (read-only on the repository, unlike a worktree), ``python -m venv``, and ``pip install`` of that tree with its
-``etcd`` extra, its dependencies from PyPI (the only network it uses) and its version given as the tag's
+``etcd`` and ``spark`` extras, its dependencies from PyPI (the only network it uses) and its version given as the tag's
 (``SETUPTOOLS_SCM_PRETEND_VERSION``: an archive has no git metadata). A file lock lets two test processes (xdist)
 share one build; a half-built environment (a crash, a timeout) is never used: ``ready`` is written last.
-``installed(tag, commit, spark=True)`` is another environment with the ``spark`` extra too (the pipeline's thin
-workers), pyspark pinned to this environment's: a thin client speaks its Spark Connect server's version, and the
-release's own range (``pyspark>=4.0,<5`` in v0.9.0) would take PyPI's newest (4.3.0 today, the server 4.2.0).
+One environment serves the worker's and the pipeline's upgrade tests: the ``spark`` extra too, pyspark pinned to
+this environment's (a thin client speaks its Spark Connect server's version, and the release's own range,
+``pyspark>=4.0,<5`` in v0.9.0, would take PyPI's newest: 4.3.0 today, the server 4.2.0).
 
 Without git, or without a tag, a developer's run skips; CI's fails naming what is missing (the Makefile recreates
 the tags a clone came without from ``RELEASES``: ``scripts/ensure-release-tags.sh``)."""
@@ -51,8 +51,7 @@ class Release:
     def pipeline(
         self, store_url: str, group: str, input_dir: str | Path, output_dir: str | Path, resource: str, *options: str
     ) -> list[str]:
-        """Its `apportion pipeline run` command line (as ``apportion.fleet.pipeline_args``, without ``--id``; needs
-        ``installed(..., spark=True)``)."""
+        """Its `apportion pipeline run` command line (as ``apportion.fleet.pipeline_args``, without ``--id``)."""
         return [
             str(self.python), "-m", "apportion.cli", "pipeline", "run", "--store", store_url, "--group", group,
             "--input", str(input_dir), "--output", str(output_dir), "--resource", resource, *options,
@@ -104,11 +103,11 @@ def _run(command: list[str], *, env: dict[str, str] | None = None, timeout_s: fl
         raise AssertionError(f"{command[:4]} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
 
 
-def installed(tag: str, commit: str, *, spark: bool = False) -> Release:
-    """The release ``tag`` (at ``commit``) in its own virtual environment, built on the first call; with ``spark``,
-    one with its ``spark`` extra and this environment's pyspark."""
+def installed(tag: str, commit: str) -> Release:
+    """The release ``tag`` (at ``commit``) in its own virtual environment (its etcd and spark extras, this
+    environment's pyspark), built on the first call."""
     python_tag = f"py{sys.version_info.major}.{sys.version_info.minor}"
-    home = cache_root() / f"{tag}-{commit[:12]}-{python_tag}{'-spark' if spark else ''}"
+    home = cache_root() / f"{tag}-{commit[:12]}-{python_tag}-spark"
     venv, ready = home / "venv", home / "ready"
     with _locked(cache_root() / f"{home.name}.lock"):
         if not ready.exists():
@@ -122,11 +121,8 @@ def installed(tag: str, commit: str, *, spark: bool = False) -> Release:
             _run([sys.executable, "-m", "venv", str(venv)])
             env = {**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION": tag.removeprefix("v")}
             pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-            if spark:
-                pyspark = f"pyspark=={importlib.metadata.version('pyspark')}"
-                _run([*pip, f"{source}[etcd,spark]", pyspark], env=env, timeout_s=1200)
-            else:
-                _run([*pip, f"{source}[etcd]"], env=env)
+            pyspark = f"pyspark=={importlib.metadata.version('pyspark')}"
+            _run([*pip, f"{source}[etcd,spark]", pyspark], env=env, timeout_s=1200)
             ready.write_text(f"{tag} {commit}\n")
     release = Release(tag, commit, venv / "bin" / "python")
     shown = subprocess.run(

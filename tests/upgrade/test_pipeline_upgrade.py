@@ -50,7 +50,7 @@ START_S = 120  # a thin worker's start (imports, Connect session, warm-up): ~5 s
 
 @pytest.fixture(scope="module")
 def previous() -> Release:
-    return installed(*previous_release(), spark=True)
+    return installed(*previous_release())
 
 
 class Rollout:
