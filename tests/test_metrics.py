@@ -212,6 +212,29 @@ def test_healthz_and_readyz_answer_as_kubernetes_expects() -> None:
     b.stop()
 
 
+def test_readyz_waits_for_on_assigned_to_return() -> None:
+    """A worker that has claimed its partitions is not ready while on_assigned still runs (a pipeline restoring its
+    state there serves nothing yet): /readyz says so, and turns ready once the callback returns."""
+    store = MemoryStore(f"memory://ready-{uuid.uuid4().hex}")
+    group = apportion.Group(store, "orders", partitions=2, ttl_s=1.0, mode=Static(), ordinal=0)
+    entered, release = threading.Event(), threading.Event()
+
+    def on_assigned(partitions: object) -> None:
+        entered.set()
+        assert release.wait(30), "the test never released on_assigned"
+
+    worker = group.join("a", on_assigned=on_assigned)
+    try:
+        assert entered.wait(10), "on_assigned was never called"
+        assert worker.member.stable()  # claimed ...
+        assert worker.readiness() == "assignment claimed, its callbacks still running"  # ... but not ready
+        release.set()
+        wait_for("a to be ready", lambda: worker.readiness() is None, 10)
+    finally:
+        release.set()
+        worker.stop()
+
+
 def test_a_worker_process_serves_the_probes_on_its_metrics_port(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'p.db'}"
     args = worker_args(url, "g", "--partitions", "2", "--mode", "static", "--ordinal", "0", "--metrics-port", "0")

@@ -250,8 +250,9 @@ class Worker:
 
     def readiness(self) -> str | None:
         """Why this worker is not ready (``/readyz``), or None when it is: it is registered (its lease is held and
-        believed) and holds exactly its current assignment (every wanted partition claimed, nothing to give up).
-        Thread-safe."""
+        believed) and holds exactly its current assignment (every wanted partition claimed, nothing to give up), the
+        callbacks of getting there returned (``settled``: a partition is served only once its ``on_assigned`` has
+        run). Thread-safe."""
         member = self._member
         if self._done.is_set():
             return "the worker has stopped"
@@ -260,6 +261,8 @@ class Worker:
         if not member.stable():
             waiting = member.claiming
             return f"assignment not claimed yet ({waiting} partitions waiting)" if waiting else "assignment changing"
+        if not self.settled():
+            return "assignment claimed, its callbacks still running"
         return None
 
     def stop(self, timeout_s: float | None = None) -> None:

@@ -232,6 +232,9 @@ class ConnectServer:
                 break
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)  # any child left in the group (Python workers)
+        with contextlib.suppress(OSError):  # the server's conf dir; kept when it holds the server's log
+            (self._tmp / "log4j2.properties").unlink(missing_ok=True)
+            self._tmp.rmdir()
 
     def last_log_line(self) -> str:
         with contextlib.suppress(OSError):
