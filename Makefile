@@ -9,8 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	@bash scripts/ensure-release-tags.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[spark,etcd,postgres,metrics,dashboard,rabbitmq,kafka,kubernetes,docs,dev]'
+	bash scripts/install-venv.sh $(VENV) spark,etcd,postgres,metrics,dashboard,rabbitmq,kafka,kubernetes,docs,dev
 	@touch $(STAMP)
 
 check-java:

@@ -10,23 +10,20 @@ from typing import Any
 
 import pytest
 
-# the demo's own processes (one Connect server, thin workers): its own xdist group, beside the Spark group's tests
-SPARK = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("demo")]
 
-
-def _spark(test: Any) -> Any:
-    for mark in SPARK:
-        test = mark(test)
-    return test
-
-
-@_spark
+# The demo's workers and report are thin clients of the run's one Connect server (`apportion demo --spark`, in the
+# thin-workers group that shares it): the demo starting a server of its own is what `make demo` runs every time, and
+# a second JVM here cost make test ~26 s of start-up on 2 cores.
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.xdist_group("thin-workers")
 @pytest.mark.timeout(1500)  # a backstop only: the demo's own waits scale with load (~2 min idle, ~7 min at load 20)
-def test_small_demo_passes_every_check_and_writes_its_report(tmp_path: Path) -> None:
+def test_small_demo_passes_every_check_and_writes_its_report(tmp_path: Path, connect_server: Any) -> None:
     directory = tmp_path / "demo"
     proc = subprocess.run(
         [sys.executable, "-m", "apportion.cli", "demo", "--dir", str(directory), "--records", "40000",
-         "--partitions", "8", "--batch-records", "2000", "--stream-seconds", "8", "--json"],
+         "--partitions", "8", "--batch-records", "2000", "--stream-seconds", "8", "--spark", connect_server.url,
+         "--json"],
         capture_output=True, text=True, timeout=1400,
     )  # fmt: skip
     assert proc.returncode == 0, f"demo failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
@@ -55,15 +52,26 @@ def test_small_demo_passes_every_check_and_writes_its_report(tmp_path: Path) -> 
     assert len(engines) == 4 and all(e == {"connect"} for e in engines.values()), engines
 
 
-@_spark
-def test_demo_refuses_a_non_empty_directory_without_clean(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["--dir", "{tmp}"], "--clean"),  # the directory holds a file
+        (["--spark", "sc://127.0.0.1:1", "--engine", "per-worker"], "does not go with --engine per-worker"),
+        (["--spark", "http://127.0.0.1:15002"], "expected sc://host:port"),
+    ],
+)
+def test_the_demo_refuses_bad_input_in_one_line_and_writes_nothing(
+    tmp_path: Path, arguments: list[str], said: str
+) -> None:
     (tmp_path / "something").write_text("x")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in arguments]
     proc = subprocess.run(
-        [sys.executable, "-m", "apportion.cli", "demo", "--dir", str(tmp_path)], capture_output=True, text=True
+        [sys.executable, "-m", "apportion.cli", "demo", *argv], capture_output=True, text=True, cwd=tmp_path
     )
-    assert proc.returncode == 2
-    assert "--clean" in proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert said in proc.stderr
     assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["something"]  # no demo-output/ either
 
 
 # -- the demo's waits, without processes ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ from rich.console import Console
 from apportion.cli._app import app
 from apportion.cli._common import seconds
 from apportion.demo import DemoConfig, run_demo, summary_json
+from apportion.spark.engine import connect_address
 
 MARKER = ".apportion-demo"  # in every directory a demo writes: what --clean checks before it deletes one
 
@@ -45,6 +46,14 @@ MARKER = ".apportion-demo"  # in every directory a demo writes: what --clean che
     show_default=True,
     help="shared: one Spark Connect server for every worker; per-worker: a local[1] JVM each (to compare).",
 )
+@click.option(
+    "--spark",
+    "spark_url",
+    metavar="sc://HOST:PORT",
+    default=None,
+    help="A running Spark Connect server (apportion spark serve) for every worker and the report, instead of one "
+    "the demo starts and stops (shared engine only).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON at the end.")
 def demo(
     directory: Path | None,
@@ -56,12 +65,17 @@ def demo(
     stream_seconds: float,
     no_report: bool,
     engine: str,
+    spark_url: str | None,
     as_json: bool,
 ) -> None:
     """Run the main job: produce records, run Spark pipeline workers through churn and faults, verify exactly-once.
 
     Exits 1 when any check fails.
     """
+    if spark_url is not None:  # before anything is written
+        if engine != "shared":
+            raise click.UsageError("--spark is the shared engine's server: it does not go with --engine per-worker")
+        connect_address(spark_url)  # sc://host:port, or one line saying what was expected
     if directory is None:
         directory = Path("demo-output") / time.strftime("run-%Y%m%d-%H%M%S")
     if clean and directory.exists():
@@ -86,6 +100,7 @@ def demo(
         stream_s=stream_seconds,
         report=not no_report,
         shared_spark=engine == "shared",
+        spark_url=spark_url,
     )
     result = run_demo(config, Console())
     if as_json:

@@ -29,6 +29,7 @@ class DemoConfig:
     min_interval_s: float = 1.0
     report: bool = True
     shared_spark: bool = True  # one Spark Connect server for all; False: a local[1] JVM per worker (the old design)
+    spark_url: str | None = None  # a running Spark Connect server (sc://host:port) to share instead of starting one
     timeout_s: float = 180.0  # the floor of the start-up limit (x the load factor); others derive from observations
 
     def __post_init__(self) -> None:
@@ -38,6 +39,8 @@ class DemoConfig:
             raise InvalidRequest("partitions", "must be >= 2")
         if self.workers < 2:
             raise InvalidRequest("workers", "must be >= 2 (one is killed, one frozen)")
+        if self.spark_url is not None and not self.shared_spark:
+            raise InvalidRequest("--spark", "is the shared engine's server: it does not go with --engine per-worker")
 
 
 @dataclass(slots=True)

@@ -24,6 +24,7 @@ from apportion.events import WorkerEvent
 from apportion.fleet import Fleet, WorkerLog, pipeline_args
 from apportion.group import HistoryType, history, owned_by, owners, settled
 from apportion.spark import ConnectServer
+from apportion.spark.engine import connect_session
 from apportion.store import Store, connect
 from apportion.waiting import wait_for
 
@@ -50,6 +51,15 @@ def _spark_engine(config: DemoConfig, step: Callable[[str], None]) -> Iterator[s
     if not config.shared_spark:
         step("Spark: every worker starts a local[1] JVM of its own (--engine per-worker)")
         yield None
+        return
+    if config.spark_url is not None:  # `apportion demo --spark sc://...`: a server someone else started and stops
+        checked_s = time.monotonic()
+        connect_session(config.spark_url)
+        step(
+            f"Spark Connect server at {config.spark_url} (--spark) answered in {time.monotonic() - checked_s:.1f} s: "
+            "every worker and the report share it"
+        )
+        yield config.spark_url
         return
     log_path = config.directory / "logs" / "spark-connect.log"
     started = time.monotonic()
