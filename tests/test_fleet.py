@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
+
+import pytest
 
 from apportion import events
 from apportion.fleet import Fleet, WorkerLog
@@ -50,3 +53,14 @@ def test_a_count_only_line_is_counted_once_whole(tmp_path: Path) -> None:
     with open(path, "a") as handle:
         handle.write(line[10:] + "\n" + json.dumps({"event": "committed"}) + "\n")  # another kind, same start
     assert log.count("commit") == 1 and log.count("committed") == 1
+
+
+def test_a_fleets_env_may_carry_what_it_sets_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller's env wins over the fleet's own settings, PYSPARK_PYTHON included: make test passed os.environ after
+    a Spark session in the same process had set PYSPARK_PYTHON there, and Fleet raised TypeError (found when the
+    Spark group ran before the Kafka and RabbitMQ consumer tests on one xdist worker)."""
+    monkeypatch.setenv("PYSPARK_PYTHON", "/somewhere/python")
+    fleet = Fleet(tmp_path / "logs", ["true"], env=dict(os.environ, SPARK_LOCAL_IP="::1"))
+    assert fleet.env["PYSPARK_PYTHON"] == "/somewhere/python"
+    assert fleet.env["SPARK_LOCAL_IP"] == "::1"
+    assert Fleet(tmp_path / "logs", ["true"]).env["PYSPARK_PYTHON"] == sys.executable

@@ -228,7 +228,8 @@ class Fleet:
         self.log_dir = Path(log_dir)
         self.args = list(args)
         self.count_only = tuple(count_only)
-        self.env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", **(env or {}))
+        # env's own keys win, PYSPARK_PYTHON among them (a caller passing os.environ after a Spark session set it)
+        self.env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", **(env or {})}
         self.workers: dict[str, WorkerProcess] = {}
         self.started: list[WorkerProcess] = []
         self.logs: dict[str, WorkerLog] = {}
