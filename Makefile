@@ -20,7 +20,7 @@ demo: $(STAMP) check-java
 
 test: $(STAMP) check-java
 	bash scripts/ensure-test-tools.sh
-	$(PY) -m pytest -n 3 --dist loadgroup -q --durations=15 -m "not soak"
+	$(PY) -m pytest -n 2 --dist loadgroup -q --durations=15 -m "not soak"
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
