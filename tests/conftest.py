@@ -135,44 +135,6 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         server.stop()
 
 
-UNIT_COSTS = Path(__file__).with_name("unit-costs.json")
-"""Each xdist work unit's seconds in a recent run (an ``xdist_group`` as ``@name``, else a test module's path;
-``scripts/test-timeline.py --costs`` writes it). ``make test`` hands the units out longest first: with xdist's default
-order (most tests first) the few-test units that run a minute or more (the standalone cluster, the demo, the rolling
-upgrades) came last and one worker ran alone for up to a minute at the end."""
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("dist", "no") == "loadgroup":
-        config.option.loadscopereorder = False  # the order of the collection below is the order units are handed out
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist, the units longest first (``UNIT_COSTS``; a unit it does not know counts 1 s a test), each
-    unit's tests in their own order. Every worker collects the same order, as xdist requires."""
-    if "PYTEST_XDIST_WORKER" not in os.environ or not UNIT_COSTS.exists():
-        return
-    import json
-
-    costs: dict[str, float] = json.loads(UNIT_COSTS.read_text())
-    units = [work_unit(item) for item in items]
-    counts: dict[str, int] = {}
-    for unit in units:
-        counts[unit] = counts.get(unit, 0) + 1
-    order = sorted(range(len(items)), key=lambda i: (-costs.get(units[i], float(counts[units[i]])), units[i], i))
-    items[:] = [items[i] for i in order]
-
-
-def work_unit(item: pytest.Item) -> str:
-    """The xdist unit of ``item`` under ``--dist loadgroup``: ``@<group>`` (its xdist_group marks' names sorted and
-    joined by ``_``, as xdist does), else its module's path."""
-    names = sorted(
-        {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
-    )
-    return "@" + "_".join(names) if names else item.nodeid.split("::", 1)[0].split("@", 1)[0]
-
-
 _TIMELINE = os.environ.get("APPORTION_TEST_TIMELINE")  # a directory: each xdist worker's test starts and ends
 
 

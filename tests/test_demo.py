@@ -12,11 +12,11 @@ import pytest
 
 
 # The demo's workers and report are thin clients of the run's one Connect server (`apportion demo --spark`, in the
-# Spark group that shares it): the demo starting a server of its own is what `make demo` runs every time, and
+# thin-workers group that shares it): the demo starting a server of its own is what `make demo` runs every time, and
 # a second JVM here cost make test ~26 s of start-up on 2 cores.
 @pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.xdist_group("spark")
+@pytest.mark.xdist_group("thin-workers")
 @pytest.mark.timeout(1500)  # a backstop only: the demo's own waits scale with load (~2 min idle, ~7 min at load 20)
 def test_small_demo_passes_every_check_and_writes_its_report(tmp_path: Path, connect_server: Any) -> None:
     directory = tmp_path / "demo"

@@ -18,7 +18,7 @@ from tests.spark.conftest import require_java
 from tests.spark.test_pipeline import survive_kill_zombie_and_late_join, timeline
 
 # its own xdist group: the cluster's JVMs replace the shared local session's while it runs
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("cluster")]
 
 
 @pytest.fixture(scope="module")

@@ -97,7 +97,7 @@ def env(jars: str) -> Iterator[dict[str, str]]:
     yield {"APPORTION_KAFKA_JARS": jars}
 
 
-# tests/kafka/conftest.py's fixtures, for this module of tests/spark/ (a broker of its own on the Spark group's xdist
+# tests/kafka/conftest.py's fixtures, for this module of tests/spark/ (a broker of its own on the thin-workers' xdist
 # worker: a conftest's fixtures reach only its folder)
 kafka, kafka3, topic, store_url = (
     kafka_fixtures.kafka,
@@ -139,7 +139,7 @@ def test_thin_workers_on_kafka_commit_every_record_once_across_a_zombie_a_late_j
     assert report["duplicates"] == report["missing"] == report["order_violations"] == 0, report
 
 
-@pytest.mark.xdist_group("spark")  # with the Connect tests: one broker for the module on one xdist worker
+@pytest.mark.xdist_group("thin-workers")  # with the Connect tests: one broker for the module on one xdist worker
 def test_records_deleted_before_they_were_processed_stop_the_worker_with_the_partition_and_offsets(
     kafka: Any, topic: str, store_url: str, tmp_path: Path, env: dict[str, str]
 ) -> None:
@@ -165,7 +165,7 @@ def test_records_deleted_before_they_were_processed_stop_the_worker_with_the_par
 
 
 @pytest.mark.soak
-@pytest.mark.xdist_group("spark")
+@pytest.mark.xdist_group("thin-workers")
 def test_a_broker_killed_mid_run_on_three_brokers_loses_and_duplicates_nothing(
     connect_server: Any, kafka3: Any, topic: str, store_url: str, tmp_path: Path, env: dict[str, str]
 ) -> None:
@@ -232,7 +232,7 @@ def test_the_connector_comes_from_listed_jars_or_else_sparks_package_of_pysparks
         kafka_connector_config(f"{jar},{tmp_path / 'missing.jar'}")
 
 
-@pytest.mark.xdist_group("spark")
+@pytest.mark.xdist_group("thin-workers")
 def test_the_input_is_the_log_or_kafka_not_both_and_an_unknown_topic_is_one_line_before_spark(
     kafka: Any, store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -39,7 +39,7 @@ from tests.upgrade.releases import Release, installed, previous_release
 
 # the thin-worker group: this test runs on the xdist worker that holds the Connect server, beside the pipeline's
 # other thin-worker tests (tests/spark/conftest.py)
-pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.xdist_group("thin-workers")]
 
 PARTITIONS = 8
 WORKERS = ("w0", "w1", "w2")
