@@ -12,12 +12,12 @@ from apportion.assign import STRATEGY_NAMES
 from apportion.sim import SimConfig, simulate
 
 SOAK = os.environ.get("APPORTION_SOAK") == "1"
-CI_SEEDS = 1000
+CI_SEEDS = 500  # make soak runs 10,000 more (SOAK_SEEDS); 1,000 here cost make test 23 s of its 15 minutes
 SOAK_SEEDS = 10_000
 
 
 def small(seed: int) -> SimConfig:
-    """A small group per seed, sized so that 1,000 seeds run in well under a minute on one core."""
+    """A small group per seed, sized so that 500 seeds run in about 25 s on one core."""
     return SimConfig(members=2 + seed % 5, partitions=6 + seed % 11, events=6 + seed % 5, seed=seed)
 
 
@@ -29,10 +29,10 @@ def test_same_seed_gives_the_same_trace() -> None:
     assert simulate(SimConfig(members=5, partitions=16, events=15, seed=43)).trace != first.trace
 
 
-@pytest.mark.parametrize("block", range(4))
-def test_one_thousand_seeds_keep_exclusivity_fencing_and_liveness(block: int) -> None:
+@pytest.mark.parametrize("block", range(2))
+def test_five_hundred_seeds_keep_exclusivity_fencing_and_liveness(block: int) -> None:
     failures = []
-    for seed in range(block * CI_SEEDS // 4, (block + 1) * CI_SEEDS // 4):
+    for seed in range(block * CI_SEEDS // 2, (block + 1) * CI_SEEDS // 2):
         result = simulate(small(seed))
         if not result.ok:
             failures.append((seed, result.violations[:2]))

@@ -34,7 +34,7 @@ def _seed() -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(3600 if SOAK else 900)  # a backstop: the run's own waits fail first, each without progress
 def test_pipeline_workers_survive_random_kills_freezes_and_stops_beside_a_cpu_hog_exactly_once(
-    tmp_path: Path, connect_server: Any, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, connect_server: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Thin workers on one Spark Connect server (as `make demo` runs them): a killed or restarted worker costs no JVM
     start, so the faults, not Spark's start-up, fill the run. A worker's own JVM is under kill -9 and SIGSTOP in
@@ -56,9 +56,8 @@ def test_pipeline_workers_survive_random_kills_freezes_and_stops_beside_a_cpu_ho
             print(line, flush=True)
 
     say(f"\nnemesis seed {seed} (replay: APPORTION_NEMESIS_SEED={seed}); workers' logs in {config.directory}/logs")
-    # the history analytics on the test process's local session: a process that has one (the Spark group may share
-    # this xdist worker) cannot open a Connect session beside it
-    result = run_nemesis(config, spark=lambda: request.getfixturevalue("spark"), say=say)
+    # the history analytics: `apportion report --spark` on the same Connect server (run_nemesis)
+    result = run_nemesis(config, say=say)
     summary = result.summary()
     context = f"seed {seed}\n" + "\n".join(lines)
     assert not result.failures, context

@@ -3,8 +3,9 @@
 ``previous_release()`` is the newest release tag (``vMAJOR.MINOR.PATCH``) reachable from HEAD (``git describe``);
 ``installed(tag)`` is its virtual environment, built once per tag commit and Python version and cached across runs
 (under ``$APPORTION_RELEASE_CACHE``, default ``~/.cache/apportion/releases``): the tag's tree from ``git archive``
-(read-only on the repository, unlike a worktree), ``python -m venv``, and ``pip install`` of that tree with its
-``etcd`` and ``spark`` extras, its dependencies from PyPI (the only network it uses) and its version given as the tag's
+(read-only on the repository, unlike a worktree), ``python -m venv``, and an install (``installer``: uv's, or pip's
+without uv) of that tree with its ``etcd`` and ``spark`` extras, its dependencies from PyPI (the only network it
+uses) and its version given as the tag's
 (``SETUPTOOLS_SCM_PRETEND_VERSION``: an archive has no git metadata). A file lock lets two test processes (xdist)
 share one build; a half-built environment (a crash, a timeout) is never used: ``ready`` is written last.
 One environment serves the worker's and the pipeline's upgrade tests: the ``spark`` extra too, pyspark pinned to
@@ -103,6 +104,19 @@ def _run(command: list[str], *, env: dict[str, str] | None = None, timeout_s: fl
         raise AssertionError(f"{command[:4]} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
 
 
+def installer(python: Path) -> list[str]:
+    """The install command into ``python``'s environment: uv's when the set-up installed it (scripts/install-venv.sh:
+    on a fresh machine, pip took minutes to resolve the release's spark extra, uv seconds), pip's otherwise. With
+    the bytecode compiled either way (uv writes none by default; this machine sets PYTHONDONTWRITEBYTECODE)."""
+    uv = Path(sys.executable).parent / "uv"
+    if uv.exists():  # pip's find-links and index settings passed on, as install-venv.sh does
+        options = [f"--find-links={link}" for link in os.environ.get("PIP_FIND_LINKS", "").split()]
+        options += [f"--index-url={url}" for url in os.environ.get("PIP_INDEX_URL", "").split()]
+        options += [f"--extra-index-url={url}" for url in os.environ.get("PIP_EXTRA_INDEX_URL", "").split()]
+        return [str(uv), "pip", "install", "-q", "--compile-bytecode", "--python", str(python), *options]
+    return [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+
+
 def installed(tag: str, commit: str) -> Release:
     """The release ``tag`` (at ``commit``) in its own virtual environment (its etcd and spark extras, this
     environment's pyspark), built on the first call."""
@@ -120,9 +134,8 @@ def installed(tag: str, commit: str) -> Release:
             subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
             _run([sys.executable, "-m", "venv", str(venv)])
             env = {**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION": tag.removeprefix("v")}
-            pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
             pyspark = f"pyspark=={importlib.metadata.version('pyspark')}"
-            _run([*pip, f"{source}[etcd,spark]", pyspark], env=env, timeout_s=1200)
+            _run([*installer(venv / "bin" / "python"), f"{source}[etcd,spark]", pyspark], env=env, timeout_s=1200)
             ready.write_text(f"{tag} {commit}\n")
     release = Release(tag, commit, venv / "bin" / "python")
     shown = subprocess.run(
