@@ -23,8 +23,37 @@ local sessions, Connect servers, the pipeline workers' own JVMs; the standalone 
 ``spark.executor.extraJavaOptions`` (tests/spark/test_cluster.py). Behaviour is the same; the CPU is not: the Spark
 analytics tests took 184 CPU-s with the JVM's defaults and 107 with these (cgroup cpuacct, two alternating runs each,
 08:00 UTC, machine busy with other tests). ``make bench`` keeps the defaults: a benchmark measures what users run."""
-os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
-os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", TEST_JVM_OPTIONS)
+_JVM_VARIABLES = ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS")
+if os.environ.get("APPORTION_TEST_JVM_OPTIONS") is None and not any(v in os.environ for v in _JVM_VARIABLES):
+    os.environ["APPORTION_TEST_JVM_OPTIONS"] = "1"  # ours to set (a user's own settings are left alone)
+
+
+def jvm_options() -> str:
+    """TEST_JVM_OPTIONS plus the Spark class archive's flags once tests/jvm_archive.py has written it (its dump runs
+    beside the first tests), and put into the launcher's variables when they are ours: called before each test and
+    by the fixtures that start JVMs, so that every JVM started after the archive exists maps it."""
+    from tests import jvm_archive
+
+    options = f"{TEST_JVM_OPTIONS} {jvm_archive.options()}".strip()
+    if os.environ.get("APPORTION_TEST_JVM_OPTIONS") == "1":
+        for variable in _JVM_VARIABLES:
+            os.environ[variable] = options
+    return options
+
+
+jvm_options()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controlling process (or a run without xdist): once per run
+        from tests import jvm_archive
+
+        jvm_archive.start_dump(TEST_JVM_OPTIONS)
+
+
+@pytest.fixture(autouse=True)
+def _jvm_archive_options() -> None:
+    jvm_options()
 
 
 def etcd_binary() -> str | None:
@@ -124,6 +153,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     jars = spark_kafka_jars()
     config = None if jars is None else kafka_connector_config(jars)
+    jvm_options()  # the class archive, if written by now (tests/jvm_archive.py)
     server = ConnectServer(
         "local[2]", port=0, log_path=tmp_path_factory.mktemp("connect") / "server.log", config=config
     )

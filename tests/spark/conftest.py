@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import require_java, spark_kafka_jars  # noqa: F401 (the Spark tests' helpers, imported from here)
+from tests.conftest import jvm_options, require_java, spark_kafka_jars  # noqa: F401 (the Spark tests' helpers, imported from here)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
@@ -34,6 +34,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def spark() -> Iterator[Any]:
     """A local[2] SparkSession; stopped at the end of the run."""
     require_java()
+    jvm_options()  # the class archive, if written by now (tests/jvm_archive.py)
     from apportion.spark.engine._session import spark_session
 
     session = spark_session(

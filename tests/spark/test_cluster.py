@@ -13,7 +13,7 @@ import pytest
 
 from apportion.fleet import WorkerProcess
 from apportion.waiting import wait_for
-from tests.conftest import TEST_JVM_OPTIONS
+from tests.conftest import jvm_options
 from tests.spark.conftest import require_java
 from tests.spark.test_pipeline import survive_kill_zombie_and_late_join, timeline
 
@@ -28,7 +28,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[An
     from apportion.spark import ConnectServer, StandaloneCluster
 
     directory = tmp_path_factory.mktemp("cluster")
-    config = {"spark.executor.extraJavaOptions": TEST_JVM_OPTIONS}
+    config = {"spark.executor.extraJavaOptions": jvm_options()}  # the daemons: jvm_options() sets their variable
     with StandaloneCluster(workers=2, directory=directory / "spark") as cluster, ConnectServer(
         cluster.url, port=0, log_path=directory / "connect.log", config={**cluster.executor_config(), **config}
     ) as server:  # fmt: skip
