@@ -536,9 +536,9 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     df = A.events_frame(spark, events).cache()
-    at = A.report_time(df) if end_time is None else float(end_time)
     t0 = float(min(float(e["time"]) for e in events))
     t1 = float(max(float(e["time"]) for e in events))
+    at = t1 if end_time is None else float(end_time)  # A.report_time(df) without a Spark job: the events are here
     incomplete = incomplete_members(events)
     intervals_df = A.ownership_intervals(df, at).cache()
     handoffs_df = A.handoff_latency(intervals_df).cache()
