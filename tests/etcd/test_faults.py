@@ -226,13 +226,15 @@ def test_a_worker_whose_only_endpoint_freezes_ends_its_belief_on_time(
     finally:
         follower.thaw()
     records = fleet.snapshot()
-    renewals = [float(r[3]["deadline"]) for r in records if r[1] == "w0" and r[2] == "renew" and r[0] <= frozen_at]
-    belief_deadline = max(renewals)
     lost = [r for r in records if r[1] == "w0" and r[2] == "lost" and r[0] >= frozen_at]
     assert lost, "w0 never reported on_lost while its endpoint was frozen"
+    # the local deadline is that of the last renewal w0 saw acknowledged before its on_lost: a reply the follower
+    # sent just before the SIGSTOP can be read after ``frozen_at`` and moves the deadline on by a renew interval
+    renewals = [float(r[3]["deadline"]) for r in records if r[1] == "w0" and r[2] == "renew" and r[0] <= lost[0][0]]
+    belief_deadline = max(renewals)
     late_s = lost[0][0] - belief_deadline
     print(f"\nfrozen endpoint: w0 on_lost {late_s * 1000:+.0f} ms from its local deadline; others took {len(taken)}")
-    assert late_s <= 0.2, f"on_lost {late_s:.2f}s after the local deadline"
+    assert -0.05 <= late_s <= 0.2, f"on_lost {late_s:+.2f}s from the local deadline"
     assert set(held) <= taken, f"the others did not take w0's partitions {held}: {taken}"
     assert not report("worker's only endpoint frozen 12 s", records, frozen_at, time.time())
     deadline = time.monotonic() + 40
