@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# Python writes each module's bytecode (.pyc) the first time it is imported, into .venv and the checkout's
+# __pycache__ (ignored by git), even where PYTHONDONTWRITEBYTECODE is set: the set-up compiles nothing
+# (scripts/install-venv.sh says why), and without it every test's process would compile pyspark and pandas again.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test docs soak bench lint check-java clean
 

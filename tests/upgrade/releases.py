@@ -113,6 +113,8 @@ def installer(python: Path) -> list[str]:
         options = [f"--find-links={link}" for link in os.environ.get("PIP_FIND_LINKS", "").split()]
         options += [f"--index-url={url}" for url in os.environ.get("PIP_INDEX_URL", "").split()]
         options += [f"--extra-index-url={url}" for url in os.environ.get("PIP_EXTRA_INDEX_URL", "").split()]
+        wheels = Path(os.environ.get("APPORTION_WHEEL_CACHE", Path.home() / ".cache/apportion/wheels"))
+        options += [f"--find-links={wheels}"] if wheels.is_dir() else []  # pyspark's wheel, built by the set-up
         return [str(uv), "pip", "install", "-q", "--compile-bytecode", "--python", str(python), *options]
     return [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
 
