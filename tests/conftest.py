@@ -178,11 +178,15 @@ def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
 
 def _timeline_line(what: str, nodeid: str) -> None:
     """With ``APPORTION_TEST_TIMELINE=<dir>``, one line per test start and end in ``<dir>/<xdist worker>.tsv`` (wall
-    clock): how ``make test``'s two workers spent the run, e.g. which group ran last (scripts/test-timeline.py)."""
+    clock, and the CPU seconds of this process and its reaped children): how ``make test``'s two workers spent the
+    run, e.g. which group ran last (scripts/test-timeline.py)."""
     if not _TIMELINE:
         return
+    import resource
     import time
 
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    used = (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
+    cpu = sum(u.ru_utime + u.ru_stime for u in used)  # this process and the children it reaped
     with open(Path(_TIMELINE) / f"{worker}.tsv", "a") as out:
-        out.write(f"{time.time():.3f}\t{what}\t{nodeid}\n")
+        out.write(f"{time.time():.3f}\t{what}\t{nodeid}\t{cpu:.2f}\n")

@@ -111,10 +111,22 @@ def _dump(path: Path, jvm_options: str) -> None:
                               capture_output=True, check=False)  # fmt: skip
         if done.returncode == 0 and partial.is_file() and partial.stat().st_size > 0:
             os.replace(partial, path)
+            _prune(path.parent)
     finally:
         partial.unlink(missing_ok=True)
         shutil.rmtree(scratch, ignore_errors=True)
         path.with_suffix(".lock").unlink(missing_ok=True)
+
+
+KEEP = 3  # archives kept: each is ~170 MB and names one environment's jars, so every fresh clone writes its own
+
+
+def _prune(directory: Path) -> None:
+    """Delete all but the ``KEEP`` newest archives: those of environments gone or reinstalled since. A JVM that maps
+    a deleted one keeps its mapping; a later one of that environment runs without (``options``)."""
+    archives = sorted(directory.glob("spark-*.jsa"), key=lambda f: f.stat().st_mtime, reverse=True)
+    for stale in archives[KEEP:]:
+        stale.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
