@@ -12,15 +12,15 @@ numpy, the spark extra's) not at all.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.uv import uv
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC_MODULES = [
@@ -40,10 +40,10 @@ def run(*command: str | Path, cwd: Path, timeout_s: float = 600) -> subprocess.C
 
 
 def build_installer() -> str:
-    """uv for the build's isolated environments when the set-up installed it (scripts/install-venv.sh), pip otherwise.
-    The backend and the wheel are the same; only the time to make the two throw-away environments differs: 30 s with
-    pip, a few with uv, of make test's 15 minutes. The install below stays pip's: that is what users run."""
-    return "uv" if importlib.util.find_spec("uv") is not None or shutil.which("uv") else "pip"
+    """uv for the build's isolated environments when the set-up installed it (tests/uv.py), pip otherwise. The backend
+    and the wheel are the same; only the time to make the two throw-away environments differs: 30 s with pip, a few
+    with uv, of make test's 15 minutes. The install below stays pip's: that is what users run."""
+    return "uv" if uv() is not None else "pip"
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import IN_CI
+from tests.uv import index_options, uv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,17 +106,12 @@ def _run(command: list[str], *, env: dict[str, str] | None = None, timeout_s: fl
 
 
 def installer(python: Path) -> list[str]:
-    """The install command into ``python``'s environment: uv's when the set-up installed it (scripts/install-venv.sh:
-    on a fresh machine, pip took minutes to resolve the release's spark extra, uv seconds), pip's otherwise. With
-    the bytecode compiled either way (uv writes none by default; this machine sets PYTHONDONTWRITEBYTECODE)."""
-    uv = Path(sys.executable).parent / "uv"
-    if uv.exists():  # pip's find-links and index settings passed on, as install-venv.sh does
-        options = [f"--find-links={link}" for link in os.environ.get("PIP_FIND_LINKS", "").split()]
-        options += [f"--index-url={url}" for url in os.environ.get("PIP_INDEX_URL", "").split()]
-        options += [f"--extra-index-url={url}" for url in os.environ.get("PIP_EXTRA_INDEX_URL", "").split()]
-        wheels = Path(os.environ.get("APPORTION_WHEEL_CACHE", Path.home() / ".cache/apportion/wheels"))
-        options += [f"--find-links={wheels}"] if wheels.is_dir() else []  # pyspark's wheel, built by the set-up
-        return [str(uv), "pip", "install", "-q", "--compile-bytecode", "--python", str(python), *options]
+    """The install command into ``python``'s environment: uv's when the set-up installed it (tests/uv.py: on a fresh
+    machine, pip took minutes to resolve the release's spark extra, uv seconds), pip's otherwise. With the bytecode
+    compiled either way: the release's venv is kept, and a developer's shell may set PYTHONDONTWRITEBYTECODE."""
+    found = uv()
+    if found is not None:
+        return [str(found), "pip", "install", "-q", "--compile-bytecode", "--python", str(python), *index_options()]
     return [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
 
 
