@@ -168,7 +168,8 @@ def run_apportion(
         "seconds": float(done[-1]["time"]) - spawned,
         "batches": len(done),
         "warm_up_s": started[0].get("warm_up_s"),
-        "first_batch_s": float(worker.of("batch")[0]["time"]) - spawned,
+        "started_s": float(started[0]["time"]) - spawned,  # the worker's start: Python, the engine, its warm-up
+        "first_batch_s": float(worker.of("batch")[0]["time"]) - spawned,  # from the spawn to the first batch's start
         "table": table,
         "chunks": [table],
     }
