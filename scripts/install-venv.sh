@@ -35,7 +35,10 @@ pyspark_wheel() {  # the pinned pyspark's wheel in $wheels, built once (pip down
     work="$(mktemp -d)"
     if "$python" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$work/sdist" \
             "pyspark==$pin" && "$venv/bin/uv" build -q --wheel "${options[@]}" -o "$work/wheel" "$work/sdist"/*; then
-        mkdir -p "$wheels" && mv "$work/wheel"/pyspark-*.whl "$wheels"/
+        mkdir -p "$wheels"
+        for wheel in "$work/wheel"/pyspark-*.whl; do  # copied under a hidden name, then renamed: never half a wheel
+            cp "$wheel" "$wheels/.${wheel##*/}.partial" && mv "$wheels/.${wheel##*/}.partial" "$wheels/${wheel##*/}"
+        done
     else
         echo "apportion: could not build pyspark's wheel; uv builds it in the install instead" >&2
     fi
