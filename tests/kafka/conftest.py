@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from apportion.errors import BrokerUnavailable
 from tests.conftest import IN_CI
 from tests.kafka_server import KafkaCluster
 
@@ -22,7 +23,7 @@ def _cluster(base: Path, nodes: int) -> Iterator[KafkaCluster]:
     try:
         with KafkaCluster.run(base, nodes=nodes) as cluster:
             yield cluster
-    except RuntimeError as exc:
+    except BrokerUnavailable as exc:
         if IN_CI or ("Maven" not in str(exc) and "Java" not in str(exc)):
             raise
         pytest.skip(f"{exc}; CI installs it and runs these tests")

@@ -6,7 +6,9 @@
   that grows on the broker a new round (``_topics.py``);
 - :func:`partition_for_key` — Kafka's own default partitioner (murmur2), so apportion's producer and every other
   Kafka producer put a key in the same partition (``_partitioner.py``);
-- :class:`Producer` — keyed, idempotent records into a topic (``_producer.py``);
+- :class:`Producer` — keyed, idempotent records into a topic (``_producer.py``); :func:`create_topic` makes one;
+- :class:`KafkaCluster` — a local Apache Kafka (KRaft nodes from Kafka's Maven artifacts on free loopback ports,
+  always stopped): ``apportion demo --source kafka``'s broker and the tests' (``_broker.py``);
 - :class:`TopicConsumer`, :func:`run_consumer` — a group member that consumes exactly the partitions it owns, from
   the store's fenced checkpoints, committing per batch (``_consumer.py``, ``_run.py``: ``apportion kafka consume``);
 - :class:`KafkaPythonStickyAssignor`, :class:`AiokafkaStickyAssignor` — seed 4's constrained sticky assignor inside
@@ -26,9 +28,11 @@ from apportion.kafka._assignor import (
     decode_claim,
     encode_claim,
 )
+from apportion.kafka._broker import KafkaCluster, KafkaNode, kafka_classpath
 from apportion.kafka._client import (
     DEFAULT_CONNECT_TIMEOUT_S,
     KafkaConfig,
+    create_topic,
     topic_partitions,
     validate_topic,
 )
@@ -55,8 +59,10 @@ __all__ = [
     "StaleClaims",
     "Subscription",
     "assign_group",
+    "create_topic",
     "decode_claim",
     "encode_claim",
+    "kafka_classpath",
     "DEFAULT_BATCH",
     "DEFAULT_COMMIT_DELAY_S",
     "DEFAULT_CONNECT_TIMEOUT_S",
@@ -65,7 +71,9 @@ __all__ = [
     "STARTS",
     "Emit",
     "Handle",
+    "KafkaCluster",
     "KafkaConfig",
+    "KafkaNode",
     "KafkaKey",
     "Producer",
     "Requested",

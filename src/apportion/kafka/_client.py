@@ -161,6 +161,28 @@ def topic_partitions(config: KafkaConfig, topics: Iterable[str], *, admin: Any =
     return counts
 
 
+def create_topic(config: KafkaConfig, topic: str, partitions: int, *, replication: int = 1) -> None:
+    """Create ``topic`` with ``partitions`` partitions (``replication`` copies each); an unreachable broker, refused
+    credentials, a topic that exists already or that the broker refuses are one ``BrokerUnavailable`` line."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+    validate_topic(topic)
+    if partitions < 1 or replication < 1:
+        raise InvalidRequest("partitions", f"a topic needs >= 1 partitions and copies, got {partitions}/{replication}")
+    errors = ErrorWatch()
+    admin = admin_client(config, errors)
+    topic_partitions(config, [], admin=admin)  # reachable, credentials accepted: or one line, within the timeout
+    future = admin.create_topics([NewTopic(topic, partitions, replication)])[topic]
+    try:
+        future.result(timeout=max(30.0, config.connect_timeout_s))
+    except KafkaException as exc:
+        reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+        raise BrokerUnavailable(f"cannot create topic {topic!r} on {config.who}: {reason}") from exc
+    except TimeoutError as exc:  # concurrent.futures' (an alias of the builtin since 3.11)
+        raise errors.failure(config, f"cannot create topic {topic!r}") from exc
+
+
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
     "SASL_MECHANISMS",
@@ -168,6 +190,7 @@ __all__ = [
     "ErrorWatch",
     "KafkaConfig",
     "admin_client",
+    "create_topic",
     "topic_partitions",
     "validate_topic",
 ]
