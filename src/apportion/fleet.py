@@ -2,11 +2,12 @@
 lines, always clean up.
 
 The one harness behind the demo, the process tests, the benches and the nemesis; it needs no extra (a fleet of
-`apportion worker` processes runs without Spark). ``worker_args`` and ``pipeline_args`` build the two command lines.
-Each worker runs in its own session (``start_new_session``), so a signal to its process group reaches its Spark JVM
-too; its stdout and stderr go to ``<logs>/<id>.log``, whose event lines (``apportion.events``) are read
-incrementally by ``WorkerLog`` (``count_only`` kinds, such as the committer's one ``commit`` line per partition and
-batch, are counted without being parsed or kept: a large fleet writes thousands a second). ``WorkerProcess.applied``
+`apportion worker` processes runs without Spark). ``worker_args``, ``pipeline_args`` and ``kafka_pipeline_args`` (the
+pipeline on Kafka) build the command lines. Each worker runs in its own session (``start_new_session``), so a signal
+to its process group reaches its Spark JVM too; its stdout and stderr go to ``<logs>/<id>.log``, whose event lines
+(``apportion.events``) are read incrementally by ``WorkerLog`` (``count_only`` kinds, such as the committer's one
+``commit`` line per partition and batch, are counted without being parsed or kept: a large fleet writes thousands a
+second). ``WorkerProcess.applied``
 is what a worker's lines say it holds (assigned, less revoked and lost). ``Fleet`` is a context manager: on exit
 every process still running is resumed (SIGCONT) and killed (SIGKILL), whatever happened.
 
@@ -46,6 +47,17 @@ def pipeline_args(
     return [
         sys.executable, "-m", "apportion.cli", "pipeline", "run", "--store", store_url, "--group", group,
         "--input", str(input_dir), "--output", str(output_dir), "--resource", resource, *options,
+    ]  # fmt: skip
+
+
+def kafka_pipeline_args(
+    store_url: str, group: str, bootstrap: str, topics: Sequence[str], output_dir: str | Path, *options: str
+) -> list[str]:
+    """The command line of `apportion pipeline run --kafka` for a group over ``topics``, without ``--id``."""
+    topic_options = [option for topic in topics for option in ("--topic", topic)]
+    return [
+        sys.executable, "-m", "apportion.cli", "pipeline", "run", "--store", store_url, "--group", group,
+        "--kafka", bootstrap, *topic_options, "--output", str(output_dir), *options,
     ]  # fmt: skip
 
 
@@ -303,4 +315,4 @@ class Fleet:
         self.kill_all()
 
 
-__all__ = ["Fleet", "WorkerLog", "WorkerProcess", "pipeline_args", "worker_args"]
+__all__ = ["Fleet", "WorkerLog", "WorkerProcess", "kafka_pipeline_args", "pipeline_args", "worker_args"]

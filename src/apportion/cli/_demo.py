@@ -12,7 +12,7 @@ from rich.console import Console
 
 from apportion.cli._app import app
 from apportion.cli._common import seconds
-from apportion.demo import DemoConfig, run_demo, summary_json
+from apportion.demo import SOURCES, DemoConfig, kafka_config, run_demo, summary_json
 from apportion.spark.engine import connect_address
 
 MARKER = ".apportion-demo"  # in every directory a demo writes: what --clean checks before it deletes one
@@ -54,6 +54,20 @@ MARKER = ".apportion-demo"  # in every directory a demo writes: what --clean che
     help="A running Spark Connect server (apportion spark serve) for every worker and the report, instead of one "
     "the demo starts and stops (shared engine only).",
 )
+@click.option(
+    "--source",
+    type=click.Choice(SOURCES),
+    default="log",
+    show_default=True,
+    help="log: apportion's Parquet log (embedded, nothing to run); kafka: a Kafka topic on a local KRaft broker the "
+    "demo starts and stops (needs Java 17+ and Maven: the broker comes from Maven Central), or on --bootstrap.",
+)
+@click.option(
+    "--bootstrap",
+    metavar="HOST:PORT",
+    default=None,
+    help="With --source kafka: a running Kafka broker to use instead of one the demo starts (nothing is started).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON at the end.")
 def demo(
     directory: Path | None,
@@ -66,13 +80,20 @@ def demo(
     no_report: bool,
     engine: str,
     spark_url: str | None,
+    source: str,
+    bootstrap: str | None,
     as_json: bool,
 ) -> None:
     """Run the main job: produce records, run Spark pipeline workers through churn and faults, verify exactly-once.
 
-    Exits 1 when any check fails.
+    Exits 1 when any check fails. With --source kafka the same scenario and checks run on a Kafka topic (but the
+    state checks: the pipeline on Kafka is not stateful).
     """
-    if spark_url is not None:  # before anything is written
+    if bootstrap is not None:  # before anything is written
+        if source != "kafka":
+            raise click.UsageError("--bootstrap is the Kafka demo's broker: it goes with --source kafka")
+        kafka_config(bootstrap)  # HOST:PORT that answers, or one line saying what is wrong
+    if spark_url is not None:
         if engine != "shared":
             raise click.UsageError("--spark is the shared engine's server: it does not go with --engine per-worker")
         connect_address(spark_url)  # sc://host:port, or one line saying what was expected
@@ -101,6 +122,8 @@ def demo(
         report=not no_report,
         shared_spark=engine == "shared",
         spark_url=spark_url,
+        source=source,
+        bootstrap=bootstrap,
     )
     result = run_demo(config, Console())
     if as_json:

@@ -26,12 +26,20 @@ checked too: if SIGSTOP missed the zombie's window between writing and committin
 at its next batch. The job exits non-zero when any check fails. Child processes are always stopped (SIGCONT +
 SIGKILL) when the demo ends, whatever happens.
 
-The package: ``_config`` (sizes, timings, time limits), ``_source`` (the record source), ``_scenario`` (the steps),
-``_checks`` (exactly once, the results table), ``_report`` (Spark analytics → HTML).
+On Kafka (``apportion demo --source kafka``): the same steps and checks, the records in a new topic of a local
+single-node KRaft broker the demo starts and always stops (``apportion.kafka.KafkaCluster``: Java 17+ and Maven; or
+``--bootstrap`` a running one), the workers reading it with ``pipeline run --kafka/--topic`` (the shared Connect
+server gets Spark's Kafka connector: ``$APPORTION_KAFKA_JARS``, else Spark's package resolution), exactly once
+verified against the topic (``verify_kafka``). The pipeline on Kafka is not stateful, so the state check is
+skipped, in one line of the output.
+
+The package: ``_config`` (sizes, timings, time limits), ``_source`` (the record sources: the log, a Kafka topic),
+``_scenario`` (the steps), ``_checks`` (exactly once, the results table), ``_report`` (Spark analytics → HTML).
 """
 
 from apportion.demo._checks import DemoResult, summary_json
-from apportion.demo._config import DemoConfig
+from apportion.demo._config import SOURCES, DemoConfig
 from apportion.demo._scenario import run_demo
+from apportion.demo._source import kafka_config
 
-__all__ = ["DemoConfig", "DemoResult", "run_demo", "summary_json"]
+__all__ = ["SOURCES", "DemoConfig", "DemoResult", "kafka_config", "run_demo", "summary_json"]

@@ -10,6 +10,7 @@ from apportion.errors import InvalidRequest
 from apportion.fleet import WorkerLog
 
 GROUP = "orders"
+SOURCES = ("log", "kafka")  # apportion demo --source
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,8 @@ class DemoConfig:
     shared_spark: bool = True  # one Spark Connect server for all; False: a local[1] JVM per worker (the old design)
     spark_url: str | None = None  # a running Spark Connect server (sc://host:port) to share instead of starting one
     timeout_s: float = 180.0  # the floor of the start-up limit (x the load factor); others derive from observations
+    source: str = "log"  # where the records go and the workers read them: apportion's Parquet log, or "kafka"
+    bootstrap: str | None = None  # with source "kafka": a running broker (HOST:PORT) instead of one the demo starts
 
     def __post_init__(self) -> None:
         if self.records < 1:
@@ -39,6 +42,10 @@ class DemoConfig:
             raise InvalidRequest("partitions", "must be >= 2")
         if self.workers < 2:
             raise InvalidRequest("workers", "must be >= 2 (one is killed, one frozen)")
+        if self.source not in SOURCES:
+            raise InvalidRequest("--source", f"one of {', '.join(SOURCES)}, got {self.source!r}")
+        if self.bootstrap is not None and self.source != "kafka":
+            raise InvalidRequest("--bootstrap", "is the Kafka demo's broker: it goes with --source kafka")
         if self.spark_url is not None and not self.shared_spark:
             raise InvalidRequest("--spark", "is the shared engine's server: it does not go with --engine per-worker")
 
@@ -89,4 +96,4 @@ class Pace:
         return max(60.0, 4.0 * self.batch_s + 2.0 * self.protocol_s) * self.load
 
 
-__all__ = ["GROUP", "DemoConfig", "Pace"]
+__all__ = ["GROUP", "SOURCES", "DemoConfig", "Pace"]

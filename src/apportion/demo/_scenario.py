@@ -8,6 +8,7 @@ import json
 import shlex
 import signal
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,31 +16,59 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from apportion.demo._checks import Check, DemoResult, check_output, print_checks
+from apportion.demo._checks import Check, DemoResult, print_checks
 from apportion.demo._config import GROUP, DemoConfig, Pace
 from apportion.demo._report import report
-from apportion.demo._source import RecordSource
+from apportion.demo._source import LogRecords, RecordSource, TopicRecords, kafka_config
 from apportion.errors import ApportionError
 from apportion.events import WorkerEvent
-from apportion.fleet import Fleet, WorkerLog, pipeline_args
+from apportion.fleet import Fleet, WorkerLog
 from apportion.group import HistoryType, history, owned_by, owners, settled
 from apportion.spark import ConnectServer
-from apportion.spark.engine import connect_session
+from apportion.spark.engine import connect_session, kafka_connector_config
 from apportion.store import Store, connect
 from apportion.waiting import wait_for
 
 
-def _fleet(config: DemoConfig, store_url: str, spark_url: str | None, log_dir: Path, output_dir: Path) -> Fleet:
+def _fleet(config: DemoConfig, store_url: str, spark_url: str | None, source: RecordSource, output_dir: Path) -> Fleet:
     """The demo's workers (stopped with SIGCONT + SIGKILL when the ``with`` block ends, whatever happens): thin
-    clients of the shared Spark Connect server ``spark_url``, no JVM of their own (None: a JVM each)."""
+    clients of the shared Spark Connect server ``spark_url``, no JVM of their own (None: a JVM each), reading what
+    ``source`` gives them."""
     c = config
     engine = ("--spark", spark_url) if spark_url else ("--master", "local[1]", "--driver-memory", "768m")
-    args = pipeline_args(
-        store_url, GROUP, log_dir, output_dir, GROUP,
+    args = source.worker_args(
+        store_url, output_dir,
         "--batch-records", str(c.batch_records), "--ttl", str(c.ttl_s), "--settle", str(c.settle_s),
-        "--min-interval", str(c.min_interval_s), *engine, "--state-dir", str(c.directory / "state"),
+        "--min-interval", str(c.min_interval_s), *engine,
     )  # fmt: skip
     return Fleet(c.directory / "logs", args)
+
+
+@contextlib.contextmanager
+def _record_source(config: DemoConfig, log_dir: Path, step: Callable[[str], None]) -> Iterator[RecordSource]:
+    """The demo's input (``_source``): the log under ``log_dir``; or (``source="kafka"``) a new topic on the broker
+    at ``bootstrap``, or on a single-node KRaft broker started here and stopped when the block ends, whatever
+    happens. The source's producer stops first."""
+    with contextlib.ExitStack() as stack:
+        if config.source != "kafka":
+            source: RecordSource = LogRecords(config, log_dir)
+        else:
+            if config.bootstrap is not None:
+                kafka = kafka_config(config.bootstrap)
+                step(f"Kafka broker at {config.bootstrap} (--bootstrap): nothing started, nothing stopped")
+            else:
+                from apportion.kafka import KafkaCluster
+
+                started = time.monotonic()
+                broker = stack.enter_context(KafkaCluster.run(config.directory / "kafka", nodes=1))
+                kafka = kafka_config(broker.bootstrap)
+                step(f"Kafka broker (KRaft, one node, Kafka's Maven artifacts) up at {broker.bootstrap} after "
+                     f"{time.monotonic() - started:.1f} s; stopped when the demo ends")  # fmt: skip
+            topic = f"{GROUP}-{uuid.uuid4().hex[:8]}"  # a new topic each run, also on a broker that outlives it
+            source = TopicRecords(config, kafka, topic)
+            step(f"topic {topic} created with {config.partitions} partitions")
+        stack.callback(source.stop)
+        yield source
 
 
 @contextlib.contextmanager
@@ -63,20 +92,15 @@ def _spark_engine(config: DemoConfig, step: Callable[[str], None]) -> Iterator[s
         return
     log_path = config.directory / "logs" / "spark-connect.log"
     started = time.monotonic()
-    with ConnectServer("local[2]", port=0, driver_memory="2g", log_path=log_path) as server:
+    # on Kafka, the server reads the topic for every worker: Spark's Kafka connector on its classpath
+    connector = kafka_connector_config() if config.source == "kafka" else None
+    with ConnectServer("local[2]", port=0, driver_memory="2g", log_path=log_path, config=connector) as server:
         warm_s = server.check_session()
         step(
             f"Spark Connect server up at {server.url} after {time.monotonic() - started:.1f} s: one JVM shared by "
             f"every worker and the report (first query {warm_s:.1f} s)"
         )
         yield server.url
-
-
-def _remaining(store: Store, log_dir: Path) -> int:
-    from apportion.log import PartitionedLog
-    from apportion.spark import uncommitted_records
-
-    return sum(uncommitted_records(store, GROUP, PartitionedLog(log_dir), GROUP).values())
 
 
 def dashboard_command(store_url: str) -> str:
@@ -98,17 +122,14 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
         console.print(f"[bold cyan][{time.monotonic() - began:6.1f}s][/] {text}", soft_wrap=True)  # copyable lines
 
     step(f"working directory {d}")
-    source = RecordSource(config, log_dir)
-    source.append(config.records // 2)
-    step(
-        f"produced {source.produced:,} of {config.records:,} records into {config.partitions} partitions "
-        "(routing: pmod(xxhash64(key), n)); the rest streams in while the group churns"
-    )
-    try:
+    with _record_source(config, log_dir, step) as source:
+        source.append(config.records // 2)
+        step(
+            f"produced {source.produced:,} of {config.records:,} records into {config.partitions} partitions of "
+            f"{source.resource} (routing: {source.routing}); the rest streams in while the group churns"
+        )
         with _spark_engine(config, step) as spark_url:
-            _run_scenario(config, source, store_url, spark_url, log_dir, output_dir, result, step, console)
-    finally:
-        source.stop()
+            _run_scenario(config, source, store_url, spark_url, output_dir, result, step, console)
     print_checks(result, console)
     return result
 
@@ -118,7 +139,6 @@ def _run_scenario(
     source: RecordSource,
     store_url: str,
     spark_url: str | None,
-    log_dir: Path,
     output_dir: Path,
     result: DemoResult,
     step: Callable[[str], None],
@@ -126,7 +146,7 @@ def _run_scenario(
 ) -> None:
     produced = config.records
     d = config.directory
-    with connect(store_url) as store, _fleet(config, store_url, spark_url, log_dir, output_dir) as fleet:
+    with connect(store_url) as store, _fleet(config, store_url, spark_url, source, output_dir) as fleet:
         ids = [f"w{i}" for i in range(1, config.workers + 2)]
         first, joiner = ids[:-1], ids[-1]
         zombie = first[1]
@@ -138,10 +158,7 @@ def _run_scenario(
             # commit meets the fence.
             slow = ("--slow-commit", "1.5") if wid == zombie else ()
             fleet.start(wid, *slow)
-        step(
-            f"started {len(first)} pipeline workers ({', '.join(first)}), sticky strategy, stateful (per-key "
-            "aggregates per partition backed by a fenced changelog)"
-        )
+        step(f"started {len(first)} pipeline workers ({', '.join(first)}), sticky strategy, {source.workers}")
 
         def running(*wids: str) -> Callable[[], None]:
             return lambda: fleet.check(wids)
@@ -166,7 +183,7 @@ def _run_scenario(
             remaining = [produced]
 
             def advance() -> int:
-                remaining[0] = _remaining(store, log_dir)
+                remaining[0] = source.remaining(store)
                 progress.update(bar, completed=produced - remaining[0])
                 return remaining[0]
 
@@ -294,7 +311,7 @@ def _run_scenario(
         graceful = all(code == 0 for wid, code in exits.items() if wid != victim)
         result.checks.append(Check("graceful stop", graceful, json.dumps(exits)))
 
-        result.checks.extend(check_output(store, log_dir, output_dir, step))
+        result.checks.extend(source.checks(store, output_dir, step))
         if config.report:
             result.report_path, overlap_check = report(store, d, spark_url, step, result.checks)
             result.checks.append(overlap_check)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 
 from apportion.errors import InvalidRequest
@@ -91,12 +91,24 @@ def synthetic_records(rng: random.Random, key_count: int, first: int, count: int
 
 class SeededRecords:
     """``total`` seeded sample records (``synthetic_records``) appended to ``resource`` in chunks, in order: the same
-    seed gives the same records whatever the chunk sizes (the demo's and the nemesis's input)."""
+    seed gives the same records whatever the chunk sizes (the demo's and the nemesis's input). ``sink`` sends each
+    chunk somewhere else than the log (``log`` then None): the demo's Kafka topic."""
 
     def __init__(
-        self, log: PartitionedLog, resource: str, total: int, *, keys: int, seed: int, batch_records: int = 10_000
+        self,
+        log: PartitionedLog | None,
+        resource: str,
+        total: int,
+        *,
+        keys: int,
+        seed: int,
+        batch_records: int = 10_000,
+        sink: Callable[[list[tuple[str, str]]], object] | None = None,
     ) -> None:
+        if (log is None) == (sink is None):
+            raise InvalidRequest("log", "give the log to append to or a sink, one of them")
         self.log = log
+        self.sink = sink
         self.resource = resource
         self.total = total
         self.keys = keys
@@ -130,8 +142,13 @@ class SeededRecords:
         count = min(count, self.total - self.produced)
         if count <= 0:
             return 0
-        with Producer(self.log, self.resource, batch_records=self.batch_records) as producer:
-            producer.send_many(synthetic_records(self.rng, self.keys, self.produced, count))
+        records = synthetic_records(self.rng, self.keys, self.produced, count)
+        if self.sink is not None:
+            self.sink(records)
+        else:
+            assert self.log is not None  # __init__: one of them
+            with Producer(self.log, self.resource, batch_records=self.batch_records) as producer:
+                producer.send_many(records)
         self.produced += count
         return count
 

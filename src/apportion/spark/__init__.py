@@ -11,7 +11,8 @@
   ``handoffs`` measures each moved partition's time without an active (``_stateful``). The local state store
   itself and its changelog are the public module ``apportion.spark.state`` (``PartitionState``, ``restore``, ...).
 - ``read_committed(spark_or_none, store, group, output_dir)`` — the ONLY correct way to read pipeline output;
-  ``verify(...)`` compares it with the input log (``_output``), ``verify_kafka(...)`` with a Kafka topic.
+  ``verify(...)`` compares it with the input log (``_output``), ``verify_kafka(...)`` with a Kafka topic;
+  ``committed_checkpoints`` / ``uncommitted_records`` — how far each partition is committed.
 - ``KafkaSource`` — Kafka topics as a pipeline's input, read by Spark's executors (``_kafka``; the seam is
   ``_source``).
 - Analyse: ``events_frame`` (``group.history`` → DataFrame), ``ownership_intervals``, ``unowned_gaps``, ``overlaps``,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     from apportion.spark.pipeline._output import (
         Checkpoint,
         VerifyReport,
+        committed_checkpoints,
         read_committed,
         read_committed_arrow,
         uncommitted_records,
@@ -107,6 +109,7 @@ _LAZY = {
     "writable_dir": "apportion.spark.pipeline._worker",
     "simulate_grid": "apportion.spark.analytics._grid",
     "uncommitted_records": "apportion.spark.pipeline._output",
+    "committed_checkpoints": "apportion.spark.pipeline._output",
     "connect_address": "apportion.spark.engine._session",
     "validate_master": "apportion.spark.engine._session",
     "reach_master": "apportion.spark.engine._session",
@@ -139,6 +142,7 @@ __all__ = [
     "StatefulPartitions",
     "VerifyReport",
     "balance_over_time",
+    "committed_checkpoints",
     "connect_address",
     "events_frame",
     "handoff_latency",
