@@ -25,7 +25,7 @@ import pytest
 
 from apportion.errors import InvalidRequest
 from apportion.fleet import Fleet, WorkerProcess
-from apportion.spark.pipeline._kafka import lost_records, spark_kafka_options
+from apportion.spark.pipeline._kafka import KafkaSource, lost_records, reader_group_id, spark_kafka_options
 from apportion.store import connect
 from apportion.waiting import wait_for
 from tests.kafka import conftest as kafka_fixtures
@@ -210,6 +210,29 @@ def test_spark_gets_the_brokers_the_protocol_and_a_jaas_line_for_sasl() -> None:
     assert options["kafka.security.protocol"] == "SASL_PLAINTEXT" and options["kafka.sasl.mechanism"] == "PLAIN"
     assert options["kafka.sasl.jaas.config"] == (
         'org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="se\\"cret";'
+    )
+
+
+@pytest.mark.xdist_group("thin-workers")
+def test_two_pipelines_with_other_client_settings_read_one_partition_on_one_connect_server(
+    connect_server: Any, kafka: Any, topic: str
+) -> None:
+    """Spark's executors pool their Kafka consumers by (group id, partition) and fail a task whose settings differ from
+    the pooled consumer's: two groups on one server reading one topic, one in plain text and one with SASL
+    credentials, must each get consumers of their own (``reader_group_id``)."""
+    from apportion.kafka import KafkaConfig
+    from apportion.spark import spark_session
+
+    create_topic(kafka.bootstrap, topic, 1)
+    produce(kafka.bootstrap, topic, 0, 300)
+    plain = KafkaConfig(kafka.bootstrap)
+    sasl = KafkaConfig(kafka.sasl_bootstrap, username="alice", password="alice-secret", sasl_mechanism="PLAIN")
+    spark = spark_session(connect_server.url)
+    counts = [KafkaSource(c)._reader(spark, topic, {0: (0, 300)}).load().count() for c in (plain, sasl, plain)]
+    assert counts == [300, 300, 300]
+    assert reader_group_id(spark_kafka_options(plain)) != reader_group_id(spark_kafka_options(sasl))
+    assert reader_group_id(spark_kafka_options(plain)) == reader_group_id(
+        spark_kafka_options(KafkaConfig(kafka.bootstrap))
     )
 
 

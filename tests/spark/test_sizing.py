@@ -18,6 +18,7 @@ from apportion.spark.pipeline._sizing import (
     MAX_RECORDS,
     MIN_RECORDS,
     STATEFUL_MAX_RECORDS,
+    TAIL,
     BatchSize,
 )
 
@@ -50,6 +51,31 @@ def test_the_next_size_stays_within_its_bounds_and_grows_at_most_fourfold(
     assert after <= max(records, used * GROWTH, MIN_RECORDS)
     if took > target:  # over the target: never larger than what it used
         assert after <= max(used, MIN_RECORDS)
+
+
+@given(sizes, st.booleans(), st.integers(0, 10**9), st.integers(0, 3 * MAX_RECORDS), st.booleans())
+def test_a_task_takes_the_size_or_a_small_remainder_whole_never_past_the_end_or_the_cap(
+    records: int, adaptive: bool, start: int, backlog: int, stateful: bool
+) -> None:
+    most = STATEFUL_MAX_RECORDS if stateful else None
+    records = min(records, most) if most is not None else records
+    size = BatchSize(records, 10.0 if adaptive else None, most=most)
+    end = size.end(start, start + backlog)
+    assert start <= end <= start + backlog  # never past what the source has
+    if not adaptive or backlog <= records:  # a fixed size is the user's; within the size, the backlog is all of it
+        assert end == min(start + backlog, start + records)
+        return
+    cap = min(size.most, int(records * (1 + TAIL)))
+    # adaptive: the whole backlog when what would remain is at most TAIL of the size (and within the cap); else the size
+    assert end == (start + backlog if backlog <= cap else start + records)
+
+
+def test_the_last_few_records_of_a_partition_ride_with_the_batch_before() -> None:
+    size = BatchSize(None, 10.0)
+    size.records = 100_000
+    assert size.end(0, 124_000) == 124_000  # 24,000 left would have been a batch of its own
+    assert size.end(0, 126_000) == 100_000  # 26,000 is a batch worth its fixed cost
+    assert BatchSize(100_000).end(0, 101_000) == 100_000  # a given size is kept exactly
 
 
 def run_batches(size: BatchSize, fixed_s: float, per_used_s: float, batches: int) -> list[float]:

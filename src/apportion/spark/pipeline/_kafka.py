@@ -30,7 +30,10 @@ passed. Through Spark Connect the password travels in the query plan to the serv
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -38,12 +41,16 @@ from typing import TYPE_CHECKING, Any
 
 from apportion.errors import BrokerUnavailable, InvalidRequest, RecordsLost, SparkUnavailable
 from apportion.kafka import KafkaConfig, topic_partitions
-from apportion.spark.pipeline._output import InputRecords, VerifyReport, verify_records
+from apportion.spark.pipeline._output import Checkpoint, InputRecords, VerifyReport, verify_records
 from apportion.spark.pipeline._source import Frame, Task
 from apportion.store import Store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from apportion.spark.pipeline._pipeline import Transform
+
+log = logging.getLogger("apportion.pipeline")
 
 DEFAULT_WAIT_S = 60.0
 """How long the offsets may stay unanswered, over consecutive batches, before ``BrokerUnavailable`` (or fewer: at
@@ -51,15 +58,44 @@ the batch loop's last allowed failure)."""
 ATTEMPT_S = 10.0
 """How long one ``ends`` call retries (holding the batch's partition locks) before the batch fails."""
 MIN_ATTEMPTS = 3
+WARM_UP_RECORDS = 1_000
+"""The most records a worker's warm-up reads (``KafkaSource.warm_up``): the read path's classes and one consumer."""
 
 
 READER_GROUP_ID = "apportion-pipeline"
-"""The Kafka group id of the executors' consumers. Spark's default is a new id per read, and its executors keep their
-consumers in a pool keyed by (group id, partition): every batch then opened a new consumer per partition. One id lets
-the next batch reuse them: a batch of 8 partitions x 50 records read and written in 0.98 s instead of 1.16 s (median of
-8 alternating reads, local[1], idle machine). The group is never joined: the reads ``assign`` their partitions and
-commit nothing (apportion's store holds the offsets), so Spark's caution about sharing an id (queries splitting a
-subscription's partitions) does not apply."""
+"""The prefix of the Kafka group id of the executors' consumers (``reader_group_id``). Spark's default is a new id per
+read, and its executors keep their consumers in a pool keyed by (group id, partition): every batch then opened a new
+consumer per partition. One id lets the next batch reuse them: a batch of 8 partitions x 50 records read and written in
+0.98 s instead of 1.16 s (median of 8 alternating reads, local[1], idle machine). The group is never joined: the reads
+``assign`` their partitions and commit nothing (apportion's store holds the offsets), so Spark's caution about sharing
+an id (queries splitting a subscription's partitions) does not apply."""
+
+READER_OPTIONS = {
+    "kafka.max.partition.fetch.bytes": str(4 << 20),
+    "kafka.receive.buffer.bytes": str(4 << 20),
+}
+"""The executors' consumer settings apportion sets (the Java client's defaults otherwise). Spark asks for a 64 KiB
+socket buffer and the client fetches at most 1 MiB per partition per request, so reading a backlog of small records is
+thousands of round trips with the broker. Measured reading 1,000,000 records of 8 partitions (sha2 of each value,
+counted) on a warm local[2] JVM, medians of 4-5 alternating reads on 2 cores: 4.2-4.3 s with these against 5.0-6.2 s
+with the defaults (bench: docs/benchmarks/streaming.md). A larger ``max.poll.records`` was no faster (it only hands
+over what was already fetched). The cost: a cached consumer may hold one fetch of up to 4 MiB per partition beyond its
+range (Spark keeps at most ``spark.kafka.consumer.cache.capacity``, 64, consumers per executor)."""
+
+
+_DIGEST_KEY = os.urandom(16)
+
+
+def reader_group_id(options: Mapping[str, str]) -> str:
+    """The executors' group id for this process's reads with these ``kafka.*`` options: :data:`READER_GROUP_ID` and a
+    digest of them. Spark's consumer pool refuses to hand a task a cached consumer of the same (group id, partition)
+    made with other settings ("Kafka parameters for same cache key should be equal": the task fails), as two pipelines
+    on one Connect server reading one topic with different credentials or brokers would; with the digest each has its
+    own. The digest is keyed by a random key of this process because the options may hold a password and the broker
+    sees the group id: a worker's id is its own, so a partition that moves to another worker on the same server gets a
+    new consumer (one consumer's start), as it would on another engine."""
+    digest = hashlib.blake2b(json.dumps(sorted(options.items())).encode(), digest_size=6, key=_DIGEST_KEY)
+    return f"{READER_GROUP_ID}-{digest.hexdigest()}"
 
 
 class OffsetsUnavailable(Exception):
@@ -184,15 +220,31 @@ class KafkaSource:
                 raise InvalidRequest("kafka-option", str(exc)) from exc
         return self._admin
 
-    def check(self, spark: SparkSession, topic: str) -> None:
-        """Before joining: the engine has Spark's Kafka connector (an empty read of ``topic`` run as a job; through
-        Connect, the server's classpath); ``SparkUnavailable`` saying how to give it otherwise. The job also loads the
-        Kafka source's classes and client, as ``warm_up`` does for the rest of the batch path: measured, a cold first
-        Kafka batch took several times a warm one, and the adaptive size shrank the next ones accordingly."""
-        from apportion.spark.engine import JARS_ENV, is_connect
+    def warm_up_task(self, topic: str) -> Task | None:
+        """A task over ``topic``'s first records (at most :data:`WARM_UP_RECORDS`, of its first partition that holds
+        any) for ``warm_up``; None when every partition is empty."""
+        n = self.partitions(topic)
+        earliest, latest = self._offsets(topic, range(n))
+        for p in range(n):
+            if latest[p] > earliest[p]:
+                return Task(p, 0, earliest[p], min(latest[p], earliest[p] + WARM_UP_RECORDS), Checkpoint())
+        return None
 
+    def warm_up(self, spark: SparkSession, topic: str, transform: Transform) -> float:
+        """Before joining: the batch path warmed up on ``topic``'s first records (``warm_up`` with
+        :meth:`warm_up_task`; on an empty topic, an empty read of it run as a job, then the one-record log), which
+        also proves the engine has Spark's Kafka connector (through Connect, the server's classpath):
+        ``SparkUnavailable`` saying how to give it otherwise. Returns the seconds it took."""
+        from apportion.spark.engine import JARS_ENV, is_connect
+        from apportion.spark.pipeline._pipeline import warm_up
+
+        started = time.perf_counter()
         try:
-            self._reader(spark, topic, {0: (0, 0)}).load().count()
+            task = self.warm_up_task(topic)
+            if task is None:
+                self._reader(spark, topic, {0: (0, 0)}).load().count()
+                return warm_up(spark, transform)
+            return warm_up(spark, transform, (self, topic, task))
         except Exception as exc:
             if "DATA_SOURCE_NOT_FOUND" not in str(exc) and "Failed to find data source" not in str(exc):
                 raise
@@ -202,17 +254,20 @@ class KafkaSource:
                 else f"set {JARS_ENV} to its jars (scripts/ensure-spark-kafka.sh) or let Spark resolve its package"
             )
             raise SparkUnavailable(f"Spark has no Kafka connector (spark-sql-kafka-0-10): {remedy}") from exc
+        finally:
+            log.debug("warm-up on topic %r: %.2f s", topic, time.perf_counter() - started)
 
     def _reader(self, spark: SparkSession, topic: str, ranges: Mapping[int, tuple[int, int]]) -> Any:
         """Spark's batch read of ``topic``'s partitions ``{p: (start, end)}`` (executors read them)."""
+        options = {**spark_kafka_options(self.config), **READER_OPTIONS}
         return (
             spark.read.format("kafka")
-            .options(**spark_kafka_options(self.config))
+            .options(**options)
             .option("assign", json.dumps({topic: sorted(ranges)}))
             .option("startingOffsets", json.dumps({topic: {str(p): r[0] for p, r in ranges.items()}}))
             .option("endingOffsets", json.dumps({topic: {str(p): r[1] for p, r in ranges.items()}}))
             .option("failOnDataLoss", "true")
-            .option("kafka.group.id", READER_GROUP_ID)
+            .option("kafka.group.id", reader_group_id(options))
         )
 
     def frames(self, spark: SparkSession, resource: str, tasks: Sequence[Task]) -> list[Frame]:
@@ -278,8 +333,11 @@ __all__ = [
     "KafkaSource",
     "OffsetsUnavailable",
     "READER_GROUP_ID",
+    "READER_OPTIONS",
+    "WARM_UP_RECORDS",
     "lost_records",
     "read_topic",
+    "reader_group_id",
     "spark_kafka_options",
     "verify_kafka",
 ]

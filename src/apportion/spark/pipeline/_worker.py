@@ -206,7 +206,7 @@ def _run_kafka(
     source = KafkaSource(kafka)
     _run_resources(
         request, source, counts, settings, stop, signals=signals, spark_config=config,
-        check=lambda spark: source.check(spark, sorted(counts)[0]),
+        warm=lambda spark, function: source.warm_up(spark, sorted(counts)[0], function),
     )  # fmt: skip
 
 
@@ -219,10 +219,11 @@ def _run_resources(
     *,
     signals: bool,
     spark_config: Mapping[str, str] | None = None,
-    check: Callable[[Any], None] | None = None,
+    warm: Callable[[Any, Transform], float] | None = None,
 ) -> None:
     """``run_pipeline_worker`` over several resources of a log or Kafka topics (its docstring): ``spark_config``
-    for the JVM it starts, ``check(spark)`` before joining."""
+    for the JVM it starts, ``warm(spark, transform)`` the warm-up before joining (default: ``warm_up``'s one-record
+    log)."""
     from apportion.spark.engine import spark_session
     from apportion.spark.pipeline._pipeline import Pipeline, run_batches
     from apportion.spark.pipeline._resources import joined_resources
@@ -239,11 +240,9 @@ def _run_resources(
         spark = spark_session(s.master, s.driver_memory, f"apportion-pipeline-{worker_id}", config=spark_config)
         if signals:
             _stop_on_signals(stop)
-        if check is not None:
-            check(spark)
         pipelines = {name: Pipeline(spark, log, s.output_dir, name, **settings) for name in mine}
         emit = pipelines[mine[0]].emit
-        _started(emit, spark, settings["transform"], s.master, worker=worker_id, group=request.group,
+        _started(emit, spark, settings["transform"], s.master, warm=warm, worker=worker_id, group=request.group,
                  mode=defined.mode.name, resources=counts, subscriptions=mine)  # fmt: skip
         try:
             with joined_resources(defined, worker_id, pipelines, revoke_timeout_s=s.revoke_timeout_s):
@@ -260,11 +259,20 @@ def _run_resources(
                 spark.stop()
 
 
-def _started(emit: Emit, spark: Any, function: Transform, master: str, **fields: Any) -> None:
-    """Warm the transform up on ``spark``, then emit ``started`` with ``fields``, the warm-up time and the engine."""
+def _started(
+    emit: Emit,
+    spark: Any,
+    function: Transform,
+    master: str,
+    *,
+    warm: Callable[[Any, Transform], float] | None = None,
+    **fields: Any,
+) -> None:
+    """Warm the transform up on ``spark`` (``warm``, default ``warm_up``), then emit ``started`` with ``fields``, the
+    warm-up time and the engine."""
     from apportion.spark.pipeline._pipeline import warm_up
 
-    warm_s = warm_up(spark, function)
+    warm_s = (warm or warm_up)(spark, function)
     emit(WorkerEvent.STARTED, **fields, warm_up_s=round(warm_s, 2), spark=_engine(master))
 
 
