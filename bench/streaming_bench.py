@@ -30,6 +30,17 @@ partition's offset range per micro-batch), Structured Streaming with ``readStrea
 offsets; the same columns, transform and Parquet sink, ``Trigger.AvailableNow``. Both engines carry Spark's Kafka
 connector from ``scripts/ensure-spark-kafka.sh`` (``APPORTION_KAFKA_JARS``).
 
+``--rate R --duration S`` (with ``--source kafka``): end-to-end latency at a steady rate instead of throughput. Each run
+and side gets a new topic; the side starts on it empty (apportion: ``pipeline run --kafka`` until it owns every
+partition; Structured Streaming: ``readStream`` with its default trigger, a micro-batch as soon as the last one ends,
+until its first progress), then the bench produces ``R`` records/s for ``S`` s (ticks of 10 ms) and waits for the last
+one to be committed. A record's latency is from its Kafka timestamp (the producer's clock when it was produced) to
+the moment its output was committed: apportion's ``commit`` event of the range holding it (the checkpoint written, the
+output visible to ``read_committed``), Structured Streaming's file sink log entry of the batch holding it (the
+``_spark_metadata`` file's mtime: the batch visible to readers; its end offsets from the checkpoint's ``offsets``
+log). The first quarter of the run (at most 10 s) is left out on both sides (cold JVM code), and p50/p99/max of the
+rest reported; both sides run with the producer on the same 2 cores.
+
 Every run is checked before it counts: every input record is in the output, no (partition, offset) twice, and the
 per-key offset order is kept in the committed output's checkpoint order (apportion: a run that breaks it fails).
 Structured Streaming promises no order: its file sink writes a file per task, whose rows come in the order of the
@@ -38,7 +49,7 @@ per-key order (``order_kept``) rather than failing the run.
 
     PYTHONPATH=src .venv/bin/python bench/streaming_bench.py [--records 2000000] [--partitions 8] [--runs 3]
         [--engines local,connect] [--batch-records N (default: none, the pipeline's adaptive size)] [--stateful]
-        [--source log|kafka [--bootstrap HOST:PORT]]
+        [--source log|kafka [--bootstrap HOST:PORT] [--rate 20000 --duration 60]]
 
 Prints a Markdown table (and ``--json FILE`` writes every run).
 """
@@ -275,6 +286,219 @@ def run_streaming(
     return {"seconds": ended - spawned, "table": pa.concat_tables(chunks), "chunks": chunks}
 
 
+STEADY_CHILD = r"""
+import json, sys, time
+from apportion.spark import spark_session
+from apportion.spark.engine import kafka_connector_config
+from pyspark.sql import functions as F
+master, bootstrap, topic, out = sys.argv[1:5]
+spark = spark_session(master, "1g", "streaming-bench", config=kafka_connector_config())
+df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+      .option("startingOffsets", "earliest").load())
+df = df.select(F.col("partition").cast("int").alias("partition"), "offset", F.col("key").cast("string").alias("key"),
+               F.col("value").cast("string").alias("value"))
+df = df.select("partition", "offset", "key", "value", F.sha2(F.col("value"), 256).alias("digest"))
+query = df.writeStream.format("parquet").option("checkpointLocation", out + "/_checkpoint").start(out + "/data")
+while query.lastProgress is None:
+    time.sleep(0.05)
+print("ready", flush=True)
+sys.stdin.readline()  # the bench says when every record is committed
+query.stop()
+"""
+
+
+def produce_steady(bootstrap: str, topic: str, rate: int, duration_s: float, keys: int = 1000) -> int:
+    """``rate`` records/s into ``topic`` for ``duration_s`` s, in ticks of 10 ms (each record's Kafka timestamp is the
+    moment it was produced); returns how many."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                         "partitioner": "murmur2_random"})  # fmt: skip
+    began = time.monotonic()
+    sent = 0
+    while (now := time.monotonic() - began) < duration_s:
+        due = min(int(now * rate), int(duration_s * rate))
+        for i in range(sent, due):
+            producer.produce(topic, key=f"key-{i % keys}", value=f"v-{i}-{i * 7919 % 1000003:07d}")
+        sent = due
+        producer.poll(0)
+        time.sleep(0.01)
+    if producer.flush(120) != 0:
+        raise SystemExit("the producer could not deliver every record")
+    return sent
+
+
+def record_times(bootstrap: str, topic: str, partitions: int) -> dict[int, np.ndarray]:
+    """Each partition's records' Kafka timestamps (s), indexed by offset."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from apportion.kafka import KafkaConfig
+    from apportion.spark.pipeline._kafka import KafkaSource  # noqa: TID251 (its offsets call)
+
+    _, latest = KafkaSource(KafkaConfig(bootstrap))._offsets(topic, range(partitions))
+    times = {p: np.zeros(latest[p]) for p in range(partitions)}
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-times", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions) if latest[p] > 0])
+    left = sum(latest.values())
+    while left:
+        for message in consumer.consume(10_000, timeout=1.0):
+            p, offset = message.partition(), message.offset()
+            if message.error() is None and p is not None and offset is not None:
+                times[p][offset] = message.timestamp()[1] / 1000
+                left -= 1
+    consumer.close()
+    return times
+
+
+def latencies(commits: dict[int, list[tuple[float, int]]], times: dict[int, np.ndarray], since: float) -> np.ndarray:
+    """Every record's latency (s) produced at or after ``since``: ``commits[p]`` is ``(when, end offset)`` in order."""
+    found = []
+    for p, stamps in times.items():
+        start = 0
+        for when, end in sorted(commits.get(p, []), key=lambda c: c[1]):
+            chunk = stamps[start:end]
+            found.append(when - chunk[chunk >= since])
+            start = max(start, end)
+        if start < len(stamps):
+            raise SystemExit(f"partition {p}: offsets {start}..{len(stamps) - 1} were never committed")
+    return np.concatenate(found)
+
+
+def steady_apportion(work: Path, run: str, engine: list[str], bootstrap: str, topic: str, args: argparse.Namespace,
+                     partitions: int) -> tuple[int, dict[int, list[tuple[float, int]]]]:  # fmt: skip
+    from apportion.fleet import Fleet, kafka_pipeline_args
+    from apportion.waiting import wait_for
+
+    cli = kafka_pipeline_args(f"sqlite:///{work / f'store-{run}.db'}", "g", bootstrap, [topic], work / f"out-{run}",
+                              *engine, "--idle", "0.1", "--settle", "0.2", "--min-interval", "0.4")  # fmt: skip
+    with Fleet(work / f"logs-{run}", cli) as fleet:
+        worker = fleet.start("w1")
+        wait_for("the worker to own every partition", lambda: len(worker.applied()) == partitions, 600,
+                 alive=lambda: fleet.check(["w1"]), context=worker.tail)  # fmt: skip
+        produced = produce_steady(bootstrap, topic, args.rate, args.duration)
+
+        def ends() -> dict[int, int]:
+            return {int(c["partition"]): int(c["offset"]) for c in worker.of("commit")}
+
+        wait_for("every record committed", lambda: sum(ends().values()) >= produced, 600,
+                 alive=lambda: fleet.check(["w1"]), context=worker.tail)  # fmt: skip
+        fleet.stop_all(60)
+    commits: dict[int, list[tuple[float, int]]] = {}
+    for c in worker.of("commit"):
+        commits.setdefault(int(c["partition"]), []).append((float(c["time"]), int(c["offset"])))
+    return produced, commits
+
+
+def steady_streaming(work: Path, run: str, master: str, bootstrap: str, topic: str, args: argparse.Namespace,
+                     partitions: int) -> tuple[int, dict[int, list[tuple[float, int]]]]:  # fmt: skip
+    from apportion.waiting import wait_for
+
+    out = work / f"out-{run}"
+    command = [sys.executable, "-c", STEADY_CHILD, master, bootstrap, topic, str(out)]
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL}
+    child = subprocess.Popen(command, text=True, **pipes)  # type: ignore[call-overload]
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        if child.stdout.readline().strip() != "ready":
+            raise SystemExit(f"streaming {run} did not start (exit {child.wait()})")
+        produced = produce_steady(bootstrap, topic, args.rate, args.duration)
+
+        def batches() -> dict[int, tuple[float, dict[int, int]]]:
+            """Committed batches: id -> (when its sink log entry was written, end offsets by partition)."""
+            found = {}
+            for entry in (out / "data" / "_spark_metadata").glob("[0-9]*"):
+                batch = int(entry.name.split(".")[0])
+                offsets = out / "_checkpoint" / "offsets" / str(batch)
+                if offsets.is_file():
+                    ends = json.loads(offsets.read_text().splitlines()[2])[topic]
+                    found[batch] = (entry.stat().st_mtime, {int(p): int(o) for p, o in ends.items()})
+            return found
+
+        wait_for("every record committed", lambda: sum(max(batches().items())[1][1].values()) >= produced
+                 if batches() else False, 600)  # fmt: skip
+        child.stdin.write("stop\n")
+        child.stdin.flush()
+        child.wait(120)
+    finally:
+        child.kill()
+    commits: dict[int, list[tuple[float, int]]] = {}
+    for _, (when, ends) in sorted(batches().items()):
+        for p, end in ends.items():
+            commits.setdefault(p, []).append((when, end))
+    return produced, commits
+
+
+def steady(args: argparse.Namespace, engines: list[str], work: Path, bootstrap: str) -> None:
+    """The steady-rate latency runs (module docstring)."""
+    from apportion.kafka import KafkaConfig, create_topic
+
+    server = None
+    if "connect" in engines:
+        from apportion.spark import ConnectServer
+        from apportion.spark.engine import kafka_connector_config
+
+        server = ConnectServer("local[2]", args.port, log_path=work / "server.log", config=kafka_connector_config())
+        server.__enter__()
+        server.check_session()
+        # untimed, as for throughput: the first jobs of each kind on a fresh server are cold, whichever side ran first
+        warm = argparse.Namespace(**{**vars(args), "duration": min(args.duration, 10.0)})
+        for name in ("steady-warm-a", "steady-warm-s"):
+            create_topic(KafkaConfig(bootstrap), name, args.partitions)
+        thin = ["--spark", server.url]
+        steady_apportion(work, "steady-warm-a", thin, bootstrap, "steady-warm-a", warm, args.partitions)
+        steady_streaming(work, "steady-warm-s", server.url, bootstrap, "steady-warm-s", warm, args.partitions)
+    skip = min(10.0, args.duration / 4)
+    rows: list[dict[str, Any]] = []
+    try:
+        for n in range(args.runs):
+            for engine in engines:
+                sides = ["apportion", "streaming"] if n % 2 == 0 else ["streaming", "apportion"]
+                for side in sides:
+                    run = f"steady-{side}-{engine}-{n}"
+                    topic = f"steady-{side}-{engine}-{n}"
+                    create_topic(KafkaConfig(bootstrap), topic, args.partitions)
+                    load = os.getloadavg()[0]
+                    began = time.time()
+                    if side == "apportion":
+                        spec = ["--master", "local[1]"] if engine == "local" else ["--spark", server.url]  # type: ignore[union-attr]
+                        produced, commits = steady_apportion(work, run, spec, bootstrap, topic, args, args.partitions)
+                    else:
+                        master = "local[1]" if engine == "local" else server.url  # type: ignore[union-attr]
+                        produced, commits = steady_streaming(work, run, master, bootstrap, topic, args, args.partitions)
+                    times = record_times(bootstrap, topic, args.partitions)
+                    first = min(float(t[0]) for t in times.values() if len(t))
+                    lat = latencies(commits, times, first + skip)
+                    row = {"run": n, "engine": engine, "side": side, "load": round(load, 2), "produced": produced,
+                           "measured": int(lat.size), "p50_s": round(float(np.percentile(lat, 50)), 3),
+                           "p99_s": round(float(np.percentile(lat, 99)), 3), "max_s": round(float(lat.max()), 3),
+                           "seconds": round(time.time() - began, 1)}  # fmt: skip
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+                    shutil.rmtree(work / f"out-{run}", ignore_errors=True)
+    finally:
+        if server is not None:
+            server.__exit__(None, None, None)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=2))
+    print(f"{args.rate:,} records/s for {args.duration:g} s into {args.partitions} partitions (kafka), latency from "
+          f"produce to committed output, the first {skip:g} s left out, {args.runs} alternating runs; load average "
+          f"{min(r['load'] for r in rows)}-{max(r['load'] for r in rows)} on 2 cores\n")  # fmt: skip
+    print("| engine | side | p50 s (median) | p99 s (median) | p99 per run | max s (median) |\n"
+          "|---|---|---:|---:|---|---:|")  # fmt: skip
+    for engine in engines:
+        for side in ("apportion", "streaming"):
+            mine = [r for r in rows if r["engine"] == engine and r["side"] == side]
+            p99s = ", ".join(f"{r['p99_s']:.2f}" for r in mine)
+            print(f"| {engine} | {side} | {statistics.median(r['p50_s'] for r in mine):.2f} | "
+                  f"{statistics.median(r['p99_s'] for r in mine):.2f} | {p99s} | "
+                  f"{statistics.median(r['max_s'] for r in mine):.2f} |")  # fmt: skip
+        a = {r["run"]: r["p99_s"] for r in rows if r["engine"] == engine and r["side"] == "apportion"}
+        st = {r["run"]: r["p99_s"] for r in rows if r["engine"] == engine and r["side"] == "streaming"}
+        ratios = [a[n] / st[n] for n in sorted(a)]
+        print(f"| {engine} | p99 apportion / SS | | **{statistics.median(ratios):.2f}x** | "
+              f"{', '.join(f'{x:.2f}x' for x in ratios)} | |")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=2_000_000)
@@ -290,10 +514,16 @@ def main() -> None:
     parser.add_argument(
         "--bootstrap", default=None, help="With --source kafka: a broker to use (default: one started)."
     )
+    parser.add_argument(
+        "--rate", type=int, default=None, help="With --source kafka: records/s (latency, not throughput)."
+    )
+    parser.add_argument("--duration", type=float, default=60.0, help="With --rate: seconds of producing.")
     args = parser.parse_args()
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     if args.source == "kafka" and (args.stateful or args.against):
         raise SystemExit("--source kafka: neither --stateful nor --against (the pipeline on Kafka is not stateful)")
+    if args.rate is not None and (args.source != "kafka" or args.rate < 1 or args.duration <= 0):
+        raise SystemExit("--rate: with --source kafka, a rate >= 1 and a --duration > 0")
 
     work = Path(tempfile.mkdtemp(prefix="apportion-streaming-bench-"))
     with contextlib.ExitStack() as stack:
@@ -306,6 +536,9 @@ def main() -> None:
                 from tests.kafka_server import KafkaCluster
 
                 bootstrap = stack.enter_context(KafkaCluster.run(work / "kafka", nodes=1)).bootstrap
+            if args.rate is not None:
+                steady(args, engines, work, bootstrap)
+                return
             started = time.monotonic()
             produce_kafka(bootstrap, args.records, args.partitions)
             print(f"produced {args.records:,} records in {time.monotonic() - started:.1f} s", file=sys.stderr)
