@@ -143,9 +143,14 @@ HOSTILE = {
 
 
 def _redact_seconds(text: str) -> float:
-    started = time.perf_counter()
-    redact(text, ("s3cr3t",))
-    return time.perf_counter() - started
+    """The quickest of three calls: a busy machine's pauses make one call slow, never all three (a run beside the
+    whole suite once timed 1,000,000 characters at 0.32 s after 250,000 at 0.025 s: linear code, one preemption)."""
+    took = []
+    for _ in range(3):
+        started = time.perf_counter()
+        redact(text, ("s3cr3t",))
+        took.append(time.perf_counter() - started)
+    return min(took)
 
 
 @pytest.mark.parametrize("make", HOSTILE.values(), ids=list(HOSTILE))

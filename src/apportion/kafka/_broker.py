@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -78,8 +79,10 @@ log4j.logger.kafka.server.ControllerServer=INFO
 """
 
 
+@functools.cache
 def require_java(major: int = 17) -> None:
-    """Java ``major``+ on the PATH, or one ``BrokerUnavailable`` line saying what to install."""
+    """Java ``major``+ on the PATH, or one ``BrokerUnavailable`` line saying what to install (checked once per process
+    when found: it starts a JVM, and the tests start brokers many times)."""
     if shutil.which("java") is None:
         raise BrokerUnavailable(
             f"the local Kafka broker needs Java {major}+, and there is no java on the PATH "
