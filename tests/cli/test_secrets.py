@@ -3,6 +3,7 @@ prints, in errors and logs, for well-formed and malformed URLs alike."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 import time
@@ -143,13 +144,19 @@ HOSTILE = {
 
 
 def _redact_seconds(text: str) -> float:
-    """The quickest of three calls: a busy machine's pauses make one call slow, never all three (a run beside the
-    whole suite once timed 1,000,000 characters at 0.32 s after 250,000 at 0.025 s: linear code, one preemption)."""
+    """The quickest of three calls, with Python's garbage collector paused (as ``timeit`` does): in make test's
+    long-lived xdist worker a full collection walks every object the earlier tests left, so one landing in a call
+    timed 1,000,000 characters at 0.22-0.32 s after 250,000 at 0.016-0.025 s, with linear code."""
     took = []
-    for _ in range(3):
-        started = time.perf_counter()
-        redact(text, ("s3cr3t",))
-        took.append(time.perf_counter() - started)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(3):
+            started = time.perf_counter()
+            redact(text, ("s3cr3t",))
+            took.append(time.perf_counter() - started)
+    finally:
+        gc.enable()
     return min(took)
 
 
