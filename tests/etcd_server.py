@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from apportion._ports import free_ports
 from tests.processes import file_tail
 
 READY_DEADLINE_S = 20.0
@@ -38,22 +38,6 @@ class TlsFiles:
     key: Path
     client_cert: Path | None = None
     client_key: Path | None = None
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback ports: all sockets are held open until every port is known (one socket at a
-    time, the kernel hands the same port out again: a cluster once got one peer port twice)."""
-    with contextlib.ExitStack() as stack:
-        ports: list[int] = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind(("127.0.0.1", 0))
-            ports.append(int(sock.getsockname()[1]))
-        return ports
 
 
 class EtcdServer:

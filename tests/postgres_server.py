@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.etcd_server import free_port
+from apportion._ports import free_port
 from tests.processes import descendants, file_tail, running
 
 READY_DEADLINE_S = 30.0

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.etcd_server import free_ports
+from apportion._ports import free_ports
 
 READY_DEADLINE_S = 60.0  # a cold Erlang VM on a busy 2-core machine
 BIN_DIR = Path("/usr/lib/rabbitmq/bin")  # Debian's: /usr/sbin/rabbitmq-server switches to the rabbitmq user

@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 
 from apportion import connect
+from apportion._ports import free_ports
 from apportion.group import owners
 from apportion.routing import partition_for
 from apportion.waiting import wait_for
 from tests.doc_samples import DOCS, marked_block
-from tests.etcd_server import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 16  # the example's group

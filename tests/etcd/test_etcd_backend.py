@@ -252,7 +252,7 @@ def test_bad_etcd_urls_are_invalid_requests(url: str, reason: str) -> None:
 
 
 def test_unreachable_etcd_is_store_unavailable_after_the_timeout() -> None:
-    from tests.etcd_server import free_port
+    from apportion._ports import free_port
 
     with connect(f"etcd://127.0.0.1:{free_port()},127.0.0.1:{free_port()}?timeout=0.5") as store:
         started = time.monotonic()

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from apportion._ports import free_port
 from apportion.errors import StoreUnavailable
 from apportion.store import connect
 from apportion.waiting import wait_for
 from tests.etcd.processes import WorkerProcess
-from tests.etcd_server import EtcdServer, free_port
+from tests.etcd_server import EtcdServer
 
 pytestmark = pytest.mark.slow
 

@@ -14,12 +14,12 @@ from collections.abc import Iterator
 import pytest
 
 from apportion import Group
+from apportion._ports import free_port
 from apportion.clock import SYSTEM_CLOCK
 from apportion.errors import InvalidRequest, LeaseNotFound, NoSuchStore, StoreUnavailable
 from apportion.store import EventType, Store, connect
 from apportion.store._postgres import PostgresConfig
 from apportion.waiting import wait_for
-from tests.etcd_server import free_port
 from tests.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.postgres

@@ -236,6 +236,24 @@ def test_two_pipelines_with_other_client_settings_read_one_partition_on_one_conn
     )
 
 
+def test_an_engine_without_the_kafka_connector_is_one_line_saying_how_to_give_it_before_the_broker_is_asked(
+    spark: Any,
+) -> None:
+    """The tests' own local session has no Kafka connector; nothing listens at the bootstrap address, so a check that
+    asked the broker first would fail on the broker instead."""
+    from apportion.errors import SparkUnavailable
+    from apportion.kafka import KafkaConfig
+    from apportion.spark.engine import JARS_ENV
+    from apportion.spark.pipeline._pipeline import transform
+
+    source = KafkaSource(KafkaConfig("127.0.0.1:1", connect_timeout_s=1.0), wait_s=1.0)
+    with pytest.raises(SparkUnavailable) as raised:
+        source.warm_up(spark, "orders", 8, transform)
+    said = str(raised.value)
+    assert said.startswith("Spark has no Kafka connector (spark-sql-kafka-0-10): ") and JARS_ENV in said, said
+    assert "\n" not in said
+
+
 def test_the_connector_comes_from_listed_jars_or_else_sparks_package_of_pysparks_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,6 +13,7 @@ from apportion.errors import InvalidRequest
 from apportion.spark.pipeline._sizing import (
     DEFAULT_RECORDS,
     DEFAULT_SECONDS,
+    FIRST_BATCH,
     GROWTH,
     LIMIT,
     MAX_RECORDS,
@@ -30,6 +31,35 @@ targets = st.floats(0.01, 60.0, allow_nan=False)
 def test_without_a_size_it_starts_at_the_default_and_adapts_to_the_default_target() -> None:
     size = BatchSize()
     assert (size.records, size.target_s, size.adaptive) == (DEFAULT_RECORDS, DEFAULT_SECONDS, True)
+
+
+@given(
+    st.integers(1, 1_000),
+    st.sampled_from([None, STATEFUL_MAX_RECORDS]),
+    st.lists(st.tuples(st.integers(1, MAX_RECORDS), seconds), max_size=3),
+)
+def test_without_a_size_the_first_batch_spreads_its_records_over_its_partitions_and_no_later_one(
+    partitions: int, most: int | None, batches: list[tuple[int, float]]
+) -> None:
+    size = BatchSize(most=most)
+    size.spread(partitions)
+    cap = STATEFUL_MAX_RECORDS if most is not None else MAX_RECORDS
+    assert size.records == min(cap, max(DEFAULT_RECORDS, FIRST_BATCH // partitions))
+    assert size.records * partitions <= max(FIRST_BATCH, DEFAULT_RECORDS * partitions)  # budget, or default each
+    assert size.records >= min(cap, DEFAULT_RECORDS)  # never below the default per partition
+    for used, took in batches:  # once a batch is measured, the size is the model's alone
+        chosen = size.measured(used, took)
+        size.spread(partitions)
+        assert size.records == chosen
+
+
+@given(st.integers(1, 1_000), st.sampled_from([(5_000, None), (None, 3.0), (5_000, 3.0)]))
+def test_a_given_size_or_target_is_not_spread(partitions: int, given_: tuple[int | None, float | None]) -> None:
+    records, target = given_
+    size = BatchSize(records, target)
+    before = size.records
+    size.spread(partitions)
+    assert size.records == before
 
 
 @given(sizes, st.integers(1, MAX_RECORDS), seconds)

@@ -30,7 +30,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from apportion._ports import free_ports
 from apportion.errors import BrokerUnavailable
 
 READY_DEADLINE_S = 90.0  # a cold JVM per node on a busy 2-core machine
@@ -142,14 +142,6 @@ def _lists_jars(path: Path) -> bool:
 def kafka_classpath() -> str:
     """The broker's classpath (:func:`classpath_file`'s content)."""
     return classpath_file().read_text().strip()
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback ports (every socket held open until all are known: one at a time, the kernel
-    may hand the same port out twice)."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.create_server(("127.0.0.1", 0))) for _ in range(count)]
-        return [int(s.getsockname()[1]) for s in sockets]
 
 
 @dataclass

@@ -5,9 +5,10 @@ pip package (``_serve``, ``apportion spark serve``); a standalone cluster of the
 
 from __future__ import annotations
 
+from apportion._ports import free_port
 from apportion.spark.engine._cluster import StandaloneCluster
 from apportion.spark.engine._connector import JARS_ENV, connector_coordinate, kafka_connector_config
-from apportion.spark.engine._serve import ConnectServer, check_port_free, free_port, java_executable
+from apportion.spark.engine._serve import ConnectServer, check_port_free, java_executable
 from apportion.spark.engine._session import (
     DEFAULT_CONNECT_PORT,
     connect_address,

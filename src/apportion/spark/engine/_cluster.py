@@ -27,8 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from apportion._ports import LOCALHOST, free_port
 from apportion.errors import SparkUnavailable
-from apportion.spark.engine._serve import LOCALHOST, LOG4J, free_port, java_executable, spark_submit
+from apportion.spark.engine._serve import LOG4J, java_executable, spark_submit
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"

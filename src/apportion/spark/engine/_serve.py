@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
+from apportion._ports import LOCALHOST, free_port
 from apportion.errors import InvalidRequest, SparkUnavailable
 from apportion.spark.engine._session import (
     DEFAULT_CONNECT_PORT,
@@ -42,7 +43,6 @@ from apportion.spark.engine._session import (
 )
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-LOCALHOST = "127.0.0.1"
 LOG4J = """\
 rootLogger.level = warn
 rootLogger.appenderRef.stdout.ref = console
@@ -81,13 +81,6 @@ def spark_submit() -> Path:
     if not path.exists():
         raise SparkUnavailable(f"pyspark has no {path}: reinstall pyspark (pip install 'apportion[spark]')")
     return path
-
-
-def free_port(host: str = LOCALHOST) -> int:
-    """A TCP port on ``host`` that nobody listens on now (the kernel's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -252,4 +245,4 @@ class ConnectServer:
         self.stop()
 
 
-__all__ = ["ConnectServer", "check_port_free", "free_port", "java_executable", "spark_submit"]
+__all__ = ["ConnectServer", "check_port_free", "java_executable", "spark_submit"]

@@ -75,12 +75,13 @@ READER_OPTIONS = {
     "kafka.receive.buffer.bytes": str(4 << 20),
 }
 """The executors' consumer settings apportion sets (the Java client's defaults otherwise). Spark asks for a 64 KiB
-socket buffer and the client fetches at most 1 MiB per partition per request, so reading a backlog of small records is
-thousands of round trips with the broker. Measured reading 1,000,000 records of 8 partitions (sha2 of each value,
-counted) on a warm local[2] JVM, medians of 4-5 alternating reads on 2 cores: 4.2-4.3 s with these against 5.0-6.2 s
-with the defaults (bench: docs/benchmarks/streaming.md). A larger ``max.poll.records`` was no faster (it only hands
-over what was already fetched). The cost: a cached consumer may hold one fetch of up to 4 MiB per partition beyond its
-range (Spark keeps at most ``spark.kafka.consumer.cache.capacity``, 64, consumers per executor)."""
+socket buffer and the client fetches at most 1 MiB per partition per request, so reading a backlog of small records
+is thousands of round trips with the broker. Measured reading and writing a backlog of 1,000,000 records of 8
+partitions on a warm local[2] JVM (``bench/kafka_read_bench.py --compare options``, 5 alternating reads on 2 cores):
+0.90x the time of the defaults, 3.92 s against 4.34 s (docs/benchmarks/streaming.md). A larger ``max.poll.records``
+was no faster (it only hands over what was already fetched). The cost: a cached consumer may hold one fetch of up to
+4 MiB per partition beyond its range (Spark keeps at most ``spark.kafka.consumer.cache.capacity``, 64, consumers per
+executor)."""
 
 
 _DIGEST_KEY = os.urandom(16)
@@ -220,31 +221,46 @@ class KafkaSource:
                 raise InvalidRequest("kafka-option", str(exc)) from exc
         return self._admin
 
-    def warm_up_task(self, topic: str) -> Task | None:
-        """A task over ``topic``'s first records (at most :data:`WARM_UP_RECORDS`, of its first partition that holds
-        any) for ``warm_up``; None when every partition is empty."""
-        n = self.partitions(topic)
-        earliest, latest = self._offsets(topic, range(n))
-        for p in range(n):
+    def warm_up_task(self, topic: str, partitions: int) -> Task | None:
+        """A task over the first records of ``topic`` (of ``partitions`` partitions): at most :data:`WARM_UP_RECORDS`,
+        of its first partition that holds any, for ``warm_up``; None when every partition is empty."""
+        earliest, latest = self._offsets(topic, range(partitions))
+        for p in range(partitions):
             if latest[p] > earliest[p]:
                 return Task(p, 0, earliest[p], min(latest[p], earliest[p] + WARM_UP_RECORDS), Checkpoint())
         return None
 
-    def warm_up(self, spark: SparkSession, topic: str, transform: Transform) -> float:
-        """Before joining: the batch path warmed up on ``topic``'s first records (``warm_up`` with
-        :meth:`warm_up_task`; on an empty topic, an empty read of it run as a job, then the one-record log), which
-        also proves the engine has Spark's Kafka connector (through Connect, the server's classpath):
-        ``SparkUnavailable`` saying how to give it otherwise. Returns the seconds it took."""
-        from apportion.spark.engine import JARS_ENV, is_connect
-        from apportion.spark.pipeline._pipeline import warm_up
+    def warm_up(self, spark: SparkSession, topic: str, partitions: int, transform: Transform) -> float:
+        """Before joining: the batch path warmed up on the first records of ``topic`` (of ``partitions`` partitions:
+        ``warm_up`` with :meth:`warm_up_task`; on an empty topic, an empty read of it run as a job, then the
+        one-record log), which also proves the engine has Spark's Kafka connector (through Connect, the server's
+        classpath): ``SparkUnavailable`` saying how to give it otherwise. Through Connect, once a worker has warmed
+        the server up (``warm_up_view``), this asks neither the broker nor Spark for anything more. Returns the
+        seconds it took."""
+        from apportion.spark.pipeline._pipeline import warm_up, warm_up_view
 
         started = time.perf_counter()
+        view = warm_up_view(spark, transform, type(self))
+        if view is not None and spark.catalog.tableExists(f"global_temp.{view}"):
+            return time.perf_counter() - started  # the view exists only after a Kafka read succeeded on the server
+        self._check_connector(spark, topic)
+        task = self.warm_up_task(topic, partitions)
+        if task is None:
+            self._reader(spark, topic, {0: (0, 0)}).load().count()  # the read path as a job, on no record
+            warm_up(spark, transform)
+            if view is not None:  # the next worker on this server skips the checks too
+                spark.range(0).createOrReplaceGlobalTempView(view)
+        else:
+            warm_up(spark, transform, (self, topic, task))
+        return time.perf_counter() - started
+
+    def _check_connector(self, spark: SparkSession, topic: str) -> None:
+        """``SparkUnavailable`` saying how to give the engine Spark's Kafka connector when it has none. Analysis only:
+        Spark builds the Kafka relation without asking the broker anything, and runs no job."""
+        from apportion.spark.engine import JARS_ENV, is_connect
+
         try:
-            task = self.warm_up_task(topic)
-            if task is None:
-                self._reader(spark, topic, {0: (0, 0)}).load().count()
-                return warm_up(spark, transform)
-            return warm_up(spark, transform, (self, topic, task))
+            self._reader(spark, topic, {0: (0, 0)}).load().schema  # noqa: B018 (the analysis is the check)
         except Exception as exc:
             if "DATA_SOURCE_NOT_FOUND" not in str(exc) and "Failed to find data source" not in str(exc):
                 raise
@@ -254,8 +270,6 @@ class KafkaSource:
                 else f"set {JARS_ENV} to its jars (scripts/ensure-spark-kafka.sh) or let Spark resolve its package"
             )
             raise SparkUnavailable(f"Spark has no Kafka connector (spark-sql-kafka-0-10): {remedy}") from exc
-        finally:
-            log.debug("warm-up on topic %r: %.2f s", topic, time.perf_counter() - started)
 
     def _reader(self, spark: SparkSession, topic: str, ranges: Mapping[int, tuple[int, int]]) -> Any:
         """Spark's batch read of ``topic``'s partitions ``{p: (start, end)}`` (executors read them)."""

@@ -26,7 +26,8 @@ x4 per batch (the cost per record is not constant: the first large batch may spi
 at most ``LIMIT x target / seconds``, so that even if the cost were all per record a batch would take at most
 ``LIMIT`` x the target (20 s at the default 10 s, inside ``--revoke-timeout``'s 30 s; a given ``--batch-seconds``
 above half the revoke timeout gives up that margin, and a revocation that outlasts the timeout lets the lease lapse:
-a liveness cost, never a safety one). With no target the size stays as given.
+a liveness cost, never a safety one). With no target the size stays as given. With neither a size nor a target
+given, the first batch takes ``FIRST_BATCH`` records in all, spread over the partitions it reads.
 
 Pure: the pipeline feeds it each batch's measure (``Pipeline._process``) and reads ``records``.
 """
@@ -39,6 +40,14 @@ from apportion.errors import InvalidRequest
 
 DEFAULT_RECORDS = 10_000
 """Records per partition of the first batch, when none is given."""
+
+FIRST_BATCH = 400_000
+"""Records in all of a process's first batch, when no size is given: spread over the partitions it reads
+(``BatchSize.spread``), never below :data:`DEFAULT_RECORDS` per partition. The first batch knows nothing of the rate;
+per partition alone, a worker of 8 partitions started at 80,000 records and needed three batches for a backlog of
+1,000,000 (10,000, 40,000 and the rest per partition), each paying a batch's fixed cost (1.3-2 s through a Spark
+Connect server). A warm ``local[2]`` job reads, hashes and writes 1,000,000 Kafka records in ~7 s, so 400,000 take
+~3 s warm and about the 10 s target on a worker's own cold ``local[1]`` JVM after its warm-up."""
 
 DEFAULT_SECONDS = 10.0
 """The target of one batch when the size is not fixed: a third of ``--revoke-timeout``'s default 30 s (a revocation
@@ -78,7 +87,7 @@ def positive_seconds(name: str, value: object) -> float:
 class BatchSize:
     """The next batch's records per partition (``records``); ``target_s`` None: fixed at ``records``."""
 
-    __slots__ = ("_fixed_s", "_given_target", "_measured", "_previous", "most", "records", "target_s")
+    __slots__ = ("_default", "_fixed_s", "_given_target", "_measured", "_previous", "most", "records", "target_s")
 
     def __init__(self, records: int | None = None, target_s: float | None = None, *, most: int | None = None) -> None:
         """``records`` None: :data:`DEFAULT_RECORDS`, adapting to ``target_s`` (default :data:`DEFAULT_SECONDS`);
@@ -95,6 +104,7 @@ class BatchSize:
         self.records = min(DEFAULT_RECORDS, self.most) if records is None else records
         self.target_s = DEFAULT_SECONDS if records is None and target_s is None else target_s
         self._given_target = target_s is not None
+        self._default = records is None and target_s is None  # neither given: the first batch is spread (``spread``)
         self._fixed_s: float | None = None  # the fixed cost of a batch, as last fitted
         self._previous: tuple[int, float] | None = None  # (used, seconds) of the batch before
         self._measured = 0  # batches measured so far
@@ -105,6 +115,13 @@ class BatchSize:
         user's (``run_pipeline_worker`` refuses one not below the timeout); a fixed size has none."""
         if self.target_s is not None and not self._given_target and revoke_timeout_s > 0:
             self.target_s = min(DEFAULT_SECONDS, revoke_timeout_s / REVOKE_SHARE)
+
+    def spread(self, partitions: int) -> None:
+        """Before a batch over ``partitions`` partitions that have records: if no batch was measured yet and no size
+        or target was given, the size becomes :data:`FIRST_BATCH` records in all over them (at least the default per
+        partition, at most the largest size)."""
+        if self._default and self._measured == 0 and partitions > 0:
+            self.records = min(self.most, max(DEFAULT_RECORDS, FIRST_BATCH // partitions))
 
     def end(self, start: int, available: int) -> int:
         """The end of a partition's next task from ``start`` when the source has records up to ``available``: ``start``
@@ -166,6 +183,7 @@ class BatchSize:
 __all__ = [
     "DEFAULT_RECORDS",
     "DEFAULT_SECONDS",
+    "FIRST_BATCH",
     "GROWTH",
     "LIMIT",
     "MAX_RECORDS",

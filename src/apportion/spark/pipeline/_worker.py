@@ -206,7 +206,7 @@ def _run_kafka(
     source = KafkaSource(kafka)
     _run_resources(
         request, source, counts, settings, stop, signals=signals, spark_config=config,
-        warm=lambda spark, function: source.warm_up(spark, sorted(counts)[0], function),
+        warm=lambda spark, function: source.warm_up(spark, min(counts), counts[min(counts)], function),
     )  # fmt: skip
 
 
