@@ -298,3 +298,14 @@ def test_sticky_with_mixed_subscriptions_moves_no_more_than_keeping_then_balanci
     result = plan(req)
     assert check(req, result) == []  # Kafka-balanced (check's rule for sticky with mixed subscriptions)
     assert result.stats.moved <= baseline_moves, (result.assignment, baseline)
+
+
+@FAST
+@given(st.lists(st.booleans(), max_size=300), st.integers(0, 5))
+def test_sticky_finds_the_free_partitions_of_any_taken_mask_in_order(taken: list[bool], free: int) -> None:
+    from itertools import compress
+
+    from apportion.assign._sticky import _zeros
+
+    flags = bytearray(map(int, taken)) + bytearray(b"\x01" * 300 * free)  # few zeros (finds) or many (compress)
+    assert _zeros(flags) == list(compress(range(len(flags)), (not flag for flag in flags)))

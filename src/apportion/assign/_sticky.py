@@ -114,6 +114,21 @@ def _universe_mask(problem: Problem) -> tuple[bytearray, int]:
     return mask, size
 
 
+def _zeros(flags: bytearray) -> list[int]:
+    """The positions of the zero bytes of ``flags``, in order. When they are few (a rebalance frees little: 100 of
+    1,000,000 when one member of 10,000 leaves), one C ``find`` per zero; ``compress`` would make an int for every
+    byte to keep those few (~4 % of `apportion assign` at a million partitions)."""
+    zeros = flags.count(0)
+    if zeros * 32 > len(flags):
+        return list(compress(range(len(flags)), flags.translate(_INVERT)))
+    out: list[int] = []
+    at = -1
+    for _ in range(zeros):
+        at = flags.find(0, at + 1)
+        out.append(at)
+    return out
+
+
 def _constrained(problem: Problem) -> Plan:
     n = len(problem.members)
     if n == 0:
@@ -142,7 +157,7 @@ def _constrained(problem: Problem) -> Plan:
     # From scratch (nothing kept) ``free`` is a range: no million int objects, and each member's share is a range.
     free: Sequence[int] = range(problem.total)
     if taken.find(1) >= 0:
-        free = list(compress(free, taken.translate(_INVERT)))
+        free = _zeros(taken)
     order = problem.interleaved(free)  # the seed's order: t0-0, t1-0, t0-1, t1-1, ...
     # Phase 2: fill members below q (up to q + 1 while allowed), then one each to members at q, popping partitions
     # off ``order``. With one resource ``order`` is ``free``: the moves, by partition, are free[:pos] with the
