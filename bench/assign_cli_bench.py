@@ -9,7 +9,11 @@ baseline (bench/naive_sticky.py behind stdlib json: read the same file, assign, 
 phases (read + loads_request, plan(), dumps_plan; then parse_request of the stdlib-decoded value) in one child.
 With ``--before DIR`` (a ``src/`` exported from an earlier commit, e.g. ``git archive 5c31e40 src | tar -x -C
 /tmp/before``) the same command runs with that source too, and must print the same plan. Medians over the repeats;
-the ratios are of medians from the same run.
+the ratios are of medians from the same run. The last lines say CLI / plan() twice from that one run: by wall time and
+by CPU (the command's user + sys against plan()'s in-process time, which is CPU: it runs on one core, no I/O).
+``--instructions`` adds a figure the machine's load does not move: the instructions (valgrind's cachegrind, no cache
+simulation) of the command and of plan() (a child that reads the request and plans, less one that only reads it).
+``--no-libraries`` leaves out the JSON libraries' table (six decodes and encodes of the request per repeat).
 """
 
 from __future__ import annotations
@@ -57,6 +61,46 @@ parse_request(obj)
 t5 = time.perf_counter()
 print(json.dumps({"parse": t1 - t0, "plan": t2 - t1, "output": t3 - t2, "parse_request": t5 - t4, "rss_mib": rss}))
 """
+
+
+# a child that imports what the command imports, reads the request and runs the phases up to argv[2], then ends as the
+# command does (os._exit): the instructions of plan() are those of "plan" less those of "parse"
+STAGES = """
+import os, sys
+from apportion.cli import _assign_io
+from apportion.assign import dumps_plan, loads_request, plan
+request = loads_request(open(sys.argv[1], "rb").read())
+if sys.argv[2] in ("plan", "output"):
+    result = plan(request)
+    if sys.argv[2] == "output":
+        dumps_plan(result)
+os._exit(0)
+"""
+
+VALGRIND = "/usr/bin/valgrind"
+
+
+def instructions(argv: list[str], pythonpath: str) -> int:
+    """The instructions (cachegrind's ``I refs``) a child runs, ``apportion`` from ``pythonpath``."""
+    import re
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env |= {"PYTHONPATH": pythonpath, "PYTHONPYCACHEPREFIX": PYCACHE}
+    command = [VALGRIND, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *argv]
+    done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if found is None:
+        raise SystemExit(f"no instruction count from valgrind: {done.stderr[-500:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def instruction_ratio(python: str, path: Path, stages_py: Path, pythonpath: str) -> tuple[float, float, float]:
+    """(the command's instructions, plan()'s, command / plan()) in billions and x."""
+    cli = instructions([python, "-m", "apportion.cli", "assign", "--input", str(path)], pythonpath)
+    parsed = instructions([python, str(stages_py), str(path), "parse"], pythonpath)
+    planned = instructions([python, str(stages_py), str(path), "plan"], pythonpath)
+    return cli / 1e9, (planned - parsed) / 1e9, cli / (planned - parsed)
 
 
 def write_request(path: Path, partitions: int, members: int) -> None:
@@ -166,6 +210,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--request", type=Path, help="reuse this request file (written if missing)")
     parser.add_argument("--before", type=Path, help="a src/ directory of an earlier apportion, run the same way")
+    parser.add_argument("--instructions", action="store_true", help="also count instructions under valgrind")
+    parser.add_argument("--no-libraries", action="store_true", help="leave out the JSON libraries' table")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="assign-cli-bench-"))
     path = args.request or tmp / "request.json"
@@ -182,7 +228,7 @@ def main() -> None:
     cpu: dict[str, list[float]] = {"cli": [], "before": [], "naive": []}
     phase_runs: list[dict[str, float]] = []
     before_phases: list[dict[str, float]] = []
-    for warm_up in ([python, "-c", "import apportion.cli"], [python, "-c", "import json"]):  # bytecode caches
+    for warm_up in (cli, [python, "-c", "import json"]):  # bytecode caches: every module the command imports
         run_rss(warm_up, src)
         if args.before:
             run_rss(warm_up, str(args.before))
@@ -210,6 +256,8 @@ def main() -> None:
     phase = {k: statistics.median(r[k] for r in phase_runs) for k in keys}
     load = os.getloadavg()[0]
     before = f" --before {args.before}" if args.before else ""
+    before += " --instructions" if args.instructions else ""
+    before += " --no-libraries" if args.no_libraries else ""
     print(f"command: .venv/bin/python bench/assign_cli_bench.py --partitions {args.partitions} "
           f"--members {args.members} --repeat {args.repeat}{before}")  # fmt: skip
     print(f"python {sys.version.split()[0]}, request {path.stat().st_size / 1e6:.0f} MB, load average {load:.1f} "
@@ -241,8 +289,9 @@ def main() -> None:
     before_ratio = ""
     if args.before:
         before_ratio = f"before / now = {statistics.median(w for w, _ in runs['before']) / cli_s:.2f}x; "
-    libraries(path, args.repeat)
-    print()
+    if not args.no_libraries:
+        libraries(path, args.repeat)
+        print()
     if args.before:
         before_ratio += f"CLI / the before's plan() = {cli_s / before_plan:.2f}x; "
     print(f"{before_ratio}CLI / plan() = {cli_s / phase['plan']:.2f}x (goal <= 2x); "
@@ -253,6 +302,19 @@ def main() -> None:
         before_cpu = f", before {med['before']:.2f} s (before / now {med['before'] / med['cli']:.2f}x)"
     print(f"CPU (user + sys of each child, medians): CLI {med['cli']:.2f} s, naive {med['naive']:.2f} s "
           f"(naive / CLI {med['naive'] / med['cli']:.2f}x){before_cpu}")  # fmt: skip
+    before_cpu_ratio = f"; before: {med['before'] / before_plan:.2f}x" if args.before else ""
+    print(f"CLI / plan() by CPU = {med['cli'] / phase['plan']:.2f}x (the command's CPU {med['cli']:.2f} s, "
+          f"plan() {phase['plan']:.3f} s){before_cpu_ratio}")  # fmt: skip
+    if args.instructions:
+        stages_py = tmp / "stages.py"
+        stages_py.write_text(STAGES)
+        cli_g, plan_g, ratio = instruction_ratio(python, path, stages_py, src)
+        line = f"CLI / plan() by instructions = {ratio:.2f}x (the command {cli_g:.3f} G, plan() {plan_g:.3f} G)"
+        if args.before:
+            old_cli, old_plan, old_ratio = instruction_ratio(python, path, stages_py, str(args.before))
+            line += f"; before: {old_ratio:.2f}x ({old_cli:.3f} G, plan() {old_plan:.3f} G); before / now "
+            line += f"{old_cli / cli_g:.2f}x"
+        print(line)
 
 
 if __name__ == "__main__":
