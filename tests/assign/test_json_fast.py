@@ -230,7 +230,7 @@ list_texts = st.one_of(
         st.just(indices),
         st.sampled_from(sorted(RAW_RESOURCES)),
         separators,
-        st.sampled_from(["plain", "zero", "escape", "space", "other", "number"]),
+        st.sampled_from(["plain", "zero", "escape", "space", "other", "number", "empty"]),
         st.integers(0, 8),
     )
 )
@@ -248,6 +248,7 @@ def list_text(indices: list[int], resource: str, sep: str, twist: str, at: int) 
             "space": json.dumps(f"{resource}- {index}"),
             "other": json.dumps(f"t-x-{index}"),
             "number": str(index),
+            "empty": json.dumps(f"{resource}-", ensure_ascii=False),  # no index at all
         }[twist]
     return "[" + sep.join(items) + "]"
 
@@ -274,6 +275,12 @@ def test_the_raw_path_gives_the_general_result_or_steps_aside(lists: list[Any], 
     if all(twist == "plain" and len(set(indices)) == len(indices) and max(indices, default=0) < RAW_RESOURCES[name]
            for indices, name, _, twist, _ in lists):  # fmt: skip
         assert raw is not None  # every list in the exact form: the raw path read it
+
+
+def test_an_index_left_out_of_a_one_string_list_is_worded_not_raised() -> None:
+    assert error_of(b'{"strategy": "sticky", "resources": {"t": 4}, "members": {"a": {"owned": ["t-"]}}}') == (
+        "members.a.owned[0]: 't-' is not <resource>-<index> (index in ASCII digits)"
+    )
 
 
 @pytest.mark.parametrize("separators", [(", ", ": "), (",", ":")])

@@ -297,7 +297,8 @@ def _raw_column(raw: bytes, heads: Mapping[bytes, Resource], layout: list[_Layou
         ints: list[int] = _INT_LIST.decode(text)
     except msgspec.DecodeError:
         return None
-    return _column(res, ints) if _renders(ints, joiner, raw, start) and (not ints or min(ints) >= 0) else None
+    # no int at all (``["t-"]``: the text is not ``[]``, so a string lacks its index): the general path words it
+    return _column(res, ints) if ints and min(ints) >= 0 and _renders(ints, joiner, raw, start) else None
 
 
 def _run(raw: bytes, start: int, joiner: bytes, partitions: int) -> range | None:
