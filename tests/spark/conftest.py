@@ -3,7 +3,7 @@ the ONE Spark Connect server (``connect_server``, session-scoped, started only b
 tests/conftest.py, for the pipeline's rolling upgrade in tests/upgrade/ shares it too).
 
 Sized for a 2-core machine (``apportion.spark.engine._session``): `local[2]`, 2 shuffle partitions, 1 GiB driver. A
-test's fixtures put it in one of two xdist groups (``pytest_collection_modifyitems`` below), so that under `pytest -n 2
+test's fixtures put it in one of two xdist groups (``pytest_collection_modifyitems`` below), so that under `pytest -n 3
 --dist loadgroup` each of those fixtures starts once, on one xdist worker each, and the two groups run side by side:
 `xdist_group("thin-workers")` for the tests of the Connect server (thin workers: no JVM per process), then
 `xdist_group("spark")` for those of the local session. (Marks written by hand named a test's module's group and its

@@ -125,7 +125,7 @@ from apportion.spark.pipeline._output import (
     remove_output,
 )
 from apportion.spark.pipeline._sizing import STATEFUL_MAX_RECORDS, BatchSize
-from apportion.spark.pipeline._source import LogSource, Source, Task, as_source
+from apportion.spark.pipeline._source import Frame, LogSource, Source, Task, as_source
 from apportion.spark.pipeline._stateful import Staged, StatefulPartitions
 
 if TYPE_CHECKING:
@@ -199,35 +199,43 @@ class BatchStats:
 
 
 def batch_frame(
-    spark: SparkSession,
-    tasks: Sequence[Task],
-    transform: Transform,
-    source: Source,
-    resource: str,
-    columns: Sequence[str] | None = None,
+    spark: SparkSession, tasks: Sequence[Task], transform: Transform, source: Source, resource: str
 ) -> DataFrame:
-    """The batch's rows to write: the source's frames of the tasks (``Source.frames``: the log's one per task, its
-    segments; Kafka's one for all, one Spark partition per Kafka partition), each through ``transform``, plus the
-    output layout's columns ``p`` and ``batch``; a one-task frame in ONE Spark partition (``coalesce(1)``: no
-    shuffle); the frames are unioned and sorted within their Spark partitions by (p, batch, offset).
+    """The batch's rows to write: ``output_frame`` of the source's frames of the tasks through ``transform``
+    (``transformed``)."""
+    return output_frame(transformed(spark, tasks, transform, source, resource))
+
+
+def transformed(
+    spark: SparkSession, tasks: Sequence[Task], transform: Transform, source: Source, resource: str
+) -> list[Frame]:
+    """The source's frames of the tasks (``Source.frames``: the log's one per task, its segments; Kafka's one for
+    all, one Spark partition per Kafka partition), each through ``transform`` (called once per frame)."""
+    return [(part, transform(df)) for part, df in source.frames(spark, resource, tasks)]
+
+
+def output_frame(frames: Sequence[Frame], columns: Sequence[str] | None = None) -> DataFrame:
+    """The transformed ``frames`` (``transformed``) as one frame to write: each with the output layout's columns
+    ``p`` and ``batch``, a one-task frame in ONE Spark partition (``coalesce(1)``: no shuffle), unioned and sorted
+    within their Spark partitions by (p, batch, offset).
 
     Why this shape: the input is already ordered and already partitioned, so the batch needs neither a shuffle to
     bring a partition's rows together nor a per-row regex on the file path to find its partition; the sort is
     local to a Spark partition (the files of a scan are read in Spark's packing order, not offset order) and gives
     the writer the (p, batch) order it needs, so it adds no sort of its own — an unstable one would lose the
-    offset order within a directory. ``transform`` runs on each frame's rows (on the log, a transform with a shuffle
+    offset order within a directory. The transform runs on each frame's rows (on the log, a transform with a shuffle
     of its own still ends in one Spark partition per task; on Kafka it must be narrow: ``KafkaSource``).
 
     ``columns``: the transform's result columns when already known (``transform_columns``; a ``Pipeline`` learns
-    them on its first batch): through Spark Connect, asking a frame for its columns is a round trip in which the
-    server analyses the plan (0.07-0.24 s per batch of a Kafka read, measured on a loaded 2-core machine)."""
+    them on its first batch), else the first frame's (the same transform of the same schema: they stand for every
+    frame's). Through Spark Connect, asking a frame for its columns is a round trip in which the server analyses
+    the plan (0.07-0.24 s per batch of a Kafka read, measured on a loaded 2-core machine)."""
     from pyspark.sql import functions as F
 
-    frames = []
-    for part, df in source.frames(spark, resource, tasks):
-        df = transform(df)
-        if columns is None:  # the same transform of the same schema: the first frame's columns stand for every frame's
-            columns = transform_columns(df)
+    if columns is None:
+        columns = transform_columns(frames[0][1])
+    selected = []
+    for part, df in frames:
         if len(part) == 1:
             task = part[0]
             p, directory = F.lit(task.partition), F.lit(batch_name(task.start, task.end, task.epoch))
@@ -235,8 +243,8 @@ def batch_frame(
             names = F.create_map(*[F.lit(x) for t in part for x in (t.partition, batch_name(t.start, t.end, t.epoch))])
             p, directory = F.col("partition"), names[F.col("partition")]
         df = df.select(*columns, p.alias(PARTITION_COLUMN), directory.alias(BATCH_COLUMN))
-        frames.append(df.coalesce(1) if len(part) == 1 else df)
-    union = functools.reduce(lambda a, b: a.union(b), frames)  # by position: the same columns in every frame
+        selected.append(df.coalesce(1) if len(part) == 1 else df)
+    union = functools.reduce(lambda a, b: a.union(b), selected)  # by position: the same columns in every frame
     return union.sortWithinPartitions(PARTITION_COLUMN, BATCH_COLUMN, "offset")  # the writer's order + offsets
 
 
@@ -593,10 +601,10 @@ class Pipeline:
             ranges={t.partition: [t.start, t.end, t.epoch] for t in tasks},
         )
         started = batch_started = time.perf_counter()
+        frames = transformed(self.spark, tasks, self.transform, self.source, self.resource)
         if self._columns is None:  # the first batch's: asked once (a round trip through Connect), then reused
-            _, df = next(iter(self.source.frames(self.spark, self.resource, tasks)))
-            self._columns = transform_columns(self.transform(df))
-        result = batch_frame(self.spark, tasks, self.transform, self.source, self.resource, self._columns)
+            self._columns = transform_columns(frames[0][1])
+        result = output_frame(frames, self._columns)
         if self._fault is not None:
             for task in tasks:
                 self._fault("before_write", task, self.output_dir / self._relpath(task))
