@@ -243,15 +243,18 @@ class EtcdServer:
     @classmethod
     @contextlib.contextmanager
     def cluster(
-        cls, binary: str, data_dir: Path, n: int = 3, *, raft_args: Sequence[str] = RAFT_ARGS
+        cls, binary: str, data_dir: Path, n: int = 3, *, raft_args: Sequence[str] = RAFT_ARGS, wrap: Sequence[str] = ()
     ) -> Iterator[EtcdCluster]:
         """``n`` fresh members forming one cluster; all stopped on exit. ``raft_args=()``: etcd's default timings
-        (heartbeat 100 ms, election timeout 1 s), as a production cluster runs."""
+        (heartbeat 100 ms, election timeout 1 s), as a production cluster runs; ``wrap``: each member's command
+        prefix (e.g. ``nice -n -10``)."""
         ports = free_ports(2 * n)
         peers, clients = ports[:n], ports[n:]
         initial = ",".join(f"node{i}=http://127.0.0.1:{port}" for i, port in enumerate(peers))
         members = [
-            cls(binary, data_dir / f"node{i}", f"node{i}", clients[i], peers[i], initial, raft_args=raft_args)
+            cls(
+                binary, data_dir / f"node{i}", f"node{i}", clients[i], peers[i], initial, raft_args=raft_args, wrap=wrap
+            )
             for i in range(n)
         ]
         cluster = EtcdCluster(members)
