@@ -468,7 +468,7 @@ class Pipeline:
         self._assignments: dict[int, int] = {}  # partition -> how many on_assigned included it
         self._planned: dict[int, int] = {}  # partition -> its _assignments count when its batch was planned
         self._committer: Committer | None = None
-        self._columns: list[str] | None = None  # the transform's result columns (``batch_frame``), once known
+        self._columns: list[str] | None = None  # the transform's result columns (``output_frame``), once known
         self.state = state
         self.batches = 0
         self.records = 0
