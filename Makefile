@@ -24,7 +24,7 @@ demo: $(STAMP) check-java
 
 # Three xdist workers on 2 cores: most of the suite waits (on brokers, leases, Spark jobs of a server's JVM, worker
 # processes), so a third worker fills the cores the two left idle. Clean-clone runs of the same tests on this 2-core
-# machine: -n 2 took 881-904 s of pytest (load ~3.5); -n 3 took 678-815 s in three runs (load 3.5-7).
+# machine: -n 2 took 881-904 s of pytest (load ~3.5); -n 3 took 678-815 s in four runs (load 3.5-7).
 test: $(STAMP) check-java
 	bash scripts/ensure-test-tools.sh
 	$(PY) -m pytest -n 3 --dist loadgroup -q --durations=15 -m "not soak"
